@@ -1,0 +1,272 @@
+// Package containerd is beside the pipeline: the managed runtime. When no
+// --container-runtime-endpoint is given, nodelet runs containerd as a
+// supervised child process (as k3s does) with a configuration it generates
+// under its own root directory, so it never touches a system containerd.
+//
+// The package has two halves: Render, a pure function from Config to the
+// files containerd reads (config.toml, the CNI network, registry host
+// configuration), and Manager, which writes them, starts containerd,
+// restarts it with back-off when it dies, and stops it on shutdown while the
+// container shims (and so the pods) keep running.
+package containerd
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/template"
+)
+
+// Config describes one managed containerd instance. Every path it produces
+// lies under Dir.
+type Config struct {
+	// Dir is the instance directory, normally <root-dir>/containerd.
+	Dir string
+	// Binary is the containerd executable (looked up in PATH when bare).
+	Binary string
+	// CNIBinDir holds the CNI plugins (Debian: /usr/lib/cni).
+	CNIBinDir string
+	// BridgeName is the Linux bridge the CNI bridge plugin creates (at most
+	// 15 characters).
+	BridgeName string
+	// PodCIDR is the subnet pod IPs are allocated from (host-local IPAM).
+	PodCIDR string
+	// SandboxImage is the pause image containerd runs for every sandbox.
+	SandboxImage string
+	// Mirror is the host:port of the local registry that containerd asks
+	// first for the MirroredRegistries; empty means no mirror.
+	Mirror string
+	// LogLevel is containerd's log level (info by default).
+	LogLevel string
+	// Env is the environment the child process gets.
+	Env []string
+}
+
+// mirroredRegistries are the registries whose pulls go to the local mirror
+// first, with their upstream server for images the mirror does not hold.
+// "_default" is containerd's entry for every other registry: with no server
+// line the upstream stays the registry named in the image.
+func mirroredRegistries() map[string]string {
+	return map[string]string{
+		"_default":        "",
+		"docker.io":       "https://registry-1.docker.io",
+		"registry.k8s.io": "https://registry.k8s.io",
+	}
+}
+
+// DefaultConfig returns the configuration nodelet uses under rootDir.
+func DefaultConfig(rootDir string) Config {
+	return Config{
+		Dir:          filepath.Join(rootDir, "containerd"),
+		Binary:       "containerd",
+		CNIBinDir:    "/usr/lib/cni",
+		BridgeName:   "nodelet0",
+		PodCIDR:      "10.42.0.0/24",
+		SandboxImage: "registry.k8s.io/pause:3.10",
+		LogLevel:     "info",
+	}
+}
+
+// Socket is the path of containerd's gRPC socket.
+func (c Config) Socket() string { return filepath.Join(c.Dir, "containerd.sock") }
+
+// Endpoint is the CRI endpoint URL of the managed containerd.
+func (c Config) Endpoint() string { return "unix://" + c.Socket() }
+
+// ConfigPath is the generated config.toml.
+func (c Config) ConfigPath() string { return filepath.Join(c.Dir, "config.toml") }
+
+// PIDFile records the pid of the running child, so that a nodelet that was
+// killed can find the containerd it left behind.
+func (c Config) PIDFile() string { return filepath.Join(c.Dir, "containerd.pid") }
+
+// LogPath is where containerd's own output goes.
+func (c Config) LogPath() string { return filepath.Join(c.Dir, "containerd.log") }
+
+func (c Config) cniConfDir() string  { return filepath.Join(c.Dir, "cni", "net.d") }
+func (c Config) certsDir() string    { return filepath.Join(c.Dir, "certs.d") }
+func (c Config) ipamDataDir() string { return filepath.Join(c.Dir, "cni", "ipam") }
+
+// Validate reports the first problem with c, if any.
+func (c Config) Validate() error {
+	switch {
+	case c.Dir == "" || !filepath.IsAbs(c.Dir):
+		return fmt.Errorf("containerd dir %q must be an absolute path", c.Dir)
+	case len(c.Socket()) > 100:
+		return fmt.Errorf("socket path %q is too long for a unix socket (max ~100 bytes): choose a shorter --root-dir", c.Socket())
+	case c.BridgeName == "" || len(c.BridgeName) > 15:
+		return fmt.Errorf("bridge name %q must be 1 to 15 characters", c.BridgeName)
+	case c.SandboxImage == "":
+		return fmt.Errorf("sandbox image must be set")
+	}
+	p, err := netip.ParsePrefix(c.PodCIDR)
+	if err != nil || !p.Addr().Is4() {
+		return fmt.Errorf("pod CIDR %q is not an IPv4 prefix", c.PodCIDR)
+	}
+	return nil
+}
+
+// Render returns the files containerd needs, keyed by path. It is pure: the
+// same Config always gives the same bytes.
+func Render(c Config) (map[string][]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	toml, err := renderConfigTOML(c)
+	if err != nil {
+		return nil, err
+	}
+	files[c.ConfigPath()] = toml
+	cni, err := renderCNI(c)
+	if err != nil {
+		return nil, err
+	}
+	files[filepath.Join(c.cniConfDir(), "10-nodelet.conflist")] = cni
+	mirrored := mirroredRegistries()
+	for _, reg := range sortedKeys(mirrored) {
+		files[filepath.Join(c.certsDir(), reg, "hosts.toml")] = renderHosts(mirrored[reg], c.Mirror)
+	}
+	return files, nil
+}
+
+var configTemplate = template.Must( // parsed once; never mutated
+	template.New("config.toml").Parse(`# Generated by nodelet; rewritten at every start. Do not edit.
+version = 2
+root = "{{.Dir}}/root"
+state = "{{.Dir}}/state"
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = "{{.Socket}}"
+
+[ttrpc]
+  address = "{{.Socket}}.ttrpc"
+
+[debug]
+  address = ""
+  level = "{{.LogLevel}}"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{{.Dir}}/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{{.SandboxImage}}"
+  # Machines without CAP_SYS_RESOURCE cannot lower oom_score_adj; without
+  # this every sandbox fails in runc.
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  enable_selinux = false
+
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{{.CNIBinDir}}"
+    conf_dir = "{{.CNIConfDir}}"
+    max_conf_num = 1
+
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{{.CertsDir}}"
+`))
+
+func renderConfigTOML(c Config) ([]byte, error) {
+	level := c.LogLevel
+	if level == "" {
+		level = "info"
+	}
+	data := map[string]string{
+		"Dir":          c.Dir,
+		"Socket":       c.Socket(),
+		"LogLevel":     level,
+		"SandboxImage": c.SandboxImage,
+		"CNIBinDir":    c.CNIBinDir,
+		"CNIConfDir":   c.cniConfDir(),
+		"CertsDir":     c.certsDir(),
+	}
+	for k, v := range data {
+		if strings.ContainsAny(v, "\"\\\n") {
+			return nil, fmt.Errorf("render containerd config: %s %q contains a quote, backslash or newline", k, v)
+		}
+	}
+	var buf bytes.Buffer
+	if err := configTemplate.Execute(&buf, data); err != nil {
+		return nil, fmt.Errorf("render containerd config: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func renderCNI(c Config) ([]byte, error) {
+	type obj = map[string]any
+	conf := obj{
+		"cniVersion": "1.0.0",
+		"name":       "nodelet",
+		"plugins": []any{
+			obj{
+				"type":        "bridge",
+				"bridge":      c.BridgeName,
+				"isGateway":   true,
+				"ipMasq":      true,
+				"hairpinMode": true,
+				"ipam": obj{
+					"type":    "host-local",
+					"ranges":  []any{[]any{obj{"subnet": c.PodCIDR}}},
+					"routes":  []any{obj{"dst": "0.0.0.0/0"}},
+					"dataDir": c.ipamDataDir(),
+				},
+			},
+			obj{"type": "portmap", "capabilities": obj{"portMappings": true}, "snat": true},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("render CNI config: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+// renderHosts writes containerd's hosts.toml for one registry: the local
+// mirror first (pull and resolve only), then the upstream server for what
+// the mirror does not hold.
+func renderHosts(upstream, mirror string) []byte {
+	var b strings.Builder
+	b.WriteString("# Generated by nodelet.\n")
+	if upstream != "" {
+		fmt.Fprintf(&b, "server = %q\n", upstream)
+	}
+	if mirror != "" {
+		fmt.Fprintf(&b, "\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+mirror)
+	}
+	return []byte(b.String())
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
