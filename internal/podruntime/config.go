@@ -1,0 +1,138 @@
+package podruntime
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// PodLogDir is the CRI log directory of a pod:
+// <podLogsDir>/<namespace>_<name>_<uid>.
+func PodLogDir(podLogsDir string, pod *v1.Pod) string {
+	return filepath.Join(podLogsDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, pod.UID))
+}
+
+func podLabels(pod *v1.Pod) map[string]string {
+	labels := map[string]string{}
+	for k, v := range pod.Labels {
+		labels[k] = v
+	}
+	labels[LabelPodName] = pod.Name
+	labels[LabelPodNamespace] = pod.Namespace
+	labels[LabelPodUID] = string(pod.UID)
+	labels[LabelManagedBy] = managedByValue
+	return labels
+}
+
+func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
+	opt := &runtimeapi.NamespaceOption{
+		Network: runtimeapi.NamespaceMode_POD,
+		Pid:     runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:     runtimeapi.NamespaceMode_POD,
+	}
+	if pod.Spec.HostNetwork {
+		opt.Network = runtimeapi.NamespaceMode_NODE
+	}
+	if pod.Spec.HostPID {
+		opt.Pid = runtimeapi.NamespaceMode_NODE
+	} else if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
+		opt.Pid = runtimeapi.NamespaceMode_POD
+	}
+	if pod.Spec.HostIPC {
+		opt.Ipc = runtimeapi.NamespaceMode_NODE
+	}
+	return opt
+}
+
+func sandboxConfig(pod *v1.Pod, podLogsDir string) *runtimeapi.PodSandboxConfig {
+	// As the kubelet does: a host-network pod has the node's UTS namespace
+	// and so no hostname of its own (runc refuses to set one).
+	hostname := ""
+	if !pod.Spec.HostNetwork {
+		hostname = pod.Name
+		if pod.Spec.Hostname != "" {
+			hostname = pod.Spec.Hostname
+		}
+		if len(hostname) > 63 {
+			hostname = hostname[:63]
+		}
+	}
+	annotations := map[string]string{}
+	for k, v := range pod.Annotations {
+		annotations[k] = v
+	}
+	return &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{
+			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID),
+		},
+		Hostname:     hostname,
+		LogDirectory: PodLogDir(podLogsDir, pod),
+		Labels:       podLabels(pod),
+		Annotations:  annotations,
+		PortMappings: portMappings(pod),
+		Linux: &runtimeapi.LinuxPodSandboxConfig{
+			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaceOptions(pod)},
+		},
+	}
+}
+
+func portMappings(pod *v1.Pod) []*runtimeapi.PortMapping {
+	var out []*runtimeapi.PortMapping
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.HostPort == 0 {
+				continue
+			}
+			proto := runtimeapi.Protocol_TCP
+			switch p.Protocol {
+			case v1.ProtocolUDP:
+				proto = runtimeapi.Protocol_UDP
+			case v1.ProtocolSCTP:
+				proto = runtimeapi.Protocol_SCTP
+			}
+			out = append(out, &runtimeapi.PortMapping{
+				Protocol: proto, ContainerPort: p.ContainerPort, HostPort: p.HostPort, HostIp: p.HostIP,
+			})
+		}
+	}
+	return out
+}
+
+func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string) *runtimeapi.ContainerConfig {
+	labels := map[string]string{
+		LabelPodName:       pod.Name,
+		LabelPodNamespace:  pod.Namespace,
+		LabelPodUID:        string(pod.UID),
+		LabelContainerName: c.Name,
+		LabelManagedBy:     managedByValue,
+	}
+	annotations := map[string]string{AnnotationRestartCount: "0"}
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		annotations[AnnotationGracePeriod] = strconv.FormatInt(*g, 10)
+	}
+	envs := make([]*runtimeapi.KeyValue, 0, len(c.Env))
+	for _, e := range c.Env {
+		envs = append(envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
+	}
+	return &runtimeapi.ContainerConfig{
+		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name},
+		Image:       &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
+		Command:     c.Command,
+		Args:        c.Args,
+		WorkingDir:  c.WorkingDir,
+		Envs:        envs,
+		Labels:      labels,
+		Annotations: annotations,
+		LogPath:     filepath.Join(c.Name, "0.log"),
+		Stdin:       c.Stdin,
+		StdinOnce:   c.StdinOnce,
+		Tty:         c.TTY,
+		Linux: &runtimeapi.LinuxContainerConfig{
+			Resources:       &runtimeapi.LinuxContainerResources{},
+			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)},
+		},
+	}
+}

@@ -1,0 +1,20 @@
+package podruntime
+
+// Labels and annotations nodelet puts on CRI sandboxes and containers. The
+// pod and container keys are the kubelet's, so tools that know the kubelet
+// (crictl, ctr) show nodelet's pods the same way. Everything nodelet needs
+// to re-adopt a running pod after a restart is stored here, not in memory.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+	// LabelManagedBy marks the objects nodelet owns; nodelet never stops or
+	// removes a sandbox or container without it, so a runtime shared with
+	// other clients is safe.
+	LabelManagedBy = "nodelet.io/managed-by"
+	managedByValue = "nodelet"
+
+	AnnotationRestartCount = "io.kubernetes.container.restartCount"
+	AnnotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
+)
