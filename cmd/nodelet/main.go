@@ -1,0 +1,33 @@
+// Command nodelet is a node agent that runs Kubernetes pods on one machine
+// the way the kubelet does. This is the only place that reads flags and the
+// environment, installs signal handling and picks real clocks and loggers;
+// everything else is wired in internal/agent.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
+	stop()
+	os.Exit(exitCode(os.Stderr, err))
+}
+
+// exitCode prints err as one line and maps it to the process exit code.
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
+	fmt.Fprintln(stderr, "nodelet: "+msg)
+	return 1
+}

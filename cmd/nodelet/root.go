@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/agent"
+)
+
+const defaultRootDir = "/var/lib/nodelet"
+
+// newRootCommand is `nodelet`: run the node agent in the foreground.
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	cfg := agent.DefaultConfig(defaultRootDir)
+	var (
+		hostnameOverride string
+		verbosity        int
+		pauseBinary      string
+	)
+	cmd := &cobra.Command{
+		Use:   "nodelet",
+		Short: "Run Kubernetes pods on this machine the way the kubelet does",
+		Long: `nodelet runs the pods of a manifest directory on this machine through a CRI
+runtime. Without --container-runtime-endpoint it runs its own containerd and
+a local image registry under --root-dir.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := newLogger(stderr, verbosity)
+			if err := completeConfig(&cfg, hostnameOverride, pauseBinary); err != nil {
+				return err
+			}
+			a, err := agent.New(cfg, agent.Deps{Clock: clock.RealClock{}, Log: log})
+			if err != nil {
+				return err
+			}
+			return a.Run(cmd.Context())
+		},
+	}
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.PersistentFlags().StringVar(&cfg.RootDir, "root-dir", cfg.RootDir, "Directory for nodelet's state: pod volumes, the managed runtime, images")
+	f := cmd.Flags()
+	f.StringVar(&cfg.PodManifestPath, "pod-manifest-path", "", "Directory (or file) of static pod manifests to run")
+	f.StringVar(&cfg.RuntimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint, e.g. unix:///run/containerd/containerd.sock; empty runs a managed containerd under --root-dir")
+	f.StringVar(&hostnameOverride, "hostname-override", "", "Node name to use instead of the hostname")
+	f.DurationVar(&cfg.FileCheckFrequency, "file-check-frequency", cfg.FileCheckFrequency, "How often the manifest path is re-read")
+	f.DurationVar(&cfg.SyncFrequency, "sync-frequency", cfg.SyncFrequency, "How often every pod is synced with the runtime")
+	f.StringVar(&cfg.PodLogsDir, "pod-logs-dir", cfg.PodLogsDir, "Directory of container logs (CRI layout)")
+	f.StringVar(&cfg.Managed.Containerd.PodCIDR, "pod-cidr", cfg.Managed.Containerd.PodCIDR, "Pod IP range of the managed runtime's bridge network")
+	f.StringVar(&cfg.Managed.Containerd.BridgeName, "cni-bridge-name", cfg.Managed.Containerd.BridgeName, "Linux bridge of the managed runtime's network")
+	f.StringVar(&cfg.Managed.RegistryAddress, "image-registry-address", cfg.Managed.RegistryAddress, "Loopback address of the managed image registry (port 0 picks a free one)")
+	f.StringVar(&pauseBinary, "pause-binary", "", "Program the pause image is built from (default: 'pause' next to the nodelet binary, then PATH)")
+	f.StringVar(&cfg.Managed.Images.BusyboxBinary, "busybox-binary", cfg.Managed.Images.BusyboxBinary, "Static busybox the busybox image is built from")
+	f.IntVarP(&verbosity, "v", "v", 0, "Log verbosity: 0 info, 1 and more debug")
+	_ = f.MarkHidden("pod-logs-dir")
+
+	cmd.AddCommand(newImagesCommand(&cfg.RootDir), newVersionCommand(stdout))
+	return cmd
+}
+
+// completeConfig fills in what comes from the machine: the node name and
+// where the binaries are.
+func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) error {
+	cfg.NodeName = strings.ToLower(strings.TrimSpace(hostnameOverride))
+	if cfg.NodeName == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("read hostname (set --hostname-override): %w", err)
+		}
+		cfg.NodeName = strings.ToLower(host)
+	}
+	cfg.Managed.Containerd.Dir = filepath.Join(cfg.RootDir, "containerd")
+	cfg.Managed.Containerd.Env = childEnv()
+	cfg.Managed.Images.PauseBinary = findPause(pauseBinary)
+	return nil
+}
+
+// findPause locates the pause program: the flag, then next to this binary,
+// then PATH.
+func findPause(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if self, err := os.Executable(); err == nil {
+		candidate := filepath.Join(filepath.Dir(self), "pause")
+		if _, err := os.Stat(candidate); err == nil {
+			return candidate
+		}
+	}
+	if p, err := exec.LookPath("pause"); err == nil {
+		return p
+	}
+	return "pause (not found next to nodelet or in PATH)"
+}
+
+// childEnv is the environment of the managed containerd: ours, with the
+// system directories runc and the CNI plugins live in on PATH.
+func childEnv() []string {
+	env := os.Environ()
+	path := os.Getenv("PATH")
+	for _, dir := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+		if !strings.Contains(":"+path+":", ":"+dir+":") {
+			path += ":" + dir
+		}
+	}
+	return append(env, "PATH="+strings.TrimPrefix(path, ":"))
+}
+
+func newLogger(w io.Writer, verbosity int) *slog.Logger {
+	level := slog.LevelInfo
+	if verbosity > 0 {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}

@@ -1,0 +1,128 @@
+// Package agent is the composition root: it wires the pipeline stages
+// (sources → runtime manager → CRI) and the managed runtime together. New
+// builds and starts nothing; Run starts every loop and returns when its
+// context ends. Only cmd/nodelet imports it.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podruntime"
+	"github.com/nodelet/nodelet/internal/registry"
+)
+
+// Config is everything the agent is told, already parsed from flags.
+type Config struct {
+	// RootDir holds nodelet's state (--root-dir).
+	RootDir string
+	// PodManifestPath is a manifest directory or file (--pod-manifest-path).
+	PodManifestPath string
+	// RuntimeEndpoint is the CRI endpoint (--container-runtime-endpoint);
+	// empty means nodelet runs its own containerd.
+	RuntimeEndpoint string
+	// NodeName is this node's name (--hostname-override or the hostname).
+	NodeName string
+	// PodLogsDir is where container logs go (/var/log/pods).
+	PodLogsDir string
+	// FileCheckFrequency is how often the manifest path is re-read.
+	FileCheckFrequency time.Duration
+	// SyncFrequency is how often every pod is synced even with no change.
+	SyncFrequency time.Duration
+
+	// Managed holds the settings of the managed runtime.
+	Managed ManagedConfig
+}
+
+// ManagedConfig configures the containerd and registry nodelet runs itself
+// when no runtime endpoint is given.
+type ManagedConfig struct {
+	// Containerd is the managed containerd's configuration; Dir and Mirror
+	// are filled in by the agent.
+	Containerd containerd.Config
+	// RegistryAddress is the loopback address of the image registry.
+	RegistryAddress string
+	// Images are the binaries the built-in images are made from.
+	Images registry.SeedSpec
+}
+
+// DefaultConfig returns the defaults of every setting under rootDir.
+func DefaultConfig(rootDir string) Config {
+	return Config{
+		RootDir:            rootDir,
+		PodLogsDir:         "/var/log/pods",
+		FileCheckFrequency: 20 * time.Second,
+		SyncFrequency:      time.Minute,
+		Managed: ManagedConfig{
+			Containerd:      containerd.DefaultConfig(rootDir),
+			RegistryAddress: "127.0.0.1:0",
+			Images:          registry.SeedSpec{BusyboxBinary: "/bin/busybox"},
+		},
+	}
+}
+
+// Deps are the agent's outside-world dependencies.
+type Deps struct {
+	Clock clock.WithTicker
+	Log   *slog.Logger
+}
+
+// Agent is a running node agent.
+type Agent struct {
+	cfg  Config
+	deps Deps
+}
+
+// New checks cfg and returns an agent. It starts nothing.
+func New(cfg Config, deps Deps) (*Agent, error) {
+	if cfg.RootDir == "" || !filepath.IsAbs(cfg.RootDir) {
+		return nil, fmt.Errorf("--root-dir %q must be an absolute path", cfg.RootDir)
+	}
+	if cfg.NodeName == "" {
+		return nil, errors.New("node name is empty: set --hostname-override")
+	}
+	if cfg.FileCheckFrequency <= 0 || cfg.SyncFrequency <= 0 {
+		return nil, errors.New("--file-check-frequency and --sync-frequency must be positive")
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Agent{cfg: cfg, deps: deps}, nil
+}
+
+// Run brings up the runtime (managed or given), connects to it over CRI and
+// keeps the pods of the manifest path running until ctx ends. Pods keep
+// running after Run returns.
+func (a *Agent) Run(ctx context.Context) error {
+	endpoint := a.cfg.RuntimeEndpoint
+	if endpoint == "" {
+		managed, err := a.startManaged(ctx)
+		if err != nil {
+			return err
+		}
+		defer managed.wait()
+		endpoint = managed.endpoint
+	}
+	rt, err := cri.Dial(ctx, endpoint, cri.DefaultTimeouts(), a.deps.Log)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+	if v, err := rt.Version(ctx); err == nil {
+		a.deps.Log.Info("connected to container runtime", "endpoint", endpoint,
+			"runtime", v.GetRuntimeName(), "version", v.GetRuntimeVersion(), "criVersion", v.GetRuntimeApiVersion())
+	}
+	pods := podruntime.New(rt, a.cfg.PodLogsDir, a.deps.Log)
+	return a.syncPods(ctx, pods)
+}

@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/registry"
+)
+
+// managed is the runtime nodelet runs itself: the image registry and
+// containerd.
+type managed struct {
+	endpoint   string
+	containerd *containerd.Manager
+	registry   *registry.Server
+}
+
+// RegistryAddressFile is where the running registry's address is written,
+// so that `nodelet images import` can publish into it.
+func RegistryAddressFile(rootDir string) string {
+	return filepath.Join(rootDir, "registry", "address")
+}
+
+// ImageStoreDir is the OCI layout holding the node's local images.
+func ImageStoreDir(rootDir string) string { return filepath.Join(rootDir, "images") }
+
+// startManaged seeds the image store, starts the registry on loopback and
+// then containerd with the registry as its mirror. Both stop when ctx ends.
+func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
+	log := a.deps.Log
+	store, err := registry.OpenStore(ImageStoreDir(a.cfg.RootDir))
+	if err != nil {
+		return nil, fmt.Errorf("open image store: %w", err)
+	}
+	if _, err := registry.Seed(store, a.cfg.Managed.Images, log); err != nil {
+		return nil, fmt.Errorf("build local images: %w", err)
+	}
+	reg := registry.NewServer(store, a.cfg.Managed.RegistryAddress, log)
+	if err := reg.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start image registry: %w", err)
+	}
+	if err := writeFile(RegistryAddressFile(a.cfg.RootDir), reg.Addr()+"\n"); err != nil {
+		_ = reg.Close()
+		return nil, err
+	}
+	cfg := a.cfg.Managed.Containerd
+	cfg.Dir = filepath.Join(a.cfg.RootDir, "containerd")
+	cfg.Mirror = reg.Addr()
+	mgr := containerd.New(cfg, containerd.Deps{Clock: a.deps.Clock, Log: log.With("component", "containerd")})
+	if err := mgr.Start(ctx); err != nil {
+		_ = reg.Close()
+		return nil, fmt.Errorf("start managed containerd: %w", err)
+	}
+	log.Info("managed runtime is up", "registry", reg.Addr(), "endpoint", cfg.Endpoint(),
+		"inspect", "ctr --address "+cfg.Socket()+" -n k8s.io containers ls")
+	return &managed{endpoint: cfg.Endpoint(), containerd: mgr, registry: reg}, nil
+}
+
+// wait blocks until containerd has stopped (after ctx ended), then stops the
+// registry.
+func (m *managed) wait() {
+	<-m.containerd.Done()
+	_ = m.registry.Close()
+}
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
