@@ -1,0 +1,49 @@
+# nodelet: `make run` brings everything up, `make test` checks it.
+SHELL := /bin/bash
+export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
+GO ?= go
+STATICCHECK_VERSION := v0.8.2
+ROOT_DIR ?= /var/lib/nodelet
+MANIFESTS ?= $(CURDIR)/examples
+
+.PHONY: all setup build run test lint unit e2e bench clean
+
+all: build
+
+## setup: install the Debian packages nodelet needs (idempotent)
+setup:
+	@bash hack/setup.sh
+
+## build: bin/nodelet and bin/pause (the pause image's program, static)
+build:
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/pause ./cmd/pause
+	$(GO) build -o bin/nodelet ./cmd/nodelet
+
+## run: set up, build, then run nodelet in the foreground with examples/
+run: setup build
+	@echo "nodelet: running the pods in $(MANIFESTS); state in $(ROOT_DIR); Ctrl-C stops nodelet (pods keep running)"
+	@echo "nodelet: see the containers with: ctr --address $(ROOT_DIR)/containerd/containerd.sock -n k8s.io containers ls"
+	@echo "nodelet: container logs are under /var/log/pods/"
+	bin/nodelet --root-dir $(ROOT_DIR) --pod-manifest-path $(MANIFESTS)
+
+## test: lint, unit tests with the race detector, e2e against real containerd
+test: setup lint unit e2e
+
+lint:
+	@unformatted=$$(gofmt -l cmd internal test); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+e2e: build
+	$(GO) test -tags e2e -count=1 -timeout 25m -v ./test/e2e 2>&1 | tee /tmp/nodelet-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+
+## bench: performance against the runtime's own cost (see the issues)
+bench: build
+	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/e2e
+
+clean:
+	rm -rf bin

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs the Debian packages nodelet needs, when they are missing.
+# Idempotent and quiet when nothing is missing. Needs root.
+set -euo pipefail
+
+# package:command that proves it is installed
+needs=(
+  containerd:containerd
+  runc:runc
+  containernetworking-plugins:/usr/lib/cni/bridge
+  busybox-static:/bin/busybox
+  iproute2:ip
+  iptables:iptables
+)
+
+missing=()
+for pair in "${needs[@]}"; do
+  pkg=${pair%%:*} probe=${pair#*:}
+  if [[ $probe == /* ]]; then
+    [[ -e $probe ]] || missing+=("$pkg")
+  else
+    command -v "$probe" >/dev/null 2>&1 || missing+=("$pkg")
+  fi
+done
+# busybox-static replaces the dynamic busybox; make sure it is the static one.
+if [[ -e /bin/busybox ]] && ! file -L /bin/busybox 2>/dev/null | grep -q 'statically linked'; then
+  if ! ldd /bin/busybox 2>&1 | grep -q 'not a dynamic executable'; then
+    missing+=(busybox-static)
+  fi
+fi
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if ((EUID != 0)); then
+  echo "setup: missing packages: ${missing[*]}; run as root to install them" >&2
+  exit 1
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The Debian containerd package may start a system containerd; nodelet runs
+# its own and never uses that one, so leave it as the package set it up.
+echo "setup: done"

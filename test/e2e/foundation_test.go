@@ -1,0 +1,331 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/agent"
+	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/cri"
+)
+
+// A runtime endpoint where nothing listens gives one clear line and exit 1.
+func TestNoRuntimeAtEndpoint(t *testing.T) {
+	cmd := exec.Command(shared.nodelet, "--container-runtime-endpoint", "unix:///nonexistent.sock",
+		"--root-dir", filepath.Join(shared.work, "none"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	exitErr, ok := err.(*exec.ExitError)
+	if !ok || exitErr.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want exit code 1", err)
+	}
+	want := "nodelet: no CRI runtime at unix:///nonexistent.sock: is containerd running?\n"
+	if stderr.String() != want || stdout.Len() != 0 {
+		t.Errorf("stderr = %q, stdout = %q; want exactly %q", stderr.String(), stdout.String(), want)
+	}
+}
+
+// The CRI contract suite of internal/cri, run against the real containerd.
+func TestCRIContractOnContainerd(t *testing.T) {
+	cmd := exec.Command("go", "test", "-count=1", "-run", "Contract", "./internal/cri",
+		"-cri-endpoint="+shared.endpoint)
+	cmd.Dir = shared.repoRoot
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("contract suite against %s failed: %v\n%s", shared.endpoint, err, out)
+	}
+}
+
+const sleeperPod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sh", "-c", "echo started; trap 'exit 0' TERM; while true; do sleep 1; done"]
+`
+
+// One manifest becomes one running container, pulled through the local
+// registry; a second nodelet adopts it without a restart; removing the
+// manifest removes the pod.
+func TestManifestToRunningContainer(t *testing.T) {
+	manifests := filepath.Join(shared.work, "manifests-basic")
+	writeManifest(t, manifests, "sleeper.yaml", fmt.Sprintf(sleeperPod, "sleeper"))
+	writeManifest(t, manifests, "broken.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: broken}\nspec: {containers: [{name: x}]}\n")
+	logs := filepath.Join(shared.work, "pod-logs-basic")
+	args := []string{"--container-runtime-endpoint", shared.endpoint, "--root-dir", filepath.Join(shared.work, "basic"),
+		"--pod-manifest-path", manifests, "--hostname-override", "e2e", "--pod-logs-dir", logs,
+		"--file-check-frequency", "500ms"}
+	n := startNodelet(t, args...)
+
+	ctx := context.Background()
+	var first *runtimeapi.Container
+	eventually(t, 60*time.Second, "sleeper running", func() (err error) {
+		first, err = runningContainer(ctx, shared.rt, "sleeper-e2e", "main")
+		return err
+	})
+	eventually(t, 10*time.Second, "container log written", func() error {
+		matches, _ := filepath.Glob(filepath.Join(logs, "default_sleeper-e2e_*", "main", "0.log"))
+		if len(matches) != 1 {
+			return fmt.Errorf("log files: %v", matches)
+		}
+		data, err := os.ReadFile(matches[0])
+		if err != nil || !strings.Contains(string(data), "stdout F started") {
+			return fmt.Errorf("log %s: %q %v", matches[0], data, err)
+		}
+		return nil
+	})
+	if !strings.Contains(n.stderr.String(), "broken.yaml") {
+		t.Errorf("no log line names the broken manifest:\n%s", n.stderr.String())
+	}
+
+	// Restart nodelet: the running container is adopted, not recreated.
+	if err := n.stop(t); err != nil {
+		t.Fatalf("nodelet exit after SIGINT: %v", err)
+	}
+	startNodelet(t, args...)
+	time.Sleep(2 * time.Second) // give the new nodelet time to (wrongly) act
+	again, err := runningContainer(ctx, shared.rt, "sleeper-e2e", "main")
+	if err != nil || again.Id != first.Id {
+		t.Fatalf("after restart: container %v (err %v), want the same %s", again, err, first.Id)
+	}
+
+	// Remove the manifest: the pod goes.
+	os.Remove(filepath.Join(manifests, "sleeper.yaml"))
+	os.Remove(filepath.Join(manifests, "broken.yaml"))
+	eventually(t, 30*time.Second, "sleeper removed", func() error {
+		sbs, err := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{
+			LabelSelector: map[string]string{"io.kubernetes.pod.name": "sleeper-e2e"}})
+		if err != nil || len(sbs) != 0 {
+			return fmt.Errorf("%d sandboxes left (%v)", len(sbs), err)
+		}
+		return nil
+	})
+}
+
+// `nodelet images import` puts an archive's image into the store and the
+// running registry; a pod then pulls it by name.
+func TestImagesImport(t *testing.T) {
+	base, err := shared.registryImage("docker.io/library/busybox:1.35")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.Config(base, withCmd(base, []string{"sh", "-c", "echo imported; sleep 3600"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, _ := name.NewTag("example.com/e2e/imported:v1")
+	archive := filepath.Join(shared.work, "imported.tar")
+	if err := tarball.WriteToFile(archive, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(shared.nodelet, "images", "import", archive, "--root-dir", shared.rootDir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "imported example.com/e2e/imported:v1") {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	ctx := context.Background()
+	ref, err := shared.rt.PullImage(ctx, &runtimeapi.ImageSpec{Image: "example.com/e2e/imported:v1"}, nil, nil)
+	if err != nil {
+		t.Fatalf("pull imported image through containerd: %v", err)
+	}
+	stored, err := shared.registryImage("example.com/e2e/imported:v1")
+	if err != nil {
+		t.Fatalf("imported image not in the store: %v", err)
+	}
+	digest, _ := stored.Digest()
+	st, err := shared.rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref})
+	if err != nil || !containsDigest(st.GetImage().GetRepoDigests(), digest.String()) {
+		t.Errorf("image status %v (%v), want repo digest %s", st.GetImage(), err, digest)
+	}
+}
+
+// Managed mode, as `make run` uses it: nodelet starts the registry and
+// containerd itself, survives containerd being SIGKILLed, and leaves nothing
+// behind but the pods when it stops.
+func TestManagedRuntime(t *testing.T) {
+	root := filepath.Join(shared.work, "m")
+	manifests := filepath.Join(shared.work, "manifests-managed")
+	writeManifest(t, manifests, "sleeper.yaml", fmt.Sprintf(sleeperPod, "managed"))
+	n := startNodelet(t, "--root-dir", root, "--pod-manifest-path", manifests, "--hostname-override", "e2e",
+		"--cni-bridge-name", "nle2e1", "--pod-cidr", "10.44.0.0/24", "--pause-binary", shared.pause,
+		"--pod-logs-dir", filepath.Join(shared.work, "pod-logs-managed"))
+	t.Cleanup(func() { cleanUpManaged(t, root) })
+	cfg := containerd.DefaultConfig(root)
+
+	ctx := context.Background()
+	var rt *cri.Client
+	eventually(t, 60*time.Second, "managed containerd answers", func() (err error) {
+		rt, err = cri.Dial(ctx, cfg.Endpoint(), cri.DefaultTimeouts(), nil)
+		return err
+	})
+	defer rt.Close()
+	var before *runtimeapi.Container
+	eventually(t, 90*time.Second, "pod running in managed runtime", func() (err error) {
+		before, err = runningContainer(ctx, rt, "managed-e2e", "main")
+		return err
+	})
+	pid := readPID(t, cfg.PIDFile())
+	workload := containerPID(t, before.Id)
+
+	// SIGKILL containerd: nodelet starts a new one, the pod is untouched.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "containerd restarted", func() error {
+		if got := readPIDMaybe(cfg.PIDFile()); got == 0 || got == pid || !alive(got) {
+			return fmt.Errorf("pid file says %d", got)
+		}
+		_, err := rt.Version(ctx)
+		return err
+	})
+	after, err := runningContainer(ctx, rt, "managed-e2e", "main")
+	if err != nil || after.Id != before.Id {
+		t.Fatalf("after containerd restart: %v (err %v), want container %s still running", after, err, before.Id)
+	}
+	if !strings.Contains(n.stderr.String(), "containerd exited; restarting") {
+		t.Errorf("nodelet did not log the restart:\n%s", n.stderr.String())
+	}
+
+	// Ctrl-C: nodelet exits 0, its containerd and registry are gone, the
+	// workload process is still alive.
+	regAddr, _ := os.ReadFile(agent.RegistryAddressFile(root))
+	newPID := readPIDMaybe(cfg.PIDFile())
+	if err := n.stop(t); err != nil {
+		t.Fatalf("nodelet exit after SIGINT: %v\n%s", err, n.stderr.String())
+	}
+	if alive(newPID) {
+		t.Errorf("managed containerd (pid %d) still running after nodelet exited", newPID)
+	}
+	if conn, err := net.DialTimeout("tcp", strings.TrimSpace(string(regAddr)), time.Second); err == nil {
+		conn.Close()
+		t.Errorf("registry at %s still answers after nodelet exited", regAddr)
+	}
+	if !alive(workload) {
+		t.Errorf("workload process %d died with nodelet; pods must keep running", workload)
+	}
+}
+
+// cleanUpManaged starts the managed containerd of root once more through
+// the same code, removes the test's pods and stops it.
+func cleanUpManaged(t *testing.T, root string) {
+	cfg := containerd.DefaultConfig(root)
+	cfg.BridgeName, cfg.PodCIDR, cfg.Env = "nle2e1", "10.44.0.0/24", os.Environ()
+	ctx, cancel := context.WithCancel(context.Background())
+	m := containerd.New(cfg, containerd.Deps{})
+	if err := m.Start(ctx); err != nil {
+		t.Logf("clean up managed runtime: %v", err)
+		cancel()
+		return
+	}
+	if rt, err := cri.Dial(ctx, cfg.Endpoint(), cri.DefaultTimeouts(), nil); err == nil {
+		removeAllPods(rt)
+		rt.Close()
+	}
+	cancel()
+	<-m.Done()
+	exec.Command("ip", "link", "del", "nle2e1").Run()
+}
+
+func containerPID(t *testing.T, id string) int {
+	t.Helper()
+	// The container's cgroup path names its ID.
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if bytes.Contains(cg, []byte(id)) {
+			return pid
+		}
+	}
+	t.Fatalf("no process of container %s", id)
+	return 0
+}
+
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	pid := readPIDMaybe(path)
+	if pid == 0 {
+		t.Fatalf("no pid in %s", path)
+	}
+	return pid
+}
+
+func readPIDMaybe(path string) int {
+	data, _ := os.ReadFile(path)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	return pid
+}
+
+// alive reports whether pid is a live, non-zombie process.
+func alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
+}
+
+func containsDigest(repoDigests []string, digest string) bool {
+	for _, d := range repoDigests {
+		if strings.HasSuffix(d, "@"+digest) {
+			return true
+		}
+	}
+	return false
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// withCmd returns img's config with the command replaced.
+func withCmd(img v1.Image, cmd []string) v1.Config {
+	cf, _ := img.ConfigFile()
+	cfg := cf.Config
+	cfg.Entrypoint, cfg.Cmd = nil, cmd
+	return cfg
+}

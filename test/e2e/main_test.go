@@ -1,0 +1,250 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/agent"
+	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/registry"
+)
+
+// env is the shared test environment.
+type env struct {
+	work        string // scratch root, short so socket paths fit
+	nodelet     string // built binary
+	pause       string
+	rootDir     string // root dir of the shared runtime
+	endpoint    string
+	rt          *cri.Client
+	store       *registry.Store
+	registry    *registry.Server
+	containerd  *containerd.Manager
+	repoRoot    string
+	stopRuntime context.CancelFunc
+}
+
+var shared env
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2e: must run as root (containerd, runc and CNI need it)")
+		return 1
+	}
+	var err error
+	if shared.work, err = os.MkdirTemp("/tmp", "nle2e-"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(shared.work)
+	if err := setUp(&shared); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: set up:", err)
+		tearDown(&shared)
+		return 1
+	}
+	code := m.Run()
+	tearDown(&shared)
+	return code
+}
+
+func setUp(e *env) error {
+	_, file, _, _ := runtime.Caller(0)
+	e.repoRoot = filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	bin := filepath.Join(e.work, "bin")
+	e.nodelet, e.pause = filepath.Join(bin, "nodelet"), filepath.Join(bin, "pause")
+	if err := goBuild(e.repoRoot, e.nodelet, "./cmd/nodelet", false); err != nil {
+		return err
+	}
+	if err := goBuild(e.repoRoot, e.pause, "./cmd/pause", true); err != nil {
+		return err
+	}
+	e.rootDir = filepath.Join(e.work, "rt")
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store, err := registry.OpenStore(agent.ImageStoreDir(e.rootDir))
+	if err != nil {
+		return err
+	}
+	e.store = store
+	if _, err := registry.Seed(store, registry.SeedSpec{PauseBinary: e.pause, BusyboxBinary: "/bin/busybox"}, log); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stopRuntime = cancel
+	e.registry = registry.NewServer(store, "127.0.0.1:0", log)
+	if err := e.registry.Start(ctx); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(agent.RegistryAddressFile(e.rootDir)), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(agent.RegistryAddressFile(e.rootDir), []byte(e.registry.Addr()+"\n"), 0o644); err != nil {
+		return err
+	}
+	cfg := containerd.DefaultConfig(e.rootDir)
+	cfg.BridgeName, cfg.PodCIDR, cfg.Mirror = "nle2e0", "10.43.0.0/24", e.registry.Addr()
+	cfg.Env = os.Environ()
+	e.containerd = containerd.New(cfg, containerd.Deps{Log: log})
+	if err := e.containerd.Start(ctx); err != nil {
+		return err
+	}
+	e.endpoint = cfg.Endpoint()
+	e.rt, err = cri.Dial(ctx, e.endpoint, cri.DefaultTimeouts(), log)
+	return err
+}
+
+// tearDown removes every pod the tests left, then stops the runtime.
+func tearDown(e *env) {
+	if e.rt != nil {
+		removeAllPods(e.rt)
+		e.rt.Close()
+	}
+	if e.stopRuntime != nil {
+		e.stopRuntime()
+	}
+	if e.containerd != nil {
+		<-e.containerd.Done()
+	}
+	if e.registry != nil {
+		e.registry.Close()
+	}
+	exec.Command("ip", "link", "del", "nle2e0").Run()
+}
+
+func removeAllPods(rt *cri.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sandboxes, _ := rt.ListPodSandbox(ctx, nil)
+	for _, s := range sandboxes {
+		rt.StopPodSandbox(ctx, s.Id)
+		rt.RemovePodSandbox(ctx, s.Id)
+	}
+}
+
+func goBuild(dir, out, pkg string, static bool) error {
+	args := []string{"build", "-o", out}
+	if static {
+		args = append(args, "-trimpath", "-ldflags=-s -w")
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	cmd.Dir = dir
+	cmd.Env = os.Environ()
+	if static {
+		cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return nil
+}
+
+// eventually polls cond every 100 ms until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v: %v", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// runningContainer finds the running container of a pod by CRI labels.
+func runningContainer(ctx context.Context, rt *cri.Client, podName, container string) (*runtimeapi.Container, error) {
+	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{
+			"io.kubernetes.pod.name":       podName,
+			"io.kubernetes.container.name": container,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(cs) != 1 {
+		return nil, fmt.Errorf("%d running containers %s/%s", len(cs), podName, container)
+	}
+	return cs[0], nil
+}
+
+// nodeletProc is a nodelet started by a test.
+type nodeletProc struct {
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	done   chan struct{}
+	err    error
+}
+
+// startNodelet runs the binary with args; its output goes to the test log
+// when the test fails.
+func startNodelet(t *testing.T, args ...string) *nodeletProc {
+	t.Helper()
+	p := &nodeletProc{cmd: exec.Command(shared.nodelet, args...), stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout = io.Discard
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.stop(t)
+		if t.Failed() {
+			t.Logf("nodelet output:\n%s", p.stderr.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGINT and waits for nodelet to exit.
+func (p *nodeletProc) stop(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("nodelet did not exit within 60s of SIGINT")
+	}
+	return p.err
+}
+
+func writeManifest(t *testing.T, dir, name, content string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// registryImage reads an image from the shared runtime's image store.
+func (e *env) registryImage(ref string) (v1.Image, error) { return e.store.Image(ref) }
