@@ -119,10 +119,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer rt.Close()
-	if v, err := rt.Version(ctx); err == nil {
-		a.deps.Log.Info("connected to container runtime", "endpoint", endpoint,
-			"runtime", v.GetRuntimeName(), "version", v.GetRuntimeVersion(), "criVersion", v.GetRuntimeApiVersion())
-	}
 	pods := podruntime.New(rt, a.cfg.PodLogsDir, a.deps.Log)
 	return a.syncPods(ctx, pods)
 }
