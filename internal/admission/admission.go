@@ -1,0 +1,158 @@
+// Package admission is beside the pipeline, between the merge and the pod
+// workers: it decides, as the kubelet's admit handlers do, whether a new
+// pod may run on this node (pod count, host ports, CPU and memory requests
+// against allocatable). A rejected pod is Failed with the kubelet's reason
+// and nothing of it is started. Pure: no I/O.
+package admission
+
+import (
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// Node is what admission knows of the node.
+type Node struct {
+	// MaxPods is --max-pods (110).
+	MaxPods int
+	// Allocatable CPU and memory.
+	Allocatable v1.ResourceList
+}
+
+// Result is the decision for one pod.
+type Result struct {
+	Admit   bool
+	Reason  string // the kubelet's: OutOfpods, OutOfcpu, OutOfmemory, NodePorts
+	Message string
+}
+
+// Admit decides whether pod may join active, the pods already admitted and
+// not terminated.
+func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
+	if node.MaxPods > 0 && len(active)+1 > node.MaxPods {
+		return insufficient("pods", 1, int64(len(active)), int64(node.MaxPods))
+	}
+	if r := checkHostPorts(pod, active); !r.Admit {
+		return r
+	}
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		capacity, ok := node.Allocatable[name]
+		if !ok {
+			continue
+		}
+		want := PodRequest(pod, name)
+		if want.IsZero() {
+			continue
+		}
+		used := resource.Quantity{}
+		for _, p := range active {
+			q := PodRequest(p, name)
+			used.Add(q)
+		}
+		total := used.DeepCopy()
+		total.Add(want)
+		if total.Cmp(capacity) > 0 {
+			return insufficientQ(string(name), want, used, capacity)
+		}
+	}
+	return Result{Admit: true}
+}
+
+func insufficient(res string, requested, used, capacity int64) Result {
+	return Result{Reason: "OutOf" + res, Message: fmt.Sprintf(
+		"Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", res, requested, used, capacity)}
+}
+
+func insufficientQ(res string, requested, used, capacity resource.Quantity) Result {
+	if res == string(v1.ResourceCPU) {
+		return insufficient(res, requested.MilliValue(), used.MilliValue(), capacity.MilliValue())
+	}
+	return insufficient(res, requested.Value(), used.Value(), capacity.Value())
+}
+
+// PodRequest is the pod's effective request of a resource, as the
+// scheduler computes it: the larger of the sum over containers and the
+// largest init container (plus sidecars, which run alongside), plus
+// overhead.
+func PodRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
+	sum := resource.Quantity{}
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Requests[name]; ok {
+			sum.Add(q)
+		}
+	}
+	sidecars := resource.Quantity{}
+	maxInit := resource.Quantity{}
+	for _, c := range pod.Spec.InitContainers {
+		q := c.Resources.Requests[name]
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			sidecars.Add(q)
+			continue
+		}
+		// A regular init container runs next to the sidecars started before it.
+		q.Add(sidecars)
+		if q.Cmp(maxInit) > 0 {
+			maxInit = q
+		}
+	}
+	sum.Add(sidecars)
+	if maxInit.Cmp(sum) > 0 {
+		sum = maxInit
+	}
+	if q, ok := pod.Spec.Overhead[name]; ok {
+		sum.Add(q)
+	}
+	return sum
+}
+
+type hostPort struct {
+	ip       string
+	protocol v1.Protocol
+	port     int32
+}
+
+func hostPorts(pod *v1.Pod) []hostPort {
+	var out []hostPort
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			for _, p := range c.Ports {
+				if p.HostPort <= 0 {
+					continue
+				}
+				ip, proto := p.HostIP, p.Protocol
+				if ip == "" {
+					ip = "0.0.0.0"
+				}
+				if proto == "" {
+					proto = v1.ProtocolTCP
+				}
+				out = append(out, hostPort{ip, proto, p.HostPort})
+			}
+		}
+	}
+	return out
+}
+
+func (a hostPort) conflicts(b hostPort) bool {
+	return a.port == b.port && a.protocol == b.protocol && (a.ip == b.ip || a.ip == "0.0.0.0" || b.ip == "0.0.0.0")
+}
+
+func checkHostPorts(pod *v1.Pod, active []*v1.Pod) Result {
+	want := hostPorts(pod)
+	if len(want) == 0 {
+		return Result{Admit: true}
+	}
+	for _, p := range active {
+		for _, used := range hostPorts(p) {
+			for _, w := range want {
+				if w.conflicts(used) {
+					return Result{Reason: "NodePorts", Message: fmt.Sprintf(
+						"Node didn't have free ports for the requested pod ports: %s/%d is used by pod %s/%s",
+						w.protocol, w.port, p.Namespace, p.Name)}
+				}
+			}
+		}
+	}
+	return Result{Admit: true}
+}

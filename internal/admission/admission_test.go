@@ -1,0 +1,97 @@
+package admission
+
+import (
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func pod(name, cpu, mem string, hostPort int32) *v1.Pod {
+	c := v1.Container{Name: "c", Image: "i", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{}}}
+	if cpu != "" {
+		c.Resources.Requests[v1.ResourceCPU] = resource.MustParse(cpu)
+	}
+	if mem != "" {
+		c.Resources.Requests[v1.ResourceMemory] = resource.MustParse(mem)
+	}
+	if hostPort != 0 {
+		c.Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: hostPort}}
+	}
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: v1.PodSpec{Containers: []v1.Container{c}}}
+}
+
+func TestAdmit(t *testing.T) {
+	node := Node{MaxPods: 3, Allocatable: v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}}
+	for _, tc := range []struct {
+		name   string
+		pod    *v1.Pod
+		active []*v1.Pod
+		reason string
+		msg    string
+	}{
+		{"fits", pod("a", "1", "512Mi", 8080), []*v1.Pod{pod("b", "1", "512Mi", 0)}, "", ""},
+		{"best effort always fits cpu", pod("a", "", "", 0), []*v1.Pod{pod("b", "2", "", 0)}, "", ""},
+		{"too many pods", pod("a", "", "", 0), []*v1.Pod{pod("b", "", "", 0), pod("c", "", "", 0), pod("d", "", "", 0)},
+			"OutOfpods", "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"},
+		{"cpu", pod("a", "1500m", "", 0), []*v1.Pod{pod("b", "1", "", 0)},
+			"OutOfcpu", "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000"},
+		{"memory", pod("a", "", "1Gi", 0), []*v1.Pod{pod("b", "", "1", 0)}, "OutOfmemory", "resource: memory"},
+		{"host port", pod("a", "", "", 8080), []*v1.Pod{pod("b", "", "", 8080)}, "NodePorts", "TCP/8080 is used by pod default/b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Admit(tc.pod, tc.active, node)
+			if tc.reason == "" {
+				if !r.Admit {
+					t.Fatalf("rejected: %+v", r)
+				}
+				return
+			}
+			if r.Admit || r.Reason != tc.reason || !strings.Contains(r.Message, tc.msg) {
+				t.Fatalf("got %+v, want reason %s message containing %q", r, tc.reason, tc.msg)
+			}
+		})
+	}
+}
+
+func TestHostPortConflicts(t *testing.T) {
+	for _, tc := range []struct {
+		a, b hostPort
+		want bool
+	}{
+		{hostPort{"0.0.0.0", v1.ProtocolTCP, 80}, hostPort{"127.0.0.1", v1.ProtocolTCP, 80}, true},
+		{hostPort{"10.0.0.1", v1.ProtocolTCP, 80}, hostPort{"127.0.0.1", v1.ProtocolTCP, 80}, false},
+		{hostPort{"0.0.0.0", v1.ProtocolUDP, 80}, hostPort{"0.0.0.0", v1.ProtocolTCP, 80}, false},
+		{hostPort{"0.0.0.0", v1.ProtocolTCP, 81}, hostPort{"0.0.0.0", v1.ProtocolTCP, 80}, false},
+	} {
+		if got := tc.a.conflicts(tc.b); got != tc.want {
+			t.Errorf("%v vs %v: %v", tc.a, tc.b, got)
+		}
+	}
+}
+
+func TestPodRequestCountsInitAndSidecars(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	req := func(cpu string) v1.ResourceRequirements {
+		return v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}}
+	}
+	p := &v1.Pod{Spec: v1.PodSpec{
+		InitContainers: []v1.Container{
+			{Name: "side", Resources: req("200m"), RestartPolicy: &always},
+			{Name: "big-init", Resources: req("2")},
+		},
+		Containers: []v1.Container{{Name: "a", Resources: req("500m")}, {Name: "b", Resources: req("500m")}},
+	}}
+	got := PodRequest(p, v1.ResourceCPU)
+	if got.MilliValue() != 2200 {
+		t.Errorf("request = %dm, want 2200m (init 2 + sidecar 200m)", got.MilliValue())
+	}
+	p.Spec.InitContainers[1].Resources = req("100m")
+	got = PodRequest(p, v1.ResourceCPU)
+	if got.MilliValue() != 1200 {
+		t.Errorf("request = %dm, want 1200m (containers + sidecar)", got.MilliValue())
+	}
+}
