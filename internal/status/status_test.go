@@ -1,0 +1,743 @@
+package status
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodelet/nodelet/internal/observed"
+)
+
+// TestGenerateGolden covers phase, conditions and container statuses; each
+// case's want is render(Generate(facts)).
+func TestGenerateGolden(t *testing.T) {
+	tests := []struct {
+		name string
+		f    Facts
+		want string
+	}{
+		{
+			name: "pending with nothing in the runtime",
+			f:    facts(newPod(app("app")), nil),
+			want: `
+phase: Pending
+cond PodReadyToStartContainers=False
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [app])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [app])
+cond PodScheduled=True
+app app: waiting(ContainerCreating) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "pending with sandbox, container not yet created",
+			f:    facts(newPod(app("app")), obs()),
+			want: `
+phase: Pending
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [app])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [app])
+cond PodScheduled=True
+app app: waiting(ContainerCreating) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "pending while the first init container runs",
+			f:    facts(newPod(initc("i1", "i2"), app("app")), obs(running("i1", "c1", 1))),
+			want: `
+phase: Pending
+cond PodReadyToStartContainers=True
+cond Initialized=False (ContainersNotInitialized: containers with incomplete status: [i1 i2])
+cond Ready=False (ContainersNotReady: containers with unready status: [app])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [app])
+cond PodScheduled=True
+init i1: running@2 restarts=0 ready=false started=true id=containerd://c1
+init i2: waiting(PodInitializing) restarts=0 ready=false started=false
+app app: waiting(PodInitializing) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "planner says PodInitializing while the second init container runs",
+			f: func() Facts {
+				f := facts(newPod(initc("i1", "i2"), app("app")),
+					obs(exited("i1", "c1", 1, 0, ""), running("i2", "c2", 10)))
+				f.Waiting = waiting("app", "PodInitializing", "")
+				return f
+			}(),
+			want: `
+phase: Pending
+cond PodReadyToStartContainers=True
+cond Initialized=False (ContainersNotInitialized: containers with incomplete status: [i2])
+cond Ready=False (ContainersNotReady: containers with unready status: [app])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [app])
+cond PodScheduled=True
+init i1: terminated(Completed exit=0 1-6) restarts=0 ready=true started=false id=containerd://c1
+init i2: running@11 restarts=0 ready=false started=true id=containerd://c2
+app app: waiting(PodInitializing) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "running and ready",
+			f:    facts(newPod(initc("i1"), app("b", "a")), obs(exited("i1", "c1", 1, 0, ""), running("b", "cb", 10), running("a", "ca", 11))),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=True
+cond ContainersReady=True
+cond PodScheduled=True
+init i1: terminated(Completed exit=0 1-6) restarts=0 ready=true started=false id=containerd://c1
+app a: running@12 restarts=0 ready=true started=true id=containerd://ca
+app b: running@11 restarts=0 ready=true started=true id=containerd://cb
+`,
+		},
+		{
+			name: "readiness probe results",
+			f: func() Facts {
+				f := facts(newPod(app("a", "b", "c"), readinessProbe("a"), readinessProbe("b")),
+					obs(running("a", "ca", 1), running("b", "cb", 2), running("c", "cc", 3)))
+				f.Ready = map[string]bool{"ca": true} // b has a probe and no result yet
+				return f
+			}(),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [b])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [b])
+cond PodScheduled=True
+app a: running@2 restarts=0 ready=true started=true id=containerd://ca
+app b: running@3 restarts=0 ready=false started=true id=containerd://cb
+app c: running@4 restarts=0 ready=true started=true id=containerd://cc
+`,
+		},
+		{
+			name: "startup probe not passed: not started, not ready",
+			f: func() Facts {
+				f := facts(newPod(app("a", "b"), startupProbe("a"), startupProbe("b")),
+					obs(running("a", "ca", 1), running("b", "cb", 2)))
+				f.Started = map[string]bool{"cb": true}
+				f.Ready = map[string]bool{"ca": true}
+				return f
+			}(),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a])
+cond PodScheduled=True
+app a: running@2 restarts=0 ready=false started=false id=containerd://ca
+app b: running@3 restarts=0 ready=true started=true id=containerd://cb
+`,
+		},
+		{
+			name: "succeeded under Never",
+			f:    facts(newPod(policy(v1.RestartPolicyNever), initc("i1"), app("a", "b")), obs(exited("i1", "c1", 1, 0, ""), exited("a", "ca", 10, 0, ""), exited("b", "cb", 10, 0, "Completed"))),
+			want: `
+phase: Succeeded
+cond PodReadyToStartContainers=True
+cond Initialized=True (PodCompleted: )
+cond Ready=False (PodCompleted: )
+cond ContainersReady=False (PodCompleted: )
+cond PodScheduled=True
+init i1: terminated(Completed exit=0 1-6) restarts=0 ready=true started=false id=containerd://c1
+app a: terminated(Completed exit=0 10-15) restarts=0 ready=false started=false id=containerd://ca
+app b: terminated(Completed exit=0 10-15) restarts=0 ready=false started=false id=containerd://cb
+`,
+		},
+		{
+			name: "succeeded under OnFailure",
+			f:    facts(newPod(policy(v1.RestartPolicyOnFailure), app("a")), obs(exited("a", "ca", 1, 0, ""))),
+			want: `
+phase: Succeeded
+cond PodReadyToStartContainers=True
+cond Initialized=True (PodCompleted: )
+cond Ready=False (PodCompleted: )
+cond ContainersReady=False (PodCompleted: )
+cond PodScheduled=True
+app a: terminated(Completed exit=0 1-6) restarts=0 ready=false started=false id=containerd://ca
+`,
+		},
+		{
+			name: "failed under Never",
+			f:    facts(newPod(policy(v1.RestartPolicyNever), app("a", "b")), obs(exited("a", "ca", 1, 0, ""), exited("b", "cb", 1, 2, ""))),
+			want: `
+phase: Failed
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (PodFailed: )
+cond ContainersReady=False (PodFailed: )
+cond PodScheduled=True
+app a: terminated(Completed exit=0 1-6) restarts=0 ready=false started=false id=containerd://ca
+app b: terminated(Error exit=2 1-6) restarts=0 ready=false started=false id=containerd://cb
+`,
+		},
+		{
+			name: "failed under OnFailure is Running (restarting)",
+			f:    facts(newPod(policy(v1.RestartPolicyOnFailure), app("a")), obs(exited("a", "ca", 1, 1, ""))),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a])
+cond PodScheduled=True
+app a: terminated(Error exit=1 1-6) restarts=0 ready=false started=false id=containerd://ca
+`,
+		},
+		{
+			name: "exited with 0 under Always is Running",
+			f:    facts(newPod(app("a")), obs(exited("a", "ca", 1, 0, ""))),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a])
+cond PodScheduled=True
+app a: terminated(Completed exit=0 1-6) restarts=0 ready=false started=false id=containerd://ca
+`,
+		},
+		{
+			name: "init container failed under Never",
+			f:    facts(newPod(policy(v1.RestartPolicyNever), initc("i1"), app("a")), obs(exited("i1", "c1", 1, 3, ""))),
+			want: `
+phase: Failed
+cond PodReadyToStartContainers=True
+cond Initialized=False (ContainersNotInitialized: containers with incomplete status: [i1])
+cond Ready=False (PodFailed: )
+cond ContainersReady=False (PodFailed: )
+cond PodScheduled=True
+init i1: terminated(Error exit=3 1-6) restarts=0 ready=false started=false id=containerd://c1
+app a: waiting(PodInitializing) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "init container failed under Always waits in back-off",
+			f: func() Facts {
+				f := facts(newPod(initc("i1"), app("a")), obs(restarts(2, exited("i1", "c1", 1, 3, ""))))
+				f.Waiting = waiting("i1", "CrashLoopBackOff", "back-off 40s restarting failed container=i1 pod=p_default(uid)")
+				return f
+			}(),
+			want: `
+phase: Pending
+cond PodReadyToStartContainers=True
+cond Initialized=False (ContainersNotInitialized: containers with incomplete status: [i1])
+cond Ready=False (ContainersNotReady: containers with unready status: [a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a])
+cond PodScheduled=True
+init i1: waiting(CrashLoopBackOff: back-off 40s restarting failed container=i1 pod=p_default(uid)) last=terminated(Error exit=3 1-6) restarts=2 ready=false started=false id=containerd://c1
+app a: waiting(PodInitializing) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "stopped sidecar is ignored for completion",
+			f: facts(newPod(policy(v1.RestartPolicyNever), sidecar("side"), app("a")),
+				obs(exited("side", "cs", 1, 137, ""), exited("a", "ca", 10, 0, ""))),
+			want: `
+phase: Succeeded
+cond PodReadyToStartContainers=True
+cond Initialized=True (PodCompleted: )
+cond Ready=False (PodCompleted: )
+cond ContainersReady=False (PodCompleted: )
+cond PodScheduled=True
+init side: terminated(Error exit=137 1-6) restarts=0 ready=false started=false id=containerd://cs
+app a: terminated(Completed exit=0 10-15) restarts=0 ready=false started=false id=containerd://ca
+`,
+		},
+		{
+			name: "running sidecar keeps the pod Running until it stops",
+			f: facts(newPod(policy(v1.RestartPolicyNever), sidecar("side"), app("a")),
+				obs(running("side", "cs", 1), exited("a", "ca", 10, 0, ""))),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a])
+cond PodScheduled=True
+init side: running@2 restarts=0 ready=true started=true id=containerd://cs
+app a: terminated(Completed exit=0 10-15) restarts=0 ready=false started=false id=containerd://ca
+`,
+		},
+		{
+			name: "sidecar not started yet: not initialized",
+			f: func() Facts {
+				f := facts(newPod(sidecar("side"), startupProbe("side"), app("a")), obs(running("side", "cs", 1)))
+				f.Waiting = waiting("a", "PodInitializing", "")
+				return f
+			}(),
+			want: `
+phase: Pending
+cond PodReadyToStartContainers=True
+cond Initialized=False (ContainersNotInitialized: containers with incomplete status: [side])
+cond Ready=False (ContainersNotReady: containers with unready status: [side a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [side a])
+cond PodScheduled=True
+init side: running@2 restarts=0 ready=false started=false id=containerd://cs
+app a: waiting(PodInitializing) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "crash loop: waiting with the dead instance as last state",
+			f: func() Facts {
+				f := facts(newPod(app("a")), obs(
+					exited("a", "old", 1, 1, ""),
+					restarts(1, exited("a", "new", 20, 137, "OOMKilled")),
+				))
+				f.Waiting = waiting("a", "CrashLoopBackOff", "back-off 10s restarting failed container=a pod=p_default(uid)")
+				return f
+			}(),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a])
+cond PodScheduled=True
+app a: waiting(CrashLoopBackOff: back-off 10s restarting failed container=a pod=p_default(uid)) last=terminated(OOMKilled exit=137 20-25) restarts=1 ready=false started=false id=containerd://new
+`,
+		},
+		{
+			name: "restarted: last state is the previous instance",
+			f: facts(newPod(app("a")), obs(
+				exited("a", "c0", 1, 1, ""),
+				restarts(1, exited("a", "c1", 10, 2, "")),
+				restarts(2, running("a", "c2", 20)),
+			)),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=True
+cond ContainersReady=True
+cond PodScheduled=True
+app a: running@21 last=terminated(Error exit=2 10-15) restarts=2 ready=true started=true id=containerd://c2
+`,
+		},
+		{
+			name: "image pull failures and create errors",
+			f: func() Facts {
+				f := facts(newPod(app("a", "b", "c", "d")), obs())
+				f.Waiting = waiting("a", "ErrImagePull", "failed to pull image \"a:1\": not found")
+				f.Waiting["b"] = waiting("b", "ImagePullBackOff", "Back-off pulling image \"b:1\"")["b"]
+				f.Waiting["c"] = waiting("c", "CreateContainerError", "boom")["c"]
+				f.Waiting["d"] = waiting("d", "CreateContainerConfigError", "secret \"s\" not found")["d"]
+				return f
+			}(),
+			want: `
+phase: Pending
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [a b c d])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a b c d])
+cond PodScheduled=True
+app a: waiting(ErrImagePull: failed to pull image "a:1": not found) restarts=0 ready=false started=false
+app b: waiting(ImagePullBackOff: Back-off pulling image "b:1") restarts=0 ready=false started=false
+app c: waiting(CreateContainerError: boom) restarts=0 ready=false started=false
+app d: waiting(CreateContainerConfigError: secret "s" not found) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "waiting entry ignored for a running container and a finished one",
+			f: func() Facts {
+				f := facts(newPod(policy(v1.RestartPolicyOnFailure), app("a", "b", "c")),
+					obs(running("a", "ca", 1), exited("b", "cb", 1, 0, ""), running("c", "cc", 1)))
+				f.Waiting = waiting("a", "CrashLoopBackOff", "stale")
+				f.Waiting["b"] = waiting("b", "CrashLoopBackOff", "stale")["b"]
+				return f
+			}(),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [b])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [b])
+cond PodScheduled=True
+app a: running@2 restarts=0 ready=true started=true id=containerd://ca
+app b: terminated(Completed exit=0 1-6) restarts=0 ready=false started=false id=containerd://cb
+app c: running@2 restarts=0 ready=true started=true id=containerd://cc
+`,
+		},
+		{
+			name: "created but not started",
+			f: func() Facts {
+				c := running("a", "ca", 1)
+				c.State = observed.ContainerCreated
+				c.StartedAt = at(0).AddDate(-2026, 0, 0) // ignored
+				return facts(newPod(app("a")), obs(c))
+			}(),
+			want: `
+phase: Pending
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a])
+cond PodScheduled=True
+app a: waiting() restarts=0 ready=false started=false id=containerd://ca
+`,
+		},
+		{
+			name: "planner failed the pod",
+			f: func() Facts {
+				f := facts(newPod(app("a")), obs(running("a", "ca", 1)))
+				f.Failed = &Rejection{Reason: "DeadlineExceeded", Message: "Pod was active on the node longer than the specified deadline"}
+				return f
+			}(),
+			want: `
+phase: Failed (DeadlineExceeded: Pod was active on the node longer than the specified deadline)
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (PodFailed: )
+cond ContainersReady=False (PodFailed: )
+cond PodScheduled=True
+app a: running@2 restarts=0 ready=true started=true id=containerd://ca
+`,
+		},
+		{
+			name: "terminal phase sticks",
+			f: func() Facts {
+				f := facts(newPod(app("a")), obs(running("a", "ca", 1)))
+				f.Previous = &v1.PodStatus{Phase: v1.PodSucceeded}
+				return f
+			}(),
+			want: `
+phase: Succeeded
+cond PodReadyToStartContainers=True
+cond Initialized=True (PodCompleted: )
+cond Ready=False (PodCompleted: )
+cond ContainersReady=False (PodCompleted: )
+cond PodScheduled=True
+app a: running@2 restarts=0 ready=true started=true id=containerd://ca
+`,
+		},
+		{
+			name: "failed phase and reason stick",
+			f: func() Facts {
+				f := facts(newPod(app("a")), nil)
+				f.Previous = &v1.PodStatus{Phase: v1.PodFailed, Reason: "DeadlineExceeded", Message: "too long"}
+				return f
+			}(),
+			want: `
+phase: Failed (DeadlineExceeded: too long)
+cond PodReadyToStartContainers=False
+cond Initialized=True
+cond Ready=False (PodFailed: )
+cond ContainersReady=False (PodFailed: )
+cond PodScheduled=True
+app a: waiting(ContainerCreating) restarts=0 ready=false started=false
+`,
+		},
+		{
+			name: "vanished running container is terminated with unknown status",
+			f: func() Facts {
+				f := facts(newPod(app("a")), obs())
+				f.Previous = &v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{
+					Name: "a", RestartCount: 3, ContainerID: "containerd://gone",
+					State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(at(1))}},
+				}}}
+				return f
+			}(),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (ContainersNotReady: containers with unready status: [a])
+cond ContainersReady=False (ContainersNotReady: containers with unready status: [a])
+cond PodScheduled=True
+app a: waiting(ContainerCreating) last=terminated(ContainerStatusUnknown exit=137 0-0 The container could not be located when the pod was deleted.  The container used to be Running) restarts=4 ready=false started=false
+`,
+		},
+		{
+			name: "init container removed from the runtime after app containers started",
+			f:    facts(newPod(initc("i1"), app("a")), obs(running("a", "ca", 10))),
+			want: `
+phase: Running
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=True
+cond ContainersReady=True
+cond PodScheduled=True
+init i1: terminated(Completed exit=0 0-0 Unable to get init container status from container runtime and pod has been initialized, treat it as exited normally) restarts=0 ready=true started=false
+app a: running@11 restarts=0 ready=true started=true id=containerd://ca
+`,
+		},
+		{
+			name: "container-level restart policy Never under pod Always",
+			f: facts(newPod(app("a"), withContainer("a", func(c *v1.Container) {
+				never := v1.ContainerRestartPolicyNever
+				c.RestartPolicy = &never
+			})), obs(exited("a", "ca", 1, 1, ""))),
+			want: `
+phase: Failed
+cond PodReadyToStartContainers=True
+cond Initialized=True
+cond Ready=False (PodFailed: )
+cond ContainersReady=False (PodFailed: )
+cond PodScheduled=True
+app a: terminated(Error exit=1 1-6) restarts=0 ready=false started=false id=containerd://ca
+`,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			checkGolden(t, Generate(tc.f), tc.want)
+		})
+	}
+}
+
+func TestTerminatedReasons(t *testing.T) {
+	for _, tc := range []struct {
+		code   int32
+		reason string
+		want   string
+	}{
+		{0, "", "Completed"},
+		{1, "", "Error"},
+		{137, "OOMKilled", "OOMKilled"},
+		{0, "Completed", "Completed"},
+		{2, "Error", "Error"},
+	} {
+		pod := newPod(policy(v1.RestartPolicyNever), app("a"))
+		s := Generate(facts(pod, obs(exited("a", "ca", 1, tc.code, tc.reason))))
+		term := s.ContainerStatuses[0].State.Terminated
+		if term == nil || term.Reason != tc.want || term.ExitCode != tc.code || term.ContainerID != "containerd://ca" {
+			t.Errorf("exit %d reason %q: got %+v, want reason %q", tc.code, tc.reason, term, tc.want)
+		}
+	}
+}
+
+func TestRestartCountFromNewestInstance(t *testing.T) {
+	pod := newPod(app("a"))
+	s := Generate(facts(pod, obs(restarts(4, exited("a", "c4", 1, 1, "")), restarts(5, running("a", "c5", 30)))))
+	cs := s.ContainerStatuses[0]
+	if cs.RestartCount != 5 || cs.ContainerID != "containerd://c5" {
+		t.Errorf("got restartCount %d id %s, want 5 containerd://c5", cs.RestartCount, cs.ContainerID)
+	}
+	if cs.Image != "a:1" || cs.ImageID != "sha256:a" {
+		t.Errorf("got image %q imageID %q", cs.Image, cs.ImageID)
+	}
+}
+
+func TestReadyToStartContainers(t *testing.T) {
+	ready := sandbox()
+	notReady := sandbox()
+	notReady.State = observed.SandboxNotReady
+	hostNet := sandbox()
+	hostNet.NetworkNode = true
+	for _, tc := range []struct {
+		name        string
+		hostNetwork bool
+		o           *observed.PodStatus
+		want        v1.ConditionStatus
+	}{
+		{"nothing", false, nil, v1.ConditionFalse},
+		{"no sandbox", false, &observed.PodStatus{}, v1.ConditionFalse},
+		{"ready with IP", false, &observed.PodStatus{Sandboxes: []observed.Sandbox{ready}, IPs: []string{"10.0.0.2"}}, v1.ConditionTrue},
+		{"ready without IP", false, &observed.PodStatus{Sandboxes: []observed.Sandbox{ready}}, v1.ConditionFalse},
+		{"newest not ready", false, &observed.PodStatus{Sandboxes: []observed.Sandbox{notReady, ready}, IPs: []string{"10.0.0.2"}}, v1.ConditionFalse},
+		{"two ready", false, &observed.PodStatus{Sandboxes: []observed.Sandbox{ready, ready}, IPs: []string{"10.0.0.2"}}, v1.ConditionFalse},
+		{"host network", true, &observed.PodStatus{Sandboxes: []observed.Sandbox{hostNet}}, v1.ConditionTrue},
+		{"host network wanted, pod network sandbox", true, &observed.PodStatus{Sandboxes: []observed.Sandbox{ready}, IPs: []string{"10.0.0.2"}}, v1.ConditionFalse},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := newPod(app("a"))
+			pod.Spec.HostNetwork = tc.hostNetwork
+			s := Generate(facts(pod, tc.o))
+			if got := s.Conditions[0]; got.Type != v1.PodReadyToStartContainers || got.Status != tc.want {
+				t.Errorf("got %s=%s, want %s", got.Type, got.Status, tc.want)
+			}
+		})
+	}
+}
+
+func TestLastTransitionTime(t *testing.T) {
+	pod := newPod(app("a"))
+	first := Generate(facts(pod, nil))
+	for _, c := range first.Conditions {
+		if !c.LastTransitionTime.Time.Equal(now) {
+			t.Fatalf("%s: LastTransitionTime %v, want %v", c.Type, c.LastTransitionTime, now)
+		}
+	}
+
+	// An hour later the container runs: the conditions that changed move,
+	// the others keep their time.
+	f := facts(pod, obs(running("a", "ca", 1)))
+	f.Now = now.Add(time.Hour)
+	f.Previous = &first
+	second := Generate(f)
+	want := map[v1.PodConditionType]time.Time{
+		v1.PodReadyToStartContainers: f.Now,
+		v1.PodInitialized:            now,
+		v1.PodReady:                  f.Now,
+		v1.ContainersReady:           f.Now,
+		v1.PodScheduled:              now,
+	}
+	for _, c := range second.Conditions {
+		if !c.LastTransitionTime.Time.Equal(want[c.Type]) {
+			t.Errorf("%s: LastTransitionTime %v, want %v", c.Type, c.LastTransitionTime, want[c.Type])
+		}
+	}
+	if !second.StartTime.Time.Equal(now) {
+		t.Errorf("StartTime %v, want kept %v", second.StartTime, now)
+	}
+}
+
+func TestTimesAreNormalized(t *testing.T) {
+	f := facts(newPod(app("a")), obs(running("a", "ca", 1)))
+	f.Now = now.Add(1500 * time.Millisecond).In(time.FixedZone("X", 3600))
+	f.Observed.Containers[0].StartedAt = at(2).Add(300 * time.Millisecond)
+	s := Generate(f)
+	if got, want := s.StartTime.Time, now.Add(time.Second); got != want {
+		t.Errorf("StartTime %v, want %v", got, want)
+	}
+	if got, want := s.ContainerStatuses[0].State.Running.StartedAt.Time, at(2); got != want {
+		t.Errorf("StartedAt %v, want %v", got, want)
+	}
+}
+
+func TestIPsAndHost(t *testing.T) {
+	pod := newPod(app("a"))
+	o := obs(running("a", "ca", 1))
+	o.IPs = []string{"fd00::5", "10.88.0.5", "10.88.0.6"}
+	s := Generate(facts(pod, o))
+	if s.PodIP != "10.88.0.5" || !reflect.DeepEqual(s.PodIPs, []v1.PodIP{{IP: "10.88.0.5"}, {IP: "fd00::5"}}) {
+		t.Errorf("pod IPs %q %v", s.PodIP, s.PodIPs)
+	}
+	if s.HostIP != "192.168.1.10" || !reflect.DeepEqual(s.HostIPs, []v1.HostIP{{IP: "192.168.1.10"}}) {
+		t.Errorf("host IPs %q %v", s.HostIP, s.HostIPs)
+	}
+
+	pod.Spec.HostNetwork = true
+	o.IPs = nil
+	s = Generate(facts(pod, o))
+	if s.PodIP != "192.168.1.10" || !reflect.DeepEqual(s.PodIPs, []v1.PodIP{{IP: "192.168.1.10"}}) {
+		t.Errorf("host network pod IPs %q %v", s.PodIP, s.PodIPs)
+	}
+}
+
+func TestRuntimeName(t *testing.T) {
+	f := facts(newPod(app("a")), obs(running("a", "ca", 1)))
+	f.RuntimeName = "cri-o"
+	if got := Generate(f).ContainerStatuses[0].ContainerID; got != "cri-o://ca" {
+		t.Errorf("ContainerID %q", got)
+	}
+}
+
+func TestRejected(t *testing.T) {
+	pod := newPod(app("a"))
+	pod.Spec.Containers[0].Resources.Requests = res("100m", "")
+	f := facts(pod, nil)
+	f.Rejected = &Rejection{Reason: "OutOfcpu", Message: "Node didn't have enough resource: cpu, requested: 100, used: 3950, capacity: 4000"}
+	got := Generate(f)
+	start := metav1.NewTime(now)
+	want := v1.PodStatus{
+		Phase:     v1.PodFailed,
+		Reason:    "OutOfcpu",
+		Message:   "Pod was rejected: Node didn't have enough resource: cpu, requested: 100, used: 3950, capacity: 4000",
+		QOSClass:  v1.PodQOSBurstable,
+		StartTime: &start,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestQOSClassInStatus(t *testing.T) {
+	if got := Generate(facts(newPod(app("a")), nil)).QOSClass; got != v1.PodQOSBestEffort {
+		t.Errorf("QOSClass %s", got)
+	}
+}
+
+func TestPreviousNotModified(t *testing.T) {
+	prev := Generate(facts(newPod(app("a")), obs(exited("a", "ca", 1, 1, ""))))
+	keep := prev.DeepCopy()
+	f := facts(newPod(app("a")), obs(exited("a", "ca", 1, 1, "")))
+	f.Previous = &prev
+	f.Waiting = waiting("a", "CrashLoopBackOff", "x")
+	Generate(f)
+	if !reflect.DeepEqual(&prev, keep) {
+		t.Errorf("Previous was modified")
+	}
+}
+
+func TestRestartable(t *testing.T) {
+	always, onFailure, never := v1.ContainerRestartPolicyAlways, v1.ContainerRestartPolicyOnFailure, v1.ContainerRestartPolicyNever
+	rule := func(op v1.ContainerRestartRuleOnExitCodesOperator, codes ...int32) []v1.ContainerRestartRule {
+		return []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart, ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: op, Values: codes}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    v1.RestartPolicy
+		policy *v1.ContainerRestartPolicy
+		rules  []v1.ContainerRestartRule
+		code   int32
+		want   bool
+	}{
+		{"pod Always, exit 0", v1.RestartPolicyAlways, nil, nil, 0, true},
+		{"pod default", "", nil, nil, 0, true},
+		{"pod OnFailure, exit 0", v1.RestartPolicyOnFailure, nil, nil, 0, false},
+		{"pod OnFailure, exit 1", v1.RestartPolicyOnFailure, nil, nil, 1, true},
+		{"pod Never, exit 1", v1.RestartPolicyNever, nil, nil, 1, false},
+		{"container Always under pod Never", v1.RestartPolicyNever, &always, nil, 0, true},
+		{"container OnFailure under pod Always", v1.RestartPolicyAlways, &onFailure, nil, 0, false},
+		{"container Never under pod Always", v1.RestartPolicyAlways, &never, nil, 1, false},
+		{"rule In matches", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 42, true},
+		{"rule In misses", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 1, false},
+		{"rule NotIn matches", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 3, true},
+		{"rule NotIn misses", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 0, false},
+		{"rules ignored without container policy", v1.RestartPolicyNever, nil, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 42, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &v1.Container{Name: "a", RestartPolicy: tc.policy, RestartPolicyRules: tc.rules}
+			if got := restartable(c, &v1.PodSpec{RestartPolicy: tc.pod}, tc.code); got != tc.want {
+				t.Errorf("restartable = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnknownRuntimeState(t *testing.T) {
+	c := running("a", "ca", 1)
+	c.State = observed.ContainerUnknown
+	pod := newPod(app("a"))
+
+	// Never seen running: waiting.
+	s := Generate(facts(pod, obs(c)))
+	if w := s.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "" {
+		t.Errorf("unknown, not running before: got %+v, want empty waiting", s.ContainerStatuses[0].State)
+	}
+
+	// Running before: terminated with unknown status, one more restart.
+	f := facts(pod, obs(c))
+	f.Previous = &v1.PodStatus{ContainerStatuses: []v1.ContainerStatus{{
+		Name: "a", RestartCount: 1, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}},
+	}}}
+	cs := Generate(f).ContainerStatuses[0]
+	if term := cs.State.Terminated; term == nil || term.Reason != ReasonContainerStatusUnknown || term.ExitCode != 137 || cs.RestartCount != 2 {
+		t.Errorf("unknown, running before: got %+v restarts %d", cs.State, cs.RestartCount)
+	}
+}
+
+func TestDeletedPodShowsNoWaitingReason(t *testing.T) {
+	pod := newPod(app("a"))
+	pod.DeletionTimestamp = &metav1.Time{Time: now}
+	f := facts(pod, obs(exited("a", "ca", 1, 1, "")))
+	f.Waiting = waiting("a", "CrashLoopBackOff", "x")
+	if st := Generate(f).ContainerStatuses[0].State; st.Terminated == nil {
+		t.Errorf("deleted pod: got %+v, want terminated", st)
+	}
+}
+
+func TestAPITerminalPhaseSticks(t *testing.T) {
+	pod := newPod(app("a"))
+	pod.Status.Phase = v1.PodFailed
+	if got := Generate(facts(pod, obs(running("a", "ca", 1)))).Phase; got != v1.PodFailed {
+		t.Errorf("phase %s, want Failed", got)
+	}
+}
