@@ -1,0 +1,619 @@
+package podworker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// Workers runs one goroutine per pod UID. Each pod moves through these
+// states, never backwards:
+//
+//	UpdatePod (first time)
+//	      |
+//	      v
+//	+-----------+  SyncPod ok: again after ResyncInterval
+//	|  syncing  |  SyncPod error: again after BackOffPeriod
+//	+-----------+  newer update: again at once (newest spec wins)
+//	      |
+//	      | SyncPodKill, DeletionTimestamp, terminal phase in the update,
+//	      | SyncKnownPods without the UID, or SyncPod reports terminal
+//	      | (an in-flight SyncPod has its context cancelled)
+//	      v
+//	+-------------+  SyncTerminatingPod(grace); error: again after
+//	| terminating |  BackOffPeriod; grace shortened: context cancelled,
+//	+-------------+  again at once with the shorter grace
+//	      |
+//	      | SyncTerminatingPod ok
+//	      v
+//	+------------+  SyncTerminatedPod; error: again after BackOffPeriod
+//	| terminated |
+//	+------------+
+//	      |
+//	      | SyncTerminatedPod ok: the goroutine exits
+//	      v
+//	+----------+  updates ignored
+//	| finished | ----------------------------> forgotten
+//	+----------+  SyncKnownPods without the UID
+//
+// Updates never block and coalesce: while a call is in flight, further
+// updates collapse into one pending update carrying the newest pod. A
+// termination request is state, not a queued update, so it is never lost;
+// its grace period is the first requested value (a kill's override, the
+// API's DeletionGracePeriodSeconds, else the spec's
+// TerminationGracePeriodSeconds, else 30s) and can afterwards only shorten;
+// it is never below 1s.
+//
+// A pod killed before its first sync still gets SyncTerminatingPod and
+// SyncTerminatedPod (the runtime may hold containers from before a
+// restart), where the kubelet would skip them.
+//
+// A UID whose termination was requested is never synced (started) again:
+// updates only refresh the spec the terminating calls see, and once
+// finished, updates are ignored. Only after SyncKnownPods has forgotten a
+// finished UID (it was absent from desired) does an update with it start a
+// new worker. A pod that should run again needs a new UID, as in the
+// kubelet; our static pods derive their UID from the manifest content, so a
+// changed manifest is a new pod. (Unlike the kubelet we keep no
+// "restart requested" flag: the same manifest removed and restored while
+// its old worker is still desired stays terminated.)
+type Workers struct {
+	syncer Syncer
+	clk    clock.WithTicker
+	log    *slog.Logger
+	opts   Options
+
+	mu   sync.Mutex
+	pods map[types.UID]*podState
+	// ctx is Run's context; nil before Run. Worker goroutines start only
+	// once it is set.
+	ctx context.Context
+	// stopped is set when Run's context has ended: no goroutine starts
+	// after that (so wg.Add never races wg.Wait).
+	stopped bool
+	// podsSynced is set by the first SyncKnownPods: from then on a UID
+	// the workers do not know has no containers that should run.
+	podsSynced bool
+	wg         sync.WaitGroup
+
+	// Test hooks, set before Run. idleHook is called each time a worker
+	// goroutine is about to wait, with the time its timer fires (zero if
+	// none); exitHook when a worker goroutine returns.
+	idleHook func(uid types.UID, next time.Time)
+	exitHook func(uid types.UID)
+}
+
+// podState is everything known about one pod; guarded by Workers.mu.
+type podState struct {
+	uid types.UID
+	// pod is the newest spec received.
+	pod *v1.Pod
+	// pending is true when an update arrived since the worker last took
+	// work; pendingType is its (merged) type.
+	pending     bool
+	pendingType UpdateType
+	// wake holds at most one token telling the worker to look at its
+	// state again. Capacity 1 so that senders never block: a token already
+	// there means the same thing as a second one.
+	wake chan struct{}
+	// retryAt is the worker's own next resync or retry, reset whenever it
+	// takes work; requeueAt is a RequeueAfter request, kept until due.
+	retryAt, requeueAt time.Time
+	// running: the goroutine is started.
+	running bool
+	// cancel cancels the in-flight Sync* call; nil when none.
+	cancel context.CancelFunc
+
+	terminatingAt time.Time // termination requested
+	// startedTerminating: the worker has begun acting on the termination
+	// (no SyncPod will run any more).
+	startedTerminating bool
+	terminatedAt       time.Time // SyncTerminatingPod succeeded
+	finished           bool      // SyncTerminatedPod succeeded
+	// graceSet and grace (seconds) are the effective grace period.
+	graceSet         bool
+	grace            int64
+	deleted, evicted bool
+	reason           string
+}
+
+// New returns pod workers calling syncer. It starts nothing; call Run.
+func New(syncer Syncer, clk clock.WithTicker, log *slog.Logger, opts Options) *Workers {
+	if opts.ResyncInterval <= 0 {
+		opts.ResyncInterval = defaultResyncInterval
+	}
+	if opts.BackOffPeriod <= 0 {
+		opts.BackOffPeriod = defaultBackOffPeriod
+	}
+	return &Workers{
+		syncer: syncer,
+		clk:    clk,
+		log:    log,
+		opts:   opts,
+		pods:   map[types.UID]*podState{},
+	}
+}
+
+// Run starts the worker goroutines (for updates received so far and from
+// now on) and blocks until ctx ends and every worker goroutine has
+// returned. In-flight calls see ctx cancelled. Run is called once.
+func (w *Workers) Run(ctx context.Context) {
+	w.mu.Lock()
+	if w.ctx != nil {
+		w.mu.Unlock()
+		w.log.Error("podworker: Run called twice")
+		return
+	}
+	w.ctx = ctx
+	for _, ps := range w.pods {
+		w.startLocked(ps)
+	}
+	w.mu.Unlock()
+
+	<-ctx.Done()
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	w.wg.Wait()
+}
+
+// startLocked starts ps's goroutine if it should run and does not.
+func (w *Workers) startLocked(ps *podState) {
+	if ps.running || ps.finished || w.ctx == nil || w.stopped {
+		return
+	}
+	ps.running = true
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.loop(w.ctx, ps)
+	}()
+}
+
+// wakeLocked makes sure ps's goroutine runs and looks at its state.
+func (w *Workers) wakeLocked(ps *podState) {
+	w.startLocked(ps)
+	select {
+	case ps.wake <- struct{}{}:
+	default:
+	}
+}
+
+// UpdatePod hands an update to the pod's worker, creating the worker for a
+// new UID. It never blocks. See Workers for how updates coalesce and when
+// they request termination.
+func (w *Workers) UpdatePod(opts UpdatePodOptions) {
+	pod := opts.Pod
+	if pod == nil {
+		w.log.Error("podworker: update without a pod ignored", "updateType", opts.UpdateType)
+		return
+	}
+	uid := pod.UID
+	log := w.log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", uid)
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps, ok := w.pods[uid]
+	if !ok {
+		ps = &podState{uid: uid, wake: make(chan struct{}, 1)}
+		w.pods[uid] = ps
+	}
+	if ps.finished {
+		log.Debug("pod worker finished, update ignored", "updateType", opts.UpdateType)
+		return
+	}
+	now := w.clk.Now()
+
+	if pod.DeletionTimestamp != nil {
+		ps.deleted = true
+	}
+	if k := opts.KillPodOptions; opts.UpdateType == SyncPodKill && k != nil {
+		ps.evicted = ps.evicted || k.Evict
+		if ps.reason == "" {
+			ps.reason = k.Reason
+		}
+	}
+	becameTerminating := false
+	if ps.terminatingAt.IsZero() {
+		switch {
+		case pod.DeletionTimestamp != nil:
+			log.Debug("pod marked for deletion, terminating")
+			becameTerminating = true
+		case pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed:
+			log.Debug("pod in a terminal phase, terminating", "phase", pod.Status.Phase)
+			becameTerminating = true
+		case opts.UpdateType == SyncPodKill:
+			log.Debug("pod kill requested, terminating")
+			becameTerminating = true
+		}
+		if becameTerminating {
+			ps.terminatingAt = now
+		}
+	}
+	shortened := false
+	if !ps.terminatingAt.IsZero() && ps.terminatedAt.IsZero() {
+		var kill *KillPodOptions
+		if opts.UpdateType == SyncPodKill {
+			kill = opts.KillPodOptions
+		}
+		g := effectiveGrace(ps, pod, kill)
+		shortened = ps.graceSet && g < ps.grace
+		ps.grace, ps.graceSet = g, true
+	}
+
+	ps.pod = pod
+	// The newest type wins, except that a create not yet delivered stays
+	// a create (SyncPod has never seen the pod).
+	if !ps.pending || ps.pendingType != SyncPodCreate || opts.UpdateType == SyncPodKill {
+		ps.pendingType = opts.UpdateType
+	}
+	ps.pending = true
+	w.wakeLocked(ps)
+
+	if (becameTerminating || shortened) && ps.cancel != nil {
+		log.Debug("cancelling the in-flight sync", "terminating", becameTerminating, "gracePeriodShortened", shortened)
+		ps.cancel()
+	}
+}
+
+// effectiveGrace returns the grace period in seconds for a terminating pod
+// given what was already decided and what this update asks for.
+func effectiveGrace(ps *podState, pod *v1.Pod, kill *KillPodOptions) int64 {
+	g, set := ps.grace, ps.graceSet
+	lower := func(v int64) {
+		if !set || v < g {
+			g, set = v, true
+		}
+	}
+	if pod != nil && pod.DeletionTimestamp != nil && pod.DeletionGracePeriodSeconds != nil {
+		lower(*pod.DeletionGracePeriodSeconds)
+	}
+	if kill != nil && kill.PodTerminationGracePeriodSecondsOverride != nil {
+		lower(*kill.PodTerminationGracePeriodSecondsOverride)
+	}
+	if !set {
+		g = defaultGracePeriodSeconds
+		if pod != nil && pod.Spec.TerminationGracePeriodSeconds != nil {
+			g = *pod.Spec.TerminationGracePeriodSeconds
+		}
+	}
+	return max(g, 1)
+}
+
+// SyncKnownPods is housekeeping with the complete set of pods that should
+// exist. Every known pod not in desired is marked deleted and, unless
+// already terminating, terminated with its own grace period (an in-flight
+// SyncPod is cancelled). Finished pods not in desired are forgotten. After
+// the first call, UIDs unknown to the workers count as having no
+// containers that should run (see CouldHaveRunningContainers).
+func (w *Workers) SyncKnownPods(desired map[types.UID]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.podsSynced = true
+	now := w.clk.Now()
+	for uid, ps := range w.pods {
+		if desired[uid] {
+			continue
+		}
+		if ps.finished {
+			w.log.Debug("forgetting finished pod", "podUID", uid)
+			delete(w.pods, uid)
+			continue
+		}
+		ps.deleted = true
+		if !ps.terminatingAt.IsZero() {
+			continue // already on its way; it retries on its own
+		}
+		w.log.Debug("pod no longer desired, terminating", "podUID", uid)
+		ps.terminatingAt = now
+		ps.grace, ps.graceSet = effectiveGrace(ps, ps.pod, nil), true
+		ps.pending, ps.pendingType = true, SyncPodKill
+		w.wakeLocked(ps)
+		if ps.cancel != nil {
+			ps.cancel()
+		}
+	}
+}
+
+// Requeue asks for the pod to be synced again now (with its newest spec, in
+// whatever state it is in). Unknown and finished pods are ignored.
+func (w *Workers) Requeue(uid types.UID) { w.RequeueAfter(uid, 0) }
+
+// RequeueAfter asks for the pod to be synced again d from now, e.g. when a
+// container's restart back-off expires. Requests coalesce: only the
+// earliest one not yet due is kept. A sync for another reason (an update,
+// the periodic resync, a retry) before then does not consume it. Unknown
+// and finished pods are ignored.
+func (w *Workers) RequeueAfter(uid types.UID, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps, ok := w.pods[uid]
+	if !ok || ps.finished {
+		return
+	}
+	at := w.clk.Now().Add(d)
+	if ps.requeueAt.IsZero() || at.Before(ps.requeueAt) {
+		ps.requeueAt = at
+	}
+	w.wakeLocked(ps)
+}
+
+// IsPodTerminationRequested reports whether the pod is known and its
+// termination was requested (it may still be running).
+func (w *Workers) IsPodTerminationRequested(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps, ok := w.pods[uid]
+	return ok && !ps.terminatingAt.IsZero()
+}
+
+// IsPodKnownTerminated reports whether the pod is known and
+// SyncTerminatingPod succeeded for it: none of its containers runs.
+func (w *Workers) IsPodKnownTerminated(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps, ok := w.pods[uid]
+	return ok && !ps.terminatedAt.IsZero()
+}
+
+// CouldHaveRunningContainers reports whether the pod may have running
+// containers: a known pod until it is terminated; an unknown UID until the
+// first SyncKnownPods.
+func (w *Workers) CouldHaveRunningContainers(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ps, ok := w.pods[uid]; ok {
+		return ps.terminatedAt.IsZero()
+	}
+	return !w.podsSynced
+}
+
+// ShouldPodContainersBeTerminating reports whether the pod's containers
+// must be stopped and not restarted: a known pod once its worker began
+// terminating it; an unknown UID after the first SyncKnownPods.
+func (w *Workers) ShouldPodContainersBeTerminating(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ps, ok := w.pods[uid]; ok {
+		return ps.startedTerminating
+	}
+	return w.podsSynced
+}
+
+// ShouldPodRuntimeBeRemoved reports whether the pod's sandboxes and
+// containers may be removed: a known pod once terminated; an unknown UID
+// after the first SyncKnownPods.
+func (w *Workers) ShouldPodRuntimeBeRemoved(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ps, ok := w.pods[uid]; ok {
+		return !ps.terminatedAt.IsZero()
+	}
+	return w.podsSynced
+}
+
+// ShouldPodContentBeRemoved reports whether the pod's local content
+// (volumes, directories) may be removed: a known pod when evicted, or
+// deleted and terminated; an unknown UID after the first SyncKnownPods.
+func (w *Workers) ShouldPodContentBeRemoved(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ps, ok := w.pods[uid]; ok {
+		return ps.evicted || (ps.deleted && !ps.terminatedAt.IsZero())
+	}
+	return w.podsSynced
+}
+
+// Info returns what the workers know of the pod; false if nothing.
+func (w *Workers) Info(uid types.UID) (Info, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps, ok := w.pods[uid]
+	if !ok {
+		return Info{}, false
+	}
+	info := Info{State: ps.state(), Deleted: ps.deleted, Evicted: ps.evicted, Reason: ps.reason}
+	if ps.graceSet {
+		info.GracePeriod = time.Duration(ps.grace) * time.Second
+	}
+	return info, true
+}
+
+func (ps *podState) state() State {
+	switch {
+	case ps.finished:
+		return Finished
+	case !ps.terminatedAt.IsZero():
+		return Terminated
+	case !ps.terminatingAt.IsZero():
+		return Terminating
+	}
+	return Syncing
+}
+
+// loop is a pod's goroutine: take work, call the syncer, record the
+// outcome, until the pod is finished or ctx ends.
+func (w *Workers) loop(ctx context.Context, ps *podState) {
+	defer func() {
+		w.mu.Lock()
+		ps.running = false
+		w.mu.Unlock()
+		if w.exitHook != nil {
+			w.exitHook(ps.uid)
+		}
+	}()
+	var lastEnd time.Time
+	for {
+		wk, syncCtx, cancel, ok := w.next(ctx, ps)
+		if !ok {
+			return
+		}
+		terminal, err := w.call(syncCtx, ps.uid, wk, lastEnd)
+		lastEnd = w.clk.Now()
+		if !w.complete(ctx, ps, wk, syncCtx, cancel, terminal, err, lastEnd) {
+			return
+		}
+	}
+}
+
+// next waits until the pod has work due and takes it, returning the
+// context for the call (cancellable through ps.cancel). ok is false when
+// the goroutine must return.
+func (w *Workers) next(ctx context.Context, ps *podState) (wk work, syncCtx context.Context, cancel context.CancelFunc, ok bool) {
+	for {
+		w.mu.Lock()
+		if ctx.Err() != nil || ps.finished {
+			w.mu.Unlock()
+			return work{}, nil, nil, false
+		}
+		now := w.clk.Now()
+		if wk, ok := w.takeLocked(ps, now); ok {
+			syncCtx, cancel := context.WithCancel(ctx)
+			ps.cancel = cancel
+			w.mu.Unlock()
+			return wk, syncCtx, cancel, true
+		}
+		wakeAt := ps.retryAt
+		if wakeAt.IsZero() || (!ps.requeueAt.IsZero() && ps.requeueAt.Before(wakeAt)) {
+			wakeAt = ps.requeueAt
+		}
+		var timer clock.Timer
+		var fired <-chan time.Time
+		if !wakeAt.IsZero() {
+			timer = w.clk.NewTimer(wakeAt.Sub(now))
+			fired = timer.C()
+		}
+		w.mu.Unlock()
+
+		if w.idleHook != nil {
+			w.idleHook(ps.uid, wakeAt)
+		}
+		select {
+		case <-ctx.Done():
+		case <-ps.wake:
+		case <-fired:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// takeLocked consumes the pod's due work, if any.
+func (w *Workers) takeLocked(ps *podState, now time.Time) (work, bool) {
+	due := func(t time.Time) bool { return !t.IsZero() && !now.Before(t) }
+	if !ps.pending && !due(ps.retryAt) && !due(ps.requeueAt) {
+		return work{}, false
+	}
+	select {
+	case <-ps.wake: // this round covers it
+	default:
+	}
+	wk := work{state: ps.state(), updateType: SyncPodSync, pod: ps.pod}
+	if ps.pending {
+		wk.updateType = ps.pendingType
+	}
+	ps.pending = false
+	ps.retryAt = time.Time{}
+	if due(ps.requeueAt) {
+		ps.requeueAt = time.Time{}
+	}
+	if wk.state == Terminating {
+		ps.startedTerminating = true
+		wk.gracePeriod = time.Duration(ps.grace) * time.Second
+	}
+	return wk, true
+}
+
+// work is one Sync* call to make.
+type work struct {
+	state       State
+	updateType  UpdateType
+	pod         *v1.Pod
+	gracePeriod time.Duration
+}
+
+// call makes the Sync* call for wk's state.
+func (w *Workers) call(ctx context.Context, uid types.UID, wk work, lastEnd time.Time) (terminal bool, err error) {
+	if w.opts.WaitForStatus != nil {
+		if err := w.opts.WaitForStatus(ctx, uid, lastEnd); err != nil {
+			return false, fmt.Errorf("waiting for a runtime status newer than the last sync: %w", err)
+		}
+	}
+	switch wk.state {
+	case Syncing:
+		terminal, err = w.syncer.SyncPod(ctx, wk.updateType, wk.pod)
+		if err != nil {
+			err = fmt.Errorf("SyncPod (%s): %w", wk.updateType, err)
+		}
+	case Terminating:
+		if err = w.syncer.SyncTerminatingPod(ctx, wk.pod, wk.gracePeriod); err != nil {
+			err = fmt.Errorf("SyncTerminatingPod (grace period %s): %w", wk.gracePeriod, err)
+		}
+	case Terminated:
+		if err = w.syncer.SyncTerminatedPod(ctx, wk.pod); err != nil {
+			err = fmt.Errorf("SyncTerminatedPod: %w", err)
+		}
+	default:
+		err = fmt.Errorf("podworker: no call for state %s", wk.state)
+	}
+	return terminal, err
+}
+
+// complete records the outcome of a call made at end and schedules what
+// comes next. It returns false when the goroutine must return.
+func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx context.Context, cancel context.CancelFunc,
+	terminal bool, err error, end time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// Checked under the lock, before ps.cancel is dropped: only UpdatePod
+	// and SyncKnownPods cancel, under the same lock.
+	preempted := syncCtx.Err() != nil && ctx.Err() == nil
+	ps.cancel = nil
+	cancel()
+	if ctx.Err() != nil {
+		return false
+	}
+	log := w.log.With("pod", ps.pod.Namespace+"/"+ps.pod.Name, "podUID", ps.uid, "state", wk.state)
+	switch {
+	case err != nil && preempted:
+		// Termination was requested or the grace period shortened; the
+		// request left work pending, which runs at once.
+		log.Debug("sync cancelled", "err", err)
+	case err != nil:
+		d := w.jitter(w.opts.BackOffPeriod)
+		log.Error("pod sync failed, will retry", "err", err, "retryIn", d)
+		ps.retryAt = end.Add(d)
+	case wk.state == Terminated:
+		log.Debug("pod finished")
+		ps.finished = true
+		return false
+	case wk.state == Terminating:
+		log.Debug("pod terminated")
+		ps.terminatedAt = end
+		ps.retryAt = end
+	case terminal:
+		if ps.terminatingAt.IsZero() {
+			log.Debug("pod reached a terminal phase, terminating")
+			ps.terminatingAt = end
+			ps.grace, ps.graceSet = effectiveGrace(ps, wk.pod, nil), true
+		}
+		ps.retryAt = end
+	default:
+		ps.retryAt = end.Add(w.jitter(w.opts.ResyncInterval))
+	}
+	return true
+}
+
+func (w *Workers) jitter(d time.Duration) time.Duration {
+	if w.opts.Jitter == nil {
+		return d
+	}
+	return w.opts.Jitter(d)
+}
