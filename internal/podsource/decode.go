@@ -1,8 +1,12 @@
 // Package podsource is the first stage of the pipeline: it reads pod
 // manifests from where the user keeps them (a static manifest directory or
-// file) and turns them into defaulted v1.Pods with the kubelet's static pod
-// identity (name <name>-<node>, a UID derived from content and node name,
-// the kubernetes.io/config.* annotations).
+// file, or an HTTP URL) and turns them into defaulted v1.Pods with the
+// kubelet's static pod identity (name <name>-<node>, a UID derived from
+// content and node name, the kubernetes.io/config.* annotations).
+//
+// ReadPath reads the manifest path once. FileSource and HTTPSource watch or
+// poll their source and send an Update, a full snapshot of the source, each
+// time it changes; stage 2 (internal/podconfig) merges those snapshots.
 package podsource
 
 import (
@@ -22,6 +26,28 @@ import (
 // core/v1 Pod. Decoding is strict: an unknown or duplicated field, or a kind
 // other than Pod, is an error naming the document.
 func Decode(data []byte) ([]*v1.Pod, error) {
+	return decode(data, false)
+}
+
+// NotPodError is a document whose apiVersion and kind are not those of a
+// core/v1 Pod (or PodList, where lists are accepted).
+type NotPodError struct {
+	APIVersion, Kind string
+	// ListAllowed tells whether a PodList would have been accepted.
+	ListAllowed bool
+}
+
+func (e *NotPodError) Error() string {
+	want := "kind: Pod"
+	if e.ListAllowed {
+		want = "kind: Pod or PodList"
+	}
+	return fmt.Sprintf("kind %q apiVersion %q is not a Pod (want %s, apiVersion: v1)", e.Kind, e.APIVersion, want)
+}
+
+// decode is Decode; with allowList a document may also be a v1 PodList,
+// whose items are returned in order.
+func decode(data []byte, allowList bool) ([]*v1.Pod, error) {
 	// The raw documents are split here and converted strictly below; the
 	// generic YAML-or-JSON decoder would silently drop duplicate keys.
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
@@ -37,11 +63,11 @@ func Decode(data []byte) ([]*v1.Pod, error) {
 		if isEmptyDocument(raw) {
 			continue // nothing, or only comments, between two "---"
 		}
-		pod, err := decodePod(raw)
+		decoded, err := decodeDocument(raw, allowList)
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
-		pods = append(pods, pod)
+		pods = append(pods, decoded...)
 	}
 }
 
@@ -55,7 +81,7 @@ func isEmptyDocument(raw []byte) bool {
 	return true
 }
 
-func decodePod(raw []byte) (*v1.Pod, error) {
+func decodeDocument(raw []byte, allowList bool) ([]*v1.Pod, error) {
 	// YAMLToJSONStrict rejects duplicate keys; DisallowUnknownFields below
 	// rejects misspelled ones.
 	strict, err := yaml.YAMLToJSONStrict(raw)
@@ -69,14 +95,35 @@ func decodePod(raw []byte) (*v1.Pod, error) {
 	if err := json.Unmarshal(strict, &meta); err != nil {
 		return nil, fmt.Errorf("read apiVersion and kind: %w", err)
 	}
-	if meta.Kind != "Pod" || meta.APIVersion != "v1" {
-		return nil, fmt.Errorf("kind %q apiVersion %q is not a Pod (want kind: Pod, apiVersion: v1)", meta.Kind, meta.APIVersion)
+	switch {
+	case meta.APIVersion == "v1" && meta.Kind == "Pod":
+		pod := &v1.Pod{}
+		if err := strictUnmarshal(strict, pod); err != nil {
+			return nil, fmt.Errorf("decode pod: %w", err)
+		}
+		return []*v1.Pod{pod}, nil
+	case allowList && meta.APIVersion == "v1" && meta.Kind == "PodList":
+		list := &v1.PodList{}
+		if err := strictUnmarshal(strict, list); err != nil {
+			return nil, fmt.Errorf("decode pod list: %w", err)
+		}
+		pods := make([]*v1.Pod, 0, len(list.Items))
+		for i := range list.Items {
+			item := &list.Items[i]
+			if item.Kind != "" && item.Kind != "Pod" || item.APIVersion != "" && item.APIVersion != "v1" {
+				return nil, fmt.Errorf("item %d: %w", i, &NotPodError{APIVersion: item.APIVersion, Kind: item.Kind})
+			}
+			item.APIVersion, item.Kind = "v1", "Pod"
+			pods = append(pods, item)
+		}
+		return pods, nil
+	default:
+		return nil, &NotPodError{APIVersion: meta.APIVersion, Kind: meta.Kind, ListAllowed: allowList}
 	}
-	dec := json.NewDecoder(bytes.NewReader(strict))
+}
+
+func strictUnmarshal(data []byte, into any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	pod := &v1.Pod{}
-	if err := dec.Decode(pod); err != nil {
-		return nil, fmt.Errorf("decode pod: %w", err)
-	}
-	return pod, nil
+	return dec.Decode(into)
 }

@@ -1,6 +1,7 @@
 package podsource
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,10 +15,19 @@ import (
 // MaxManifestSize is the largest manifest file read; larger ones are refused.
 const MaxManifestSize = 10 << 20
 
-// FileError is a manifest file that could not be used, and why.
+// FileError is a manifest file (or, for the HTTP source, the URL) that
+// could not be used, or a pod in it that was dropped, and why.
 type FileError struct {
+	// Path is the file path, or the URL.
 	Path string
-	Err  error
+	// Class is a short, fixed cause, one of the Reason* constants; it is the
+	// reason label of nodelet_manifest_errors_total.
+	Class string
+	// Err is the cause.
+	Err error
+	// Kept tells that the pods of the last version of Path that could be
+	// used are still in the Update (sources only; ReadPath never keeps).
+	Kept bool
 }
 
 func (e FileError) Error() string { return fmt.Sprintf("manifest %s: %s", e.Path, e.Reason()) }
@@ -51,9 +61,9 @@ func ReadPath(path, nodeName string) (Snapshot, error) {
 	}
 	var snap Snapshot
 	for _, f := range files {
-		pods, err := readFile(f, nodeName)
+		pods, class, err := readFile(f, nodeName)
 		if err != nil {
-			snap.Errors = append(snap.Errors, FileError{Path: f, Err: err})
+			snap.Errors = append(snap.Errors, FileError{Path: f, Class: class, Err: err})
 			continue
 		}
 		snap.Pods = append(snap.Pods, pods...)
@@ -89,33 +99,48 @@ func Ignored(name string) bool {
 		strings.HasSuffix(name, ".swp") || strings.HasSuffix(name, ".tmp")
 }
 
-func readFile(path, nodeName string) ([]*v1.Pod, error) {
+// readFile reads one manifest file; on error it also returns the Reason*
+// class of the failure.
+func readFile(path, nodeName string) ([]*v1.Pod, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, ReasonRead, err
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxManifestSize+1))
 	if err != nil {
-		return nil, err
+		return nil, ReasonRead, err
 	}
 	if len(data) > MaxManifestSize {
-		return nil, fmt.Errorf("file is larger than %d bytes", MaxManifestSize)
+		return nil, ReasonTooLarge, fmt.Errorf("file is larger than %d bytes", MaxManifestSize)
 	}
-	decoded, err := Decode(data)
+	return parseManifests(data, false, nodeName, SourceFile, path)
+}
+
+// parseManifests decodes, validates and gives the static identity to the
+// pods of one file or HTTP body. origin is the file path or URL, recorded
+// in the AnnotationConfigFile annotation.
+func parseManifests(data []byte, allowList bool, nodeName, source, origin string) ([]*v1.Pod, string, error) {
+	decoded, err := decode(data, allowList)
 	if err != nil {
-		return nil, err
+		if _, ok := errors.AsType[*NotPodError](err); ok {
+			return nil, ReasonNotPod, err
+		}
+		return nil, ReasonDecode, err
 	}
 	pods := make([]*v1.Pod, 0, len(decoded))
 	for _, p := range decoded {
 		if err := Validate(p); err != nil {
-			return nil, fmt.Errorf("pod %q: %w", p.Name, err)
+			return nil, ReasonValidate, fmt.Errorf("pod %q: %w", p.Name, err)
 		}
-		sp, err := StaticPod(p, nodeName, SourceFile)
+		sp, err := StaticPod(p, nodeName, source)
 		if err != nil {
-			return nil, err
+			return nil, ReasonDecode, err
 		}
+		// Set after the UID is computed: moving a file does not make a
+		// new pod.
+		sp.Annotations[AnnotationConfigFile] = origin
 		pods = append(pods, sp)
 	}
-	return pods, nil
+	return pods, "", nil
 }

@@ -16,10 +16,17 @@ const (
 	AnnotationConfigSource = "kubernetes.io/config.source"
 	AnnotationConfigHash   = "kubernetes.io/config.hash"
 	AnnotationConfigSeen   = "kubernetes.io/config.seen"
+	// AnnotationConfigFile is nodelet's own: the manifest file (or URL)
+	// the pod came from.
+	AnnotationConfigFile = "nodelet.io/config.file"
 )
 
-// SourceFile is the config.source value of pods from the manifest path.
-const SourceFile = "file"
+// Source names: the config.source value of pods from the manifest path and
+// from the manifest URL, and the Source of their Updates.
+const (
+	SourceFile = "file"
+	SourceHTTP = "http"
+)
 
 // StaticPod gives a decoded manifest pod its identity on this node, as the
 // kubelet does for static pods: the name gets "-<nodeName>", the namespace

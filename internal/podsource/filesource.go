@@ -1,0 +1,308 @@
+package podsource
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+)
+
+// DefaultCheckFrequency is the rescan (file) and poll (HTTP) period used
+// when none is given: the kubelet's --file-check-frequency and
+// --http-check-frequency.
+const DefaultCheckFrequency = 20 * time.Second
+
+// Debouncing of file system events: a rescan happens debounceDelay after
+// the last event of a burst, but no later than debounceMax after its
+// first, so that a file being written slowly does not postpone it forever.
+const (
+	debounceDelay = 100 * time.Millisecond
+	debounceMax   = time.Second
+)
+
+// FileSource watches the manifest path (a directory, or a single file) and
+// sends an Update each time the pods it defines change.
+type FileSource struct {
+	path     string
+	nodeName string
+	period   time.Duration
+	clk      clock.WithTicker
+	log      *slog.Logger
+	report   *reporter
+
+	// State of Run; FileSource is used by one goroutine.
+	lastGood map[string][]*v1.Pod // file -> pods of its last good version
+	sent     *Update              // last Update sent
+	watched  string               // what the watcher watches, "" for nothing
+	notes    map[string]string    // condition -> last message logged, see note
+}
+
+// NewFileSource returns a source for the manifest path. period is the full
+// rescan period (DefaultCheckFrequency if 0). metrics may be nil.
+func NewFileSource(path, nodeName string, period time.Duration, clk clock.WithTicker, log *slog.Logger, metrics ErrorCounter) *FileSource {
+	if period <= 0 {
+		period = DefaultCheckFrequency
+	}
+	path = filepath.Clean(path)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("source", SourceFile)
+	return &FileSource{
+		path:     path,
+		nodeName: nodeName,
+		period:   period,
+		clk:      clk,
+		log:      log.With("path", path),
+		report:   newReporter(log, metrics),
+		lastGood: map[string][]*v1.Pod{},
+		notes:    map[string]string{},
+	}
+}
+
+// Run watches the path until ctx is done. It sends one Update at once (even
+// for an empty or missing path, so that the source is known to be ready),
+// then one each time the snapshot changes. The path is rescanned after
+// file system events (debounced) and every period; a path that does not
+// exist yet, or whose watch failed, is retried at each rescan.
+func (s *FileSource) Run(ctx context.Context, out chan<- Update) {
+	var events <-chan fsnotify.Event
+	var watchErrs <-chan error
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		s.log.Warn("cannot watch the manifest path; relying on the periodic rescan", "period", s.period, "err", err)
+	} else {
+		defer w.Close()
+		events, watchErrs = w.Events, w.Errors
+	}
+	ticker := s.clk.NewTicker(s.period)
+	defer ticker.Stop()
+
+	var debounce clock.Timer
+	var debounceC <-chan time.Time
+	var burstStart time.Time
+	stopDebounce := func() {
+		if debounce != nil {
+			debounce.Stop()
+			debounce, debounceC = nil, nil
+		}
+	}
+	defer stopDebounce()
+	// arm schedules a rescan debounceDelay from now, unless the burst has
+	// lasted debounceMax already.
+	arm := func() {
+		if debounce != nil && s.clk.Since(burstStart) >= debounceMax {
+			return
+		}
+		if debounce == nil {
+			burstStart = s.clk.Now()
+		}
+		stopDebounce()
+		debounce = s.clk.NewTimer(debounceDelay)
+		debounceC = debounce.C()
+	}
+
+	if !s.rescan(ctx, w, out, true) {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C():
+		case <-debounceC:
+			debounce, debounceC = nil, nil
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if s.relevant(w, ev) {
+				arm()
+			}
+			continue
+		case err, ok := <-watchErrs:
+			if !ok {
+				watchErrs = nil
+				continue
+			}
+			// An overflow loses events: rescan.
+			s.log.Warn("manifest watch error; rescanning", "err", err)
+			arm()
+			continue
+		}
+		if !s.rescan(ctx, w, out, false) {
+			return
+		}
+	}
+}
+
+// relevant tells whether ev may change the snapshot. When the watched
+// directory itself goes away, its watch is dropped, to be set up again by
+// the next rescan.
+func (s *FileSource) relevant(w *fsnotify.Watcher, ev fsnotify.Event) bool {
+	name := filepath.Clean(ev.Name)
+	if name == s.watched && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+		_ = w.Remove(s.watched) // a removed directory took its watch along
+		s.watched = ""
+		return true
+	}
+	if s.watched == s.path {
+		// Watching the manifest directory: its files.
+		return filepath.Dir(name) == s.path && !Ignored(filepath.Base(name))
+	}
+	// Watching the parent of a file path, or of a path not there yet.
+	return name == s.path
+}
+
+// rescan reads the path, and sends an Update if it changed (or if force).
+// It returns false if ctx ended while sending.
+func (s *FileSource) rescan(ctx context.Context, w *fsnotify.Watcher, out chan<- Update, force bool) bool {
+	s.ensureWatch(w)
+	u := s.scan()
+	s.report.report(u.Errors)
+	if !force && s.sent != nil && sameUpdate(*s.sent, u) {
+		return true
+	}
+	s.sent = &u
+	send := Update{Source: u.Source, Pods: copyPods(u.Pods), Errors: append([]FileError(nil), u.Errors...)}
+	select {
+	case out <- send:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ensureWatch points the watcher at the manifest directory, or at the
+// parent directory when the path is a file or does not exist (yet).
+func (s *FileSource) ensureWatch(w *fsnotify.Watcher) {
+	if w == nil {
+		return
+	}
+	target := filepath.Dir(s.path)
+	if info, err := os.Stat(s.path); err == nil && info.IsDir() {
+		target = s.path
+	}
+	if target == s.watched {
+		return
+	}
+	if s.watched != "" {
+		_ = w.Remove(s.watched) // may be gone already, with its directory
+		s.watched = ""
+	}
+	if err := w.Add(target); err != nil {
+		s.note("watch", "cannot watch the manifest path yet; retrying at each rescan", "dir", target, "err", err)
+		return
+	}
+	s.note("watch", "")
+	s.watched = target
+}
+
+// note logs msg once for as long as condition keeps the same message and
+// arguments; an empty msg clears the condition.
+func (s *FileSource) note(condition, msg string, args ...any) {
+	if msg == "" {
+		delete(s.notes, condition)
+		return
+	}
+	text := msg + fmt.Sprint(args...)
+	if s.notes[condition] == text {
+		return
+	}
+	s.notes[condition] = text
+	s.log.Info(msg, args...)
+}
+
+// scan reads the path: the pods of each usable file (the last good ones of
+// a file that fails now), unique by namespace and name.
+func (s *FileSource) scan() Update {
+	u := Update{Source: SourceFile}
+	var files []string
+	info, err := os.Stat(s.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		s.note("path", "manifest path does not exist; it is picked up when it appears")
+	case err != nil:
+		return s.keepAll(fmt.Errorf("stat manifest path: %w", err))
+	case info.IsDir():
+		s.note("path", "")
+		if files, err = manifestFiles(s.path); err != nil {
+			return s.keepAll(err)
+		}
+	case info.Mode().IsRegular():
+		s.note("path", "")
+		files = []string{s.path}
+	default:
+		s.note("path", "manifest path is neither a directory nor a regular file; ignored", "mode", info.Mode().String())
+	}
+
+	// files is sorted (os.ReadDir sorts by name), so that the first file
+	// defining a pod name, the winner, is the lexically first.
+	good := make(map[string][]*v1.Pod, len(files))
+	owner := map[string]string{} // namespace/name -> file
+	for _, f := range files {
+		pods, fe := s.readFile(f)
+		if fe != nil {
+			u.Errors = append(u.Errors, *fe)
+		}
+		if pods == nil {
+			continue
+		}
+		good[f] = pods
+		for _, p := range pods {
+			key := p.Namespace + "/" + p.Name
+			if first, dup := owner[key]; dup {
+				u.Errors = append(u.Errors, FileError{Path: f, Class: ReasonDuplicate,
+					Err: fmt.Errorf("pod %s is also defined in %s, which is used (the lexically first file wins)", key, first)})
+				continue
+			}
+			owner[key] = f
+			u.Pods = append(u.Pods, p)
+		}
+	}
+	s.lastGood = good // files gone, or failing without a good version, drop out
+	sortPods(u.Pods)
+	sortErrors(u.Errors)
+	return u
+}
+
+// readFile returns the pods of one file: its current ones, or the last good
+// ones with a Kept error. A file that vanished since the listing has none,
+// and so has an empty file that never had any.
+func (s *FileSource) readFile(f string) ([]*v1.Pod, *FileError) {
+	pods, class, err := readFile(f, s.nodeName)
+	last, hadGood := s.lastGood[f]
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case err == nil && len(pods) == 0 && !hadGood:
+		// Empty (or only comments): most likely created and not written
+		// yet. It defines nothing, which is not worth an error.
+		return nil, nil
+	case err == nil && len(pods) == 0:
+		// Most likely truncated to be rewritten.
+		class, err = ReasonDecode, errors.New("file defines no pod (truncated?)")
+	case err == nil:
+		return pods, nil
+	}
+	return last, &FileError{Path: f, Class: class, Err: err, Kept: hadGood}
+}
+
+// keepAll is the snapshot when the path cannot be read at all: nothing is
+// known to be gone, so every file keeps its last good pods.
+func (s *FileSource) keepAll(err error) Update {
+	u := Update{Source: SourceFile, Errors: []FileError{{Path: s.path, Class: ReasonRead, Err: err, Kept: len(s.lastGood) > 0}}}
+	if s.sent != nil {
+		u.Pods = s.sent.Pods
+	}
+	return u
+}
