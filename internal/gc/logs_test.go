@@ -1,0 +1,267 @@
+package gc
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// logRuntime is a runtime double for log rotation: running containers
+// whose logs are real files, and a ReopenContainerLog that creates a fresh
+// file as containerd does.
+type logRuntime struct {
+	Runtime // unused methods panic
+
+	mu        sync.Mutex
+	logs      map[string]string // container ID → log path
+	reopenErr error
+	reopened  []string
+	sbLists   int // ListPodSandbox calls, one per collection
+}
+
+func (r *logRuntime) ListPodSandbox(context.Context, *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sbLists++
+	return nil, nil
+}
+
+func (r *logRuntime) ListContainers(_ context.Context, f *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*runtimeapi.Container
+	for id := range r.logs {
+		out = append(out, &runtimeapi.Container{Id: id, State: running, Labels: labels("p")})
+	}
+	return out, nil
+}
+
+func (r *logRuntime) ContainerStatus(_ context.Context, id string) (*runtimeapi.ContainerStatusResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
+		Id: id, State: running, LogPath: r.logs[id],
+	}}, nil
+}
+
+func (r *logRuntime) ReopenContainerLog(_ context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.reopenErr != nil {
+		return r.reopenErr
+	}
+	r.reopened = append(r.reopened, id)
+	return os.WriteFile(r.logs[id], nil, 0o640)
+}
+
+const maxSize = 100
+
+type rotation struct {
+	dir  string
+	path string
+	rt   *logRuntime
+	clk  *clocktesting.FakeClock
+	gc   *Collector
+}
+
+func newRotation(t *testing.T, maxFiles int) *rotation {
+	t.Helper()
+	dir := t.TempDir()
+	r := &rotation{dir: dir, path: filepath.Join(dir, "ns_p_p", "app", "0.log"), clk: clocktesting.NewFakeClock(now)}
+	r.rt = &logRuntime{logs: map[string]string{"c1": r.path}}
+	if err := os.MkdirAll(filepath.Dir(r.path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.gc = New(r.rt, Policy{PodLogsDir: dir}, LogPolicy{MaxSize: maxSize, MaxFiles: maxFiles}, r.clk, discard())
+	return r
+}
+
+func write(t *testing.T, path string, size int) []byte {
+	t.Helper()
+	data := bytes.Repeat([]byte("x"), size)
+	if err := os.WriteFile(path, data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func read(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasSuffix(path, gzSuffix) {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data, err = io.ReadAll(zr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return data
+}
+
+func (r *rotation) files(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Dir(r.path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+func TestRotateLogsSmallFileLeftAlone(t *testing.T) {
+	r := newRotation(t, 5)
+	write(t, r.path, maxSize-1)
+	if err := r.gc.RotateLogs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.files(t); !slices.Equal(got, []string{"0.log"}) {
+		t.Errorf("files: %v", got)
+	}
+	if len(r.rt.reopened) != 0 {
+		t.Errorf("reopened %v", r.rt.reopened)
+	}
+}
+
+func TestRotateLogs(t *testing.T) {
+	r := newRotation(t, 5)
+	data := write(t, r.path, maxSize+1)
+	if err := r.gc.RotateLogs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rotated := r.path + "." + now.Format("20060102-150405")
+	if got := read(t, rotated); !bytes.Equal(got, data) {
+		t.Errorf("rotated file has %d bytes, want %d", len(got), len(data))
+	}
+	if got := read(t, r.path); len(got) != 0 {
+		t.Errorf("live log not fresh: %d bytes", len(got))
+	}
+	if !slices.Equal(r.rt.reopened, []string{"c1"}) {
+		t.Errorf("reopened %v, want [c1]", r.rt.reopened)
+	}
+}
+
+func TestRotateLogsPrunesAndCompresses(t *testing.T) {
+	r := newRotation(t, 3) // live log + 2 rotations
+	old := []string{"20250101-000000", "20250102-000000.gz", "20250103-000000"}
+	for _, ts := range old {
+		write(t, r.path+"."+ts, 10)
+	}
+	write(t, r.path+".20250103-000000.gz.tmp", 3) // interrupted compression
+	prev := write(t, r.path+".20250104-000000", 20)
+	write(t, r.path, maxSize)
+
+	if err := r.gc.RotateLogs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	newest := "0.log." + now.Format("20060102-150405")
+	want := []string{"0.log", "0.log.20250104-000000.gz", newest}
+	if got := r.files(t); !slices.Equal(got, want) {
+		t.Fatalf("files: got %v, want %v", got, want)
+	}
+	if got := read(t, r.path+".20250104-000000.gz"); !bytes.Equal(got, prev) {
+		t.Errorf("compressed rotation has %q", got)
+	}
+	if got := read(t, filepath.Join(filepath.Dir(r.path), newest)); len(got) != maxSize {
+		t.Errorf("newest rotation has %d bytes, want %d", len(got), maxSize)
+	}
+
+	// A second rotation later keeps MaxFiles files.
+	r.clk.Step(time.Minute)
+	write(t, r.path, maxSize)
+	if err := r.gc.RotateLogs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"0.log", newest + ".gz", "0.log." + now.Add(time.Minute).Format("20060102-150405")}
+	if got := r.files(t); !slices.Equal(got, want) {
+		t.Fatalf("files: got %v, want %v", got, want)
+	}
+}
+
+func TestRotateLogsFailedReopenRestoresFile(t *testing.T) {
+	r := newRotation(t, 5)
+	data := write(t, r.path, maxSize*2)
+	r.rt.reopenErr = errors.New("no reopen")
+	err := r.gc.RotateLogs(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "no reopen") {
+		t.Fatalf("got error %v, want no reopen", err)
+	}
+	if got := r.files(t); !slices.Equal(got, []string{"0.log"}) {
+		t.Errorf("files: %v", got)
+	}
+	if got := read(t, r.path); !bytes.Equal(got, data) {
+		t.Errorf("restored log has %d bytes, want %d", len(got), len(data))
+	}
+}
+
+func TestRotateLogsOutsidePodLogsDirLeftAlone(t *testing.T) {
+	r := newRotation(t, 5)
+	outside := filepath.Join(t.TempDir(), "0.log")
+	r.rt.logs["c1"] = outside
+	write(t, outside, maxSize*2)
+	if err := r.gc.RotateLogs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.rt.reopened) != 0 {
+		t.Errorf("reopened %v", r.rt.reopened)
+	}
+}
+
+func TestRun(t *testing.T) {
+	r := newRotation(t, 5)
+	write(t, r.path, maxSize)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.gc.Run(ctx, time.Minute, func(types.UID) bool { return true })
+	}()
+	waitFor := func(what string, cond func(*logRuntime) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			r.rt.mu.Lock()
+			ok := cond(r.rt)
+			r.rt.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor("timers", func(*logRuntime) bool { return r.clk.HasWaiters() })
+	r.clk.Step(DefaultLogMonitorInterval)
+	waitFor("rotation", func(rt *logRuntime) bool { return len(rt.reopened) == 1 })
+	r.rt.mu.Lock()
+	if r.rt.sbLists != 0 {
+		t.Error("collected containers before the period")
+	}
+	r.rt.mu.Unlock()
+	r.clk.Step(time.Minute - DefaultLogMonitorInterval)
+	waitFor("collection", func(rt *logRuntime) bool { return rt.sbLists == 1 })
+	cancel()
+	<-done
+}
