@@ -24,6 +24,8 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		hostnameOverride string
 		verbosity        int
 		pauseBinary      string
+		urlHeaders       []string
+		logMaxSize       string
 	)
 	cmd := &cobra.Command{
 		Use:   "nodelet",
@@ -38,6 +40,13 @@ a local image registry under --root-dir.`,
 			log := newLogger(stderr, verbosity)
 			if err := completeConfig(&cfg, hostnameOverride, pauseBinary); err != nil {
 				return err
+			}
+			var err error
+			if cfg.ManifestURLHeader, err = parseHeaders(urlHeaders); err != nil {
+				return err
+			}
+			if cfg.ContainerLogMaxSize, err = parseSize(logMaxSize); err != nil {
+				return fmt.Errorf("--container-log-max-size: %w", err)
 			}
 			a, err := agent.New(cfg, agent.Deps{Clock: clock.RealClock{}, Log: log})
 			if err != nil {
@@ -55,6 +64,14 @@ a local image registry under --root-dir.`,
 	f.StringVar(&hostnameOverride, "hostname-override", "", "Node name to use instead of the hostname")
 	f.DurationVar(&cfg.FileCheckFrequency, "file-check-frequency", cfg.FileCheckFrequency, "How often the manifest path is re-read")
 	f.DurationVar(&cfg.SyncFrequency, "sync-frequency", cfg.SyncFrequency, "How often every pod is synced with the runtime")
+	f.StringVar(&cfg.ManifestURL, "manifest-url", "", "URL of pod manifests to run, polled every --http-check-frequency")
+	f.StringArrayVar(&urlHeaders, "manifest-url-header", nil, "HTTP headers for --manifest-url, as 'key:value,key2:value2' (repeatable)")
+	f.DurationVar(&cfg.HTTPCheckFrequency, "http-check-frequency", cfg.HTTPCheckFrequency, "How often --manifest-url is polled")
+	f.IntVar(&cfg.MaxPods, "max-pods", cfg.MaxPods, "Number of pods this node admits")
+	f.StringVar(&cfg.NodeIP, "node-ip", "", "IP reported as the pods' hostIP (default: the first non-loopback address)")
+	f.IntVar(&cfg.MaxPerPodContainer, "maximum-dead-containers-per-container", cfg.MaxPerPodContainer, "Dead instances kept per container")
+	f.StringVar(&logMaxSize, "container-log-max-size", "10Mi", "Size at which a container log is rotated")
+	f.IntVar(&cfg.ContainerLogMaxFiles, "container-log-max-files", cfg.ContainerLogMaxFiles, "Log files kept per container, the current one included")
 	f.StringVar(&cfg.PodLogsDir, "pod-logs-dir", cfg.PodLogsDir, "Directory of container logs (CRI layout)")
 	f.StringVar(&cfg.Managed.Containerd.PodCIDR, "pod-cidr", cfg.Managed.Containerd.PodCIDR, "Pod IP range of the managed runtime's bridge network")
 	f.StringVar(&cfg.Managed.Containerd.BridgeName, "cni-bridge-name", cfg.Managed.Containerd.BridgeName, "Linux bridge of the managed runtime's network")
@@ -82,6 +99,14 @@ func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) err
 	cfg.Managed.Containerd.Dir = filepath.Join(cfg.RootDir, "containerd")
 	cfg.Managed.Containerd.Env = childEnv()
 	cfg.Managed.Images.PauseBinary = findPause(pauseBinary)
+	if cfg.NodeIP == "" {
+		cfg.NodeIP = nodeIP()
+	}
+	alloc, err := allocatable()
+	if err != nil {
+		return err
+	}
+	cfg.Allocatable = alloc
 	return nil
 }
 

@@ -12,11 +12,11 @@ import (
 	"path/filepath"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/podruntime"
 	"github.com/nodelet/nodelet/internal/registry"
 )
 
@@ -35,8 +35,25 @@ type Config struct {
 	PodLogsDir string
 	// FileCheckFrequency is how often the manifest path is re-read.
 	FileCheckFrequency time.Duration
+	// ManifestURL is polled for pods every HTTPCheckFrequency
+	// (--manifest-url), with ManifestURLHeader (--manifest-url-header).
+	ManifestURL        string
+	ManifestURLHeader  map[string][]string
+	HTTPCheckFrequency time.Duration
 	// SyncFrequency is how often every pod is synced even with no change.
 	SyncFrequency time.Duration
+	// PLEGRelistPeriod is how often the runtime is relisted (1s).
+	PLEGRelistPeriod time.Duration
+	// NodeIP is reported as the pods' hostIP.
+	NodeIP string
+	// MaxPods and Allocatable are what admission checks new pods against.
+	MaxPods     int
+	Allocatable v1.ResourceList
+	// MaxPerPodContainer dead instances are kept per container (1).
+	MaxPerPodContainer int
+	// ContainerLogMaxSize and ContainerLogMaxFiles rotate container logs.
+	ContainerLogMaxSize  int64
+	ContainerLogMaxFiles int
 
 	// Managed holds the settings of the managed runtime.
 	Managed ManagedConfig
@@ -57,10 +74,16 @@ type ManagedConfig struct {
 // DefaultConfig returns the defaults of every setting under rootDir.
 func DefaultConfig(rootDir string) Config {
 	return Config{
-		RootDir:            rootDir,
-		PodLogsDir:         "/var/log/pods",
-		FileCheckFrequency: 20 * time.Second,
-		SyncFrequency:      time.Minute,
+		RootDir:              rootDir,
+		PodLogsDir:           "/var/log/pods",
+		FileCheckFrequency:   20 * time.Second,
+		HTTPCheckFrequency:   20 * time.Second,
+		SyncFrequency:        time.Minute,
+		PLEGRelistPeriod:     time.Second,
+		MaxPods:              110,
+		MaxPerPodContainer:   1,
+		ContainerLogMaxSize:  10 << 20,
+		ContainerLogMaxFiles: 5,
 		Managed: ManagedConfig{
 			Containerd:      containerd.DefaultConfig(rootDir),
 			RegistryAddress: "127.0.0.1:0",
@@ -89,8 +112,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if cfg.NodeName == "" {
 		return nil, errors.New("node name is empty: set --hostname-override")
 	}
-	if cfg.FileCheckFrequency <= 0 || cfg.SyncFrequency <= 0 {
-		return nil, errors.New("--file-check-frequency and --sync-frequency must be positive")
+	if cfg.FileCheckFrequency <= 0 || cfg.HTTPCheckFrequency <= 0 || cfg.SyncFrequency <= 0 || cfg.PLEGRelistPeriod <= 0 {
+		return nil, errors.New("--file-check-frequency, --http-check-frequency and --sync-frequency must be positive")
 	}
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
@@ -102,8 +125,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 }
 
 // Run brings up the runtime (managed or given), connects to it over CRI and
-// keeps the pods of the manifest path running until ctx ends. Pods keep
-// running after Run returns.
+// runs the pipeline (sources → merge → sync loop → pod workers → runtime
+// manager) until ctx ends. Pods keep running after Run returns.
 func (a *Agent) Run(ctx context.Context) error {
 	endpoint := a.cfg.RuntimeEndpoint
 	if endpoint == "" {
@@ -119,6 +142,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer rt.Close()
-	pods := podruntime.New(rt, a.cfg.PodLogsDir, a.deps.Log)
-	return a.syncPods(ctx, pods)
+	a.newPipeline(rt).run(ctx)
+	a.deps.Log.Info("stopped; pods keep running")
+	return nil
 }

@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/plan"
 )
 
 // PodLogDir is the CRI log directory of a pod:
@@ -47,7 +49,11 @@ func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
 	return opt
 }
 
-func sandboxConfig(pod *v1.Pod, podLogsDir string) *runtimeapi.PodSandboxConfig {
+// annotationHostNetwork records on the sandbox whether it was created in the
+// node's network namespace, so a change of hostNetwork is detected.
+const annotationHostNetwork = "nodelet.io/host-network"
+
+func sandboxConfig(pod *v1.Pod, podLogsDir string, attempt uint32) *runtimeapi.PodSandboxConfig {
 	// As the kubelet does: a host-network pod has the node's UTS namespace
 	// and so no hostname of its own (runc refuses to set one).
 	hostname := ""
@@ -64,9 +70,11 @@ func sandboxConfig(pod *v1.Pod, podLogsDir string) *runtimeapi.PodSandboxConfig 
 	for k, v := range pod.Annotations {
 		annotations[k] = v
 	}
+	annotations[AnnotationSandboxHash] = plan.SandboxHash(pod)
+	annotations[annotationHostNetwork] = strconv.FormatBool(pod.Spec.HostNetwork)
 	return &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{
-			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID),
+			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
 		},
 		Hostname:     hostname,
 		LogDirectory: PodLogDir(podLogsDir, pod),
@@ -101,7 +109,7 @@ func portMappings(pod *v1.Pod) []*runtimeapi.PortMapping {
 	return out
 }
 
-func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string) *runtimeapi.ContainerConfig {
+func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount, backoffStep int) *runtimeapi.ContainerConfig {
 	labels := map[string]string{
 		LabelPodName:       pod.Name,
 		LabelPodNamespace:  pod.Namespace,
@@ -109,7 +117,11 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string) *runtimeapi.
 		LabelContainerName: c.Name,
 		LabelManagedBy:     managedByValue,
 	}
-	annotations := map[string]string{AnnotationRestartCount: "0"}
+	annotations := map[string]string{
+		AnnotationRestartCount:  strconv.Itoa(restartCount),
+		AnnotationContainerHash: plan.ContainerHash(c),
+		AnnotationBackoffStep:   strconv.Itoa(backoffStep),
+	}
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		annotations[AnnotationGracePeriod] = strconv.FormatInt(*g, 10)
 	}
@@ -118,7 +130,7 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string) *runtimeapi.
 		envs = append(envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
 	}
 	return &runtimeapi.ContainerConfig{
-		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name},
+		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
 		Command:     c.Command,
 		Args:        c.Args,
@@ -126,7 +138,7 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string) *runtimeapi.
 		Envs:        envs,
 		Labels:      labels,
 		Annotations: annotations,
-		LogPath:     filepath.Join(c.Name, "0.log"),
+		LogPath:     filepath.Join(c.Name, strconv.Itoa(restartCount)+".log"),
 		Stdin:       c.Stdin,
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,

@@ -2,70 +2,55 @@ package podruntime
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/plan"
 )
 
-// RunningPods returns the UIDs of the pods nodelet has sandboxes for, with
-// the namespace/name they were created as.
-func (m *Manager) RunningPods(ctx context.Context) (map[types.UID]string, error) {
-	sandboxes, err := m.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{
-		LabelSelector: map[string]string{LabelManagedBy: managedByValue},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	pods := map[types.UID]string{}
-	for _, s := range sandboxes {
-		pods[types.UID(s.Labels[LabelPodUID])] = s.Labels[LabelPodNamespace] + "/" + s.Labels[LabelPodName]
-	}
-	return pods, nil
+// SyncTerminatingPod stops every running container of the pod in parallel
+// with the grace period (SIGTERM, SIGKILL when it runs out), then its
+// sandboxes. A terminal pod keeps its last status.
+func (m *Manager) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+	return m.killPod(ctx, pod.UID, pod.Name, pod.Namespace, &grace)
 }
 
-// KillPod stops every container of the pod with its grace period (SIGTERM,
-// then SIGKILL when it runs out), then stops and removes its sandboxes.
-// Only objects nodelet created are touched.
-func (m *Manager) KillPod(ctx context.Context, uid types.UID) error {
-	selector := map[string]string{LabelPodUID: string(uid), LabelManagedBy: managedByValue}
-	containers, err := m.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: selector})
+// KillPod stops a pod nodelet has no spec for (an orphan found in the
+// runtime), giving each container the grace period recorded on it.
+func (m *Manager) KillPod(ctx context.Context, uid types.UID, name, namespace string) error {
+	return m.killPod(ctx, uid, name, namespace, nil)
+}
+
+func (m *Manager) killPod(ctx context.Context, uid types.UID, name, namespace string, grace *time.Duration) error {
+	log := m.log.With("pod", namespace+"/"+name, "podUID", uid)
+	obs, err := m.Observe(ctx, uid, name, namespace)
 	if err != nil {
-		return fmt.Errorf("list containers of pod %s: %w", uid, err)
+		return err
 	}
-	var errs []error
-	for _, c := range containers {
-		grace := 30 * time.Second
-		if s, ok := c.Annotations[AnnotationGracePeriod]; ok {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				grace = time.Duration(n) * time.Second
-			}
+	var kills []plan.Kill
+	for _, c := range obs.Running() {
+		g := c.GracePeriod
+		if grace != nil {
+			g = *grace
 		}
-		if err := m.rt.StopContainer(ctx, c.Id, grace); err != nil {
-			errs = append(errs, fmt.Errorf("stop container %s: %w", c.Id, err))
-			continue
-		}
-		if err := m.rt.RemoveContainer(ctx, c.Id); err != nil {
-			errs = append(errs, fmt.Errorf("remove container %s: %w", c.Id, err))
-		}
+		kills = append(kills, plan.Kill{ID: c.ID, Name: c.Name, Reason: "Killing", Message: "stopping pod", GracePeriod: g})
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if err := m.killContainers(ctx, kills, log); err != nil {
+		return err
 	}
-	sandboxes, err := m.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
+	return m.stopSandboxes(ctx, obs, log)
+}
+
+// RunningPods returns the pods nodelet has objects for in the runtime, with
+// the namespace/name they were created as.
+func (m *Manager) RunningPods(ctx context.Context) (map[types.UID]*observed.PodStatus, error) {
+	pods, err := m.ListPods(ctx)
 	if err != nil {
-		return fmt.Errorf("list sandboxes of pod %s: %w", uid, err)
+		return nil, fmt.Errorf("list pods in the runtime: %w", err)
 	}
-	for _, s := range sandboxes {
-		if err := m.rt.StopPodSandbox(ctx, s.Id); err != nil {
-			return fmt.Errorf("stop sandbox %s: %w", s.Id, err)
-		}
-		if err := m.rt.RemovePodSandbox(ctx, s.Id); err != nil {
-			return fmt.Errorf("remove sandbox %s: %w", s.Id, err)
-		}
-	}
-	return nil
+	return pods, nil
 }

@@ -3,7 +3,9 @@ package podruntime
 // Labels and annotations nodelet puts on CRI sandboxes and containers. The
 // pod and container keys are the kubelet's, so tools that know the kubelet
 // (crictl, ctr) show nodelet's pods the same way. Everything nodelet needs
-// to re-adopt a running pod after a restart is stored here, not in memory.
+// to re-adopt a running pod after a restart is stored here, not in memory:
+// a restarted nodelet rebuilds restart counts, back-off and spec
+// fingerprints from these and leaves running containers alone.
 const (
 	LabelPodName       = "io.kubernetes.pod.name"
 	LabelPodNamespace  = "io.kubernetes.pod.namespace"
@@ -17,4 +19,11 @@ const (
 
 	AnnotationRestartCount = "io.kubernetes.container.restartCount"
 	AnnotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
+	// AnnotationContainerHash is plan.ContainerHash of the spec the
+	// container was created from.
+	AnnotationContainerHash = "nodelet.io/container-hash"
+	// AnnotationBackoffStep is plan.Start.BackoffStep of the instance.
+	AnnotationBackoffStep = "nodelet.io/backoff-step"
+	// AnnotationSandboxHash is plan.SandboxHash of the pod at creation.
+	AnnotationSandboxHash = "nodelet.io/sandbox-hash"
 )

@@ -6,21 +6,56 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/cri"
 )
 
-// newTestManager wires a Manager to the cri-api fakes through the real
+type fixture struct {
+	m     *Manager
+	rs    *critest.FakeRuntimeService
+	is    *critest.FakeImageService
+	clock *clocktesting.FakeClock
+}
+
+// newFixture wires a Manager to the cri-api fakes through the real
 // cri.Client, as the agent does with a real runtime.
-func newTestManager(t *testing.T) (*Manager, *critest.FakeRuntimeService, *critest.FakeImageService) {
+func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	rs, is := critest.NewFakeRuntimeService(), critest.NewFakeImageService()
-	is.SetFakeImageSize(1)
-	c := cri.New(rs, is, "fake", cri.DefaultTimeouts(), slog.New(slog.DiscardHandler))
-	return New(c, "/var/log/pods", slog.New(slog.DiscardHandler)), rs, is
+	f := &fixture{rs: critest.NewFakeRuntimeService(), is: critest.NewFakeImageService(),
+		clock: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))}
+	f.is.SetFakeImageSize(1)
+	log := slog.New(slog.DiscardHandler)
+	c := cri.New(f.rs, f.is, "fake", cri.DefaultTimeouts(), log)
+	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, f.clock, log, nil, nil)
+	return f
+}
+
+// mutations are the runtime calls that change something, in order.
+func (f *fixture) mutations() string {
+	f.rs.Lock()
+	defer f.rs.Unlock()
+	var out []string
+	for _, c := range f.rs.Called {
+		if !strings.HasPrefix(c, "List") && !strings.HasSuffix(c, "Status") {
+			out = append(out, c)
+		}
+	}
+	f.rs.Called = nil
+	return strings.Join(out, ",")
+}
+
+func (f *fixture) imageCalls() string {
+	f.is.Lock()
+	defer f.is.Unlock()
+	out := strings.Join(f.is.Called, ",")
+	f.is.Called = nil
+	return out
 }
 
 func testPod() *v1.Pod {
@@ -28,6 +63,7 @@ func testPod() *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1ObjectMeta("web-node", "default", "uid-1"),
 		Spec: v1.PodSpec{
+			RestartPolicy:                 v1.RestartPolicyAlways,
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []v1.Container{
 				{Name: "app", Image: "busybox:1.35", ImagePullPolicy: v1.PullIfNotPresent},
@@ -37,81 +73,146 @@ func testPod() *v1.Pod {
 	}
 }
 
+func containerByName(f *fixture, name string) *critest.FakeContainer {
+	f.rs.Lock()
+	defer f.rs.Unlock()
+	var newest *critest.FakeContainer
+	for _, c := range f.rs.Containers {
+		if c.Metadata.Name == name && (newest == nil || c.CreatedAt > newest.CreatedAt) {
+			newest = c
+		}
+	}
+	return newest
+}
+
 func TestSyncPodCreatesSandboxAndContainers(t *testing.T) {
-	m, rs, is := newTestManager(t)
-	if err := m.SyncPod(context.Background(), testPod()); err != nil {
+	f := newFixture(t)
+	st, err := f.m.SyncPod(context.Background(), testPod())
+	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"ListPodSandbox", "RunPodSandbox", "ListContainers",
-		"CreateContainer", "StartContainer", "CreateContainer", "StartContainer"}
-	if err := rs.AssertCalls(want); err != nil {
-		t.Error(err)
+	if got := f.mutations(); got != "RunPodSandbox,CreateContainer,StartContainer,CreateContainer,StartContainer" {
+		t.Errorf("runtime calls = %s", got)
 	}
 	// IfNotPresent looks first, then pulls; Always pulls without looking.
-	if got := strings.Join(imageCalls(is), ","); got != "ImageStatus,PullImage,PullImage" {
+	if got := f.imageCalls(); got != "ImageStatus,PullImage,PullImage" {
 		t.Errorf("image calls = %s", got)
 	}
-	for _, c := range rs.Containers {
-		if c.Labels[LabelPodUID] != "uid-1" || c.Labels[LabelManagedBy] != managedByValue ||
-			c.Annotations[AnnotationGracePeriod] != "5" {
-			t.Errorf("container %s: labels %v annotations %v", c.Metadata.Name, c.Labels, c.Annotations)
-		}
+	app := containerByName(f, "app")
+	if app.Labels[LabelPodUID] != "uid-1" || app.Labels[LabelManagedBy] != managedByValue ||
+		app.Annotations[AnnotationGracePeriod] != "5" || app.Annotations[AnnotationRestartCount] != "0" ||
+		!strings.HasPrefix(app.Annotations[AnnotationContainerHash], "v1:") {
+		t.Errorf("app labels %v annotations %v", app.Labels, app.Annotations)
 	}
-	pod := testPod()
-	if got := containerConfig(pod, &pod.Spec.Containers[0], "sha256:x").LogPath; got != "app/0.log" {
-		t.Errorf("log path %q, want app/0.log (CRI layout <container>/<restart>.log)", got)
-	}
-	for _, s := range rs.Sandboxes {
-		if s.Labels[LabelPodUID] != "uid-1" || s.Labels[LabelManagedBy] != managedByValue {
-			t.Errorf("sandbox labels %v", s.Labels)
-		}
-	}
-	cfg := sandboxConfig(testPod(), "/var/log/pods")
-	if cfg.LogDirectory != "/var/log/pods/default_web-node_uid-1" || cfg.Hostname != "web-node" {
-		t.Errorf("sandbox log dir %q hostname %q", cfg.LogDirectory, cfg.Hostname)
+	if st.Phase != v1.PodRunning || len(st.ContainerStatuses) != 2 {
+		t.Errorf("status phase %s, %d container statuses", st.Phase, len(st.ContainerStatuses))
 	}
 }
 
 func TestSyncPodIsIdempotent(t *testing.T) {
-	m, rs, is := newTestManager(t)
+	f := newFixture(t)
 	ctx := context.Background()
-	if err := m.SyncPod(ctx, testPod()); err != nil {
+	if _, err := f.m.SyncPod(ctx, testPod()); err != nil {
 		t.Fatal(err)
 	}
-	resetCalls(rs, is)
-	if err := m.SyncPod(ctx, testPod()); err != nil {
+	f.mutations()
+	f.imageCalls()
+	if _, err := f.m.SyncPod(ctx, testPod()); err != nil {
 		t.Fatal(err)
 	}
-	if err := rs.AssertCalls([]string{"ListPodSandbox", "ListContainers"}); err != nil {
-		t.Errorf("second sync changed something: %v", err)
+	if got := f.mutations(); got != "" {
+		t.Errorf("second sync changed something: %s", got)
 	}
-	if len(imageCalls(is)) != 0 {
-		t.Errorf("second sync touched images: %v", imageCalls(is))
+	if got := f.imageCalls(); got != "" {
+		t.Errorf("second sync touched images: %s", got)
 	}
 }
 
-func TestSyncPodStopsAtFirstFailure(t *testing.T) {
-	m, rs, is := newTestManager(t)
-	is.InjectError("PullImage", errors.New("registry down"))
-	err := m.SyncPod(context.Background(), testPod())
-	if err == nil || !strings.Contains(err.Error(), `container "app"`) || !strings.Contains(err.Error(), "registry down") {
+// An exited container under Always is restarted once, with restartCount 1
+// and its log at <name>/1.log; a crash right after waits for the back-off.
+func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	pod := testPod()
+	pod.Spec.Containers = pod.Spec.Containers[:1]
+	if _, err := f.m.SyncPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	exit := func() {
+		c := containerByName(f, "app")
+		f.rs.Lock()
+		c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+		c.StartedAt, c.FinishedAt, c.ExitCode = f.clock.Now().Add(-time.Second).UnixNano(), f.clock.Now().UnixNano(), 1
+		f.rs.Unlock()
+	}
+	exit()
+	f.mutations()
+	if _, err := f.m.SyncPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.mutations(); got != "CreateContainer,StartContainer" {
+		t.Fatalf("restart calls = %s", got)
+	}
+	second := containerByName(f, "app")
+	if second.Annotations[AnnotationRestartCount] != "1" || second.LogPath != "" && !strings.HasSuffix(second.LogPath, "1.log") {
+		t.Errorf("restarted instance annotations %v log %q", second.Annotations, second.LogPath)
+	}
+	exit()
+	st, _ := f.m.SyncPod(ctx, pod)
+	if got := f.mutations(); got != "" {
+		t.Fatalf("restarted inside the back-off: %s", got)
+	}
+	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "CrashLoopBackOff" {
+		t.Errorf("status state %+v, want CrashLoopBackOff", st.ContainerStatuses[0].State)
+	}
+	f.clock.Step(11 * time.Second)
+	if _, err := f.m.SyncPod(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.mutations(); got != "CreateContainer,StartContainer" {
+		t.Errorf("after the back-off: %s", got)
+	}
+}
+
+// A failed pull is ErrImagePull; until its back-off ends the next syncs say
+// ImagePullBackOff without pulling again.
+func TestSyncPodImagePullBackoff(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	pod := testPod()
+	pod.Spec.Containers = pod.Spec.Containers[1:]
+	f.is.InjectError("PullImage", errors.New("registry down"))
+	st, err := f.m.SyncPod(ctx, pod)
+	if err == nil || !strings.Contains(err.Error(), "registry down") {
 		t.Fatalf("err = %v", err)
 	}
-	if err := rs.AssertCalls([]string{"ListPodSandbox", "RunPodSandbox", "ListContainers"}); err != nil {
-		t.Error(err)
+	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "ErrImagePull" {
+		t.Fatalf("state %+v, want ErrImagePull", st.ContainerStatuses[0].State)
+	}
+	f.imageCalls()
+	st, _ = f.m.SyncPod(ctx, pod)
+	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "ImagePullBackOff" {
+		t.Fatalf("state %+v, want ImagePullBackOff", st.ContainerStatuses[0].State)
+	}
+	if strings.Contains(f.imageCalls(), "PullImage") {
+		t.Error("pulled again inside the back-off")
+	}
+	f.clock.Step(11 * time.Second)
+	if _, err := f.m.SyncPod(ctx, pod); err != nil {
+		t.Fatalf("after the back-off: %v", err)
 	}
 }
 
 func TestPullNeverWithoutImage(t *testing.T) {
-	m, _, is := newTestManager(t)
+	f := newFixture(t)
 	pod := testPod()
 	pod.Spec.Containers = pod.Spec.Containers[:1]
 	pod.Spec.Containers[0].ImagePullPolicy = v1.PullNever
-	err := m.SyncPod(context.Background(), pod)
-	if err == nil || !strings.Contains(err.Error(), "imagePullPolicy is Never") {
-		t.Fatalf("err = %v", err)
+	st, err := f.m.SyncPod(context.Background(), pod)
+	if err == nil || st.ContainerStatuses[0].State.Waiting.Reason != "ErrImageNeverPull" {
+		t.Fatalf("err = %v, state %+v", err, st.ContainerStatuses[0].State)
 	}
-	if strings.Contains(strings.Join(imageCalls(is), ","), "PullImage") {
+	if strings.Contains(f.imageCalls(), "PullImage") {
 		t.Error("pulled although the policy is Never")
 	}
 }
@@ -119,49 +220,47 @@ func TestPullNeverWithoutImage(t *testing.T) {
 func TestHostNetworkPodHasNoHostname(t *testing.T) {
 	pod := testPod()
 	pod.Spec.HostNetwork = true
-	cfg := sandboxConfig(pod, "/logs")
-	if cfg.Hostname != "" || cfg.Linux.SecurityContext.NamespaceOptions.Network.String() != "NODE" {
+	cfg := sandboxConfig(pod, "/logs", 0)
+	if cfg.Hostname != "" || cfg.Linux.SecurityContext.NamespaceOptions.Network != runtimeapi.NamespaceMode_NODE {
 		t.Errorf("hostname %q network %v", cfg.Hostname, cfg.Linux.SecurityContext.NamespaceOptions.Network)
 	}
-}
-
-func TestKillPodStopsContainersThenSandbox(t *testing.T) {
-	m, rs, is := newTestManager(t)
-	ctx := context.Background()
-	if err := m.SyncPod(ctx, testPod()); err != nil {
-		t.Fatal(err)
-	}
-	running, err := m.RunningPods(ctx)
-	if err != nil || running["uid-1"] != "default/web-node" {
-		t.Fatalf("RunningPods = %v, %v", running, err)
-	}
-	resetCalls(rs, is)
-	if err := m.KillPod(ctx, "uid-1"); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"ListContainers", "StopContainer", "RemoveContainer", "StopContainer", "RemoveContainer",
-		"ListPodSandbox", "StopPodSandbox", "RemovePodSandbox"}
-	if err := rs.AssertCalls(want); err != nil {
-		t.Error(err)
-	}
-	if running, _ := m.RunningPods(ctx); len(running) != 0 {
-		t.Errorf("pods left: %v", running)
+	cfg = sandboxConfig(testPod(), "/var/log/pods", 2)
+	if cfg.LogDirectory != "/var/log/pods/default_web-node_uid-1" || cfg.Hostname != "web-node" || cfg.Metadata.Attempt != 2 {
+		t.Errorf("sandbox config %v", cfg)
 	}
 }
 
-func TestKillPodKeepsSandboxWhenAContainerWillNotStop(t *testing.T) {
-	m, rs, _ := newTestManager(t)
+func TestSyncTerminatingPodStopsContainersThenSandbox(t *testing.T) {
+	f := newFixture(t)
 	ctx := context.Background()
-	if err := m.SyncPod(ctx, testPod()); err != nil {
+	if _, err := f.m.SyncPod(ctx, testPod()); err != nil {
 		t.Fatal(err)
 	}
-	rs.InjectError("StopContainer", errors.New("stuck"))
-	if err := m.KillPod(ctx, "uid-1"); err == nil {
-		t.Fatal("KillPod succeeded although a container did not stop")
+	f.mutations()
+	if err := f.m.SyncTerminatingPod(ctx, testPod(), 3*time.Second); err != nil {
+		t.Fatal(err)
 	}
-	for _, c := range rs.GetCalls() {
-		if c == "StopPodSandbox" || c == "RemovePodSandbox" {
-			t.Errorf("sandbox touched while a container may still run: %v", rs.GetCalls())
-		}
+	if got := f.mutations(); got != "StopContainer,StopContainer,StopPodSandbox" {
+		t.Errorf("calls = %s", got)
+	}
+	running, err := f.m.RunningPods(ctx)
+	if err != nil || hasRunningFake(running) {
+		t.Errorf("still running after termination: %v %v", running, err)
+	}
+}
+
+func TestSyncTerminatingPodKeepsSandboxWhenAContainerWillNotStop(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	if _, err := f.m.SyncPod(ctx, testPod()); err != nil {
+		t.Fatal(err)
+	}
+	f.mutations()
+	f.rs.InjectError("StopContainer", errors.New("stuck"))
+	if err := f.m.SyncTerminatingPod(ctx, testPod(), time.Second); err == nil {
+		t.Fatal("no error although a container did not stop")
+	}
+	if strings.Contains(f.mutations(), "StopPodSandbox") {
+		t.Error("sandbox stopped while a container may still run")
 	}
 }

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// evictionHardMemory is what the kubelet's default hard eviction threshold
+// (memory.available<100Mi) takes from allocatable memory.
+const evictionHardMemory = 100 << 20
+
+// allocatable is the node's capacity less the eviction threshold, as the
+// kubelet computes it with no reservations configured.
+func allocatable() (v1.ResourceList, error) {
+	mem, err := memTotal()
+	if err != nil {
+		return nil, err
+	}
+	return v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(mem-evictionHardMemory, resource.BinarySI),
+	}, nil
+}
+
+func memTotal() (int64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, fmt.Errorf("read memory size: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("read memory size: %w", err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("read memory size: no MemTotal in /proc/meminfo")
+}
+
+// nodeIP is the first global unicast IPv4 address of the machine, else
+// the first IPv6 one, else 127.0.0.1.
+func nodeIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "127.0.0.1"
+	}
+	var v6 string
+	for _, a := range addrs {
+		ipnet, ok := a.(*net.IPNet)
+		if !ok || !ipnet.IP.IsGlobalUnicast() {
+			continue
+		}
+		if ipnet.IP.To4() != nil {
+			return ipnet.IP.String()
+		}
+		if v6 == "" {
+			v6 = ipnet.IP.String()
+		}
+	}
+	if v6 != "" {
+		return v6
+	}
+	return "127.0.0.1"
+}
+
+// parseHeaders reads --manifest-url-header values: 'k:v,k2:v2', repeatable.
+func parseHeaders(values []string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, value := range values {
+		for _, pair := range strings.Split(value, ",") {
+			k, v, ok := strings.Cut(pair, ":")
+			if !ok || strings.TrimSpace(k) == "" {
+				return nil, fmt.Errorf("--manifest-url-header %q: want key:value", pair)
+			}
+			out[strings.TrimSpace(k)] = append(out[strings.TrimSpace(k)], strings.TrimSpace(v))
+		}
+	}
+	return out, nil
+}
+
+// parseSize reads a quantity such as "10Mi".
+func parseSize(s string) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return 0, err
+	}
+	return q.Value(), nil
+}

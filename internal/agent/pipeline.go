@@ -1,0 +1,190 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodelet/nodelet/internal/admission"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/gc"
+	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/pleg"
+	"github.com/nodelet/nodelet/internal/podconfig"
+	"github.com/nodelet/nodelet/internal/podruntime"
+	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podworker"
+	"github.com/nodelet/nodelet/internal/syncloop"
+)
+
+// pipeline is every stage of the pod pipeline, wired and not yet started.
+type pipeline struct {
+	sources []interface {
+		Run(ctx context.Context, out chan<- podsource.Update)
+	}
+	config   *podconfig.Config
+	loop     *syncloop.Loop
+	workers  *podworker.Workers
+	runtime  *podruntime.Manager
+	pleg     *pleg.Generic
+	gc       *gc.Collector
+	status   *statusStore
+	registry *prometheus.Registry
+	log      *slog.Logger
+}
+
+// newPipeline wires the stages over rt. It starts nothing.
+func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
+	log, clk := a.deps.Log, a.deps.Clock
+	p := &pipeline{status: newStatusStore(log), registry: prometheus.NewRegistry(), log: log}
+	manifestErrors := podsource.NewManifestErrorsCounter(p.registry)
+	var names []string
+	if a.cfg.PodManifestPath != "" {
+		p.sources = append(p.sources, podsource.NewFileSource(a.cfg.PodManifestPath, a.cfg.NodeName,
+			a.cfg.FileCheckFrequency, clk, log, manifestErrors))
+		names = append(names, podsource.SourceFile)
+	}
+	if a.cfg.ManifestURL != "" {
+		header := http.Header{}
+		for k, vs := range a.cfg.ManifestURLHeader {
+			for _, v := range vs {
+				header.Add(k, v)
+			}
+		}
+		p.sources = append(p.sources, podsource.NewHTTPSource(a.cfg.ManifestURL, header, a.cfg.NodeName,
+			a.cfg.HTTPCheckFrequency, clk, log, manifestErrors))
+		names = append(names, podsource.SourceHTTP)
+	}
+	p.config = podconfig.New(names, clk, log)
+	p.runtime = podruntime.New(rt, podruntime.Options{PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP}, clk, log, nil, p.status)
+	p.workers = podworker.New(podSyncer{rt: p.runtime, status: p.status}, clk, log, podworker.Options{ResyncInterval: a.cfg.SyncFrequency})
+	p.pleg = pleg.New(p.runtime, a.cfg.PLEGRelistPeriod, clk, log)
+	p.gc = gc.New(rt, gc.Policy{PodLogsDir: a.cfg.PodLogsDir, MaxPerPodContainer: a.cfg.MaxPerPodContainer}, gc.LogPolicy{
+		MaxSize: a.cfg.ContainerLogMaxSize, MaxFiles: a.cfg.ContainerLogMaxFiles}, clk, log)
+	p.loop = syncloop.New(syncloop.Options{
+		SyncFrequency: a.cfg.SyncFrequency,
+		Node:          admission.Node{MaxPods: a.cfg.MaxPods, Allocatable: a.cfg.Allocatable},
+	}, clk, log, dispatcher{p.workers}, p.status, p.housekeeping, p.config.SourcesReady)
+	return p
+}
+
+// run starts every stage and returns when ctx ends and they have stopped.
+func (p *pipeline) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	updates := make(chan podsource.Update) // unbuffered: sources block until merged
+	for _, s := range p.sources {
+		goRun(func() { s.Run(ctx, updates) })
+	}
+	goRun(func() { p.config.Run(ctx, updates) })
+	goRun(func() { p.workers.Run(ctx) })
+	goRun(func() { p.pleg.Run(ctx) })
+	goRun(func() { p.gc.Run(ctx, 0, p.podActive) })
+	config := make(chan syncloop.ConfigUpdate) // unbuffered: handed over one by one
+	goRun(func() { translateConfig(ctx, p.config.Updates(), config) })
+	plegUIDs := make(chan types.UID, 1) // one pending event; the PLEG itself buffers
+	goRun(func() { translatePLEG(ctx, p.pleg.Events(), plegUIDs) })
+	p.loop.Run(ctx, config, plegUIDs, nil)
+	wg.Wait()
+}
+
+// housekeeping, every 2 s once all sources have reported: pod workers
+// forget or terminate pods no source wants, and pods found in the runtime
+// that nothing knows (left by an earlier nodelet) are stopped.
+func (p *pipeline) housekeeping(ctx context.Context, desired map[types.UID]*v1.Pod) {
+	want := make(map[types.UID]bool, len(desired))
+	for uid := range desired {
+		want[uid] = true
+	}
+	p.workers.SyncKnownPods(want)
+	running, err := p.runtime.RunningPods(ctx)
+	if err != nil {
+		p.log.Error("housekeeping: list pods in the runtime", "err", err)
+		return
+	}
+	for uid, st := range running {
+		if want[uid] || p.workers.CouldHaveRunningContainers(uid) || !hasRunning(st) {
+			continue
+		}
+		p.log.Info("stopping pod no source defines", "pod", st.Namespace+"/"+st.Name, "podUID", uid)
+		if err := p.runtime.KillPod(ctx, uid, st.Name, st.Namespace); err != nil && ctx.Err() == nil {
+			p.log.Error("stop orphaned pod", "pod", st.Namespace+"/"+st.Name, "err", err)
+		}
+		p.status.Forget(uid)
+	}
+}
+
+// podActive tells garbage collection which pods may still run: before the
+// sources are ready, all of them.
+func (p *pipeline) podActive(uid types.UID) bool {
+	if !p.config.SourcesReady() {
+		return true
+	}
+	for _, pod := range p.config.Pods() {
+		if pod.UID == uid {
+			return true
+		}
+	}
+	return p.workers.CouldHaveRunningContainers(uid)
+}
+
+func translateConfig(ctx context.Context, in <-chan podconfig.PodUpdate, out chan<- syncloop.ConfigUpdate) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-in:
+			op := syncloop.Reconcile
+			switch u.Op {
+			case podconfig.ADD:
+				op = syncloop.Add
+			case podconfig.UPDATE:
+				op = syncloop.Update
+			case podconfig.REMOVE, podconfig.DELETE:
+				op = syncloop.Remove
+			}
+			select {
+			case out <- syncloop.ConfigUpdate{Op: op, Pods: u.Pods}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func translatePLEG(ctx context.Context, in <-chan pleg.Event, out chan<- types.UID) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e := <-in:
+			if e.Type == pleg.ContainerRemoved {
+				continue
+			}
+			select {
+			case out <- e.PodUID:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// hasRunning reports whether anything of the pod runs.
+func hasRunning(st *observed.PodStatus) bool {
+	for _, s := range st.Sandboxes {
+		if s.State == observed.SandboxReady {
+			return true
+		}
+	}
+	return len(st.Running()) > 0
+}

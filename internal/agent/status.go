@@ -1,0 +1,99 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/status"
+)
+
+// statusStore keeps the latest status of every pod and logs each change
+// in one line, so that a user (and the e2e tests) can follow pods until
+// the HTTP API serves them.
+type statusStore struct {
+	log *slog.Logger
+
+	mu       sync.Mutex
+	statuses map[types.UID]v1.PodStatus
+	summary  map[types.UID]string
+}
+
+func newStatusStore(log *slog.Logger) *statusStore {
+	return &statusStore{log: log, statuses: map[types.UID]v1.PodStatus{}, summary: map[types.UID]string{}}
+}
+
+// SetPodStatus records st and logs it when its summary changed.
+func (s *statusStore) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
+	sum := summarize(st)
+	s.mu.Lock()
+	s.statuses[pod.UID] = st
+	changed := s.summary[pod.UID] != sum
+	s.summary[pod.UID] = sum
+	s.mu.Unlock()
+	if changed {
+		s.log.Info("pod status", "pod", pod.Namespace+"/"+pod.Name, "phase", st.Phase, "reason", st.Reason,
+			"ready", isReady(st), "ip", st.PodIP, "containers", containerSummary(st))
+	}
+}
+
+// Reject records an admission rejection: the pod is Failed with the
+// kubelet's reason and nothing of it runs.
+func (s *statusStore) Reject(pod *v1.Pod, reason, message string) {
+	s.SetPodStatus(pod, status.Generate(status.Facts{Pod: pod, Rejected: &status.Rejection{Reason: reason, Message: message}}))
+}
+
+// Get returns the latest status of a pod.
+func (s *statusStore) Get(uid types.UID) (v1.PodStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.statuses[uid]
+	return st, ok
+}
+
+// Forget drops a pod that is gone.
+func (s *statusStore) Forget(uid types.UID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.statuses, uid)
+	delete(s.summary, uid)
+}
+
+func isReady(st v1.PodStatus) bool {
+	for _, c := range st.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func summarize(st v1.PodStatus) string {
+	return fmt.Sprintf("%s|%s|%v|%s|%s", st.Phase, st.Reason, isReady(st), st.PodIP, containerSummary(st))
+}
+
+// containerSummary is "name=state(reason) restarts=N" per container.
+func containerSummary(st v1.PodStatus) string {
+	var parts []string
+	for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for _, c := range list {
+			state := "unknown"
+			switch {
+			case c.State.Running != nil:
+				state = "running"
+			case c.State.Terminated != nil:
+				state = "terminated(" + c.State.Terminated.Reason + ")"
+			case c.State.Waiting != nil:
+				state = "waiting(" + c.State.Waiting.Reason + ")"
+			}
+			parts = append(parts, fmt.Sprintf("%s=%s/%d", c.Name, state, c.RestartCount))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/podruntime"
+	"github.com/nodelet/nodelet/internal/podworker"
+	"github.com/nodelet/nodelet/internal/syncloop"
+)
+
+// podSyncer adapts the runtime manager to the pod workers' Syncer.
+type podSyncer struct {
+	rt     *podruntime.Manager
+	status *statusStore
+}
+
+func (s podSyncer) SyncPod(ctx context.Context, _ podworker.UpdateType, pod *v1.Pod) (bool, error) {
+	st, err := s.rt.SyncPod(ctx, pod)
+	terminal := st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed
+	if terminal {
+		return true, nil
+	}
+	return false, err
+}
+
+func (s podSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+	return s.rt.SyncTerminatingPod(ctx, pod, grace)
+}
+
+func (s podSyncer) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
+	s.rt.Forget(pod)
+	return nil
+}
+
+// dispatcher adapts the pod workers to the sync loop's Dispatcher.
+type dispatcher struct{ workers *podworker.Workers }
+
+func (d dispatcher) Sync(pod *v1.Pod, kind syncloop.SyncKind) {
+	t := podworker.SyncPodSync
+	switch kind {
+	case syncloop.SyncCreate:
+		t = podworker.SyncPodCreate
+	case syncloop.SyncUpdate:
+		t = podworker.SyncPodUpdate
+	}
+	d.workers.UpdatePod(podworker.UpdatePodOptions{UpdateType: t, Pod: pod})
+}
+
+func (d dispatcher) Kill(pod *v1.Pod) {
+	d.workers.UpdatePod(podworker.UpdatePodOptions{UpdateType: podworker.SyncPodKill, Pod: pod,
+		KillPodOptions: &podworker.KillPodOptions{Reason: "removed from its source"}})
+}
+
+func (d dispatcher) Active(uid types.UID) bool {
+	info, ok := d.workers.Info(uid)
+	return ok && info.State != podworker.Finished && info.State != podworker.Terminated
+}

@@ -1,0 +1,190 @@
+package podruntime
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/observed"
+)
+
+// Observe asks the runtime everything about one pod: its sandboxes (with
+// the newest ready one's IPs) and every container instance with exit
+// details. Missing objects (removed between the list and the status call)
+// are skipped.
+func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace string) (*observed.PodStatus, error) {
+	selector := map[string]string{LabelPodUID: string(uid), LabelManagedBy: managedByValue}
+	sandboxes, err := m.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes of pod %s/%s: %w", namespace, name, err)
+	}
+	containers, err := m.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list containers of pod %s/%s: %w", namespace, name, err)
+	}
+	st := &observed.PodStatus{UID: uid, Name: name, Namespace: namespace}
+	for _, s := range sandboxes {
+		st.Sandboxes = append(st.Sandboxes, toSandbox(s))
+	}
+	sortSandboxes(st.Sandboxes)
+	if len(st.Sandboxes) > 0 && st.Sandboxes[0].State == observed.SandboxReady {
+		if st.IPs, err = m.sandboxIPs(ctx, st.Sandboxes[0].ID); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range containers {
+		oc, err := m.containerDetails(ctx, c)
+		if cri.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		st.Containers = append(st.Containers, oc)
+	}
+	sortContainers(st.Containers)
+	return st, nil
+}
+
+// ListPods is the PLEG's relist: every pod nodelet owns, from two list
+// calls (no per-container status calls), with container states only.
+func (m *Manager) ListPods(ctx context.Context) (map[types.UID]*observed.PodStatus, error) {
+	selector := map[string]string{LabelManagedBy: managedByValue}
+	sandboxes, err := m.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	containers, err := m.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	pods := map[types.UID]*observed.PodStatus{}
+	pod := func(labels map[string]string) *observed.PodStatus {
+		uid := types.UID(labels[LabelPodUID])
+		if pods[uid] == nil {
+			pods[uid] = &observed.PodStatus{UID: uid, Name: labels[LabelPodName], Namespace: labels[LabelPodNamespace]}
+		}
+		return pods[uid]
+	}
+	for _, s := range sandboxes {
+		p := pod(s.Labels)
+		p.Sandboxes = append(p.Sandboxes, toSandbox(s))
+	}
+	for _, c := range containers {
+		p := pod(c.Labels)
+		p.Containers = append(p.Containers, toContainer(c))
+	}
+	for _, p := range pods {
+		sortSandboxes(p.Sandboxes)
+		sortContainers(p.Containers)
+	}
+	return pods, nil
+}
+
+func (m *Manager) sandboxIPs(ctx context.Context, id string) ([]string, error) {
+	resp, err := m.rt.PodSandboxStatus(ctx, id)
+	if cri.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox %s status: %w", id, err)
+	}
+	net := resp.GetStatus().GetNetwork()
+	if net.GetIp() == "" {
+		return nil, nil
+	}
+	ips := []string{net.GetIp()}
+	for _, extra := range net.GetAdditionalIps() {
+		ips = append(ips, extra.GetIp())
+	}
+	return ips, nil
+}
+
+// containerDetails adds what only ContainerStatus tells (start, finish,
+// exit code, reason) to a listed container.
+func (m *Manager) containerDetails(ctx context.Context, c *runtimeapi.Container) (observed.Container, error) {
+	oc := toContainer(c)
+	resp, err := m.rt.ContainerStatus(ctx, c.Id)
+	if err != nil {
+		return oc, fmt.Errorf("read container %s status: %w", c.Id, err)
+	}
+	s := resp.GetStatus()
+	oc.State = toState(s.GetState())
+	oc.StartedAt = nanos(s.GetStartedAt())
+	oc.FinishedAt = nanos(s.GetFinishedAt())
+	oc.ExitCode = s.GetExitCode()
+	oc.Reason, oc.Message = s.GetReason(), s.GetMessage()
+	if s.GetImageRef() != "" {
+		oc.ImageRef = s.GetImageRef()
+	}
+	return oc, nil
+}
+
+func toSandbox(s *runtimeapi.PodSandbox) observed.Sandbox {
+	state := observed.SandboxNotReady
+	if s.State == runtimeapi.PodSandboxState_SANDBOX_READY {
+		state = observed.SandboxReady
+	}
+	return observed.Sandbox{
+		ID:          s.Id,
+		State:       state,
+		Attempt:     s.GetMetadata().GetAttempt(),
+		CreatedAt:   nanos(s.CreatedAt),
+		NetworkNode: s.Annotations[annotationHostNetwork] == "true",
+		Hash:        s.Annotations[AnnotationSandboxHash],
+	}
+}
+
+func toContainer(c *runtimeapi.Container) observed.Container {
+	return observed.Container{
+		ID:           c.Id,
+		Name:         c.Labels[LabelContainerName],
+		SandboxID:    c.PodSandboxId,
+		State:        toState(c.State),
+		CreatedAt:    nanos(c.CreatedAt),
+		Image:        c.GetImage().GetUserSpecifiedImage(),
+		ImageRef:     c.ImageRef,
+		RestartCount: atoi(c.Annotations[AnnotationRestartCount]),
+		Hash:         c.Annotations[AnnotationContainerHash],
+		BackoffStep:  atoi(c.Annotations[AnnotationBackoffStep]),
+		GracePeriod:  time.Duration(atoi(c.Annotations[AnnotationGracePeriod])) * time.Second,
+	}
+}
+
+func toState(s runtimeapi.ContainerState) observed.ContainerState {
+	switch s {
+	case runtimeapi.ContainerState_CONTAINER_CREATED:
+		return observed.ContainerCreated
+	case runtimeapi.ContainerState_CONTAINER_RUNNING:
+		return observed.ContainerRunning
+	case runtimeapi.ContainerState_CONTAINER_EXITED:
+		return observed.ContainerExited
+	}
+	return observed.ContainerUnknown
+}
+
+func nanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}
+
+func sortSandboxes(s []observed.Sandbox) {
+	sort.SliceStable(s, func(i, j int) bool { return s[i].CreatedAt.After(s[j].CreatedAt) })
+}
+
+func sortContainers(c []observed.Container) {
+	sort.SliceStable(c, func(i, j int) bool { return c[i].CreatedAt.After(c[j].CreatedAt) })
+}
