@@ -113,14 +113,15 @@ func TestManifestToRunningContainer(t *testing.T) {
 		t.Fatalf("after restart: container %v (err %v), want the same %s", again, err, first.Id)
 	}
 
-	// Remove the manifest: the pod goes.
+	// Remove the manifest: the pod is stopped, then garbage-collected.
 	os.Remove(filepath.Join(manifests, "sleeper.yaml"))
 	os.Remove(filepath.Join(manifests, "broken.yaml"))
 	eventually(t, 30*time.Second, "sleeper removed", func() error {
 		sbs, err := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{
+			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
 			LabelSelector: map[string]string{"io.kubernetes.pod.name": "sleeper-e2e"}})
 		if err != nil || len(sbs) != 0 {
-			return fmt.Errorf("%d sandboxes left (%v)", len(sbs), err)
+			return fmt.Errorf("%d ready sandboxes left (%v)", len(sbs), err)
 		}
 		return nil
 	})

@@ -199,7 +199,7 @@ type nodeletProc struct {
 
 // startNodelet runs the binary with args; its output goes to the test log
 // when the test fails.
-func startNodelet(t *testing.T, args ...string) *nodeletProc {
+func startNodelet(t testing.TB, args ...string) *nodeletProc {
 	t.Helper()
 	p := &nodeletProc{cmd: exec.Command(shared.nodelet, args...), stderr: &lockedBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout = io.Discard
@@ -218,7 +218,7 @@ func startNodelet(t *testing.T, args ...string) *nodeletProc {
 }
 
 // stop sends SIGINT and waits for nodelet to exit.
-func (p *nodeletProc) stop(t *testing.T) error {
+func (p *nodeletProc) stop(t testing.TB) error {
 	t.Helper()
 	select {
 	case <-p.done:
