@@ -23,8 +23,12 @@ const DefaultCheckFrequency = 20 * time.Second
 // Debouncing of file system events: a rescan happens debounceDelay after
 // the last event of a burst, but no later than debounceMax after its
 // first, so that a file being written slowly does not postpone it forever.
+// The delay is short on purpose: it only folds the events of one write
+// (truncate, write, close) into one rescan, and it is on the path from a
+// manifest written to its pod started. A file caught half-written is
+// handled by keeping its last good version, not by waiting.
 const (
-	debounceDelay = 100 * time.Millisecond
+	debounceDelay = 5 * time.Millisecond
 	debounceMax   = time.Second
 )
 
