@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -311,4 +313,66 @@ func TestRestartAdoptsTwentyPods(t *testing.T) {
 			t.Errorf("%s: %d sandboxes after restart", pod, len(sbs))
 		}
 	}
+}
+
+// A pod that asks for more than the node has is Failed with the kubelet's
+// reason and nothing of it is started; the pods next to it run.
+func TestAdmissionRejects(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "admit")
+	ctx := context.Background()
+	writeManifest(t, dir, "huge.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: huge}
+spec:
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sleep", "3600"]
+    resources: {requests: {cpu: "1000"}}
+`)
+	writeManifest(t, dir, "small.yaml", fmt.Sprintf(sleeperPod, "small"))
+	eventually(t, 60*time.Second, "small running", func() error {
+		_, err := runningContainer(ctx, shared.rt, "small-e2e", "main")
+		return err
+	})
+	waitPhase(t, n, "huge-e2e", "Failed", 30*time.Second)
+	if !strings.Contains(n.stderr.String(), "reason=OutOfcpu") {
+		t.Errorf("no OutOfcpu reason in the log")
+	}
+	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.name": "huge-e2e"}})
+	if len(sbs) != 0 {
+		t.Errorf("rejected pod got %d sandboxes", len(sbs))
+	}
+}
+
+// Pods from --manifest-url run next to the manifest directory's.
+func TestManifestURL(t *testing.T) {
+	body := fmt.Sprintf(sleeperPod, "fromurl")
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Node") != "e2e" {
+			http.Error(w, "missing header", http.StatusForbidden)
+			return
+		}
+		w.Header().Set("ETag", `"v1"`)
+		if r.Header.Get("If-None-Match") == `"v1"` {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		fmt.Fprint(w, body)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	manifests := filepath.Join(shared.work, "manifests-url")
+	os.MkdirAll(manifests, 0o755)
+	startNodelet(t, "--container-runtime-endpoint", shared.endpoint, "--root-dir", filepath.Join(shared.work, "root-url"),
+		"--pod-manifest-path", manifests, "--hostname-override", "e2e", "--pod-logs-dir", filepath.Join(shared.work, "logs-url"),
+		"--manifest-url", "http://"+ln.Addr().String()+"/pods", "--manifest-url-header", "X-Node:e2e", "--http-check-frequency", "1s")
+	eventually(t, 60*time.Second, "pod from the URL running", func() error {
+		_, err := runningContainer(context.Background(), shared.rt, "fromurl-e2e", "main")
+		return err
+	})
 }
