@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,7 @@ type pipeline struct {
 	workers  *podworker.Workers
 	runtime  *podruntime.Manager
 	pleg     *pleg.Generic
+	rt       *cri.Client
 	gc       *gc.Collector
 	status   *statusStore
 	registry *prometheus.Registry
@@ -42,7 +44,7 @@ type pipeline struct {
 // newPipeline wires the stages over rt. It starts nothing.
 func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	log, clk := a.deps.Log, a.deps.Clock
-	p := &pipeline{status: newStatusStore(log), registry: prometheus.NewRegistry(), log: log}
+	p := &pipeline{status: newStatusStore(log), registry: prometheus.NewRegistry(), log: log, rt: rt}
 	manifestErrors := podsource.NewManifestErrorsCounter(p.registry)
 	var names []string
 	if a.cfg.PodManifestPath != "" {
@@ -87,7 +89,9 @@ func (p *pipeline) run(ctx context.Context) {
 	}
 	goRun(func() { p.config.Run(ctx, updates) })
 	goRun(func() { p.workers.Run(ctx) })
-	goRun(func() { p.pleg.Run(ctx) })
+	// Relist every PLEGRelistPeriod, or on every container event where the
+	// runtime streams them (then relisting every 5 minutes as a safety net).
+	goRun(func() { p.pleg.RunEvented(ctx, podruntime.EventWatcher{Stream: p.rt}, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.podActive) })
 	config := make(chan syncloop.ConfigUpdate) // unbuffered: handed over one by one
 	goRun(func() { translateConfig(ctx, p.config.Updates(), config) })

@@ -72,7 +72,7 @@ func New(rs internalapi.RuntimeService, is internalapi.ImageManagerService, endp
 		endpoint: endpoint,
 		timeouts: t,
 		log:      log,
-		klog:     logr.FromSlogHandler(log.Handler()),
+		klog:     logr.FromSlogHandler(demoted{log.Handler()}),
 	}
 }
 
