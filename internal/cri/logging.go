@@ -26,8 +26,10 @@ func (d demoted) Handle(ctx context.Context, r slog.Record) error {
 	return d.Handler.Handle(ctx, r)
 }
 
-func (d demoted) WithAttrs(attrs []slog.Attr) slog.Handler { return demoted{d.Handler.WithAttrs(attrs)} }
-func (d demoted) WithGroup(name string) slog.Handler       { return demoted{d.Handler.WithGroup(name)} }
+func (d demoted) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return demoted{d.Handler.WithAttrs(attrs)}
+}
+func (d demoted) WithGroup(name string) slog.Handler { return demoted{d.Handler.WithGroup(name)} }
 
 func demote(l slog.Level) slog.Level {
 	if l >= slog.LevelWarn {
