@@ -1,0 +1,106 @@
+// Package events is beside the pipeline: a bounded, in-memory recorder of
+// pod events with the kubelet's reasons (Created, Started, Killing,
+// BackOff, Unhealthy, FailedPostStartHook, ...). Repeats of the same event
+// are folded into one with a count, as the kubelet's event correlator does.
+// Every event is also logged; the HTTP API and the CLI read them from here.
+package events
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// Event is one recorded event.
+type Event struct {
+	PodUID    types.UID
+	Namespace string
+	Pod       string
+	// Type is v1.EventTypeNormal or v1.EventTypeWarning.
+	Type    string
+	Reason  string
+	Message string
+	// Count of occurrences folded into this event.
+	Count     int
+	FirstTime time.Time
+	LastTime  time.Time
+}
+
+// Recorder keeps the newest events, at most Max of them.
+type Recorder struct {
+	max   int
+	clock clock.PassiveClock
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	events []Event // oldest first
+}
+
+// DefaultMax is how many events are kept when New gets 0.
+const DefaultMax = 1000
+
+// New returns a recorder keeping at most max events.
+func New(max int, clk clock.PassiveClock, log *slog.Logger) *Recorder {
+	if max <= 0 {
+		max = DefaultMax
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Recorder{max: max, clock: clk, log: log}
+}
+
+// Event records an event about pod. An event equal to one already kept
+// (same pod, type, reason and message) updates that one's count and time.
+func (r *Recorder) Event(pod *v1.Pod, eventType, reason, message string) {
+	now := r.clock.Now()
+	logf := r.log.Info
+	if eventType == v1.EventTypeWarning {
+		logf = r.log.Warn
+	}
+	logf("event", "pod", pod.Namespace+"/"+pod.Name, "type", eventType, "reason", reason, "message", message)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := len(r.events) - 1; i >= 0; i-- {
+		e := &r.events[i]
+		if e.PodUID == pod.UID && e.Type == eventType && e.Reason == reason && e.Message == message {
+			e.Count++
+			e.LastTime = now
+			// Move it to the end: it is the newest now.
+			moved := *e
+			r.events = append(r.events[:i], r.events[i+1:]...)
+			r.events = append(r.events, moved)
+			return
+		}
+	}
+	r.events = append(r.events, Event{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name,
+		Type: eventType, Reason: reason, Message: message, Count: 1, FirstTime: now, LastTime: now})
+	if len(r.events) > r.max {
+		r.events = append(r.events[:0:0], r.events[len(r.events)-r.max:]...)
+	}
+}
+
+// ForPod returns the events of one pod, oldest first.
+func (r *Recorder) ForPod(uid types.UID) []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, e := range r.events {
+		if e.PodUID == uid {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// All returns every kept event, oldest first.
+func (r *Recorder) All() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Event(nil), r.events...)
+}
