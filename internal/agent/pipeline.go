@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/admission"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/events"
 	"github.com/nodelet/nodelet/internal/gc"
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/pleg"
@@ -37,6 +38,7 @@ type pipeline struct {
 	rt       *cri.Client
 	gc       *gc.Collector
 	status   *statusStore
+	events   *events.Recorder
 	registry *prometheus.Registry
 	log      *slog.Logger
 }
@@ -64,8 +66,12 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 		names = append(names, podsource.SourceHTTP)
 	}
 	p.config = podconfig.New(names, clk, log)
-	p.runtime = podruntime.New(rt, podruntime.Options{PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP}, clk, log, nil, p.status)
-	p.workers = podworker.New(podSyncer{rt: p.runtime, status: p.status}, clk, log, podworker.Options{ResyncInterval: a.cfg.SyncFrequency})
+	p.events = events.New(events.DefaultMax, clk, log)
+	p.runtime = podruntime.New(rt, podruntime.Options{PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP},
+		podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events})
+	syncer := &podSyncer{rt: p.runtime, clock: clk}
+	p.workers = podworker.New(syncer, clk, log, podworker.Options{ResyncInterval: a.cfg.SyncFrequency})
+	syncer.requeue = p.workers.RequeueAfter
 	p.pleg = pleg.New(p.runtime, a.cfg.PLEGRelistPeriod, clk, log)
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: a.cfg.PodLogsDir, MaxPerPodContainer: a.cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: a.cfg.ContainerLogMaxSize, MaxFiles: a.cfg.ContainerLogMaxFiles}, clk, log)

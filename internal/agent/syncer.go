@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/podruntime"
 	"github.com/nodelet/nodelet/internal/podworker"
@@ -14,24 +15,30 @@ import (
 
 // podSyncer adapts the runtime manager to the pod workers' Syncer.
 type podSyncer struct {
-	rt     *podruntime.Manager
-	status *statusStore
+	rt    *podruntime.Manager
+	clock clock.PassiveClock
+	// requeue asks the pod workers to sync a pod again after a delay.
+	requeue func(uid types.UID, after time.Duration)
 }
 
-func (s podSyncer) SyncPod(ctx context.Context, _ podworker.UpdateType, pod *v1.Pod) (bool, error) {
+func (s *podSyncer) SyncPod(ctx context.Context, _ podworker.UpdateType, pod *v1.Pod) (bool, error) {
 	st, err := s.rt.SyncPod(ctx, pod)
 	terminal := st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed
 	if terminal {
 		return true, nil
 	}
+	// Sync again when activeDeadlineSeconds runs out, not at the next resync.
+	if left, ok := podruntime.DeadlineRemaining(pod, st, s.clock.Now()); ok && s.requeue != nil {
+		s.requeue(pod.UID, max(left, 0)+time.Second)
+	}
 	return false, err
 }
 
-func (s podSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
+func (s *podSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
 	return s.rt.SyncTerminatingPod(ctx, pod, grace)
 }
 
-func (s podSyncer) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
+func (s *podSyncer) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
 	s.rt.Forget(pod)
 	return nil
 }

@@ -46,43 +46,44 @@ type pullError struct{ waiting plan.Waiting }
 
 func (e *pullError) Error() string { return e.waiting.Reason + ": " + e.waiting.Message }
 
-// ensure returns the image ID for c, pulling it when the pull policy asks.
-func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error) {
+// ensure returns the image ID for c, pulling it when the pull policy asks,
+// and whether it pulled.
+func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig) (string, bool, error) {
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	if c.ImagePullPolicy != v1.PullAlways {
 		st, err := p.rt.ImageStatus(ctx, spec)
 		if err != nil {
-			return "", fmt.Errorf("look up image %q: %w", c.Image, err)
+			return "", false, fmt.Errorf("look up image %q: %w", c.Image, err)
 		}
 		if st.GetImage() != nil {
-			return st.GetImage().GetId(), nil
+			return st.GetImage().GetId(), false, nil
 		}
 		if c.ImagePullPolicy == v1.PullNever {
-			return "", &pullError{plan.Waiting{Reason: "ErrImageNeverPull",
+			return "", false, &pullError{plan.Waiting{Reason: "ErrImageNeverPull",
 				Message: fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)}}
 		}
 	}
 	if b, held := p.heldBack(c.Image); held {
-		return "", &pullError{plan.Waiting{Reason: "ImagePullBackOff",
+		return "", false, &pullError{plan.Waiting{Reason: "ImagePullBackOff",
 			Message: fmt.Sprintf("Back-off pulling image %q: %s", c.Image, b.err), Until: b.until}}
 	}
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return "", false, ctx.Err()
 	}
 	ref, err := p.rt.PullImage(ctx, spec, nil, sandboxCfg)
 	<-p.sem
 	if err != nil {
 		if ctx.Err() != nil {
-			return "", err
+			return "", false, err
 		}
 		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
 		p.failed(c.Image, msg)
-		return "", &pullError{plan.Waiting{Reason: "ErrImagePull", Message: msg}}
+		return "", false, &pullError{plan.Waiting{Reason: "ErrImagePull", Message: msg}}
 	}
 	p.succeeded(c.Image)
-	return ref, nil
+	return ref, true, nil
 }
 
 func (p *imagePuller) heldBack(image string) (pullBackoff, bool) {

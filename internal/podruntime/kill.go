@@ -16,16 +16,18 @@ import (
 // with the grace period (SIGTERM, SIGKILL when it runs out), then its
 // sandboxes. A terminal pod keeps its last status.
 func (m *Manager) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
-	return m.killPod(ctx, pod.UID, pod.Name, pod.Namespace, &grace)
+	return m.killPod(ctx, pod, pod.UID, pod.Name, pod.Namespace, &grace)
 }
 
 // KillPod stops a pod nodelet has no spec for (an orphan found in the
 // runtime), giving each container the grace period recorded on it.
 func (m *Manager) KillPod(ctx context.Context, uid types.UID, name, namespace string) error {
-	return m.killPod(ctx, uid, name, namespace, nil)
+	return m.killPod(ctx, nil, uid, name, namespace, nil)
 }
 
-func (m *Manager) killPod(ctx context.Context, uid types.UID, name, namespace string, grace *time.Duration) error {
+// killPod stops the pod's running containers (with pod's hooks and order
+// when its spec is known), then its sandboxes.
+func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid types.UID, name, namespace string, grace *time.Duration) error {
 	log := m.log.With("pod", namespace+"/"+name, "podUID", uid)
 	obs, err := m.Observe(ctx, uid, name, namespace)
 	if err != nil {
@@ -39,7 +41,7 @@ func (m *Manager) killPod(ctx context.Context, uid types.UID, name, namespace st
 		}
 		kills = append(kills, plan.Kill{ID: c.ID, Name: c.Name, Reason: "Killing", Message: "stopping pod", GracePeriod: g})
 	}
-	if err := m.killContainers(ctx, kills, log); err != nil {
+	if err := m.killContainers(ctx, pod, firstIP(obs), kills, log); err != nil {
 		return err
 	}
 	return m.stopSandboxes(ctx, obs, log)
@@ -53,4 +55,11 @@ func (m *Manager) RunningPods(ctx context.Context) (map[types.UID]*observed.PodS
 		return nil, fmt.Errorf("list pods in the runtime: %w", err)
 	}
 	return pods, nil
+}
+
+func firstIP(obs *observed.PodStatus) string {
+	if len(obs.IPs) == 0 {
+		return ""
+	}
+	return obs.IPs[0]
 }

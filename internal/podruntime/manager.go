@@ -31,6 +31,7 @@ type Runtime interface {
 	RemoveContainer(ctx context.Context, id string) error
 	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
 	ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatusResponse, error)
+	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error)
 	ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec) (*runtimeapi.ImageStatusResponse, error)
 	PullImage(ctx context.Context, image *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
 }
@@ -48,6 +49,20 @@ type StatusSink interface {
 	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
 }
 
+// Recorder records pod events with the kubelet's reasons.
+type Recorder interface {
+	Event(pod *v1.Pod, eventType, reason, message string)
+}
+
+// Deps are the manager's collaborators; all but Clock and Log may be nil.
+type Deps struct {
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Probes   ProbeResults
+	Status   StatusSink
+	Recorder Recorder
+}
+
 // Options tune the manager.
 type Options struct {
 	// PodLogsDir is where container logs go (/var/log/pods).
@@ -63,12 +78,13 @@ type Options struct {
 
 // Manager creates, restarts and removes pods in the runtime.
 type Manager struct {
-	rt     Runtime
-	opts   Options
-	clock  clock.Clock
-	log    *slog.Logger
-	probes ProbeResults
-	status StatusSink
+	rt       Runtime
+	opts     Options
+	clock    clock.Clock
+	log      *slog.Logger
+	probes   ProbeResults
+	status   StatusSink
+	recorder Recorder
 
 	pulls *imagePuller
 
@@ -76,8 +92,9 @@ type Manager struct {
 	previous map[types.UID]*v1.PodStatus // last status generated per pod
 }
 
-// New returns a Manager. probes and status may be nil.
-func New(rt Runtime, opts Options, clk clock.Clock, log *slog.Logger, probes ProbeResults, status StatusSink) *Manager {
+// New returns a Manager.
+func New(rt Runtime, opts Options, deps Deps) *Manager {
+	clk, log := deps.Clock, deps.Log
 	if opts.PodLogsDir == "" {
 		opts.PodLogsDir = "/var/log/pods"
 	}
@@ -93,9 +110,17 @@ func New(rt Runtime, opts Options, clk clock.Clock, log *slog.Logger, probes Pro
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	recorder := deps.Recorder
+	if recorder == nil {
+		recorder = nopRecorder{}
+	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: probes, status: status,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		previous: map[types.UID]*v1.PodStatus{},
 	}
 }
+
+type nopRecorder struct{}
+
+func (nopRecorder) Event(*v1.Pod, string, string, string) {}

@@ -32,7 +32,7 @@ func newFixture(t *testing.T) *fixture {
 	f.is.SetFakeImageSize(1)
 	log := slog.New(slog.DiscardHandler)
 	c := cri.New(f.rs, f.is, "fake", cri.DefaultTimeouts(), log)
-	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, f.clock, log, nil, nil)
+	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: f.clock, Log: log})
 	return f
 }
 

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -31,6 +31,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 	if err != nil {
 		return v1.PodStatus{}, err
 	}
+	if exceeded := m.deadlineExceeded(pod); exceeded != nil {
+		return m.failPod(ctx, pod, obs, exceeded, log)
+	}
 	actions := plan.Compute(plan.Input{
 		Pod: pod, Status: obs, Now: m.clock.Now(),
 		LivenessFailed: m.livenessFailures(obs), StartupDone: m.startupDone(obs),
@@ -41,6 +44,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 	waiting := map[string]plan.Waiting{}
 	for name, w := range actions.Waiting {
 		waiting[name] = w
+		if w.Reason == "CrashLoopBackOff" {
+			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
+		}
 	}
 	execErr := m.execute(ctx, pod, obs, actions, waiting, log)
 	if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
@@ -58,7 +64,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 // the kubelet's reason.
 func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions, waiting map[string]plan.Waiting, log *slog.Logger) error {
 	// Step 1-2: kills.
-	if err := m.killContainers(ctx, actions.ContainersToKill, log); err != nil {
+	if err := m.killContainers(ctx, pod, firstIP(obs), actions.ContainersToKill, log); err != nil {
 		return err
 	}
 	if actions.KillPod {
@@ -75,6 +81,7 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	if actions.CreateSandbox {
 		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, "")
 		if err != nil {
+			m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 			return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		sandboxID = id
@@ -83,64 +90,116 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	if sandboxID == "" {
 		return nil
 	}
+	podIP := firstIP(obs)
+	if actions.CreateSandbox {
+		podIP, _ = m.sandboxIP(ctx, sandboxID)
+	}
+	start := func(c *v1.Container, s plan.Start) error {
+		return m.startContainer(ctx, startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP}, waiting, log)
+	}
 	// Step 4: init containers, in order; the first failure stops the rest.
 	for _, s := range actions.InitContainersToStart {
-		if err := m.startContainer(ctx, pod, &pod.Spec.InitContainers[s.Index], s, sandboxID, sandboxCfg, waiting, log); err != nil {
+		if err := start(&pod.Spec.InitContainers[s.Index], s); err != nil {
 			return err
 		}
 	}
 	// Step 5: containers; one failing does not hold back the others.
 	var errs []error
 	for _, s := range actions.ContainersToStart {
-		errs = append(errs, m.startContainer(ctx, pod, &pod.Spec.Containers[s.Index], s, sandboxID, sandboxCfg, waiting, log))
+		errs = append(errs, start(&pod.Spec.Containers[s.Index], s))
 	}
 	return errors.Join(errs...)
 }
 
-// startContainer pulls, creates and starts one container.
-func (m *Manager) startContainer(ctx context.Context, pod *v1.Pod, c *v1.Container, s plan.Start, sandboxID string,
-	sandboxCfg *runtimeapi.PodSandboxConfig, waiting map[string]plan.Waiting, log *slog.Logger) error {
-	imageRef, err := m.pulls.ensure(ctx, c, sandboxCfg)
+// startArgs are what starting one container needs.
+type startArgs struct {
+	pod        *v1.Pod
+	c          *v1.Container
+	s          plan.Start
+	sandboxID  string
+	sandboxCfg *runtimeapi.PodSandboxConfig
+	podIP      string
+}
+
+// startContainer pulls, creates and starts one container, then runs its
+// postStart hook; a failed hook kills the container (it restarts per
+// policy).
+func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[string]plan.Waiting, log *slog.Logger) error {
+	pod, c := a.pod, a.c
+	imageRef, pulled, err := m.pulls.ensure(ctx, c, a.sandboxCfg)
 	var pe *pullError
 	if errors.As(err, &pe) {
 		waiting[c.Name] = pe.waiting
+		m.pullEvent(pod, c, pe)
 		log.Warn("image not available", "container", c.Name, "reason", pe.waiting.Reason, "message", pe.waiting.Message)
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	if err != nil {
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
-	cfg := containerConfig(pod, c, imageRef, s.RestartCount, s.BackoffStep)
-	id, err := m.rt.CreateContainer(ctx, sandboxID, cfg, sandboxCfg)
+	if pulled {
+		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", c.Image))
+	} else {
+		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
+	}
+	cfg := containerConfig(pod, c, imageRef, a.s.RestartCount, a.s.BackoffStep)
+	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}
+		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("create container %q: %w", c.Name, err)
 	}
+	m.recorder.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	if err := m.rt.StartContainer(ctx, id); err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "RunContainerError", Message: err.Error()}
+		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("start container %q: %w", c.Name, err)
 	}
-	log.Info("container started", "container", c.Name, "containerID", id, "restartCount", s.RestartCount, "reason", s.Reason)
+	m.recorder.Event(pod, v1.EventTypeNormal, "Started", "Started container "+c.Name)
+	log.Info("container started", "container", c.Name, "containerID", id, "restartCount", a.s.RestartCount, "reason", a.s.Reason)
+	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
+		return m.postStart(ctx, a, id, log)
+	}
 	return nil
 }
 
-// killContainers stops containers in parallel, each with its grace period.
-func (m *Manager) killContainers(ctx context.Context, kills []plan.Kill, log *slog.Logger) error {
-	errs := make([]error, len(kills))
-	var wg sync.WaitGroup
-	for i, k := range kills {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			log.Info("killing container", "container", k.Name, "containerID", k.ID, "reason", k.Reason, "message", k.Message, "gracePeriod", k.GracePeriod)
-			if err := m.rt.StopContainer(ctx, k.ID, k.GracePeriod); err != nil {
-				errs[i] = fmt.Errorf("stop container %q (%s): %w", k.Name, k.ID, err)
-			}
-		}()
+// postStart runs the hook; on failure the container is killed with the
+// kubelet's FailedPostStartHook event and restarts per policy.
+func (m *Manager) postStart(ctx context.Context, a startArgs, id string, log *slog.Logger) error {
+	hookCtx, cancel := context.WithTimeout(ctx, hookTimeout)
+	err := m.runHook(hookCtx, a.c.Lifecycle.PostStart, id, a.c, a.podIP)
+	cancel()
+	if err == nil {
+		return nil
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	msg := fmt.Sprintf("PostStartHook failed: %v", err)
+	m.recorder.Event(a.pod, v1.EventTypeWarning, "FailedPostStartHook", msg)
+	log.Warn("postStart hook failed; killing the container", "container", a.c.Name, "err", err)
+	kill := plan.Kill{ID: id, Name: a.c.Name, Reason: "FailedPostStartHook", Message: msg, GracePeriod: gracePeriod(a.pod)}
+	if kerr := m.killContainer(ctx, a.pod, a.podIP, kill, log); kerr != nil {
+		return errors.Join(fmt.Errorf("postStart hook of %q: %w", a.c.Name, err), kerr)
+	}
+	return fmt.Errorf("postStart hook of %q: %w", a.c.Name, err)
 }
+
+func (m *Manager) pullEvent(pod *v1.Pod, c *v1.Container, pe *pullError) {
+	switch pe.waiting.Reason {
+	case "ImagePullBackOff":
+		m.recorder.Event(pod, v1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", c.Image))
+	default:
+		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", pe.waiting.Message)
+		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+pe.waiting.Reason)
+	}
+}
+
+func gracePeriod(pod *v1.Pod) time.Duration {
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return time.Duration(v1.DefaultTerminationGracePeriodSeconds) * time.Second
+}
+
+func podRef(pod *v1.Pod) string { return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID) }
 
 // stopSandboxes stops every ready sandbox of the pod.
 func (m *Manager) stopSandboxes(ctx context.Context, obs *observed.PodStatus, log *slog.Logger) error {

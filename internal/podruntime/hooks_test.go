@@ -1,0 +1,198 @@
+package podruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	critest "k8s.io/cri-api/pkg/apis/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/cri"
+)
+
+// stopRecorder records the order in which containers are stopped.
+type stopRecorder struct {
+	*cri.Client
+	mu      sync.Mutex
+	stopped []string
+	names   map[string]string // container ID -> name
+}
+
+func (s *stopRecorder) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
+	s.mu.Lock()
+	s.stopped = append(s.stopped, "exec:"+s.names[id])
+	s.mu.Unlock()
+	return s.Client.ExecSync(ctx, id, cmd, timeout)
+}
+
+func (s *stopRecorder) StopContainer(ctx context.Context, id string, grace time.Duration) error {
+	s.mu.Lock()
+	s.stopped = append(s.stopped, s.names[id])
+	s.mu.Unlock()
+	return s.Client.StopContainer(ctx, id, grace)
+}
+
+// eventLog is a Recorder that keeps "Type Reason: message" lines.
+type eventLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (e *eventLog) Event(_ *v1.Pod, eventType, reason, message string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, fmt.Sprintf("%s %s: %s", eventType, reason, message))
+}
+
+func (e *eventLog) has(prefix string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ev := range e.events {
+		if strings.HasPrefix(ev, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func newHookFixture(t *testing.T) (*Manager, *critest.FakeRuntimeService, *stopRecorder, *eventLog, *clocktesting.FakeClock) {
+	rs, is := critest.NewFakeRuntimeService(), critest.NewFakeImageService()
+	is.SetFakeImageSize(1)
+	log := slog.New(slog.DiscardHandler)
+	rec := &stopRecorder{Client: cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), names: map[string]string{}}
+	events := &eventLog{}
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	return New(rec, Options{}, Deps{Clock: clk, Log: log, Recorder: events}), rs, rec, events, clk
+}
+
+func hookPod() *v1.Pod {
+	always := v1.ContainerRestartPolicyAlways
+	grace := int64(10)
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "uid-p"},
+		Spec: v1.PodSpec{
+			RestartPolicy:                 v1.RestartPolicyAlways,
+			TerminationGracePeriodSeconds: &grace,
+			InitContainers: []v1.Container{
+				{Name: "side1", Image: "i:1", RestartPolicy: &always},
+				{Name: "side2", Image: "i:1", RestartPolicy: &always},
+			},
+			Containers: []v1.Container{
+				{Name: "app", Image: "i:1", Lifecycle: &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"drain"}}}}},
+				{Name: "app2", Image: "i:1"},
+			},
+		},
+	}
+}
+
+// runUntilAllStarted syncs until every container of the pod runs (sidecars
+// start one per sync).
+func runUntilAllStarted(t *testing.T, m *Manager, rs *critest.FakeRuntimeService, rec *stopRecorder, pod *v1.Pod) {
+	t.Helper()
+	for i := 0; i < 5; i++ {
+		if _, err := m.SyncPod(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs.Lock()
+	defer rs.Unlock()
+	for id, c := range rs.Containers {
+		rec.names[id] = c.Metadata.Name
+	}
+	if len(rs.Containers) != 4 {
+		t.Fatalf("%d containers after syncing, want 4", len(rs.Containers))
+	}
+}
+
+// Termination stops regular containers first (running their preStop hooks
+// before the stop), then sidecars in reverse order.
+func TestTerminationOrderAndPreStop(t *testing.T) {
+	m, rs, rec, events, _ := newHookFixture(t)
+	pod := hookPod()
+	runUntilAllStarted(t, m, rs, rec, pod)
+	rs.Lock()
+	rs.Called = nil
+	rs.Unlock()
+	if err := m.SyncTerminatingPod(context.Background(), pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(rec.stopped, ",")
+	// app's preStop runs before app stops; app2 stops in parallel.
+	if got != "exec:app,app,app2,side2,side1" && got != "exec:app,app2,app,side2,side1" && got != "app2,exec:app,app,side2,side1" {
+		t.Errorf("order %s, want app's preStop before app, the app containers, then side2, then side1", got)
+	}
+	if !events.has("Normal Killing: Stopping container app") {
+		t.Errorf("events %v", events.events)
+	}
+}
+
+// A failing preStop hook is reported and the container is stopped anyway.
+func TestFailedPreStopStillStops(t *testing.T) {
+	m, rs, rec, events, _ := newHookFixture(t)
+	pod := hookPod()
+	runUntilAllStarted(t, m, rs, rec, pod)
+	rs.InjectError("ExecSync", errors.New("no such command"))
+	if err := m.SyncTerminatingPod(context.Background(), pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !events.has("Warning FailedPreStopHook") || len(rec.stopped) != 5 {
+		t.Errorf("events %v, stopped %v", events.events, rec.stopped)
+	}
+}
+
+// A failing postStart hook kills the container with FailedPostStartHook.
+func TestFailedPostStartKillsContainer(t *testing.T) {
+	m, rs, rec, events, _ := newHookFixture(t)
+	pod := hookPod()
+	pod.Spec.InitContainers = nil
+	pod.Spec.Containers = []v1.Container{{Name: "app", Image: "i:1",
+		Lifecycle: &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"false"}}}}}}
+	rs.InjectError("ExecSync", errors.New("exit 1"))
+	_, err := m.SyncPod(context.Background(), pod)
+	if err == nil || !strings.Contains(err.Error(), "postStart") {
+		t.Fatalf("err = %v", err)
+	}
+	// The container IDs are not named in this test: "exec:" is the hook,
+	// "" the stop that follows it.
+	if !events.has("Warning FailedPostStartHook") || strings.Join(rec.stopped, "|") != "exec:|" {
+		t.Errorf("events %v, stopped %v", events.events, rec.stopped)
+	}
+}
+
+// activeDeadlineSeconds fails the pod with DeadlineExceeded and stops it.
+func TestActiveDeadline(t *testing.T) {
+	m, rs, rec, events, clk := newHookFixture(t)
+	pod := hookPod()
+	pod.Spec.InitContainers = nil
+	pod.Spec.Containers = pod.Spec.Containers[1:]
+	deadline := int64(30)
+	pod.Spec.ActiveDeadlineSeconds = &deadline
+	st, err := m.SyncPod(context.Background(), pod)
+	if err != nil || st.Phase != v1.PodRunning {
+		t.Fatalf("phase %s err %v", st.Phase, err)
+	}
+	if left, ok := DeadlineRemaining(pod, st, clk.Now()); !ok || left != 30*time.Second {
+		t.Errorf("remaining %v %v", left, ok)
+	}
+	rs.Lock()
+	for id, c := range rs.Containers {
+		rec.names[id] = c.Metadata.Name
+	}
+	rs.Unlock()
+	clk.Step(31 * time.Second)
+	st, err = m.SyncPod(context.Background(), pod)
+	if err != nil || st.Phase != v1.PodFailed || st.Reason != "DeadlineExceeded" {
+		t.Fatalf("phase %s reason %s err %v", st.Phase, st.Reason, err)
+	}
+	if len(rec.stopped) != 1 || !events.has("Warning DeadlineExceeded") {
+		t.Errorf("stopped %v events %v", rec.stopped, events.events)
+	}
+}

@@ -1,0 +1,125 @@
+package podruntime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/plan"
+)
+
+// minGracePeriod is the least a container gets after its preStop hook, as
+// the kubelet's minimumGracePeriodInSeconds.
+const minGracePeriod = 2 * time.Second
+
+// killContainers stops containers as the kubelet does: regular containers
+// in parallel, then sidecars (init containers with restartPolicy Always)
+// one by one in reverse order, so that they outlive what they serve. Each
+// gets its preStop hook first, and the hook's time counts against its grace
+// period. pod may be nil for pods nodelet no longer has a spec for.
+func (m *Manager) killContainers(ctx context.Context, pod *v1.Pod, podIP string, kills []plan.Kill, log *slog.Logger) error {
+	regular, sidecars := splitKills(pod, kills)
+	errs := make([]error, len(regular))
+	var wg sync.WaitGroup
+	for i, k := range regular {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.killContainer(ctx, pod, podIP, k, log)
+		}()
+	}
+	wg.Wait()
+	for _, k := range sidecars {
+		errs = append(errs, m.killContainer(ctx, pod, podIP, k, log))
+	}
+	return errors.Join(errs...)
+}
+
+// splitKills separates sidecar kills (in reverse spec order) from the rest.
+func splitKills(pod *v1.Pod, kills []plan.Kill) (regular, sidecars []plan.Kill) {
+	order := map[string]int{}
+	if pod != nil {
+		for i, c := range pod.Spec.InitContainers {
+			if isSidecar(&c) {
+				order[c.Name] = i + 1
+			}
+		}
+	}
+	for _, k := range kills {
+		if order[k.Name] > 0 {
+			sidecars = append(sidecars, k)
+		} else {
+			regular = append(regular, k)
+		}
+	}
+	sortByOrder(sidecars, order)
+	return regular, sidecars
+}
+
+// sortByOrder sorts kills by descending spec position: the last sidecar
+// started is the first stopped.
+func sortByOrder(kills []plan.Kill, order map[string]int) {
+	for i := 1; i < len(kills); i++ {
+		for j := i; j > 0 && order[kills[j].Name] > order[kills[j-1].Name]; j-- {
+			kills[j], kills[j-1] = kills[j-1], kills[j]
+		}
+	}
+}
+
+func isSidecar(c *v1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+}
+
+// killContainer runs the container's preStop hook, then stops it with what
+// is left of its grace period.
+func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, podIP string, k plan.Kill, log *slog.Logger) error {
+	spec := specContainer(pod, k.Name)
+	if pod != nil {
+		msg := k.Message
+		if msg == "" || k.Reason == "Killing" {
+			msg = "Stopping container " + k.Name
+		}
+		m.recorder.Event(pod, v1.EventTypeNormal, "Killing", msg)
+	}
+	grace := k.GracePeriod
+	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil {
+		start := m.clock.Now()
+		hookCtx, cancel := context.WithTimeout(ctx, grace)
+		err := m.runHook(hookCtx, spec.Lifecycle.PreStop, k.ID, spec, podIP)
+		cancel()
+		if err != nil {
+			msg := fmt.Sprintf("PreStopHook failed: %v", err)
+			m.recorder.Event(pod, v1.EventTypeWarning, "FailedPreStopHook", msg)
+			log.Warn("preStop hook failed", "container", k.Name, "err", err)
+		}
+		grace = max(grace-m.clock.Since(start), minGracePeriod)
+	}
+	log.Info("killing container", "container", k.Name, "containerID", k.ID, "reason", k.Reason, "message", k.Message, "gracePeriod", grace)
+	if err := m.rt.StopContainer(ctx, k.ID, grace); err != nil {
+		return fmt.Errorf("stop container %q (%s): %w", k.Name, k.ID, err)
+	}
+	return nil
+}
+
+// specContainer finds a container of the pod's spec by name.
+func specContainer(pod *v1.Pod, name string) *v1.Container {
+	if pod == nil {
+		return nil
+	}
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	return nil
+}
