@@ -80,11 +80,7 @@ func isSidecar(c *v1.Container) bool {
 func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, podIP string, k plan.Kill, log *slog.Logger) error {
 	spec := specContainer(pod, k.Name)
 	if pod != nil {
-		msg := k.Message
-		if msg == "" || k.Reason == "Killing" {
-			msg = "Stopping container " + k.Name
-		}
-		m.recorder.Event(pod, v1.EventTypeNormal, "Killing", msg)
+		m.recorder.Event(pod, v1.EventTypeNormal, "Killing", killMessage(k))
 	}
 	grace := k.GracePeriod
 	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil {
@@ -122,4 +118,17 @@ func specContainer(pod *v1.Pod, name string) *v1.Container {
 		}
 	}
 	return nil
+}
+
+// killMessage is the kubelet's Killing event message for a kill reason.
+func killMessage(k plan.Kill) string {
+	switch k.Reason {
+	case plan.ReasonLivenessProbe:
+		return fmt.Sprintf("Container %s failed liveness probe, will be restarted", k.Name)
+	case plan.ReasonStartupProbe:
+		return fmt.Sprintf("Container %s failed startup probe, will be restarted", k.Name)
+	case plan.ReasonSpecChanged:
+		return fmt.Sprintf("Container %s definition changed, will be restarted", k.Name)
+	}
+	return "Stopping container " + k.Name
 }
