@@ -1,0 +1,365 @@
+package prober
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodelet/nodelet/internal/cri"
+)
+
+// outcome is what one probe run found (the kubelet's probe.Result; an
+// error takes the place of Unknown).
+type outcome int
+
+const (
+	outcomeSuccess outcome = iota
+	outcomeWarning         // success, with something worth an event
+	outcomeFailure
+)
+
+// maxOutput bounds what is kept of a probe's output (exec output, HTTP
+// body), as the kubelet does: 10 KiB.
+const maxOutput = 10 << 10
+
+// userAgent is sent by HTTP probes unless the probe sets one: applications
+// recognise the kubelet's "kube-probe/<major>.<minor>".
+const userAgent = "kube-probe/1.37"
+
+// errNoPodIP is a probe error: no host to probe.
+var errNoPodIP = errors.New("pod has no IP to probe")
+
+// target is the instance a probe runs against.
+type target struct {
+	containerID string
+	host        string // the pod IP
+}
+
+// handler runs one kind of probe action. An error means the probe could
+// not be run at all (its result is thrown away); a failure is an outcome.
+type handler interface {
+	probe(ctx context.Context, t target, timeout time.Duration) (outcome, string, error)
+	close()
+}
+
+// newHandler returns the handler of spec's action for container c.
+func (m *Manager) newHandler(spec *v1.Probe, c *v1.Container) handler {
+	ctr := *c
+	switch {
+	case spec.Exec != nil:
+		return execHandler{exec: m.exec, cmd: expandCommand(spec.Exec.Command, c.Env)}
+	case spec.HTTPGet != nil:
+		return newHTTPHandler(*spec.HTTPGet, &ctr, seconds(spec.TimeoutSeconds, defaultTimeout))
+	case spec.TCPSocket != nil:
+		return tcpHandler{action: *spec.TCPSocket, container: &ctr}
+	case spec.GRPC != nil:
+		service := ""
+		if spec.GRPC.Service != nil {
+			service = *spec.GRPC.Service
+		}
+		return grpcHandler{check: m.grpc, port: int(spec.GRPC.Port), service: service}
+	}
+	return missingHandler{}
+}
+
+type missingHandler struct{}
+
+func (missingHandler) probe(context.Context, target, time.Duration) (outcome, string, error) {
+	return outcomeFailure, "", errors.New("probe has no handler (exec, httpGet, tcpSocket or grpc)")
+}
+
+func (missingHandler) close() {}
+
+// execHandler runs a command in the container through the CRI.
+type execHandler struct {
+	exec ExecRunner
+	cmd  []string
+}
+
+func (h execHandler) probe(ctx context.Context, t target, timeout time.Duration) (outcome, string, error) {
+	if h.exec == nil {
+		return outcomeFailure, "", errors.New("exec probes are not supported: no exec runner")
+	}
+	stdout, stderr, code, err := h.exec.ExecSync(ctx, t.containerID, h.cmd, timeout)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || cri.IsDeadlineExceeded(err) {
+			// The kubelet counts a timed-out command as a failure.
+			return outcomeFailure, fmt.Sprintf("command %q timed out", strings.Join(h.cmd, " ")), nil
+		}
+		return outcomeFailure, "", fmt.Errorf("exec in container %s: %w", t.containerID, err)
+	}
+	out := limit(append(bytes.Clone(stdout), stderr...))
+	if code != 0 {
+		return outcomeFailure, out, nil
+	}
+	return outcomeSuccess, out, nil
+}
+
+func (execHandler) close() {}
+
+func limit(b []byte) string {
+	if len(b) > maxOutput {
+		b = b[:maxOutput]
+	}
+	return string(b)
+}
+
+// expandCommand expands $(VAR) references to the container's environment
+// in cmd, as the kubelet's ExpandContainerCommandOnlyStatic: only the
+// literal values of env count (a variable set from a source is empty),
+// "$$" stands for "$", and an unknown or unterminated reference stays as
+// written.
+func expandCommand(cmd []string, env []v1.EnvVar) []string {
+	if len(cmd) == 0 {
+		return cmd
+	}
+	vars := make(map[string]string, len(env))
+	for _, e := range env {
+		vars[e.Name] = e.Value
+	}
+	out := make([]string, len(cmd))
+	for i, s := range cmd {
+		out[i] = expand(s, vars)
+	}
+	return out
+}
+
+func expand(s string, vars map[string]string) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			ref := s[i : i+3+end] // "$(NAME)"
+			if v, ok := vars[ref[2:len(ref)-1]]; ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(ref)
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// httpHandler runs an httpGet probe with a transport of its own that keeps
+// no connection alive (as the kubelet) and lingers at most a second on
+// close.
+type httpHandler struct {
+	action    v1.HTTPGetAction
+	container *v1.Container
+	transport *http.Transport
+	client    *http.Client
+}
+
+func newHTTPHandler(action v1.HTTPGetAction, c *v1.Container, timeout time.Duration) *httpHandler {
+	tr := &http.Transport{
+		DialContext:       probeDialer().DialContext,
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, // probes never verify, as the kubelet
+		DisableKeepAlives: true,
+		ForceAttemptHTTP2: true,
+	}
+	return &httpHandler{
+		action: action, container: c, transport: tr,
+		client: &http.Client{Transport: tr, Timeout: timeout, CheckRedirect: checkRedirect},
+	}
+}
+
+// checkRedirect follows redirects to the same host only, at most 10; a
+// redirect elsewhere ends the probe with the redirect response itself (a
+// success with a warning).
+func checkRedirect(req *http.Request, via []*http.Request) error {
+	if req.URL.Hostname() != via[0].URL.Hostname() {
+		return http.ErrUseLastResponse
+	}
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	return nil
+}
+
+func (h *httpHandler) probe(ctx context.Context, t target, _ time.Duration) (outcome, string, error) {
+	req, err := h.request(ctx, t.host)
+	if err != nil {
+		return outcomeFailure, "", err
+	}
+	res, err := h.client.Do(req)
+	if err != nil {
+		return outcomeFailure, err.Error(), nil
+	}
+	defer func() { _ = res.Body.Close() }()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxOutput))
+	if err != nil {
+		return outcomeFailure, "", fmt.Errorf("read response body from %s: %w", req.URL.Redacted(), err)
+	}
+	switch {
+	case res.StatusCode >= http.StatusOK && res.StatusCode < http.StatusMultipleChoices:
+		return outcomeSuccess, string(b), nil
+	case res.StatusCode >= http.StatusMultipleChoices && res.StatusCode < http.StatusBadRequest:
+		return outcomeWarning, "Probe terminated redirects, Response body: " + string(b), nil
+	}
+	// The kubelet keeps the body out of the failure message (it ends up
+	// in events).
+	return outcomeFailure, fmt.Sprintf("HTTP probe failed with statuscode: %d", res.StatusCode), nil
+}
+
+// request builds the probe's GET request (the kubelet's
+// NewRequestForHTTPGetAction).
+func (h *httpHandler) request(ctx context.Context, podIP string) (*http.Request, error) {
+	scheme := strings.ToLower(string(h.action.Scheme))
+	if scheme == "" {
+		scheme = "http"
+	}
+	host := h.action.Host
+	if host == "" {
+		host = podIP
+	}
+	if host == "" {
+		return nil, errNoPodIP
+	}
+	port, err := resolvePort(h.action.Port, h.container)
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(h.action.Path)
+	if err != nil {
+		u = &url.URL{Path: h.action.Path} // as the kubelet: too late to reject it
+	}
+	u.Scheme, u.Host = scheme, net.JoinHostPort(host, strconv.Itoa(port))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, fmt.Errorf("http probe request: %w", err)
+	}
+	headers := http.Header{}
+	for _, hd := range h.action.HTTPHeaders {
+		headers.Add(hd.Name, hd.Value)
+	}
+	if _, ok := headers["User-Agent"]; !ok {
+		headers.Set("User-Agent", userAgent)
+	}
+	if _, ok := headers["Accept"]; !ok {
+		headers.Set("Accept", "*/*")
+	} else if headers.Get("Accept") == "" {
+		headers.Del("Accept")
+	}
+	req.Header = headers
+	req.Host = headers.Get("Host")
+	return req, nil
+}
+
+func (h *httpHandler) close() { h.transport.CloseIdleConnections() }
+
+// tcpHandler opens a TCP connection and closes it.
+type tcpHandler struct {
+	action    v1.TCPSocketAction
+	container *v1.Container
+}
+
+func (h tcpHandler) probe(ctx context.Context, t target, timeout time.Duration) (outcome, string, error) {
+	port, err := resolvePort(h.action.Port, h.container)
+	if err != nil {
+		return outcomeFailure, "", err
+	}
+	host := h.action.Host
+	if host == "" {
+		host = t.host
+	}
+	if host == "" {
+		return outcomeFailure, "", errNoPodIP
+	}
+	d := probeDialer()
+	d.Timeout = timeout
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return outcomeFailure, err.Error(), nil
+	}
+	_ = conn.Close() // connected: that was the probe
+	return outcomeSuccess, "", nil
+}
+
+func (tcpHandler) close() {}
+
+// grpcHandler calls grpc.health.v1.Health/Check on the pod IP.
+type grpcHandler struct {
+	check   GRPCChecker
+	port    int
+	service string
+}
+
+func (h grpcHandler) probe(ctx context.Context, t target, timeout time.Duration) (outcome, string, error) {
+	if h.check == nil {
+		return outcomeFailure, "", errors.New("grpc probes are not supported: no gRPC checker")
+	}
+	if t.host == "" {
+		return outcomeFailure, "", errNoPodIP
+	}
+	serving, err := h.check.Check(ctx, net.JoinHostPort(t.host, strconv.Itoa(h.port)), h.service, timeout)
+	switch {
+	case err != nil:
+		// Any failure to check is a probe failure, as with grpc_health_probe.
+		return outcomeFailure, err.Error(), nil
+	case !serving:
+		return outcomeFailure, "service unhealthy (responded with a status other than SERVING)", nil
+	}
+	return outcomeSuccess, "service healthy", nil
+}
+
+func (grpcHandler) close() {}
+
+// resolvePort returns the port number of p, looking a name up in the
+// container's ports (a name that is not found may still be a number, as
+// the kubelet's ResolveContainerPort allows).
+func resolvePort(p intstr.IntOrString, c *v1.Container) (int, error) {
+	port := -1
+	switch p.Type {
+	case intstr.Int:
+		port = p.IntValue()
+	case intstr.String:
+		found := false
+		for _, cp := range c.Ports {
+			if cp.Name == p.StrVal {
+				port, found = int(cp.ContainerPort), true
+				break
+			}
+		}
+		if !found {
+			n, err := strconv.Atoi(p.StrVal)
+			if err != nil {
+				return 0, fmt.Errorf("port %q not found in container %s", p.StrVal, c.Name)
+			}
+			port = n
+		}
+	}
+	if port <= 0 || port > 65535 {
+		return 0, fmt.Errorf("invalid port number: %d", port)
+	}
+	return port, nil
+}
