@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/internal/podruntime"
 	"github.com/nodelet/nodelet/internal/podsource"
 	"github.com/nodelet/nodelet/internal/podworker"
+	"github.com/nodelet/nodelet/internal/prober"
 	"github.com/nodelet/nodelet/internal/syncloop"
 )
 
@@ -39,14 +40,21 @@ type pipeline struct {
 	gc       *gc.Collector
 	status   *statusStore
 	events   *events.Recorder
+	prober   *prober.Manager
 	registry *prometheus.Registry
 	log      *slog.Logger
+
+	// orphans are the pods being stopped in the background by
+	// housekeeping; background waits for those goroutines.
+	orphansMu  sync.Mutex
+	orphans    map[types.UID]bool
+	background sync.WaitGroup
 }
 
 // newPipeline wires the stages over rt. It starts nothing.
 func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	log, clk := a.deps.Log, a.deps.Clock
-	p := &pipeline{status: newStatusStore(log), registry: prometheus.NewRegistry(), log: log, rt: rt}
+	p := &pipeline{status: newStatusStore(log), registry: prometheus.NewRegistry(), log: log, rt: rt, orphans: map[types.UID]bool{}}
 	manifestErrors := podsource.NewManifestErrorsCounter(p.registry)
 	var names []string
 	if a.cfg.PodManifestPath != "" {
@@ -67,9 +75,11 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	}
 	p.config = podconfig.New(names, clk, log)
 	p.events = events.New(events.DefaultMax, clk, log)
+	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: p.registry, Recorder: p.events})
 	p.runtime = podruntime.New(rt, podruntime.Options{PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP},
-		podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events})
-	syncer := &podSyncer{rt: p.runtime, clock: clk}
+		podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober,
+			Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
+	syncer := &podSyncer{rt: p.runtime, clock: clk, prober: p.prober}
 	p.workers = podworker.New(syncer, clk, log, podworker.Options{ResyncInterval: a.cfg.SyncFrequency})
 	syncer.requeue = p.workers.RequeueAfter
 	p.pleg = pleg.New(p.runtime, a.cfg.PLEGRelistPeriod, clk, log)
@@ -78,7 +88,7 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	p.loop = syncloop.New(syncloop.Options{
 		SyncFrequency: a.cfg.SyncFrequency,
 		Node:          admission.Node{MaxPods: a.cfg.MaxPods, Allocatable: a.cfg.Allocatable},
-	}, clk, log, dispatcher{p.workers}, p.status, p.housekeeping, p.config.SourcesReady)
+	}, clk, log, dispatcher{workers: p.workers, prober: p.prober}, p.status, p.housekeeping, p.config.SourcesReady)
 	return p
 }
 
@@ -99,12 +109,14 @@ func (p *pipeline) run(ctx context.Context) {
 	// runtime streams them (then relisting every 5 minutes as a safety net).
 	goRun(func() { p.pleg.RunEvented(ctx, podruntime.EventWatcher{Stream: p.rt}, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.podActive) })
+	goRun(func() { p.prober.Run(ctx) })
 	config := make(chan syncloop.ConfigUpdate) // unbuffered: handed over one by one
 	goRun(func() { translateConfig(ctx, p.config.Updates(), config) })
 	plegUIDs := make(chan types.UID, 1) // one pending event; the PLEG itself buffers
 	goRun(func() { translatePLEG(ctx, p.pleg.Events(), plegUIDs) })
-	p.loop.Run(ctx, config, plegUIDs, nil)
+	p.loop.Run(ctx, config, plegUIDs, p.prober.Updates())
 	wg.Wait()
+	p.background.Wait()
 }
 
 // housekeeping, every 2 s once all sources have reported: pod workers
@@ -125,12 +137,33 @@ func (p *pipeline) housekeeping(ctx context.Context, desired map[types.UID]*v1.P
 		if want[uid] || p.workers.CouldHaveRunningContainers(uid) || !hasRunning(st) {
 			continue
 		}
-		p.log.Info("stopping pod no source defines", "pod", st.Namespace+"/"+st.Name, "podUID", uid)
+		p.killOrphan(ctx, uid, st)
+	}
+}
+
+// killOrphan stops, in the background, a pod found in the runtime that no
+// source defines, giving its containers their recorded grace periods; the
+// sync loop does not wait for it. One kill per pod at a time.
+func (p *pipeline) killOrphan(ctx context.Context, uid types.UID, st *observed.PodStatus) {
+	p.orphansMu.Lock()
+	defer p.orphansMu.Unlock()
+	if p.orphans[uid] {
+		return
+	}
+	p.orphans[uid] = true
+	name := st.Namespace + "/" + st.Name
+	p.log.Info("stopping pod no source defines", "pod", name, "podUID", uid)
+	p.background.Add(1)
+	go func() {
+		defer p.background.Done()
 		if err := p.runtime.KillPod(ctx, uid, st.Name, st.Namespace); err != nil && ctx.Err() == nil {
-			p.log.Error("stop orphaned pod", "pod", st.Namespace+"/"+st.Name, "err", err)
+			p.log.Error("stop orphaned pod", "pod", name, "err", err)
 		}
 		p.status.Forget(uid)
-	}
+		p.orphansMu.Lock()
+		delete(p.orphans, uid)
+		p.orphansMu.Unlock()
+	}()
 }
 
 // podActive tells garbage collection which pods may still run: before the
@@ -197,4 +230,20 @@ func hasRunning(st *observed.PodStatus) bool {
 		}
 	}
 	return len(st.Running()) > 0
+}
+
+// bindProbes tells the prober which container instance runs for each of
+// the pod's containers, and the pod IP its HTTP and TCP probes target.
+func bindProbes(pr *prober.Manager, pod *v1.Pod, obs *observed.PodStatus, nodeIP string) {
+	running := map[string]prober.RunningContainer{}
+	for _, c := range obs.Running() {
+		if _, seen := running[c.Name]; !seen { // newest first
+			running[c.Name] = prober.RunningContainer{ID: c.ID, StartedAt: c.StartedAt}
+		}
+	}
+	ip := nodeIP
+	if !pod.Spec.HostNetwork && len(obs.IPs) > 0 {
+		ip = obs.IPs[0]
+	}
+	pr.SetContainers(pod, ip, running)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/podruntime"
 	"github.com/nodelet/nodelet/internal/podworker"
+	"github.com/nodelet/nodelet/internal/prober"
 	"github.com/nodelet/nodelet/internal/syncloop"
 )
 
@@ -19,12 +20,14 @@ type podSyncer struct {
 	clock clock.PassiveClock
 	// requeue asks the pod workers to sync a pod again after a delay.
 	requeue func(uid types.UID, after time.Duration)
+	prober  *prober.Manager
 }
 
 func (s *podSyncer) SyncPod(ctx context.Context, _ podworker.UpdateType, pod *v1.Pod) (bool, error) {
 	st, err := s.rt.SyncPod(ctx, pod)
 	terminal := st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed
 	if terminal {
+		s.prober.RemovePod(pod)
 		return true, nil
 	}
 	// Sync again when activeDeadlineSeconds runs out, not at the next resync.
@@ -39,14 +42,22 @@ func (s *podSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace t
 }
 
 func (s *podSyncer) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
+	s.prober.RemovePod(pod)
 	s.rt.Forget(pod)
 	return nil
 }
 
-// dispatcher adapts the pod workers to the sync loop's Dispatcher.
-type dispatcher struct{ workers *podworker.Workers }
+// dispatcher adapts the pod workers to the sync loop's Dispatcher; the
+// prober learns of every pod the workers get.
+type dispatcher struct {
+	workers *podworker.Workers
+	prober  *prober.Manager
+}
 
 func (d dispatcher) Sync(pod *v1.Pod, kind syncloop.SyncKind) {
+	if kind == syncloop.SyncCreate || kind == syncloop.SyncUpdate {
+		d.prober.AddPod(pod)
+	}
 	t := podworker.SyncPodSync
 	switch kind {
 	case syncloop.SyncCreate:

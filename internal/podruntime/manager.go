@@ -16,6 +16,8 @@ import (
 	"k8s.io/utils/clock"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/observed"
 )
 
 // Runtime is what the manager needs of the CRI client.
@@ -61,6 +63,10 @@ type Deps struct {
 	Probes   ProbeResults
 	Status   StatusSink
 	Recorder Recorder
+	// Observed, when set, is told what runs of every pod right after each
+	// observation and before planning (the prober binds its workers to
+	// the running container instances with it).
+	Observed func(pod *v1.Pod, obs *observed.PodStatus)
 }
 
 // Options tune the manager.
@@ -85,6 +91,7 @@ type Manager struct {
 	probes   ProbeResults
 	status   StatusSink
 	recorder Recorder
+	observed func(*v1.Pod, *observed.PodStatus)
 
 	pulls *imagePuller
 
@@ -115,7 +122,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		previous: map[types.UID]*v1.PodStatus{},
 	}

@@ -31,6 +31,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 	if err != nil {
 		return v1.PodStatus{}, err
 	}
+	if m.observed != nil {
+		m.observed(pod, obs)
+	}
 	if exceeded := m.deadlineExceeded(pod); exceeded != nil {
 		return m.failPod(ctx, pod, obs, exceeded, log)
 	}
