@@ -1,0 +1,244 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// waitLog waits for a line of nodelet's log matching re.
+func waitLog(t *testing.T, n *nodeletProc, re string, timeout time.Duration) {
+	t.Helper()
+	r := regexp.MustCompile(re)
+	eventually(t, timeout, "log line "+re, func() error {
+		if !r.MatchString(n.stderr.String()) {
+			return fmt.Errorf("not logged")
+		}
+		return nil
+	})
+}
+
+// An exec liveness probe that starts failing restarts the container, and
+// the reason is recorded.
+func TestLivenessProbeRestarts(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "liveness")
+	writeManifest(t, dir, "live.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: live}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sh", "-c", "touch /tmp/healthy; sleep 3; rm /tmp/healthy; sleep 3600"]
+    livenessProbe:
+      exec: {command: ["cat", "/tmp/healthy"]}
+      periodSeconds: 1
+      failureThreshold: 2
+`)
+	eventually(t, 60*time.Second, "live restarted", func() error {
+		if got := len(instances(t, "live-e2e", "main")); got < 2 {
+			return fmt.Errorf("%d instances", got)
+		}
+		return nil
+	})
+	waitLog(t, n, `reason=Unhealthy message="Liveness probe failed`, 5*time.Second)
+	waitLog(t, n, `msg=event pod=default/live-e2e type=Normal reason=Killing message="Container main failed liveness probe`, 5*time.Second)
+}
+
+// An HTTP readiness probe against busybox httpd flips Ready both ways.
+func TestReadinessProbeFlips(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "readiness")
+	writeManifest(t, dir, "web.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: ready}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: busybox:1.35
+    command: ["sh", "-c", "mkdir -p /www && exec httpd -f -p 8080 -h /www"]
+    ports: [{name: http, containerPort: 8080}]
+    readinessProbe:
+      httpGet: {path: /ready.html, port: http}
+      periodSeconds: 1
+      failureThreshold: 1
+`)
+	ctx := context.Background()
+	var c *runtimeapi.Container
+	eventually(t, 60*time.Second, "web running", func() (err error) {
+		c, err = runningContainer(ctx, shared.rt, "ready-e2e", "web")
+		return err
+	})
+	waitLog(t, n, `msg="pod status" pod=default/ready-e2e phase=Running reason="" ready=false`, 20*time.Second)
+	exec := func(cmd ...string) {
+		if _, _, code, err := shared.rt.ExecSync(ctx, c.Id, cmd, 10*time.Second); err != nil || code != 0 {
+			t.Fatalf("exec %v: %d %v", cmd, code, err)
+		}
+	}
+	exec("sh", "-c", "echo ok > /www/ready.html")
+	waitLog(t, n, `msg="pod status" pod=default/ready-e2e phase=Running reason="" ready=true`, 20*time.Second)
+	before := strings.Count(n.stderr.String(), "ready=false")
+	exec("rm", "/www/ready.html")
+	eventually(t, 20*time.Second, "not ready again", func() error {
+		if strings.Count(n.stderr.String(), `pod=default/ready-e2e phase=Running reason="" ready=false`) <= before {
+			return fmt.Errorf("still ready")
+		}
+		return nil
+	})
+}
+
+// A startup probe holds the liveness probe back until it succeeds.
+func TestStartupProbeDelaysLiveness(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "startup")
+	writeManifest(t, dir, "slow.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: slow}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sh", "-c", "sleep 4; touch /tmp/up; sleep 3600"]
+    startupProbe:
+      exec: {command: ["test", "-f", "/tmp/up"]}
+      periodSeconds: 1
+      failureThreshold: 20
+    livenessProbe:
+      exec: {command: ["test", "-f", "/tmp/up"]}
+      periodSeconds: 1
+      failureThreshold: 1
+`)
+	waitLog(t, n, `msg="pod status" pod=default/slow-e2e phase=Running reason="" ready=true`, 60*time.Second)
+	time.Sleep(2 * time.Second) // liveness now runs, and passes
+	if got := len(instances(t, "slow-e2e", "main")); got != 1 {
+		t.Errorf("%d instances: liveness ran before the startup probe passed", got)
+	}
+}
+
+// preStop runs before the stop signal and the grace period is honoured;
+// the hook's output goes to the container's log through PID 1's stdout.
+func TestPreStopHookAndGrace(t *testing.T) {
+	_, dir, _ := lifecycleNodelet(t, "prestop")
+	writeManifest(t, dir, "hook.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: hook}
+spec:
+  terminationGracePeriodSeconds: 15
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sh", "-c", "trap 'echo got TERM; sleep 2; echo bye; exit 0' TERM; while true; do sleep 0.2; done"]
+    lifecycle:
+      preStop:
+        exec: {command: ["sh", "-c", "echo prestop ran > /proc/1/fd/1; sleep 1"]}
+`)
+	ctx := context.Background()
+	var c *runtimeapi.Container
+	eventually(t, 60*time.Second, "hook running", func() (err error) {
+		c, err = runningContainer(ctx, shared.rt, "hook-e2e", "main")
+		return err
+	})
+	os.Remove(filepath.Join(dir, "hook.yaml"))
+	eventually(t, 60*time.Second, "hook stopped", func() error {
+		st, err := shared.rt.ContainerStatus(ctx, c.Id)
+		if err != nil {
+			return err
+		}
+		if st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
+			return fmt.Errorf("state %v", st.GetStatus().GetState())
+		}
+		return nil
+	})
+	st, _ := shared.rt.ContainerStatus(ctx, c.Id)
+	if code := st.GetStatus().GetExitCode(); code != 0 {
+		t.Errorf("exit code %d, want 0: SIGTERM came and the trap had its time", code)
+	}
+	logs, _ := os.ReadFile(st.GetStatus().GetLogPath())
+	text := string(logs)
+	pre, term, bye := strings.Index(text, "prestop ran"), strings.Index(text, "got TERM"), strings.Index(text, "bye")
+	if pre < 0 || term < 0 || bye < 0 || !(pre < term && term < bye) {
+		t.Errorf("log order wrong (want prestop, TERM, bye):\n%s", text)
+	}
+}
+
+// Sidecars start in order before the app and stop after it, in reverse.
+func TestSidecarOrder(t *testing.T) {
+	_, dir, _ := lifecycleNodelet(t, "sidecar")
+	writeManifest(t, dir, "side.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: side}
+spec:
+  terminationGracePeriodSeconds: 5
+  initContainers:
+  - {name: proxy, image: "busybox:1.35", restartPolicy: Always, command: ["sh", "-c", "trap 'sleep 0.5; exit 0' TERM; while true; do sleep 0.1; done"]}
+  - {name: logger, image: "busybox:1.35", restartPolicy: Always, command: ["sh", "-c", "trap 'sleep 0.5; exit 0' TERM; while true; do sleep 0.1; done"]}
+  containers:
+  - {name: app, image: "busybox:1.35", command: ["sh", "-c", "trap 'sleep 0.5; exit 0' TERM; while true; do sleep 0.1; done"]}
+`)
+	ctx := context.Background()
+	ids := map[string]string{}
+	eventually(t, 60*time.Second, "all running", func() error {
+		for _, name := range []string{"proxy", "logger", "app"} {
+			c, err := runningContainer(ctx, shared.rt, "side-e2e", name)
+			if err != nil {
+				return err
+			}
+			ids[name] = c.Id
+		}
+		return nil
+	})
+	started := func(name string) int64 {
+		st, _ := shared.rt.ContainerStatus(ctx, ids[name])
+		return st.GetStatus().GetStartedAt()
+	}
+	if !(started("proxy") < started("logger") && started("logger") < started("app")) {
+		t.Errorf("start order wrong: proxy %d logger %d app %d", started("proxy"), started("logger"), started("app"))
+	}
+	os.Remove(filepath.Join(dir, "side.yaml"))
+	finished := map[string]int64{}
+	eventually(t, 60*time.Second, "all stopped", func() error {
+		for name, id := range ids {
+			st, err := shared.rt.ContainerStatus(ctx, id)
+			if err != nil || st.GetStatus().GetFinishedAt() == 0 {
+				return fmt.Errorf("%s not finished", name)
+			}
+			finished[name] = st.GetStatus().GetFinishedAt()
+		}
+		return nil
+	})
+	if !(finished["app"] < finished["logger"] && finished["logger"] < finished["proxy"]) {
+		t.Errorf("stop order wrong: app %d logger %d proxy %d", finished["app"], finished["logger"], finished["proxy"])
+	}
+}
+
+// activeDeadlineSeconds fails the pod with DeadlineExceeded and stops it.
+func TestActiveDeadlineSeconds(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "deadline")
+	writeManifest(t, dir, "dl.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: deadline}
+spec:
+  activeDeadlineSeconds: 3
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: main, image: "busybox:1.35", command: ["sleep", "3600"]}
+`)
+	waitPhase(t, n, "deadline-e2e", "Failed", 60*time.Second)
+	waitLog(t, n, `pod=default/deadline-e2e phase=Failed reason=DeadlineExceeded`, 5*time.Second)
+	eventually(t, 30*time.Second, "deadline pod stopped", func() error {
+		if _, err := runningContainer(context.Background(), shared.rt, "deadline-e2e", "main"); err == nil {
+			return fmt.Errorf("still running")
+		}
+		return nil
+	})
+}
