@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -241,4 +242,60 @@ spec:
 		}
 		return nil
 	})
+}
+
+// The image's STOPSIGNAL is what stops the container.
+func TestImageStopSignal(t *testing.T) {
+	base, err := shared.registryImage("docker.io/library/busybox:1.35")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, _ := base.ConfigFile()
+	cfg := cf.Config
+	cfg.StopSignal = "SIGUSR1"
+	img, err := mutate.Config(base, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ref = "docker.io/e2e/stopsignal:v1"
+	if _, err := shared.store.Put(ref, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := shared.registry.Publish(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+	_, dir, _ := lifecycleNodelet(t, "stopsignal")
+	// sh as PID 1 ignores SIGTERM: only the image's SIGUSR1 ends it with 0
+	// before the grace period runs out and SIGKILL (137) would.
+	writeManifest(t, dir, "sig.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: sig}
+spec:
+  terminationGracePeriodSeconds: 20
+  containers:
+  - name: main
+    image: `+ref+`
+    command: ["sh", "-c", "trap 'echo got USR1; exit 0' USR1; while true; do sleep 0.2; done"]
+`)
+	ctx := context.Background()
+	var c *runtimeapi.Container
+	eventually(t, 60*time.Second, "sig running", func() (err error) {
+		c, err = runningContainer(ctx, shared.rt, "sig-e2e", "main")
+		return err
+	})
+	os.Remove(filepath.Join(dir, "sig.yaml"))
+	start := time.Now()
+	eventually(t, 30*time.Second, "sig stopped", func() error {
+		st, err := shared.rt.ContainerStatus(ctx, c.Id)
+		if err != nil || st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
+			return fmt.Errorf("not exited (%v)", err)
+		}
+		if code := st.GetStatus().GetExitCode(); code != 0 {
+			t.Errorf("exit code %d, want 0 from the SIGUSR1 trap", code)
+		}
+		return nil
+	})
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("stop took %v: the stop signal was not the image's", took)
+	}
 }
