@@ -51,6 +51,13 @@ type Config struct {
 	Allocatable v1.ResourceList
 	// MaxPerPodContainer dead instances are kept per container (1).
 	MaxPerPodContainer int
+	// HealthzBindAddress:HealthzPort serves /healthz (0 disables).
+	HealthzBindAddress string
+	HealthzPort        int
+	// Address:ReadOnlyPort serves /healthz and /metrics without
+	// authentication (0, the default, disables it).
+	Address      string
+	ReadOnlyPort int
 	// ContainerLogMaxSize and ContainerLogMaxFiles rotate container logs.
 	ContainerLogMaxSize  int64
 	ContainerLogMaxFiles int
@@ -81,6 +88,9 @@ func DefaultConfig(rootDir string) Config {
 		SyncFrequency:        time.Minute,
 		PLEGRelistPeriod:     time.Second,
 		MaxPods:              110,
+		HealthzBindAddress:   "127.0.0.1",
+		HealthzPort:          10248,
+		Address:              "0.0.0.0",
 		MaxPerPodContainer:   1,
 		ContainerLogMaxSize:  10 << 20,
 		ContainerLogMaxFiles: 5,

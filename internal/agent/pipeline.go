@@ -3,12 +3,15 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,6 +26,7 @@ import (
 	"github.com/nodelet/nodelet/internal/podsource"
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/prober"
+	"github.com/nodelet/nodelet/internal/server"
 	"github.com/nodelet/nodelet/internal/syncloop"
 )
 
@@ -42,7 +46,11 @@ type pipeline struct {
 	events   *events.Recorder
 	prober   *prober.Manager
 	registry *prometheus.Registry
-	log      *slog.Logger
+	// probeRegistry holds the prober's metrics, served at /metrics/probes.
+	probeRegistry *prometheus.Registry
+	log           *slog.Logger
+	clock         clock.Clock
+	cfg           Config
 
 	// orphans are the pods being stopped in the background by
 	// housekeeping; background waits for those goroutines.
@@ -54,7 +62,7 @@ type pipeline struct {
 // newPipeline wires the stages over rt. It starts nothing.
 func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	log, clk := a.deps.Log, a.deps.Clock
-	p := &pipeline{status: newStatusStore(log), registry: prometheus.NewRegistry(), log: log, rt: rt, orphans: map[types.UID]bool{}}
+	p := &pipeline{status: newStatusStore(log), registry: prometheus.NewRegistry(), log: log, rt: rt, orphans: map[types.UID]bool{}, cfg: a.cfg, clock: clk}
 	manifestErrors := podsource.NewManifestErrorsCounter(p.registry)
 	var names []string
 	if a.cfg.PodManifestPath != "" {
@@ -75,7 +83,8 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	}
 	p.config = podconfig.New(names, clk, log)
 	p.events = events.New(events.DefaultMax, clk, log)
-	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: p.registry, Recorder: p.events})
+	p.probeRegistry = prometheus.NewRegistry()
+	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: p.probeRegistry, Recorder: p.events})
 	p.runtime = podruntime.New(rt, podruntime.Options{PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP},
 		podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober,
 			Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
@@ -110,6 +119,16 @@ func (p *pipeline) run(ctx context.Context) {
 	goRun(func() { p.pleg.RunEvented(ctx, podruntime.EventWatcher{Stream: p.rt}, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.podActive) })
 	goRun(func() { p.prober.Run(ctx) })
+	checks := []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
+	if p.cfg.HealthzPort > 0 {
+		addr := net.JoinHostPort(p.cfg.HealthzBindAddress, strconv.Itoa(p.cfg.HealthzPort))
+		goRun(func() { p.serveForever(ctx, addr, server.HealthzHandler(checks)) })
+	}
+	if p.cfg.ReadOnlyPort > 0 {
+		addr := net.JoinHostPort(p.cfg.Address, strconv.Itoa(p.cfg.ReadOnlyPort))
+		h := server.ReadOnlyHandler(checks, server.Metrics{Kubelet: p.registry, Probes: p.probeRegistry})
+		goRun(func() { p.serveForever(ctx, addr, h) })
+	}
 	config := make(chan syncloop.ConfigUpdate) // unbuffered: handed over one by one
 	goRun(func() { translateConfig(ctx, p.config.Updates(), config) })
 	plegUIDs := make(chan types.UID, 1) // one pending event; the PLEG itself buffers
@@ -246,4 +265,22 @@ func bindProbes(pr *prober.Manager, pod *v1.Pod, obs *observed.PodStatus, nodeIP
 		ip = obs.IPs[0]
 	}
 	pr.SetContainers(pod, ip, running)
+}
+
+// serveForever serves h on addr until ctx ends; when the port cannot be
+// had it logs why and tries again every 5 s, as the kubelet does: a busy
+// port must not stop the pods.
+func (p *pipeline) serveForever(ctx context.Context, addr string, h http.Handler) {
+	for {
+		err := server.Serve(ctx, addr, h, p.log)
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Error("HTTP server failed; retrying in 5s", "addr", addr, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.clock.After(5 * time.Second):
+		}
+	}
 }

@@ -20,7 +20,7 @@ import (
 
 // lifecycleNodelet starts a nodelet on the shared runtime with its own
 // manifest directory and a fast rescan.
-func lifecycleNodelet(t *testing.T, name string) (*nodeletProc, string, []string) {
+func lifecycleNodelet(t *testing.T, name string, extra ...string) (*nodeletProc, string, []string) {
 	t.Helper()
 	manifests := filepath.Join(shared.work, "manifests-"+name)
 	if err := os.MkdirAll(manifests, 0o755); err != nil {
@@ -28,7 +28,8 @@ func lifecycleNodelet(t *testing.T, name string) (*nodeletProc, string, []string
 	}
 	args := []string{"--container-runtime-endpoint", shared.endpoint, "--root-dir", filepath.Join(shared.work, "root-"+name),
 		"--pod-manifest-path", manifests, "--hostname-override", "e2e",
-		"--pod-logs-dir", filepath.Join(shared.work, "logs-"+name), "--file-check-frequency", "2s"}
+		"--pod-logs-dir", filepath.Join(shared.work, "logs-"+name), "--file-check-frequency", "2s", "--healthz-port", "0"}
+	args = append(args, extra...)
 	return startNodelet(t, args...), manifests, args
 }
 

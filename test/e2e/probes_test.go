@@ -5,9 +5,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +35,8 @@ func waitLog(t *testing.T, n *nodeletProc, re string, timeout time.Duration) {
 // An exec liveness probe that starts failing restarts the container, and
 // the reason is recorded.
 func TestLivenessProbeRestarts(t *testing.T) {
-	n, dir, _ := lifecycleNodelet(t, "liveness")
+	port := freePort(t)
+	n, dir, _ := lifecycleNodelet(t, "liveness", "--read-only-port", port, "--address", "127.0.0.1")
 	writeManifest(t, dir, "live.yaml", `apiVersion: v1
 kind: Pod
 metadata: {name: live}
@@ -54,6 +59,39 @@ spec:
 	})
 	waitLog(t, n, `reason=Unhealthy message="Liveness probe failed`, 5*time.Second)
 	waitLog(t, n, `msg=event pod=default/live-e2e type=Normal reason=Killing message="Container main failed liveness probe`, 5*time.Second)
+	metrics := httpGet(t, "http://127.0.0.1:"+port+"/metrics/probes")
+	if !regexp.MustCompile(`prober_probe_total\{[^}]*pod="live-e2e"[^}]*probe_type="Liveness"[^}]*result="failed"[^}]*\} [1-9]`).MatchString(metrics) {
+		t.Errorf("/metrics/probes has no failed liveness count for live-e2e:\n%s", metrics)
+	}
+	if body := httpGet(t, "http://127.0.0.1:"+port+"/healthz"); body != "ok" {
+		t.Errorf("/healthz = %q", body)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	var body string
+	eventually(t, 10*time.Second, "GET "+url, func() error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		body = string(b)
+		return err
+	})
+	return body
 }
 
 // An HTTP readiness probe against busybox httpd flips Ready both ways.

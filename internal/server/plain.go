@@ -1,0 +1,83 @@
+// Package server is beside the pipeline: the kubelet's HTTP endpoints. For
+// now the plain ones: the healthz endpoint (--healthz-port, loopback only,
+// serves only /healthz) and the read-only port (--read-only-port, off by
+// default) with /healthz and the Prometheus metrics. The authenticated
+// HTTPS API (pods, stats, logs, exec) comes with the HTTP API issue.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// HealthCheck reports whether a part of nodelet is healthy.
+type HealthCheck struct {
+	Name  string
+	Check func() error
+}
+
+// Metrics are the Prometheus registries served by the read-only port.
+type Metrics struct {
+	// Kubelet is served at /metrics.
+	Kubelet prometheus.Gatherer
+	// Probes is served at /metrics/probes.
+	Probes prometheus.Gatherer
+}
+
+// HealthzHandler serves /healthz and nothing else: "ok", or 500 with the
+// failing checks.
+func HealthzHandler(checks []HealthCheck) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		var failed []error
+		for _, c := range checks {
+			if err := c.Check(); err != nil {
+				failed = append(failed, fmt.Errorf("%s: %w", c.Name, err))
+			}
+		}
+		if err := errors.Join(failed...); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	return mux
+}
+
+// ReadOnlyHandler serves the read-only port: /healthz, /metrics and
+// /metrics/probes.
+func ReadOnlyHandler(checks []HealthCheck, m Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", HealthzHandler(checks))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Kubelet, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics/probes", promhttp.HandlerFor(m.Probes, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// Serve listens on addr and serves h until ctx ends.
+func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+	log.Info("serving", "addr", ln.Addr().String())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve %s: %w", addr, err)
+	}
+	return nil
+}
