@@ -89,7 +89,9 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 		podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober,
 			Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
 	syncer := &podSyncer{rt: p.runtime, clock: clk, prober: p.prober}
-	p.workers = podworker.New(syncer, clk, log, podworker.Options{ResyncInterval: a.cfg.SyncFrequency})
+	// The sync loop resyncs every pod each SyncFrequency; the workers' own
+	// resync is only a slow safety net, so pods are not synced twice.
+	p.workers = podworker.New(syncer, clk, log, podworker.Options{ResyncInterval: 10 * a.cfg.SyncFrequency})
 	syncer.requeue = p.workers.RequeueAfter
 	p.pleg = pleg.New(p.runtime, a.cfg.PLEGRelistPeriod, clk, log)
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: a.cfg.PodLogsDir, MaxPerPodContainer: a.cfg.MaxPerPodContainer}, gc.LogPolicy{

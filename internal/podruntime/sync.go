@@ -52,8 +52,10 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 		}
 	}
 	execErr := m.execute(ctx, pod, obs, actions, waiting, log)
-	if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
-		obs = fresh
+	if changesRuntime(actions) {
+		if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
+			obs = fresh
+		}
 	}
 	var failed *status.Rejection
 	if actions.PodFailed {
@@ -273,4 +275,11 @@ func (m *Manager) Forget(pod *v1.Pod) {
 	m.mu.Lock()
 	delete(m.previous, pod.UID)
 	m.mu.Unlock()
+}
+
+// changesRuntime reports whether executing actions touches the runtime; a
+// steady pod's sync then costs one observation instead of two.
+func changesRuntime(a plan.Actions) bool {
+	return a.KillPod || a.CreateSandbox || len(a.ContainersToKill) > 0 ||
+		len(a.InitContainersToStart) > 0 || len(a.ContainersToStart) > 0
 }
