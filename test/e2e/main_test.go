@@ -156,7 +156,7 @@ func goBuild(dir, out, pkg string, static bool) error {
 }
 
 // eventually polls cond every 100 ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

@@ -68,7 +68,7 @@ spec:
 	}
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +78,7 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
-func httpGet(t *testing.T, url string) string {
+func httpGet(t testing.TB, url string) string {
 	t.Helper()
 	var body string
 	eventually(t, 10*time.Second, "GET "+url, func() error {
