@@ -337,3 +337,27 @@ spec:
 		t.Errorf("stop took %v: the stop signal was not the image's", took)
 	}
 }
+
+// A Job-like pod (restartPolicy Never) completes when its regular
+// container finishes, though its sidecar would run forever.
+func TestJobWithSidecarCompletes(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "job")
+	writeManifest(t, dir, "job.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: job}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - {name: proxy, image: "busybox:1.35", restartPolicy: Always, command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]}
+  containers:
+  - {name: work, image: "busybox:1.35", command: ["sh", "-c", "sleep 2; echo done"]}
+`)
+	waitPhase(t, n, "job-e2e", "Succeeded", 60*time.Second)
+	eventually(t, 30*time.Second, "sidecar stopped", func() error {
+		if _, err := runningContainer(context.Background(), shared.rt, "job-e2e", "proxy"); err == nil {
+			return fmt.Errorf("sidecar still running")
+		}
+		return nil
+	})
+}
