@@ -4,15 +4,13 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodelet/nodelet/internal/httpget"
 )
 
 // hookTimeout bounds a postStart hook, which has no deadline of its own.
@@ -51,35 +49,15 @@ func (m *Manager) runHook(ctx context.Context, h *v1.LifecycleHandler, id string
 	return fmt.Errorf("lifecycle handler has no action")
 }
 
+// hookUserAgent is the kubelet's User-Agent for HTTP hooks.
+const hookUserAgent = "kube-lifecycle/1.37"
+
 // httpHook sends the hook's GET; any status below 400 is success, as the
 // kubelet's hook runner has it.
 func httpHook(ctx context.Context, g *v1.HTTPGetAction, c *v1.Container, podIP string) error {
-	port, err := resolvePort(g.Port, c)
-	if err != nil {
-		return err
-	}
-	host := g.Host
-	if host == "" {
-		host = podIP
-	}
-	scheme := strings.ToLower(string(g.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	u := url.URL{Scheme: scheme, Host: net.JoinHostPort(host, strconv.Itoa(port)), Path: g.Path}
-	if !strings.HasPrefix(u.Path, "/") {
-		u.Path = "/" + u.Path
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	req, err := httpget.NewRequest(ctx, *g, c, podIP, hookUserAgent)
 	if err != nil {
 		return fmt.Errorf("http hook: %w", err)
-	}
-	for _, h := range g.HTTPHeaders {
-		if strings.EqualFold(h.Name, "Host") {
-			req.Host = h.Value
-			continue
-		}
-		req.Header.Add(h.Name, h.Value)
 	}
 	client := &http.Client{Transport: &http.Transport{
 		DisableKeepAlives: true,
@@ -87,27 +65,11 @@ func httpHook(ctx context.Context, g *v1.HTTPGetAction, c *v1.Container, podIP s
 	}}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("http hook GET %s: %w", u.String(), err)
+		return fmt.Errorf("http hook GET %s: %w", req.URL.Redacted(), err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		return fmt.Errorf("http hook GET %s: %s", u.String(), resp.Status)
+		return fmt.Errorf("http hook GET %s: %s", req.URL.Redacted(), resp.Status)
 	}
 	return nil
-}
-
-// resolvePort turns a number or a named container port into a number.
-func resolvePort(p intstr.IntOrString, c *v1.Container) (int, error) {
-	if p.Type == intstr.Int {
-		return p.IntValue(), nil
-	}
-	for _, cp := range c.Ports {
-		if cp.Name == p.StrVal {
-			return int(cp.ContainerPort), nil
-		}
-	}
-	if n, err := strconv.Atoi(p.StrVal); err == nil {
-		return n, nil
-	}
-	return 0, fmt.Errorf("port %q is not a number and no container port has that name", p.StrVal)
 }

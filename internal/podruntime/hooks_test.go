@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +16,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -194,5 +199,27 @@ func TestActiveDeadline(t *testing.T) {
 	}
 	if len(rec.stopped) != 1 || !events.has("Warning DeadlineExceeded") {
 		t.Errorf("stopped %v events %v", rec.stopped, events.events)
+	}
+}
+
+func TestHTTPHook(t *testing.T) {
+	var gotPath, gotAgent string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotPath, gotAgent = r.URL.Path, r.Header.Get("User-Agent")
+		if r.URL.Path == "/fail" {
+			http.Error(w, "no", http.StatusServiceUnavailable)
+		}
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	port, _ := strconv.Atoi(u.Port())
+	c := &v1.Container{Name: "c", Ports: []v1.ContainerPort{{Name: "web", ContainerPort: int32(port)}}}
+	hook := &v1.HTTPGetAction{Path: "/started", Port: intstr.FromString("web")}
+	if err := httpHook(context.Background(), hook, c, u.Hostname()); err != nil || gotPath != "/started" || gotAgent != hookUserAgent {
+		t.Fatalf("hook: %v path %q agent %q", err, gotPath, gotAgent)
+	}
+	hook.Path = "/fail"
+	if err := httpHook(context.Background(), hook, c, u.Hostname()); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Fatalf("failing hook: %v", err)
 	}
 }

@@ -176,14 +176,7 @@ func (s *FileSource) rescan(ctx context.Context, w *fsnotify.Watcher, out chan<-
 	if !force && s.sent != nil && sameUpdate(*s.sent, u) {
 		return true
 	}
-	s.sent = &u
-	send := Update{Source: u.Source, Pods: copyPods(u.Pods), Errors: append([]FileError(nil), u.Errors...)}
-	select {
-	case out <- send:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return sendUpdate(ctx, out, &s.sent, u)
 }
 
 // ensureWatch points the watcher at the manifest directory, or at the

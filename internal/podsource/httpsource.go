@@ -91,14 +91,7 @@ func (s *HTTPSource) poll(ctx context.Context, out chan<- Update) bool {
 	if !s.haveGood || s.sent != nil && sameUpdate(*s.sent, u) {
 		return true
 	}
-	s.sent = &u
-	send := Update{Source: u.Source, Pods: copyPods(u.Pods), Errors: append([]FileError(nil), u.Errors...)}
-	select {
-	case out <- send:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return sendUpdate(ctx, out, &s.sent, u)
 }
 
 // fetch gets the URL and, if the answer is good, makes it the last good

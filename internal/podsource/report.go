@@ -1,6 +1,7 @@
 package podsource
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sort"
@@ -175,4 +176,17 @@ func sameUpdate(a, b Update) bool {
 		}
 	}
 	return true
+}
+
+// sendUpdate records u as the last update a source sent and sends a copy
+// the receiver owns. It returns false if ctx ended first.
+func sendUpdate(ctx context.Context, out chan<- Update, sent **Update, u Update) bool {
+	*sent = &u
+	send := Update{Source: u.Source, Pods: copyPods(u.Pods), Errors: append([]FileError(nil), u.Errors...)}
+	select {
+	case out <- send:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

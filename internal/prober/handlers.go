@@ -10,15 +10,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/httpget"
 )
 
 // outcome is what one probe run found (the kubelet's probe.Result; an
@@ -299,47 +298,16 @@ func roundTripPlain(ctx context.Context, req *http.Request, timeout time.Duratio
 	return res.StatusCode, res.Header, b, nil
 }
 
-// request builds the probe's GET request (the kubelet's
-// NewRequestForHTTPGetAction).
+// request builds the probe's GET request to the pod IP unless the action
+// names a host.
 func (h *httpHandler) request(ctx context.Context, podIP string) (*http.Request, error) {
-	scheme := strings.ToLower(string(h.action.Scheme))
-	if scheme == "" {
-		scheme = "http"
-	}
-	host := h.action.Host
-	if host == "" {
-		host = podIP
-	}
-	if host == "" {
+	if h.action.Host == "" && podIP == "" {
 		return nil, errNoPodIP
 	}
-	port, err := resolvePort(h.action.Port, h.container)
+	req, err := httpget.NewRequest(ctx, h.action, h.container, podIP, userAgent)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("http probe %w", err)
 	}
-	u, err := url.Parse(h.action.Path)
-	if err != nil {
-		u = &url.URL{Path: h.action.Path} // as the kubelet: too late to reject it
-	}
-	u.Scheme, u.Host = scheme, net.JoinHostPort(host, strconv.Itoa(port))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("http probe request: %w", err)
-	}
-	headers := http.Header{}
-	for _, hd := range h.action.HTTPHeaders {
-		headers.Add(hd.Name, hd.Value)
-	}
-	if _, ok := headers["User-Agent"]; !ok {
-		headers.Set("User-Agent", userAgent)
-	}
-	if _, ok := headers["Accept"]; !ok {
-		headers.Set("Accept", "*/*")
-	} else if headers.Get("Accept") == "" {
-		headers.Del("Accept")
-	}
-	req.Header = headers
-	req.Host = headers.Get("Host")
 	return req, nil
 }
 
@@ -352,7 +320,7 @@ type tcpHandler struct {
 }
 
 func (h tcpHandler) probe(ctx context.Context, t target, timeout time.Duration) (outcome, string, error) {
-	port, err := resolvePort(h.action.Port, h.container)
+	port, err := httpget.ResolvePort(h.action.Port, h.container)
 	if err != nil {
 		return outcomeFailure, "", err
 	}
@@ -401,33 +369,3 @@ func (h grpcHandler) probe(ctx context.Context, t target, timeout time.Duration)
 }
 
 func (grpcHandler) close() {}
-
-// resolvePort returns the port number of p, looking a name up in the
-// container's ports (a name that is not found may still be a number, as
-// the kubelet's ResolveContainerPort allows).
-func resolvePort(p intstr.IntOrString, c *v1.Container) (int, error) {
-	port := -1
-	switch p.Type {
-	case intstr.Int:
-		port = p.IntValue()
-	case intstr.String:
-		found := false
-		for _, cp := range c.Ports {
-			if cp.Name == p.StrVal {
-				port, found = int(cp.ContainerPort), true
-				break
-			}
-		}
-		if !found {
-			n, err := strconv.Atoi(p.StrVal)
-			if err != nil {
-				return 0, fmt.Errorf("port %q not found in container %s", p.StrVal, c.Name)
-			}
-			port = n
-		}
-	}
-	if port <= 0 || port > 65535 {
-		return 0, fmt.Errorf("invalid port number: %d", port)
-	}
-	return port, nil
-}

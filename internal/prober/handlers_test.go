@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/httpget"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -222,7 +223,7 @@ func TestResolvePort(t *testing.T) {
 		{port: intstr.FromInt(70000), err: true},
 	}
 	for _, tt := range tests {
-		got, err := resolvePort(tt.port, c)
+		got, err := httpget.ResolvePort(tt.port, c)
 		if (err != nil) != tt.err || got != tt.want {
 			t.Errorf("resolvePort(%v) = %d, %v", tt.port.String(), got, err)
 		}
