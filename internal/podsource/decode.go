@@ -26,7 +26,7 @@ import (
 // core/v1 Pod. Decoding is strict: an unknown or duplicated field, or a kind
 // other than Pod, is an error naming the document.
 func Decode(data []byte) ([]*v1.Pod, error) {
-	return decode(data, false)
+	return decode(data, false, nil)
 }
 
 // NotPodError is a document whose apiVersion and kind are not those of a
@@ -47,7 +47,7 @@ func (e *NotPodError) Error() string {
 
 // decode is Decode; with allowList a document may also be a v1 PodList,
 // whose items are returned in order.
-func decode(data []byte, allowList bool) ([]*v1.Pod, error) {
+func decode(data []byte, allowList bool, objects *Objects) ([]*v1.Pod, error) {
 	// The raw documents are split here and converted strictly below; the
 	// generic YAML-or-JSON decoder would silently drop duplicate keys.
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
@@ -63,7 +63,7 @@ func decode(data []byte, allowList bool) ([]*v1.Pod, error) {
 		if isEmptyDocument(raw) {
 			continue // nothing, or only comments, between two "---"
 		}
-		decoded, err := decodeDocument(raw, allowList)
+		decoded, err := decodeDocument(raw, allowList, objects)
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
@@ -81,7 +81,9 @@ func isEmptyDocument(raw []byte) bool {
 	return true
 }
 
-func decodeDocument(raw []byte, allowList bool) ([]*v1.Pod, error) {
+// decodeDocument decodes one document: a Pod, a PodList (allowList), or a
+// ConfigMap or Secret, which go to objects when it is not nil.
+func decodeDocument(raw []byte, allowList bool, objects *Objects) ([]*v1.Pod, error) {
 	// YAMLToJSONStrict rejects duplicate keys; DisallowUnknownFields below
 	// rejects misspelled ones.
 	strict, err := yaml.YAMLToJSONStrict(raw)
@@ -117,6 +119,20 @@ func decodeDocument(raw []byte, allowList bool) ([]*v1.Pod, error) {
 			pods = append(pods, item)
 		}
 		return pods, nil
+	case objects != nil && meta.APIVersion == "v1" && meta.Kind == "ConfigMap":
+		cm := &v1.ConfigMap{}
+		if err := strictUnmarshal(strict, cm); err != nil {
+			return nil, fmt.Errorf("decode configmap: %w", err)
+		}
+		objects.ConfigMaps = append(objects.ConfigMaps, cm)
+		return nil, nil
+	case objects != nil && meta.APIVersion == "v1" && meta.Kind == "Secret":
+		secret := &v1.Secret{}
+		if err := strictUnmarshal(strict, secret); err != nil {
+			return nil, fmt.Errorf("decode secret: %w", err)
+		}
+		objects.Secrets = append(objects.Secrets, secret)
+		return nil, nil
 	default:
 		return nil, &NotPodError{APIVersion: meta.APIVersion, Kind: meta.Kind, ListAllowed: allowList}
 	}

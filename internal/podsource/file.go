@@ -61,7 +61,7 @@ func ReadPath(path, nodeName string) (Snapshot, error) {
 	}
 	var snap Snapshot
 	for _, f := range files {
-		pods, class, err := readFile(f, nodeName)
+		pods, _, class, err := readFile(f, nodeName)
 		if err != nil {
 			snap.Errors = append(snap.Errors, FileError{Path: f, Class: class, Err: err})
 			continue
@@ -101,27 +101,35 @@ func Ignored(name string) bool {
 
 // readFile reads one manifest file; on error it also returns the Reason*
 // class of the failure.
-func readFile(path, nodeName string) ([]*v1.Pod, string, error) {
+func readFile(path, nodeName string) ([]*v1.Pod, Objects, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, ReasonRead, err
+		return nil, Objects{}, ReasonRead, err
 	}
 	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, MaxManifestSize+1))
 	if err != nil {
-		return nil, ReasonRead, err
+		return nil, Objects{}, ReasonRead, err
 	}
 	if len(data) > MaxManifestSize {
-		return nil, ReasonTooLarge, fmt.Errorf("file is larger than %d bytes", MaxManifestSize)
+		return nil, Objects{}, ReasonTooLarge, fmt.Errorf("file is larger than %d bytes", MaxManifestSize)
 	}
-	return parseManifests(data, false, nodeName, SourceFile, path)
+	var objects Objects
+	pods, class, err := parseManifests(data, false, &objects, nodeName, SourceFile, path)
+	if err != nil {
+		return nil, Objects{}, class, err
+	}
+	if err := objects.validate(); err != nil {
+		return nil, Objects{}, ReasonValidate, err
+	}
+	return pods, objects, "", nil
 }
 
 // parseManifests decodes, validates and gives the static identity to the
 // pods of one file or HTTP body. origin is the file path or URL, recorded
 // in the AnnotationConfigFile annotation.
-func parseManifests(data []byte, allowList bool, nodeName, source, origin string) ([]*v1.Pod, string, error) {
-	decoded, err := decode(data, allowList)
+func parseManifests(data []byte, allowList bool, objects *Objects, nodeName, source, origin string) ([]*v1.Pod, string, error) {
+	decoded, err := decode(data, allowList, objects)
 	if err != nil {
 		if _, ok := errors.AsType[*NotPodError](err); ok {
 			return nil, ReasonNotPod, err

@@ -43,10 +43,10 @@ type FileSource struct {
 	report   *reporter
 
 	// State of Run; FileSource is used by one goroutine.
-	lastGood map[string][]*v1.Pod // file -> pods of its last good version
-	sent     *Update              // last Update sent
-	watched  string               // what the watcher watches, "" for nothing
-	notes    map[string]string    // condition -> last message logged, see note
+	lastGood map[string]fileContent // file -> its last good version
+	sent     *Update                // last Update sent
+	watched  string                 // what the watcher watches, "" for nothing
+	notes    map[string]string      // condition -> last message logged, see note
 }
 
 // NewFileSource returns a source for the manifest path. period is the full
@@ -67,7 +67,7 @@ func NewFileSource(path, nodeName string, period time.Duration, clk clock.WithTi
 		clk:      clk,
 		log:      log.With("path", path),
 		report:   newReporter(log, metrics),
-		lastGood: map[string][]*v1.Pod{},
+		lastGood: map[string]fileContent{},
 		notes:    map[string]string{},
 	}
 }
@@ -244,18 +244,20 @@ func (s *FileSource) scan() Update {
 
 	// files is sorted (os.ReadDir sorts by name), so that the first file
 	// defining a pod name, the winner, is the lexically first.
-	good := make(map[string][]*v1.Pod, len(files))
+	good := make(map[string]fileContent, len(files))
 	owner := map[string]string{} // namespace/name -> file
+	objects := objectOwners{}
 	for _, f := range files {
-		pods, fe := s.readFile(f)
+		content, ok, fe := s.readFile(f)
 		if fe != nil {
 			u.Errors = append(u.Errors, *fe)
 		}
-		if pods == nil {
+		if !ok {
 			continue
 		}
-		good[f] = pods
-		for _, p := range pods {
+		good[f] = content
+		u.Errors = append(u.Errors, objects.add(&u, f, content.objects)...)
+		for _, p := range content.pods {
 			key := p.Namespace + "/" + p.Name
 			if first, dup := owner[key]; dup {
 				u.Errors = append(u.Errors, FileError{Path: f, Class: ReasonDuplicate,
@@ -272,26 +274,37 @@ func (s *FileSource) scan() Update {
 	return u
 }
 
-// readFile returns the pods of one file: its current ones, or the last good
-// ones with a Kept error. A file that vanished since the listing has none,
-// and so has an empty file that never had any.
-func (s *FileSource) readFile(f string) ([]*v1.Pod, *FileError) {
-	pods, class, err := readFile(f, s.nodeName)
+// fileContent is what one manifest file defines.
+type fileContent struct {
+	pods    []*v1.Pod
+	objects Objects
+}
+
+func (c fileContent) empty() bool {
+	return len(c.pods) == 0 && len(c.objects.ConfigMaps) == 0 && len(c.objects.Secrets) == 0
+}
+
+// readFile returns what one file defines: its current content, or the last
+// good one with a Kept error. A file that vanished since the listing has
+// none (ok false), and so has an empty file that never had any.
+func (s *FileSource) readFile(f string) (fileContent, bool, *FileError) {
+	pods, objects, class, err := readFile(f, s.nodeName)
+	content := fileContent{pods: pods, objects: objects}
 	last, hadGood := s.lastGood[f]
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, nil
-	case err == nil && len(pods) == 0 && !hadGood:
+		return fileContent{}, false, nil
+	case err == nil && content.empty() && !hadGood:
 		// Empty (or only comments): most likely created and not written
 		// yet. It defines nothing, which is not worth an error.
-		return nil, nil
-	case err == nil && len(pods) == 0:
+		return fileContent{}, false, nil
+	case err == nil && content.empty():
 		// Most likely truncated to be rewritten.
 		class, err = ReasonDecode, errors.New("file defines no pod (truncated?)")
 	case err == nil:
-		return pods, nil
+		return content, true, nil
 	}
-	return last, &FileError{Path: f, Class: class, Err: err, Kept: hadGood}
+	return last, hadGood, &FileError{Path: f, Class: class, Err: err, Kept: hadGood}
 }
 
 // keepAll is the snapshot when the path cannot be read at all: nothing is
@@ -299,7 +312,7 @@ func (s *FileSource) readFile(f string) ([]*v1.Pod, *FileError) {
 func (s *FileSource) keepAll(err error) Update {
 	u := Update{Source: SourceFile, Errors: []FileError{{Path: s.path, Class: ReasonRead, Err: err, Kept: len(s.lastGood) > 0}}}
 	if s.sent != nil {
-		u.Pods = s.sent.Pods
+		u.Pods, u.ConfigMaps, u.Secrets = s.sent.Pods, s.sent.ConfigMaps, s.sent.Secrets
 	}
 	return u
 }

@@ -128,7 +128,7 @@ func (s *HTTPSource) fetch(ctx context.Context) (string, error) {
 		return ReasonTooLarge, fmt.Errorf("body is larger than %d bytes", MaxManifestSize)
 	}
 	// An empty body is a good answer: no pods (as for the kubelet).
-	pods, class, err := parseManifests(data, true, s.nodeName, SourceHTTP, s.url)
+	pods, class, err := parseManifests(data, true, nil, s.nodeName, SourceHTTP, s.url)
 	if err != nil {
 		return class, err
 	}

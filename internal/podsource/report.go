@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 )
 
 // Reasons: the Class of a FileError and the reason label of
@@ -39,6 +40,11 @@ type Update struct {
 	// Errors are the problems, sorted by path and class. They have already
 	// been logged and counted.
 	Errors []FileError
+	// ConfigMaps and Secrets are the objects of the manifest directory
+	// (file source only), which pods of the same namespace refer to from
+	// volumes and env. The receiver owns them.
+	ConfigMaps []*v1.ConfigMap
+	Secrets    []*v1.Secret
 }
 
 // ErrorCounter counts manifest problems by reason (a Reason* constant).
@@ -159,7 +165,8 @@ func copyPods(pods []*v1.Pod) []*v1.Pod {
 // pods (the UID is a hash of the content) from the same files, and the
 // same problems.
 func sameUpdate(a, b Update) bool {
-	if len(a.Pods) != len(b.Pods) || len(a.Errors) != len(b.Errors) {
+	if len(a.Pods) != len(b.Pods) || len(a.Errors) != len(b.Errors) ||
+		!apiequality.Semantic.DeepEqual(a.ConfigMaps, b.ConfigMaps) || !apiequality.Semantic.DeepEqual(a.Secrets, b.Secrets) {
 		return false
 	}
 	for i := range a.Pods {
@@ -183,6 +190,12 @@ func sameUpdate(a, b Update) bool {
 func sendUpdate(ctx context.Context, out chan<- Update, sent **Update, u Update) bool {
 	*sent = &u
 	send := Update{Source: u.Source, Pods: copyPods(u.Pods), Errors: append([]FileError(nil), u.Errors...)}
+	for _, cm := range u.ConfigMaps {
+		send.ConfigMaps = append(send.ConfigMaps, cm.DeepCopy())
+	}
+	for _, secret := range u.Secrets {
+		send.Secrets = append(send.Secrets, secret.DeepCopy())
+	}
 	select {
 	case out <- send:
 		return true
