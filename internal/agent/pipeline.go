@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -44,6 +46,7 @@ type pipeline struct {
 	gc       *gc.Collector
 	status   *statusStore
 	events   *events.Recorder
+	objects  *objectStore
 	prober   *prober.Manager
 	registry *prometheus.Registry
 	// probeRegistry holds the prober's metrics, served at /metrics/probes.
@@ -85,9 +88,14 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	p.events = events.New(events.DefaultMax, clk, log)
 	p.probeRegistry = prometheus.NewRegistry()
 	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: p.probeRegistry, Recorder: p.events})
-	p.runtime = podruntime.New(rt, podruntime.Options{PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP},
-		podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober,
-			Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
+	p.objects = newObjectStore()
+	resolvConf, _ := os.ReadFile("/etc/resolv.conf") // missing: the runtime's defaults, as the kubelet
+	hosts, _ := os.ReadFile("/etc/hosts")
+	p.runtime = podruntime.New(rt, podruntime.Options{
+		PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP, NodeName: a.cfg.NodeName, Allocatable: a.cfg.Allocatable,
+		PodsDir: filepath.Join(a.cfg.RootDir, "pods"), HostResolvConf: resolvConf, HostHosts: hosts,
+	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober, Objects: p.objects,
+		Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
 	syncer := &podSyncer{rt: p.runtime, clock: clk, prober: p.prober}
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
@@ -114,7 +122,10 @@ func (p *pipeline) run(ctx context.Context) {
 	for _, s := range p.sources {
 		goRun(func() { s.Run(ctx, updates) })
 	}
-	goRun(func() { p.config.Run(ctx, updates) })
+	merged := make(chan podsource.Update)     // unbuffered, as updates
+	objectsChanged := make(chan types.UID, 1) // one pending "resync all" is enough
+	goRun(func() { p.tapObjects(ctx, updates, merged, objectsChanged) })
+	goRun(func() { p.config.Run(ctx, merged) })
 	goRun(func() { p.workers.Run(ctx) })
 	// Relist every PLEGRelistPeriod, or on every container event where the
 	// runtime streams them (then relisting every 5 minutes as a safety net).
@@ -135,7 +146,9 @@ func (p *pipeline) run(ctx context.Context) {
 	goRun(func() { translateConfig(ctx, p.config.Updates(), config) })
 	plegUIDs := make(chan types.UID, 1) // one pending event; the PLEG itself buffers
 	goRun(func() { translatePLEG(ctx, p.pleg.Events(), plegUIDs) })
-	p.loop.Run(ctx, config, plegUIDs, p.prober.Updates())
+	podEvents := make(chan types.UID) // probe results and object changes, to the loop
+	goRun(func() { fanIn(ctx, podEvents, p.prober.Updates(), p.resyncOnObjects(ctx, objectsChanged)) })
+	p.loop.Run(ctx, config, plegUIDs, podEvents)
 	wg.Wait()
 	p.background.Wait()
 }
@@ -285,4 +298,75 @@ func (p *pipeline) serveForever(ctx context.Context, addr string, h http.Handler
 		case <-p.clock.After(5 * time.Second):
 		}
 	}
+}
+
+// tapObjects passes source updates on to the merge, keeping the file
+// source's ConfigMaps and Secrets in the object store; when they change,
+// it asks for every pod to be synced (env and volumes refer to them).
+func (p *pipeline) tapObjects(ctx context.Context, in <-chan podsource.Update, out chan<- podsource.Update, changed chan<- types.UID) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-in:
+			if u.Source == podsource.SourceFile && p.objects.replace(u.ConfigMaps, u.Secrets) {
+				select {
+				case changed <- "":
+				default: // one is pending already
+				}
+			}
+			select {
+			case out <- u:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// resyncOnObjects turns "objects changed" into the UIDs of every desired
+// pod.
+func (p *pipeline) resyncOnObjects(ctx context.Context, changed <-chan types.UID) <-chan types.UID {
+	out := make(chan types.UID) // unbuffered: handed to the fan-in one by one
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				for _, pod := range p.config.Pods() {
+					select {
+					case out <- pod.UID:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}
+	}()
+	return out
+}
+
+// fanIn forwards UIDs from every input to out until ctx ends.
+func fanIn(ctx context.Context, out chan<- types.UID, ins ...<-chan types.UID) {
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case uid := <-in:
+					select {
+					case out <- uid:
+					case <-ctx.Done():
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -53,18 +53,18 @@ func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
 // node's network namespace, so a change of hostNetwork is detected.
 const annotationHostNetwork = "nodelet.io/host-network"
 
-func sandboxConfig(pod *v1.Pod, podLogsDir string, attempt uint32) *runtimeapi.PodSandboxConfig {
+// sandboxNet is what the pod's network identity needs: hostname and DNS.
+type sandboxNet struct {
+	hostname string
+	dns      *runtimeapi.DNSConfig
+}
+
+func sandboxConfig(pod *v1.Pod, podLogsDir string, attempt uint32, net sandboxNet) *runtimeapi.PodSandboxConfig {
 	// As the kubelet does: a host-network pod has the node's UTS namespace
 	// and so no hostname of its own (runc refuses to set one).
 	hostname := ""
 	if !pod.Spec.HostNetwork {
-		hostname = pod.Name
-		if pod.Spec.Hostname != "" {
-			hostname = pod.Spec.Hostname
-		}
-		if len(hostname) > 63 {
-			hostname = hostname[:63]
-		}
+		hostname = net.hostname
 	}
 	annotations := map[string]string{}
 	for k, v := range pod.Annotations {
@@ -77,6 +77,7 @@ func sandboxConfig(pod *v1.Pod, podLogsDir string, attempt uint32) *runtimeapi.P
 			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
 		},
 		Hostname:     hostname,
+		DnsConfig:    net.dns,
 		LogDirectory: PodLogDir(podLogsDir, pod),
 		Labels:       podLabels(pod),
 		Annotations:  annotations,
@@ -109,7 +110,17 @@ func portMappings(pod *v1.Pod) []*runtimeapi.PortMapping {
 	return out
 }
 
-func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount, backoffStep int) *runtimeapi.ContainerConfig {
+// containerExtras are the parts of a container's config computed at its
+// start from more than its spec: environment, expanded command and args,
+// mounts.
+type containerExtras struct {
+	env     []*runtimeapi.KeyValue
+	command []string
+	args    []string
+	mounts  []*runtimeapi.Mount
+}
+
+func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount, backoffStep int, extras containerExtras) *runtimeapi.ContainerConfig {
 	labels := map[string]string{
 		LabelPodName:       pod.Name,
 		LabelPodNamespace:  pod.Namespace,
@@ -125,17 +136,14 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		annotations[AnnotationGracePeriod] = strconv.FormatInt(*g, 10)
 	}
-	envs := make([]*runtimeapi.KeyValue, 0, len(c.Env))
-	for _, e := range c.Env {
-		envs = append(envs, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
-	}
 	return &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
-		Command:     c.Command,
-		Args:        c.Args,
+		Command:     extras.command,
+		Args:        extras.args,
 		WorkingDir:  c.WorkingDir,
-		Envs:        envs,
+		Envs:        extras.env,
+		Mounts:      extras.mounts,
 		Labels:      labels,
 		Annotations: annotations,
 		LogPath:     filepath.Join(c.Name, strconv.Itoa(restartCount)+".log"),

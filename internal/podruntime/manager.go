@@ -17,6 +17,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/observed"
 )
 
@@ -63,6 +64,8 @@ type Deps struct {
 	Probes   ProbeResults
 	Status   StatusSink
 	Recorder Recorder
+	// Objects are the ConfigMaps and Secrets env refers to.
+	Objects envvars.Objects
 	// Observed, when set, is told what runs of every pod right after each
 	// observation and before planning (the prober binds its workers to
 	// the running container instances with it).
@@ -80,6 +83,20 @@ type Options struct {
 	HostIP string
 	// RuntimeName prefixes container IDs in status ("containerd").
 	RuntimeName string
+	// NodeName and Allocatable feed the downward API.
+	NodeName    string
+	Allocatable v1.ResourceList
+	// PodsDir holds per-pod files (<root-dir>/pods); "" disables the
+	// managed /etc/hosts.
+	PodsDir string
+	// HostResolvConf and HostHosts are the node's /etc/resolv.conf and
+	// /etc/hosts, read once at start.
+	HostResolvConf []byte
+	HostHosts      []byte
+	// ClusterDNS and ClusterDomain are the kubelet's --cluster-dns and
+	// --cluster-domain (none and "cluster.local" standalone).
+	ClusterDNS    []string
+	ClusterDomain string
 }
 
 // Manager creates, restarts and removes pods in the runtime.
@@ -92,6 +109,7 @@ type Manager struct {
 	status   StatusSink
 	recorder Recorder
 	observed func(*v1.Pod, *observed.PodStatus)
+	objects  envvars.Objects
 
 	pulls *imagePuller
 
@@ -111,6 +129,9 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 	if opts.RuntimeName == "" {
 		opts.RuntimeName = "containerd"
 	}
+	if opts.ClusterDomain == "" {
+		opts.ClusterDomain = "cluster.local"
+	}
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
@@ -122,7 +143,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed, objects: deps.Objects,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		previous: map[types.UID]*v1.PodStatus{},
 	}

@@ -220,11 +220,11 @@ func TestPullNeverWithoutImage(t *testing.T) {
 func TestHostNetworkPodHasNoHostname(t *testing.T) {
 	pod := testPod()
 	pod.Spec.HostNetwork = true
-	cfg := sandboxConfig(pod, "/logs", 0)
+	cfg := sandboxConfig(pod, "/logs", 0, sandboxNet{hostname: "web-node"})
 	if cfg.Hostname != "" || cfg.Linux.SecurityContext.NamespaceOptions.Network != runtimeapi.NamespaceMode_NODE {
 		t.Errorf("hostname %q network %v", cfg.Hostname, cfg.Linux.SecurityContext.NamespaceOptions.Network)
 	}
-	cfg = sandboxConfig(testPod(), "/var/log/pods", 2)
+	cfg = sandboxConfig(testPod(), "/var/log/pods", 2, sandboxNet{hostname: "web-node"})
 	if cfg.LogDirectory != "/var/log/pods/default_web-node_uid-1" || cfg.Hostname != "web-node" || cfg.Metadata.Attempt != 2 {
 		t.Errorf("sandbox config %v", cfg)
 	}
@@ -262,5 +262,26 @@ func TestSyncTerminatingPodKeepsSandboxWhenAContainerWillNotStop(t *testing.T) {
 	}
 	if strings.Contains(f.mutations(), "StopPodSandbox") {
 		t.Error("sandbox stopped while a container may still run")
+	}
+}
+
+// A missing ConfigMap key is CreateContainerConfigError with the kubelet's
+// message, and nothing is created for the container.
+func TestEnvConfigError(t *testing.T) {
+	f := newFixture(t)
+	pod := testPod()
+	pod.Spec.Containers = pod.Spec.Containers[:1]
+	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "GREETING", ValueFrom: &v1.EnvVarSource{
+		ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, Key: "greeting"}}}}
+	st, err := f.m.SyncPod(context.Background(), pod)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	w := st.ContainerStatuses[0].State.Waiting
+	if w == nil || w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, "no kubeClient") && !strings.Contains(w.Message, "not found") {
+		t.Errorf("state %+v", st.ContainerStatuses[0].State)
+	}
+	if strings.Contains(f.mutations(), "CreateContainer") {
+		t.Error("container created although its config failed")
 	}
 }

@@ -81,9 +81,17 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		return nil
 	}
 	// Step 3: sandbox.
-	sandboxCfg := sandboxConfig(pod, m.opts.PodLogsDir, actions.Attempt)
+	net, warnings, err := m.sandboxNet(pod)
+	if err != nil {
+		m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", err.Error())
+		return err
+	}
+	sandboxCfg := sandboxConfig(pod, m.opts.PodLogsDir, actions.Attempt, net)
 	sandboxID := actions.SandboxID
 	if actions.CreateSandbox {
+		for _, w := range warnings {
+			m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", w)
+		}
 		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, "")
 		if err != nil {
 			m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
@@ -95,12 +103,16 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	if sandboxID == "" {
 		return nil
 	}
-	podIP := firstIP(obs)
+	podIPs := obs.IPs
 	if actions.CreateSandbox {
-		podIP, _ = m.sandboxIP(ctx, sandboxID)
+		podIPs, _ = m.sandboxIPs(ctx, sandboxID)
+	}
+	podIP := ""
+	if len(podIPs) > 0 {
+		podIP = podIPs[0]
 	}
 	start := func(c *v1.Container, s plan.Start) error {
-		return m.startContainer(ctx, startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP}, waiting, log)
+		return m.startContainer(ctx, startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs}, waiting, log)
 	}
 	// Step 4: init containers, in order; the first failure stops the rest.
 	for _, s := range actions.InitContainersToStart {
@@ -124,6 +136,7 @@ type startArgs struct {
 	sandboxID  string
 	sandboxCfg *runtimeapi.PodSandboxConfig
 	podIP      string
+	podIPs     []string
 }
 
 // startContainer pulls, creates and starts one container, then runs its
@@ -147,7 +160,13 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 	} else {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
 	}
-	cfg := containerConfig(pod, c, imageRef, a.s.RestartCount, a.s.BackoffStep)
+	extras, err := m.containerExtras(pod, c, a.podIPs)
+	if err != nil {
+		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
+		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
+		return fmt.Errorf("container %q: %w", c.Name, err)
+	}
+	cfg := containerConfig(pod, c, imageRef, a.s.RestartCount, a.s.BackoffStep, extras)
 	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}

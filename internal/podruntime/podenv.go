@@ -1,0 +1,91 @@
+package podruntime
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/envvars"
+	"github.com/nodelet/nodelet/internal/podnet"
+)
+
+// configError is a container config that cannot be made (a missing
+// ConfigMap key, say): the kubelet's CreateContainerConfigError.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// sandboxNet computes the pod's hostname and DNS config; warnings are for
+// events.
+func (m *Manager) sandboxNet(pod *v1.Pod) (sandboxNet, []string, error) {
+	hostname, _, err := podnet.Hostname(pod, m.opts.ClusterDomain)
+	if err != nil {
+		return sandboxNet{}, nil, fmt.Errorf("pod hostname: %w", err)
+	}
+	dns, warnings, err := podnet.DNSConfig(pod, m.opts.HostResolvConf, m.opts.ClusterDNS, m.opts.ClusterDomain)
+	if err != nil {
+		return sandboxNet{}, nil, fmt.Errorf("pod DNS config: %w", err)
+	}
+	return sandboxNet{hostname: hostname, dns: dns}, warnings, nil
+}
+
+// containerExtras builds a container's environment, expanded command and
+// args, and the mounts nodelet manages for it (/etc/hosts).
+func (m *Manager) containerExtras(pod *v1.Pod, c *v1.Container, podIPs []string) (containerExtras, error) {
+	facts := envvars.PodFacts{PodIPs: podIPs, NodeName: m.opts.NodeName, NodeAllocatable: m.opts.Allocatable}
+	if m.opts.HostIP != "" {
+		facts.HostIPs = []string{m.opts.HostIP}
+	}
+	if pod.Spec.HostNetwork && m.opts.HostIP != "" {
+		facts.PodIPs = []string{m.opts.HostIP}
+	}
+	env, err := envvars.Build(pod, c, facts, m.objects)
+	if err != nil {
+		return containerExtras{}, &configError{err}
+	}
+	extras := containerExtras{}
+	for _, e := range env {
+		extras.env = append(extras.env, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
+	}
+	extras.command, extras.args = envvars.ExpandCommand(c, env)
+	if hosts, ok, err := m.hostsFile(pod, c, facts.PodIPs); err != nil {
+		return containerExtras{}, err
+	} else if ok {
+		extras.mounts = append(extras.mounts, hosts)
+	}
+	return extras, nil
+}
+
+// hostsFile writes the kubelet-managed /etc/hosts of the pod and returns
+// its mount, unless the container mounts /etc/hosts itself or the pod has
+// no IP yet.
+func (m *Manager) hostsFile(pod *v1.Pod, c *v1.Container, podIPs []string) (*runtimeapi.Mount, bool, error) {
+	if m.opts.PodsDir == "" || len(podIPs) == 0 && !pod.Spec.HostNetwork {
+		return nil, false, nil
+	}
+	for _, vm := range c.VolumeMounts {
+		if filepath.Clean(vm.MountPath) == "/etc/hosts" {
+			return nil, false, nil
+		}
+	}
+	hostname, domain, err := podnet.Hostname(pod, m.opts.ClusterDomain)
+	if err != nil {
+		return nil, false, fmt.Errorf("pod hostname: %w", err)
+	}
+	content := podnet.HostsFile(pod, podIPs, hostname, domain, m.opts.HostHosts)
+	path := filepath.Join(m.opts.PodsDir, string(pod.UID), "etc-hosts")
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, false, fmt.Errorf("write hosts file: %w", err)
+	}
+	if err := os.WriteFile(path+".tmp", content, 0o644); err != nil {
+		return nil, false, fmt.Errorf("write hosts file: %w", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return nil, false, fmt.Errorf("write hosts file: %w", err)
+	}
+	return &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: path}, true, nil
+}
