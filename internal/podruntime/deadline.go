@@ -60,12 +60,3 @@ func (m *Manager) failPod(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	return st, nil
 }
-
-// sandboxIP is the primary IP of a sandbox, "" if it has none.
-func (m *Manager) sandboxIP(ctx context.Context, id string) (string, error) {
-	ips, err := m.sandboxIPs(ctx, id)
-	if err != nil || len(ips) == 0 {
-		return "", err
-	}
-	return ips[0], nil
-}
