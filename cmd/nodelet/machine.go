@@ -19,15 +19,16 @@ const evictionHardMemory = 100 << 20
 
 // allocatable is the node's capacity less the eviction threshold, as the
 // kubelet computes it with no reservations configured.
-func allocatable() (v1.ResourceList, error) {
+// It also returns the memory capacity in bytes.
+func allocatable() (v1.ResourceList, int64, error) {
 	mem, err := memTotal()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	return v1.ResourceList{
 		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
 		v1.ResourceMemory: *resource.NewQuantity(mem-evictionHardMemory, resource.BinarySI),
-	}, nil
+	}, mem, nil
 }
 
 func memTotal() (int64, error) {

@@ -71,6 +71,7 @@ a local image registry under --root-dir.`,
 	f.StringVar(&cfg.HealthzBindAddress, "healthz-bind-address", cfg.HealthzBindAddress, "Address of the healthz endpoint")
 	f.IntVar(&cfg.HealthzPort, "healthz-port", cfg.HealthzPort, "Port of the healthz endpoint (0 disables it)")
 	f.StringVar(&cfg.Address, "address", cfg.Address, "Address of the read-only port")
+	f.StringVar(&cfg.CgroupRoot, "cgroup-root-dir", cfg.CgroupRoot, "Where the cgroup v1 hierarchies are mounted; pod cgroups go under kubepods (empty: no pod cgroups)")
 	f.IntVar(&cfg.ReadOnlyPort, "read-only-port", cfg.ReadOnlyPort, "Port serving /healthz and /metrics without authentication (0 disables it)")
 	f.StringVar(&cfg.NodeIP, "node-ip", "", "IP reported as the pods' hostIP (default: the first non-loopback address)")
 	f.IntVar(&cfg.MaxPerPodContainer, "maximum-dead-containers-per-container", cfg.MaxPerPodContainer, "Dead instances kept per container")
@@ -106,11 +107,11 @@ func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) err
 	if cfg.NodeIP == "" {
 		cfg.NodeIP = nodeIP()
 	}
-	alloc, err := allocatable()
+	alloc, capacity, err := allocatable()
 	if err != nil {
 		return err
 	}
-	cfg.Allocatable = alloc
+	cfg.Allocatable, cfg.MemoryCapacity = alloc, capacity
 	return nil
 }
 

@@ -1,8 +1,8 @@
 // Package admission is beside the pipeline, between the merge and the pod
 // workers: it decides, as the kubelet's admit handlers do, whether a new
 // pod may run on this node (pod count, host ports, CPU and memory requests
-// against allocatable). A rejected pod is Failed with the kubelet's reason
-// and nothing of it is started. Pure: no I/O.
+// against allocatable, safe sysctls). A rejected pod is Failed with the
+// kubelet's reason and nothing of it is started. Pure: no I/O.
 package admission
 
 import (
@@ -10,6 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/securitycontext"
 )
 
 // Node is what admission knows of the node.
@@ -35,6 +37,9 @@ func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
 	}
 	if r := checkHostPorts(pod, active); !r.Admit {
 		return r
+	}
+	if _, err := securitycontext.Sysctls(pod); err != nil {
+		return Result{Reason: securitycontext.ReasonSysctlForbidden, Message: err.Error()}
 	}
 	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
 		capacity, ok := node.Allocatable[name]

@@ -41,6 +41,8 @@ func TestAdmit(t *testing.T) {
 			"OutOfcpu", "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000"},
 		{"memory", pod("a", "", "1Gi", 0), []*v1.Pod{pod("b", "", "1", 0)}, "OutOfmemory", "resource: memory"},
 		{"host port", pod("a", "", "", 8080), []*v1.Pod{pod("b", "", "", 8080)}, "NodePorts", "TCP/8080 is used by pod default/b"},
+		{"unsafe sysctl", withSysctl(pod("a", "", "", 0), "net.core.somaxconn"), nil, "SysctlForbidden", "net.core.somaxconn"},
+		{"safe sysctl", withSysctl(pod("a", "", "", 0), "net.ipv4.tcp_syncookies"), nil, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Admit(tc.pod, tc.active, node)
@@ -94,4 +96,9 @@ func TestPodRequestCountsInitAndSidecars(t *testing.T) {
 	if got.MilliValue() != 1200 {
 		t.Errorf("request = %dm, want 1200m (containers + sidecar)", got.MilliValue())
 	}
+}
+
+func withSysctl(p *v1.Pod, name string) *v1.Pod {
+	p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: name, Value: "1"}}}
+	return p
 }

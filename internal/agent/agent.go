@@ -49,6 +49,11 @@ type Config struct {
 	// MaxPods and Allocatable are what admission checks new pods against.
 	MaxPods     int
 	Allocatable v1.ResourceList
+	// MemoryCapacity is the node's memory in bytes (OOM scores).
+	MemoryCapacity int64
+	// CgroupRoot is where the cgroup v1 hierarchies are mounted; pod
+	// cgroups go under kubepods there. "" disables pod cgroups.
+	CgroupRoot string
 	// MaxPerPodContainer dead instances are kept per container (1).
 	MaxPerPodContainer int
 	// HealthzBindAddress:HealthzPort serves /healthz (0 disables).
@@ -89,6 +94,7 @@ func DefaultConfig(rootDir string) Config {
 		PLEGRelistPeriod:     time.Second,
 		MaxPods:              110,
 		HealthzBindAddress:   "127.0.0.1",
+		CgroupRoot:           "/sys/fs/cgroup",
 		HealthzPort:          10248,
 		Address:              "0.0.0.0",
 		MaxPerPodContainer:   1,

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/pleg"
 	"github.com/nodelet/nodelet/internal/podconfig"
+	"github.com/nodelet/nodelet/internal/podresources"
 	"github.com/nodelet/nodelet/internal/podruntime"
 	"github.com/nodelet/nodelet/internal/podsource"
 	"github.com/nodelet/nodelet/internal/podworker"
@@ -47,6 +49,7 @@ type pipeline struct {
 	status   *statusStore
 	events   *events.Recorder
 	objects  *objectStore
+	cgroups  *podresources.Manager // nil without pod cgroups
 	prober   *prober.Manager
 	registry *prometheus.Registry
 	// probeRegistry holds the prober's metrics, served at /metrics/probes.
@@ -89,12 +92,23 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	p.probeRegistry = prometheus.NewRegistry()
 	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: p.probeRegistry, Recorder: p.events})
 	p.objects = newObjectStore()
+	var cgroups podruntime.PodCgroups
+	if a.cfg.CgroupRoot != "" {
+		p.cgroups = podresources.NewManager(a.cfg.CgroupRoot, log)
+		if err := p.cgroups.EnsureQoS(); err != nil {
+			log.Warn("pods run without pod-level cgroups", "err", err)
+			p.cgroups = nil
+		} else {
+			cgroups = p.cgroups
+		}
+	}
 	resolvConf, _ := os.ReadFile("/etc/resolv.conf") // missing: the runtime's defaults, as the kubelet
 	hosts, _ := os.ReadFile("/etc/hosts")
 	p.runtime = podruntime.New(rt, podruntime.Options{
 		PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP, NodeName: a.cfg.NodeName, Allocatable: a.cfg.Allocatable,
 		PodsDir: filepath.Join(a.cfg.RootDir, "pods"), HostResolvConf: resolvConf, HostHosts: hosts,
-	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober, Objects: p.objects,
+		SeccompRoot: filepath.Join(a.cfg.RootDir, "seccomp"), NodeMemoryCapacity: a.cfg.MemoryCapacity,
+	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober, Objects: p.objects, Cgroups: cgroups,
 		Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
 	syncer := &podSyncer{rt: p.runtime, clock: clk, prober: p.prober}
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
@@ -172,6 +186,29 @@ func (p *pipeline) housekeeping(ctx context.Context, desired map[types.UID]*v1.P
 			continue
 		}
 		p.killOrphan(ctx, uid, st)
+	}
+	p.removePodCgroups(want, running)
+}
+
+// removePodCgroups removes the cgroups of pods that are gone; a cgroup
+// still holding a container (not yet garbage-collected) is left for a
+// later round.
+func (p *pipeline) removePodCgroups(want map[types.UID]bool, running map[types.UID]*observed.PodStatus) {
+	if p.cgroups == nil {
+		return
+	}
+	uids, err := p.cgroups.Pods()
+	if err != nil {
+		p.log.Error("housekeeping: list pod cgroups", "err", err)
+		return
+	}
+	for _, uid := range uids {
+		if want[uid] || running[uid] != nil || p.workers.CouldHaveRunningContainers(uid) {
+			continue
+		}
+		if err := p.cgroups.RemovePod(uid, ""); err != nil && !errors.Is(err, podresources.ErrPodCgroupBusy) {
+			p.log.Warn("housekeeping: remove pod cgroup", "podUID", uid, "err", err)
+		}
 	}
 }
 

@@ -53,10 +53,14 @@ func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
 // node's network namespace, so a change of hostNetwork is detected.
 const annotationHostNetwork = "nodelet.io/host-network"
 
-// sandboxNet is what the pod's network identity needs: hostname and DNS.
+// sandboxNet is what the sandbox config needs beyond the pod spec:
+// hostname and DNS, cgroup parent, security context and sysctls.
 type sandboxNet struct {
-	hostname string
-	dns      *runtimeapi.DNSConfig
+	hostname     string
+	dns          *runtimeapi.DNSConfig
+	cgroupParent string
+	security     *runtimeapi.LinuxSandboxSecurityContext
+	sysctls      map[string]string
 }
 
 func sandboxConfig(pod *v1.Pod, podLogsDir string, attempt uint32, net sandboxNet) *runtimeapi.PodSandboxConfig {
@@ -82,10 +86,16 @@ func sandboxConfig(pod *v1.Pod, podLogsDir string, attempt uint32, net sandboxNe
 		Labels:       podLabels(pod),
 		Annotations:  annotations,
 		PortMappings: portMappings(pod),
-		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaceOptions(pod)},
-		},
+		Linux:        sandboxLinux(pod, net),
 	}
+}
+
+func sandboxLinux(pod *v1.Pod, net sandboxNet) *runtimeapi.LinuxPodSandboxConfig {
+	sc := net.security
+	if sc == nil {
+		sc = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaceOptions(pod)}
+	}
+	return &runtimeapi.LinuxPodSandboxConfig{CgroupParent: net.cgroupParent, SecurityContext: sc, Sysctls: net.sysctls}
 }
 
 func portMappings(pod *v1.Pod) []*runtimeapi.PortMapping {
@@ -114,10 +124,12 @@ func portMappings(pod *v1.Pod) []*runtimeapi.PortMapping {
 // start from more than its spec: environment, expanded command and args,
 // mounts.
 type containerExtras struct {
-	env     []*runtimeapi.KeyValue
-	command []string
-	args    []string
-	mounts  []*runtimeapi.Mount
+	env       []*runtimeapi.KeyValue
+	command   []string
+	args      []string
+	mounts    []*runtimeapi.Mount
+	resources *runtimeapi.LinuxContainerResources
+	security  *runtimeapi.LinuxContainerSecurityContext
 }
 
 func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount, backoffStep int, extras containerExtras) *runtimeapi.ContainerConfig {
@@ -150,9 +162,17 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 		Stdin:       c.Stdin,
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,
-		Linux: &runtimeapi.LinuxContainerConfig{
-			Resources:       &runtimeapi.LinuxContainerResources{},
-			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)},
-		},
+		Linux:       containerLinux(pod, extras),
 	}
+}
+
+func containerLinux(pod *v1.Pod, extras containerExtras) *runtimeapi.LinuxContainerConfig {
+	res, sc := extras.resources, extras.security
+	if res == nil {
+		res = &runtimeapi.LinuxContainerResources{}
+	}
+	if sc == nil {
+		sc = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}
+	}
+	return &runtimeapi.LinuxContainerConfig{Resources: res, SecurityContext: sc}
 }

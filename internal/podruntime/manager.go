@@ -66,6 +66,8 @@ type Deps struct {
 	Recorder Recorder
 	// Objects are the ConfigMaps and Secrets env refers to.
 	Objects envvars.Objects
+	// Cgroups, when set, gives every pod a cgroup under the QoS tiers.
+	Cgroups PodCgroups
 	// Observed, when set, is told what runs of every pod right after each
 	// observation and before planning (the prober binds its workers to
 	// the running container instances with it).
@@ -97,6 +99,15 @@ type Options struct {
 	// --cluster-domain (none and "cluster.local" standalone).
 	ClusterDNS    []string
 	ClusterDomain string
+	// SeccompRoot holds Localhost seccomp profiles (<root-dir>/seccomp).
+	SeccompRoot string
+	// NodeMemoryCapacity sizes the OOM score of burstable containers.
+	NodeMemoryCapacity int64
+}
+
+// PodCgroups creates pod cgroups under the QoS hierarchy.
+type PodCgroups interface {
+	EnsurePod(pod *v1.Pod) (cgroupParent string, err error)
 }
 
 // Manager creates, restarts and removes pods in the runtime.
@@ -110,6 +121,7 @@ type Manager struct {
 	recorder Recorder
 	observed func(*v1.Pod, *observed.PodStatus)
 	objects  envvars.Objects
+	cgroups  PodCgroups
 
 	pulls *imagePuller
 
@@ -143,7 +155,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed, objects: deps.Objects,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed, objects: deps.Objects, cgroups: deps.Cgroups,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		previous: map[types.UID]*v1.PodStatus{},
 	}

@@ -95,7 +95,8 @@ func TestSyncPodCreatesSandboxAndContainers(t *testing.T) {
 		t.Errorf("runtime calls = %s", got)
 	}
 	// IfNotPresent looks first, then pulls; Always pulls without looking.
-	if got := f.imageCalls(); got != "ImageStatus,PullImage,PullImage" {
+	// After each pull the image's user is read (runAsNonRoot, run_as_user).
+	if got := f.imageCalls(); got != "ImageStatus,PullImage,ImageStatus,PullImage,ImageStatus" {
 		t.Errorf("image calls = %s", got)
 	}
 	app := containerByName(f, "app")

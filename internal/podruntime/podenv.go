@@ -1,6 +1,7 @@
 package podruntime
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/podnet"
+	"github.com/nodelet/nodelet/internal/podresources"
+	"github.com/nodelet/nodelet/internal/securitycontext"
 )
 
 // configError is a container config that cannot be made (a missing
@@ -19,8 +22,8 @@ type configError struct{ err error }
 func (e *configError) Error() string { return e.err.Error() }
 func (e *configError) Unwrap() error { return e.err }
 
-// sandboxNet computes the pod's hostname and DNS config; warnings are for
-// events.
+// sandboxNet computes the pod's hostname, DNS config, cgroup parent
+// (creating the pod cgroup) and security context; warnings are for events.
 func (m *Manager) sandboxNet(pod *v1.Pod) (sandboxNet, []string, error) {
 	hostname, _, err := podnet.Hostname(pod, m.opts.ClusterDomain)
 	if err != nil {
@@ -30,7 +33,41 @@ func (m *Manager) sandboxNet(pod *v1.Pod) (sandboxNet, []string, error) {
 	if err != nil {
 		return sandboxNet{}, nil, fmt.Errorf("pod DNS config: %w", err)
 	}
-	return sandboxNet{hostname: hostname, dns: dns}, warnings, nil
+	net := sandboxNet{hostname: hostname, dns: dns}
+	if m.cgroups != nil {
+		if net.cgroupParent, err = m.cgroups.EnsurePod(pod); err != nil {
+			return sandboxNet{}, nil, fmt.Errorf("pod cgroup: %w", err)
+		}
+	}
+	if net.security, net.sysctls, err = securitycontext.Sandbox(pod, m.opts.SeccompRoot); err != nil {
+		return sandboxNet{}, nil, fmt.Errorf("pod security context: %w", err)
+	}
+	return net, warnings, nil
+}
+
+// securityAndResources builds the container's CRI security context (with
+// the image's user, after refusing root under runAsNonRoot) and resources.
+func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.Container, imageRef string, extras *containerExtras) error {
+	var uid *int64
+	username := ""
+	if st, err := m.rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef}); err == nil && st.GetImage() != nil {
+		if u := st.GetImage().GetUid(); u != nil {
+			v := u.GetValue()
+			uid = &v
+		}
+		username = st.GetImage().GetUsername()
+	}
+	if err := securitycontext.VerifyRunAsNonRoot(pod, c, uid, username); err != nil {
+		return &configError{err}
+	}
+	sc, err := securitycontext.Container(pod, c, m.opts.SeccompRoot)
+	if err != nil {
+		return &configError{err}
+	}
+	securitycontext.ApplyImageUser(sc, uid, username)
+	extras.security = sc
+	extras.resources = podresources.ContainerResources(pod, c, m.opts.NodeMemoryCapacity)
+	return nil
 }
 
 // containerExtras builds a container's environment, expanded command and

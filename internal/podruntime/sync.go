@@ -166,6 +166,11 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
+	if err := m.securityAndResources(ctx, pod, c, imageRef, &extras); err != nil {
+		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
+		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
+		return fmt.Errorf("container %q: %w", c.Name, err)
+	}
 	cfg := containerConfig(pod, c, imageRef, a.s.RestartCount, a.s.BackoffStep, extras)
 	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {

@@ -4,9 +4,12 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // execOut runs a command in the named running container and returns stdout.
@@ -126,5 +129,102 @@ spec:
 	resolv := execOut(t, "named-e2e", "main", "cat", "/etc/resolv.conf")
 	if !strings.Contains(resolv, "ndots:2") {
 		t.Errorf("resolv.conf lacks the pod's ndots option:\n%s", resolv)
+	}
+}
+
+// A container that allocates past its memory limit is OOMKilled and
+// reported so; its pod sits in the burstable QoS cgroup.
+func TestMemoryLimitOOMKilled(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "oom")
+	writeManifest(t, dir, "hog.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: hog}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sh", "-c", "sleep 1; x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"]
+    resources:
+      requests: {memory: 16Mi}
+      limits: {memory: 32Mi}
+`)
+	waitLog(t, n, `pod=default/hog-e2e phase=Failed .*main=terminated\(OOMKilled\)`, 60*time.Second)
+	sbs, err := shared.rt.ListPodSandbox(context.Background(), &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.name": "hog-e2e"}})
+	if err != nil || len(sbs) == 0 {
+		t.Fatalf("sandbox: %v %v", sbs, err)
+	}
+	uid := sbs[0].Labels["io.kubernetes.pod.uid"]
+	if _, err := os.Stat("/sys/fs/cgroup/memory/kubepods/burstable/pod" + uid); err != nil {
+		t.Errorf("no burstable pod cgroup: %v", err)
+	}
+}
+
+// runAsNonRoot refuses an image that runs as root, with the reason; a
+// numeric runAsUser and a read-only root filesystem apply.
+func TestSecurityContext(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "security")
+	writeManifest(t, dir, "nonroot.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: nonroot}
+spec:
+  securityContext: {runAsNonRoot: true}
+  containers:
+  - {name: main, image: "busybox:1.35", command: ["sleep", "3600"]}
+`)
+	writeManifest(t, dir, "user.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: user}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sleep", "3600"]
+    securityContext:
+      runAsUser: 1000
+      runAsGroup: 3000
+      readOnlyRootFilesystem: true
+      allowPrivilegeEscalation: false
+      capabilities: {drop: ["ALL"]}
+`)
+	waitLog(t, n, `pod=default/nonroot-e2e phase=Pending .*main=waiting\(CreateContainerConfigError\)`, 60*time.Second)
+	waitLog(t, n, `container has runAsNonRoot and image will run as root`, 5*time.Second)
+	eventually(t, 60*time.Second, "user running", func() error {
+		_, err := runningContainer(context.Background(), shared.rt, "user-e2e", "main")
+		return err
+	})
+	if id := strings.TrimSpace(execOut(t, "user-e2e", "main", "id")); !strings.HasPrefix(id, "uid=1000 gid=3000") {
+		t.Errorf("id = %q", id)
+	}
+	c, _ := runningContainer(context.Background(), shared.rt, "user-e2e", "main")
+	if _, _, code, err := shared.rt.ExecSync(context.Background(), c.Id, []string{"touch", "/x"}, 10*time.Second); err != nil || code == 0 {
+		t.Errorf("wrote to a read-only root filesystem (code %d, err %v)", code, err)
+	}
+}
+
+// A containerPort with a hostPort answers from the host through portmap.
+func TestHostPort(t *testing.T) {
+	_, dir, _ := lifecycleNodelet(t, "hostport")
+	port := freePort(t)
+	writeManifest(t, dir, "web.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: hostport}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: busybox:1.35
+    command: ["sh", "-c", "mkdir -p /www && echo via-hostport > /www/index.html && exec httpd -f -p 8080 -h /www"]
+    ports: [{containerPort: 8080, hostPort: `+port+`}]
+`)
+	eventually(t, 60*time.Second, "hostport running", func() error {
+		_, err := runningContainer(context.Background(), shared.rt, "hostport-e2e", "web")
+		return err
+	})
+	// Loopback only: the portmap plugin (snat) DNATs it to the pod.
+	body := httpGet(t, "http://127.0.0.1:"+port+"/")
+	if !strings.Contains(body, "via-hostport") {
+		t.Errorf("GET 127.0.0.1:%s = %q", port, body)
 	}
 }
