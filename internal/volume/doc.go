@@ -1,0 +1,40 @@
+// Package volume is beside the pipeline: it prepares the volumes of a pod
+// on the node before the runtime manager starts its containers, hands the
+// runtime the CRI mounts of each container and removes everything again once
+// the pod is gone (the kubelet's volume manager and volume plugins, for the
+// in-tree types a standalone node needs).
+//
+// Every pod owns one directory, and nothing outside it is ever created or
+// removed by this package (hostPath volumes aside, which name host paths on
+// purpose):
+//
+//	<rootDir>/pods/<podUID>/
+//	    volumes/kubernetes.io~empty-dir/<volume>       directory, or a tmpfs (medium: Memory)
+//	    volumes/kubernetes.io~configmap/<volume>       AtomicWriter layout on disk
+//	    volumes/kubernetes.io~secret/<volume>          AtomicWriter layout on a tmpfs
+//	    volumes/kubernetes.io~downward-api/<volume>    AtomicWriter layout on disk
+//	    volumes/kubernetes.io~projected/<volume>       AtomicWriter layout on a tmpfs
+//	    volume-subpaths/<volume>/<container>/<index>   bind mount of a verified subPath
+//
+// A hostPath volume has no directory here: the host path is handed to the
+// runtime as it is, after the type check of its volume.
+//
+// The AtomicWriter layout (configMap, secret, downwardAPI, projected) is the
+// kubelet's: the files live in a timestamped directory
+// "..2006_01_02_15_04_05.000000000", "..data" is a symlink to it, and every
+// user-visible top-level name is a symlink "name -> ..data/name". An update
+// writes a new timestamped directory and renames a temporary symlink over
+// "..data", so a reader sees the old or the new content, never a mix.
+//
+// subPath and subPathExpr are resolved below the volume root with
+// openat2(RESOLVE_BENEATH) (or an equivalent walk over O_PATH|O_NOFOLLOW
+// descriptors where openat2 is missing), so a symlink planted by a container
+// can never lead outside the volume; the resolved descriptor is then
+// bind-mounted through /proc/self/fd onto a per-container target, and the
+// runtime is given that target: a path the container cannot race.
+//
+// Call order, for each pod: SetUp on every sync (it is idempotent and
+// refreshes configMap, secret, downwardAPI and projected content), Mounts
+// for each container to be created, TearDown once all containers of the pod
+// are gone; CleanupOrphans from housekeeping.
+package volume

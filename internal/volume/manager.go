@@ -1,0 +1,257 @@
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// ErrObjectNotFound is wrapped by Objects when a ConfigMap or Secret does
+// not exist.
+var ErrObjectNotFound = errors.New("not found")
+
+// Objects gives the ConfigMaps and Secrets volumes and env refer to (in
+// standalone mode they come from manifest files).
+type Objects interface {
+	// ConfigMap returns the ConfigMap; errors.Is(err, ErrObjectNotFound)
+	// when it does not exist.
+	ConfigMap(namespace, name string) (*v1.ConfigMap, error)
+	// Secret returns the Secret; errors.Is(err, ErrObjectNotFound) when it
+	// does not exist.
+	Secret(namespace, name string) (*v1.Secret, error)
+}
+
+// Downward resolves downward API fields for a pod (the integrator
+// implements it).
+type Downward interface {
+	// FieldRef resolves metadata.name, metadata.namespace, metadata.uid,
+	// metadata.labels (all, as key="value" lines), metadata.annotations,
+	// metadata.labels['k'], metadata.annotations['k'] ...
+	FieldRef(pod *v1.Pod, fieldPath string) (string, error)
+	// ResourceRef resolves limits.cpu, requests.memory ... of a container.
+	ResourceRef(pod *v1.Pod, containerName string, ref *v1.ResourceFieldSelector) (string, error)
+}
+
+// Plugin directory names, as the kubelet's.
+const (
+	pluginEmptyDir    = "kubernetes.io~empty-dir"
+	pluginConfigMap   = "kubernetes.io~configmap"
+	pluginSecret      = "kubernetes.io~secret"
+	pluginDownwardAPI = "kubernetes.io~downward-api"
+	pluginProjected   = "kubernetes.io~projected"
+
+	podsDirName     = "pods"
+	volumesDirName  = "volumes"
+	subPathsDirName = "volume-subpaths"
+)
+
+// Manager sets up, mounts and tears down the volumes of pods. It keeps no
+// state of its own beyond per-pod locks: everything is derived from the pod
+// spec and the pod directories, so a restarted nodelet picks up where the
+// last one left off. Calls for one pod are serialized; calls for different
+// pods run in parallel.
+type Manager struct {
+	rootDir  string
+	objects  Objects
+	downward Downward
+	clock    clock.PassiveClock
+	log      *slog.Logger
+	locks    podLocks
+}
+
+// Option changes a Manager built by New.
+type Option func(*Manager)
+
+// WithClock sets the clock that names the AtomicWriter's timestamped
+// directories (the real clock by default).
+func WithClock(c clock.PassiveClock) Option { return func(m *Manager) { m.clock = c } }
+
+// New returns a Manager keeping pod directories under rootDir/pods. It
+// starts nothing. objects and downward may be nil, in which case volumes
+// that need them fail to set up.
+func New(rootDir string, objects Objects, downward Downward, log *slog.Logger, opts ...Option) *Manager {
+	if abs, err := filepath.Abs(rootDir); err == nil {
+		rootDir = abs
+	}
+	m := &Manager{
+		rootDir:  filepath.Clean(rootDir),
+		objects:  objects,
+		downward: downward,
+		clock:    clock.RealClock{},
+		log:      log,
+		locks:    podLocks{m: map[types.UID]*podLock{}},
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// SetUp prepares every volume of the pod. It is idempotent and meant to be
+// called on every sync: it also refreshes configMap, secret, downwardAPI and
+// projected contents, atomically, when they changed. A volume that cannot be
+// set up yields an error naming the volume and the reason; the other
+// volumes are still set up, and all errors are returned joined.
+//
+// When pod.Spec.SecurityContext.FSGroup is set, SetUp applies it itself
+// (the kubelet's SetVolumeOwnership): to an emptyDir when it is created, to
+// configMap, secret, downwardAPI and projected content on every write;
+// never to a hostPath.
+func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
+	if err := checkPathElement("pod UID", string(pod.UID)); err != nil {
+		return err
+	}
+	unlock := m.locks.lock(pod.UID)
+	defer unlock()
+
+	var errs []error
+	for i := range pod.Spec.Volumes {
+		vol := &pod.Spec.Volumes[i]
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, fmt.Errorf("set up volumes: %w", err))
+			break
+		}
+		if err := m.setUpVolume(pod, vol); err != nil {
+			errs = append(errs, fmt.Errorf("volume %q: %w", vol.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setUpVolume sets up one volume according to its type.
+func (m *Manager) setUpVolume(pod *v1.Pod, vol *v1.Volume) error {
+	if err := checkPathElement("volume name", vol.Name); err != nil {
+		return err
+	}
+	src := &vol.VolumeSource
+	switch {
+	case src.EmptyDir != nil:
+		return m.setUpEmptyDir(pod, vol)
+	case src.HostPath != nil:
+		return checkHostPathType(src.HostPath)
+	case src.ConfigMap != nil:
+		payload, err := m.configMapVolumePayload(pod.Namespace, src.ConfigMap)
+		if err != nil {
+			return err
+		}
+		return m.writeAtomicVolume(pod, vol.Name, pluginConfigMap, false, payload)
+	case src.Secret != nil:
+		payload, err := m.secretVolumePayload(pod.Namespace, src.Secret)
+		if err != nil {
+			return err
+		}
+		return m.writeAtomicVolume(pod, vol.Name, pluginSecret, true, payload)
+	case src.DownwardAPI != nil:
+		payload, err := m.downwardAPIPayload(pod, src.DownwardAPI.Items, modeOrDefault(src.DownwardAPI.DefaultMode))
+		if err != nil {
+			return err
+		}
+		return m.writeAtomicVolume(pod, vol.Name, pluginDownwardAPI, false, payload)
+	case src.Projected != nil:
+		payload, err := m.projectedPayload(pod, src.Projected)
+		if err != nil {
+			return err
+		}
+		return m.writeAtomicVolume(pod, vol.Name, pluginProjected, true, payload)
+	default:
+		return fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
+	}
+}
+
+// pluginDir is the plugin directory of a volume kept in the pod directory,
+// "" for a hostPath, and an error for a type nodelet does not support.
+func pluginDir(src *v1.VolumeSource) (string, error) {
+	switch {
+	case src.EmptyDir != nil:
+		return pluginEmptyDir, nil
+	case src.HostPath != nil:
+		return "", nil
+	case src.ConfigMap != nil:
+		return pluginConfigMap, nil
+	case src.Secret != nil:
+		return pluginSecret, nil
+	case src.DownwardAPI != nil:
+		return pluginDownwardAPI, nil
+	case src.Projected != nil:
+		return pluginProjected, nil
+	default:
+		return "", fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
+	}
+}
+
+// volumeType names the type of a volume source by its field in the API
+// ("persistentVolumeClaim", "nfs", ...).
+func volumeType(src *v1.VolumeSource) string {
+	v := reflect.ValueOf(src).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() == reflect.Pointer && !f.IsNil() {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
+	}
+	return "(none)"
+}
+
+func (m *Manager) podsDir() string { return filepath.Join(m.rootDir, podsDirName) }
+
+func (m *Manager) podDir(uid types.UID) string { return filepath.Join(m.podsDir(), string(uid)) }
+
+func (m *Manager) volumeDir(uid types.UID, plugin, name string) string {
+	return filepath.Join(m.podDir(uid), volumesDirName, plugin, name)
+}
+
+func (m *Manager) subPathTarget(uid types.UID, volName, container string, index int) string {
+	return filepath.Join(m.podDir(uid), subPathsDirName, volName, container, fmt.Sprint(index))
+}
+
+// checkPathElement rejects a name that cannot be used as one path element
+// (pod UIDs, volume and container names become directory names).
+func checkPathElement(what, name string) error {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("%s %q cannot be used as a directory name", what, name)
+	}
+	return nil
+}
+
+// podLocks serializes the calls for one pod.
+type podLocks struct {
+	mu sync.Mutex
+	m  map[types.UID]*podLock
+}
+
+type podLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lock locks the pod's mutex and returns its unlock.
+func (l *podLocks) lock(uid types.UID) func() {
+	l.mu.Lock()
+	pl := l.m[uid]
+	if pl == nil {
+		pl = &podLock{}
+		l.m[uid] = pl
+	}
+	pl.refs++
+	l.mu.Unlock()
+
+	pl.mu.Lock()
+	return func() {
+		pl.mu.Unlock()
+		l.mu.Lock()
+		if pl.refs--; pl.refs == 0 {
+			delete(l.m, uid)
+		}
+		l.mu.Unlock()
+	}
+}

@@ -1,0 +1,212 @@
+package volume
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Mounts returns the CRI mounts for the volumeMounts of container c, in
+// their order; call it after SetUp. env is the container's environment,
+// which subPathExpr is expanded with ($(VAR), "$$" for a literal "$"; an
+// unset or empty variable is an error, as in the kubelet).
+//
+// A subPath is resolved below the volume without ever leaving it, whatever
+// symlinks a container planted or swaps in meanwhile; missing directories
+// are created with the mode of the volume root; and the result is
+// bind-mounted onto <rootDir>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>,
+// which is the host path returned. Those mounts stay until TearDown.
+//
+// configMap, secret, downwardAPI and projected volumes are always
+// read-only, as the kubelet mounts them.
+func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
+	if err := checkPathElement("pod UID", string(pod.UID)); err != nil {
+		return nil, err
+	}
+	unlock := m.locks.lock(pod.UID)
+	defer unlock()
+
+	vols := make(map[string]*v1.Volume, len(pod.Spec.Volumes))
+	for i := range pod.Spec.Volumes {
+		vols[pod.Spec.Volumes[i].Name] = &pod.Spec.Volumes[i]
+	}
+	out := make([]*runtimeapi.Mount, 0, len(c.VolumeMounts))
+	for i := range c.VolumeMounts {
+		vm := &c.VolumeMounts[i]
+		mnt, err := m.containerMount(pod.UID, c, i, vm, vols[vm.Name], env)
+		if err != nil {
+			return nil, fmt.Errorf("volumeMount %q of container %q: %w", vm.Name, c.Name, err)
+		}
+		out = append(out, mnt)
+	}
+	return out, nil
+}
+
+// containerMount is the CRI mount of one volumeMount.
+func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *v1.VolumeMount, vol *v1.Volume, env map[string]string) (*runtimeapi.Mount, error) {
+	if vol == nil {
+		return nil, fmt.Errorf("volume %q is not defined by the pod", vm.Name)
+	}
+	hostPath, mustReadOnly, err := m.volumeHostPath(uid, vol)
+	if err != nil {
+		return nil, err
+	}
+	subPath, err := subPathOf(vm, env)
+	if err != nil {
+		return nil, err
+	}
+	if subPath != "" {
+		if err := checkPathElement("container name", c.Name); err != nil {
+			return nil, err
+		}
+		target := m.subPathTarget(uid, vol.Name, c.Name, index)
+		if hostPath, err = bindSubPath(hostPath, subPath, target); err != nil {
+			return nil, err
+		}
+	}
+	prop, err := propagation(vm.MountPropagation, c)
+	if err != nil {
+		return nil, err
+	}
+	if vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly == v1.RecursiveReadOnlyEnabled {
+		return nil, errors.New("recursiveReadOnly: Enabled is not supported by nodelet")
+	}
+	return &runtimeapi.Mount{
+		ContainerPath:  vm.MountPath,
+		HostPath:       hostPath,
+		Readonly:       vm.ReadOnly || mustReadOnly,
+		SelinuxRelabel: false,
+		Propagation:    prop,
+		MountOptions:   slices.Clone(vm.BindMountOptions),
+	}, nil
+}
+
+// volumeHostPath is the host path of a volume's root and whether the
+// volume must be mounted read-only.
+func (m *Manager) volumeHostPath(uid types.UID, vol *v1.Volume) (string, bool, error) {
+	plugin, err := pluginDir(&vol.VolumeSource)
+	if err != nil {
+		return "", false, fmt.Errorf("volume %q: %w", vol.Name, err)
+	}
+	if plugin == "" {
+		return filepath.Clean(vol.HostPath.Path), false, nil
+	}
+	if err := checkPathElement("volume name", vol.Name); err != nil {
+		return "", false, err
+	}
+	dir := m.volumeDir(uid, plugin, vol.Name)
+	fi, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.IsDir()) {
+		return "", false, fmt.Errorf("volume %q is not set up", vol.Name)
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("volume %q: %w", vol.Name, err)
+	}
+	return dir, plugin != pluginEmptyDir, nil
+}
+
+// subPathOf is the checked subPath of a volumeMount, subPathExpr expanded;
+// "" for none.
+func subPathOf(vm *v1.VolumeMount, env map[string]string) (string, error) {
+	subPath := vm.SubPath
+	if vm.SubPathExpr != "" {
+		if vm.SubPath != "" {
+			return "", errors.New("subPath and subPathExpr are mutually exclusive")
+		}
+		expanded, err := expandSubPathExpr(vm.SubPathExpr, env)
+		if err != nil {
+			return "", err
+		}
+		subPath = expanded
+	}
+	switch {
+	case subPath == "":
+		return "", nil
+	case filepath.IsAbs(subPath):
+		return "", fmt.Errorf("subPath %q must not be an absolute path", subPath)
+	case slices.Contains(strings.Split(subPath, "/"), ".."):
+		return "", fmt.Errorf("subPath %q must not contain '..'", subPath)
+	}
+	return subPath, nil
+}
+
+// expandSubPathExpr expands $(VAR) references with env; every variable
+// must be set and not empty.
+func expandSubPathExpr(expr string, env map[string]string) (string, error) {
+	missing := map[string]bool{}
+	out := expand(expr, func(name string) string {
+		v := env[name]
+		if v == "" {
+			missing[name] = true
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		names := make([]string, 0, len(missing))
+		for n := range missing {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return "", fmt.Errorf("subPathExpr %q: missing value for %s", expr, strings.Join(names, ", "))
+	}
+	return out, nil
+}
+
+// expand replaces $(NAME) with mapping(NAME) and "$$" with "$"; anything
+// else (a lone "$", an unterminated "$(") stays as it is.
+func expand(s string, mapping func(string) string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end <= 0 {
+				b.WriteString(s[i : i+2])
+				i++
+				continue
+			}
+			b.WriteString(mapping(s[i+2 : i+2+end]))
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// propagation translates a volumeMount's propagation; Bidirectional needs
+// a privileged container.
+func propagation(mode *v1.MountPropagationMode, c *v1.Container) (runtimeapi.MountPropagation, error) {
+	if mode == nil {
+		return runtimeapi.MountPropagation_PROPAGATION_PRIVATE, nil
+	}
+	switch *mode {
+	case v1.MountPropagationNone:
+		return runtimeapi.MountPropagation_PROPAGATION_PRIVATE, nil
+	case v1.MountPropagationHostToContainer:
+		return runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER, nil
+	case v1.MountPropagationBidirectional:
+		if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+			return 0, errors.New("mount propagation Bidirectional is available only to privileged containers")
+		}
+		return runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL, nil
+	default:
+		return 0, fmt.Errorf("invalid MountPropagation mode: %q", *mode)
+	}
+}
