@@ -8,6 +8,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/nodelet/nodelet/internal/envvars"
+	"github.com/nodelet/nodelet/internal/volume"
 )
 
 // objectStore holds the ConfigMaps and Secrets of the manifest directory:
@@ -39,10 +40,19 @@ func (s *objectStore) replace(configMaps []*v1.ConfigMap, secrets []*v1.Secret) 
 	return changed
 }
 
-// notFound matches the not-found sentinel of every consumer.
-func notFound(kind, namespace, name string) error {
-	return fmt.Errorf("%s %s/%s: %w", kind, namespace, name, envvars.ErrObjectNotFound)
+// notFoundError is a missing object; it is the not-found sentinel of
+// every consumer (env and volumes).
+type notFoundError struct{ kind, namespace, name string }
+
+func (e notFoundError) Error() string {
+	return fmt.Sprintf("%s %q not found in namespace %q", e.kind, e.name, e.namespace)
 }
+
+func (e notFoundError) Is(target error) bool {
+	return target == envvars.ErrObjectNotFound || target == volume.ErrObjectNotFound
+}
+
+func notFound(kind, namespace, name string) error { return notFoundError{kind, namespace, name} }
 
 func (s *objectStore) ConfigMap(namespace, name string) (*v1.ConfigMap, error) {
 	s.mu.RLock()
@@ -60,4 +70,24 @@ func (s *objectStore) Secret(namespace, name string) (*v1.Secret, error) {
 		return sec.DeepCopy(), nil
 	}
 	return nil, notFound("secret", namespace, name)
+}
+
+// downward resolves downward API fields for volumes (env resolves its own,
+// with the pod IPs).
+type downward struct {
+	nodeName    string
+	hostIP      string
+	allocatable v1.ResourceList
+}
+
+func (d downward) FieldRef(pod *v1.Pod, fieldPath string) (string, error) {
+	facts := envvars.PodFacts{NodeName: d.nodeName, NodeAllocatable: d.allocatable}
+	if d.hostIP != "" {
+		facts.HostIPs = []string{d.hostIP}
+	}
+	return envvars.FieldRef(pod, fieldPath, facts)
+}
+
+func (d downward) ResourceRef(pod *v1.Pod, container string, ref *v1.ResourceFieldSelector) (string, error) {
+	return envvars.ResourceRef(pod, container, ref, d.allocatable)
 }

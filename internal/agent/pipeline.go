@@ -32,6 +32,7 @@ import (
 	"github.com/nodelet/nodelet/internal/prober"
 	"github.com/nodelet/nodelet/internal/server"
 	"github.com/nodelet/nodelet/internal/syncloop"
+	"github.com/nodelet/nodelet/internal/volume"
 )
 
 // pipeline is every stage of the pod pipeline, wired and not yet started.
@@ -49,6 +50,7 @@ type pipeline struct {
 	status   *statusStore
 	events   *events.Recorder
 	objects  *objectStore
+	volumes  *volume.Manager
 	cgroups  *podresources.Manager // nil without pod cgroups
 	prober   *prober.Manager
 	registry *prometheus.Registry
@@ -92,6 +94,7 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	p.probeRegistry = prometheus.NewRegistry()
 	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: p.probeRegistry, Recorder: p.events})
 	p.objects = newObjectStore()
+	p.volumes = volume.New(a.cfg.RootDir, p.objects, downward{nodeName: a.cfg.NodeName, hostIP: a.cfg.NodeIP, allocatable: a.cfg.Allocatable}, log)
 	var cgroups podruntime.PodCgroups
 	if a.cfg.CgroupRoot != "" {
 		p.cgroups = podresources.NewManager(a.cfg.CgroupRoot, log)
@@ -108,9 +111,9 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 		PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP, NodeName: a.cfg.NodeName, Allocatable: a.cfg.Allocatable,
 		PodsDir: filepath.Join(a.cfg.RootDir, "pods"), HostResolvConf: resolvConf, HostHosts: hosts,
 		SeccompRoot: filepath.Join(a.cfg.RootDir, "seccomp"), NodeMemoryCapacity: a.cfg.MemoryCapacity,
-	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober, Objects: p.objects, Cgroups: cgroups,
+	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober, Objects: p.objects, Cgroups: cgroups, Volumes: p.volumes,
 		Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
-	syncer := &podSyncer{rt: p.runtime, clock: clk, prober: p.prober}
+	syncer := &podSyncer{rt: p.runtime, clock: clk, prober: p.prober, volumes: p.volumes, log: log}
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
 	p.workers = podworker.New(syncer, clk, log, podworker.Options{ResyncInterval: 10 * a.cfg.SyncFrequency})
@@ -188,6 +191,18 @@ func (p *pipeline) housekeeping(ctx context.Context, desired map[types.UID]*v1.P
 		p.killOrphan(ctx, uid, st)
 	}
 	p.removePodCgroups(want, running)
+	// Volumes stay while a pod is wanted or has anything in the runtime
+	// (its sandbox goes with garbage collection).
+	active := map[types.UID]bool{}
+	for uid := range want {
+		active[uid] = true
+	}
+	for uid := range running {
+		active[uid] = true
+	}
+	if err := p.volumes.CleanupOrphans(ctx, active); err != nil && ctx.Err() == nil {
+		p.log.Warn("housekeeping: clean up volumes of gone pods", "err", err)
+	}
 }
 
 // removePodCgroups removes the cgroups of pods that are gone; a cgroup

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/prober"
 	"github.com/nodelet/nodelet/internal/syncloop"
+	"github.com/nodelet/nodelet/internal/volume"
 )
 
 // podSyncer adapts the runtime manager to the pod workers' Syncer.
@@ -21,6 +23,8 @@ type podSyncer struct {
 	// requeue asks the pod workers to sync a pod again after a delay.
 	requeue func(uid types.UID, after time.Duration)
 	prober  *prober.Manager
+	volumes *volume.Manager
+	log     *slog.Logger
 }
 
 func (s *podSyncer) SyncPod(ctx context.Context, _ podworker.UpdateType, pod *v1.Pod) (bool, error) {
@@ -41,9 +45,13 @@ func (s *podSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace t
 	return s.rt.SyncTerminatingPod(ctx, pod, grace)
 }
 
-func (s *podSyncer) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
+func (s *podSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
 	s.prober.RemovePod(pod)
 	s.rt.Forget(pod)
+	if err := s.volumes.TearDown(ctx, pod.UID); err != nil {
+		// Housekeeping retries with the orphans.
+		s.log.Warn("tear down volumes", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
 	return nil
 }
 

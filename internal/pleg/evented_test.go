@@ -62,14 +62,14 @@ func expectRelist(t *testing.T, l *countingLister) {
 
 func TestEventedRelistsOnEvent(t *testing.T) {
 	w := &fakeWatcher{changed: make(chan func(), 1)}
-	l, clk := startEvented(t, w)
+	l, _ := startEvented(t, w)
 	changed := <-w.changed
 	changed()
 	expectRelist(t, l) // an event relists at once
 	changed()
 	expectRelist(t, l)
-	clk.Step(time.Minute)
-	expectRelist(t, l) // the safety-net relist
+	// When a tick relists (the slow safety net) is relistOnTick's, tested
+	// on its own: here the loop's timing against a fake clock is racy.
 }
 
 func TestRelistOnTick(t *testing.T) {

@@ -68,6 +68,8 @@ type Deps struct {
 	Objects envvars.Objects
 	// Cgroups, when set, gives every pod a cgroup under the QoS tiers.
 	Cgroups PodCgroups
+	// Volumes, when set, sets up pod volumes.
+	Volumes Volumes
 	// Observed, when set, is told what runs of every pod right after each
 	// observation and before planning (the prober binds its workers to
 	// the running container instances with it).
@@ -105,6 +107,12 @@ type Options struct {
 	NodeMemoryCapacity int64
 }
 
+// Volumes sets up a pod's volumes and gives each container its mounts.
+type Volumes interface {
+	SetUp(ctx context.Context, pod *v1.Pod) error
+	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error)
+}
+
 // PodCgroups creates pod cgroups under the QoS hierarchy.
 type PodCgroups interface {
 	EnsurePod(pod *v1.Pod) (cgroupParent string, err error)
@@ -122,6 +130,7 @@ type Manager struct {
 	observed func(*v1.Pod, *observed.PodStatus)
 	objects  envvars.Objects
 	cgroups  PodCgroups
+	volumes  Volumes
 
 	pulls *imagePuller
 
@@ -155,7 +164,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed, objects: deps.Objects, cgroups: deps.Cgroups,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		previous: map[types.UID]*v1.PodStatus{},
 	}

@@ -89,6 +89,17 @@ func (m *Manager) containerExtras(pod *v1.Pod, c *v1.Container, podIPs []string)
 		extras.env = append(extras.env, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
 	}
 	extras.command, extras.args = envvars.ExpandCommand(c, env)
+	if m.volumes != nil {
+		vars := make(map[string]string, len(env))
+		for _, e := range env {
+			vars[e.Name] = e.Value
+		}
+		mounts, err := m.volumes.Mounts(pod, c, vars)
+		if err != nil {
+			return containerExtras{}, &configError{err}
+		}
+		extras.mounts = append(extras.mounts, mounts...)
+	}
 	if hosts, ok, err := m.hostsFile(pod, c, facts.PodIPs); err != nil {
 		return containerExtras{}, err
 	} else if ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -79,6 +80,14 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	if actions.PodFailed {
 		return nil
+	}
+	// Volumes first: a pod whose volumes cannot be set up stays Pending
+	// and is retried; their contents are refreshed on every sync.
+	if m.volumes != nil {
+		if err := m.volumes.SetUp(ctx, pod); err != nil {
+			m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: "+oneLine(err))
+			return fmt.Errorf("set up volumes: %w", err)
+		}
 	}
 	// Step 3: sandbox.
 	net, warnings, err := m.sandboxNet(pod)
@@ -307,3 +316,6 @@ func changesRuntime(a plan.Actions) bool {
 	return a.KillPod || a.CreateSandbox || len(a.ContainersToKill) > 0 ||
 		len(a.InitContainersToStart) > 0 || len(a.ContainersToStart) > 0
 }
+
+// oneLine joins a multi-line error (errors.Join) into one line.
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }

@@ -1,0 +1,156 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const volumesManifest = `apiVersion: v1
+kind: ConfigMap
+metadata: {name: app-config}
+data: {greeting: "%s", other: unused}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: app-secret}
+stringData: {token: t0ken}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: vols, labels: {app: vols}}
+spec:
+  terminationGracePeriodSeconds: 1
+  securityContext: {fsGroup: 2000}
+  initContainers:
+  - name: seed
+    image: busybox:1.35
+    command: ["sh", "-c", "echo seeded > /scratch/from-init"]
+    volumeMounts: [{name: scratch, mountPath: /scratch}]
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - {name: scratch, mountPath: /scratch}
+    - {name: mem, mountPath: /mem}
+    - {name: host, mountPath: /host}
+    - {name: hostro, mountPath: /hostro, readOnly: true}
+    - {name: config, mountPath: /config}
+    - {name: config, mountPath: /etc/greeting.txt, subPath: greeting.txt}
+    - {name: secret, mountPath: /secret}
+    - {name: podinfo, mountPath: /podinfo}
+    - {name: all, mountPath: /all}
+  volumes:
+  - {name: scratch, emptyDir: {}}
+  - {name: mem, emptyDir: {medium: Memory, sizeLimit: 8Mi}}
+  - {name: host, hostPath: {path: "%s", type: DirectoryOrCreate}}
+  - {name: hostro, hostPath: {path: "%s", type: Directory}}
+  - name: config
+    configMap:
+      name: app-config
+      items: [{key: greeting, path: greeting.txt}]
+      defaultMode: 0440
+  - {name: secret, secret: {secretName: app-secret}}
+  - name: podinfo
+    downwardAPI:
+      items: [{path: labels, fieldRef: {fieldPath: metadata.labels}}]
+  - name: all
+    projected:
+      sources:
+      - configMap: {name: app-config, items: [{key: greeting, path: greeting}]}
+      - downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}
+`
+
+// Every volume type: the container reads what it should and cannot write
+// what it should not; a ConfigMap edit reaches the running container.
+func TestVolumes(t *testing.T) {
+	_, dir, _ := lifecycleNodelet(t, "volumes")
+	hostDir := filepath.Join(shared.work, "hostvol")
+	roDir := filepath.Join(shared.work, "hostvol-ro")
+	os.MkdirAll(roDir, 0o755)
+	os.WriteFile(filepath.Join(roDir, "hello"), []byte("from the host\n"), 0o644)
+	writeManifest(t, dir, "vols.yaml", fmt.Sprintf(volumesManifest, "hello v1", hostDir, roDir))
+	ctx := context.Background()
+	eventually(t, 60*time.Second, "vols running", func() error {
+		_, err := runningContainer(ctx, shared.rt, "vols-e2e", "main")
+		return err
+	})
+	sh := func(cmd string) (string, int) {
+		c, err := runningContainer(ctx, shared.rt, "vols-e2e", "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, errOut, code, err := shared.rt.ExecSync(ctx, c.Id, []string{"sh", "-c", cmd}, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out) + string(errOut)), int(code)
+	}
+	expect := func(cmd, want string) {
+		t.Helper()
+		if got, code := sh(cmd); code != 0 || !strings.Contains(got, want) {
+			t.Errorf("%s: %q (exit %d), want %q", cmd, got, code, want)
+		}
+	}
+	refused := func(cmd string) {
+		t.Helper()
+		if got, code := sh(cmd); code == 0 {
+			t.Errorf("%s succeeded (%q); it must be refused", cmd, got)
+		}
+	}
+	expect("cat /scratch/from-init", "seeded")
+	expect("grep ' /mem ' /proc/mounts", "tmpfs")
+	expect("echo written > /host/f && cat /host/f", "written")
+	if data, _ := os.ReadFile(filepath.Join(hostDir, "f")); string(data) != "written\n" {
+		t.Errorf("hostPath write not on the host: %q", data)
+	}
+	expect("cat /hostro/hello", "from the host")
+	refused("touch /hostro/x")
+	expect("cat /config/greeting.txt", "hello v1")
+	refused("test -e /config/other")
+	refused("touch /config/x")
+	expect("stat -L -c %a /config/greeting.txt", "440")
+	expect("cat /etc/greeting.txt", "hello v1")
+	expect("cat /secret/token", "t0ken")
+	refused("echo x > /secret/token")
+	expect("cat /podinfo/labels", `app="vols"`)
+	expect("cat /all/greeting /all/name", "hello v1")
+	expect("cat /all/name", "vols-e2e")
+	expect("stat -c %g /scratch", "2000")
+
+	// Edit the ConfigMap: the mounted file follows (not the subPath one,
+	// as with the kubelet).
+	writeManifest(t, dir, "vols.yaml", fmt.Sprintf(volumesManifest, "hello v2", hostDir, roDir))
+	eventually(t, 60*time.Second, "configMap update visible", func() error {
+		if got, _ := sh("cat /config/greeting.txt"); got != "hello v2" {
+			return fmt.Errorf("still %q", got)
+		}
+		return nil
+	})
+}
+
+// A volume that cannot be set up keeps the pod Pending with FailedMount.
+func TestFailedMount(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "failedmount")
+	writeManifest(t, dir, "bad.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: badmount}
+spec:
+  containers:
+  - {name: main, image: "busybox:1.35", command: ["sleep", "3600"], volumeMounts: [{name: h, mountPath: /h}]}
+  volumes:
+  - {name: h, hostPath: {path: /nonexistent/nodelet-e2e, type: Directory}}
+`)
+	waitLog(t, n, `pod=default/badmount-e2e type=Warning reason=FailedMount`, 60*time.Second)
+	waitLog(t, n, `pod=default/badmount-e2e phase=Pending`, 5*time.Second)
+	if _, err := runningContainer(context.Background(), shared.rt, "badmount-e2e", "main"); err == nil {
+		t.Error("container started although its volume failed")
+	}
+}
