@@ -3,6 +3,7 @@ package pleg
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -28,7 +29,10 @@ const watchRetry = 5 * time.Second
 func (g *Generic) RunEvented(ctx context.Context, w Watcher, slowPeriod time.Duration) {
 	kick := make(chan struct{}, 1) // one pending relist request is enough
 	var streaming atomic.Bool
-	go g.watch(ctx, w, kick, &streaming)
+	var watching sync.WaitGroup
+	watching.Add(1)
+	go func() { defer watching.Done(); g.watch(ctx, w, kick, &streaming) }()
+	defer watching.Wait() // the stream goroutine does not outlive Run
 
 	ticker := g.clk.NewTicker(g.period)
 	defer ticker.Stop()
