@@ -228,3 +228,35 @@ spec:
 		t.Errorf("GET 127.0.0.1:%s = %q", port, body)
 	}
 }
+
+// A hostNetwork pod shares the node's network and hostname; a
+// RuntimeDefault seccomp profile and added capabilities are accepted.
+func TestHostNetworkAndSeccomp(t *testing.T) {
+	_, dir, _ := lifecycleNodelet(t, "hostnet")
+	writeManifest(t, dir, "hostnet.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: hostnet}
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sleep", "3600"]
+    securityContext:
+      capabilities: {add: ["NET_ADMIN"]}
+`)
+	eventually(t, 60*time.Second, "hostnet running", func() error {
+		_, err := runningContainer(context.Background(), shared.rt, "hostnet-e2e", "main")
+		return err
+	})
+	host, _ := os.Hostname()
+	if got := strings.TrimSpace(execOut(t, "hostnet-e2e", "main", "hostname")); got != host {
+		t.Errorf("hostname %q, want the node's %q", got, host)
+	}
+	if status := execOut(t, "hostnet-e2e", "main", "cat", "/proc/self/status"); !strings.Contains(status, "Seccomp:\t2") {
+		t.Errorf("seccomp not in filter mode:\n%s", status)
+	}
+}
