@@ -100,9 +100,15 @@ func ExpandCommand(c *v1.Container, env []EnvVar) (command, args []string) {
 // undefined or empty is an error ("missing value for A, B"). The caller still
 // has to reject absolute paths and ".." components, as for subPath.
 func ExpandSubPathExpr(mount v1.VolumeMount, env []EnvVar) (string, error) {
-	vars := envMap(env)
+	return ExpandRequired(mount.SubPathExpr, envMap(env))
+}
+
+// ExpandRequired is Expand where every referenced variable must be set
+// and not empty (the kubelet's rule for subPathExpr); the error names the
+// missing ones.
+func ExpandRequired(s string, vars map[string]string) (string, error) {
 	var missing []string
-	out := expand(mount.SubPathExpr, func(name string) (string, bool) {
+	out := expand(s, func(name string) (string, bool) {
 		v := vars[name]
 		if v == "" && !slices.Contains(missing, name) {
 			missing = append(missing, name)

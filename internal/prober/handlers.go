@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/httpget"
 )
 
@@ -131,43 +132,9 @@ func expandCommand(cmd []string, env []v1.EnvVar) []string {
 	}
 	out := make([]string, len(cmd))
 	for i, s := range cmd {
-		out[i] = expand(s, vars)
+		out[i] = envvars.Expand(s, vars)
 	}
 	return out
-}
-
-func expand(s string, vars map[string]string) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			ref := s[i : i+3+end] // "$(NAME)"
-			if v, ok := vars[ref[2:len(ref)-1]]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(ref)
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
 
 // httpHandler runs an httpGet probe with a transport of its own that keeps

@@ -7,12 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/envvars"
 )
 
 // Mounts returns the CRI mounts for the volumeMounts of container c, in
@@ -142,52 +143,11 @@ func subPathOf(vm *v1.VolumeMount, env map[string]string) (string, error) {
 // expandSubPathExpr expands $(VAR) references with env; every variable
 // must be set and not empty.
 func expandSubPathExpr(expr string, env map[string]string) (string, error) {
-	missing := map[string]bool{}
-	out := expand(expr, func(name string) string {
-		v := env[name]
-		if v == "" {
-			missing[name] = true
-		}
-		return v
-	})
-	if len(missing) > 0 {
-		names := make([]string, 0, len(missing))
-		for n := range missing {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return "", fmt.Errorf("subPathExpr %q: missing value for %s", expr, strings.Join(names, ", "))
+	out, err := envvars.ExpandRequired(expr, env)
+	if err != nil {
+		return "", fmt.Errorf("subPathExpr %q: %w", expr, err)
 	}
 	return out, nil
-}
-
-// expand replaces $(NAME) with mapping(NAME) and "$$" with "$"; anything
-// else (a lone "$", an unterminated "$(") stays as it is.
-func expand(s string, mapping func(string) string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 == len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end <= 0 {
-				b.WriteString(s[i : i+2])
-				i++
-				continue
-			}
-			b.WriteString(mapping(s[i+2 : i+2+end]))
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
 
 // propagation translates a volumeMount's propagation; Bidirectional needs

@@ -448,33 +448,6 @@ func TestResolveBeneath(t *testing.T) {
 	}
 }
 
-func TestExpand(t *testing.T) {
-	vars := map[string]string{"A": "1", "B": "two"}
-	mapping := func(n string) string {
-		if v, ok := vars[n]; ok {
-			return v
-		}
-		return "$(" + n + ")"
-	}
-	for in, want := range map[string]string{
-		"":              "",
-		"plain":         "plain",
-		"$(A)":          "1",
-		"x/$(A)/$(B)/y": "x/1/two/y",
-		"$$(A)":         "$(A)",
-		"$$":            "$",
-		"$":             "$",
-		"a$b":           "a$b",
-		"$(A":           "$(A",
-		"$()":           "$()",
-		"$(C)":          "$(C)",
-	} {
-		if got := expand(in, mapping); got != want {
-			t.Errorf("expand(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestHostPathSubPath: a subPath of a hostPath volume is created with the
 // host directory's mode and bind-mounted like any other.
 func TestHostPathSubPath(t *testing.T) {
