@@ -29,26 +29,6 @@ func podLabels(pod *v1.Pod) map[string]string {
 	return labels
 }
 
-func namespaceOptions(pod *v1.Pod) *runtimeapi.NamespaceOption {
-	opt := &runtimeapi.NamespaceOption{
-		Network: runtimeapi.NamespaceMode_POD,
-		Pid:     runtimeapi.NamespaceMode_CONTAINER,
-		Ipc:     runtimeapi.NamespaceMode_POD,
-	}
-	if pod.Spec.HostNetwork {
-		opt.Network = runtimeapi.NamespaceMode_NODE
-	}
-	if pod.Spec.HostPID {
-		opt.Pid = runtimeapi.NamespaceMode_NODE
-	} else if pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace {
-		opt.Pid = runtimeapi.NamespaceMode_POD
-	}
-	if pod.Spec.HostIPC {
-		opt.Ipc = runtimeapi.NamespaceMode_NODE
-	}
-	return opt
-}
-
 // annotationHostNetwork records on the sandbox whether it was created in the
 // node's network namespace, so a change of hostNetwork is detected.
 const annotationHostNetwork = "nodelet.io/host-network"
@@ -86,16 +66,12 @@ func sandboxConfig(pod *v1.Pod, podLogsDir string, attempt uint32, net sandboxNe
 		Labels:       podLabels(pod),
 		Annotations:  annotations,
 		PortMappings: portMappings(pod),
-		Linux:        sandboxLinux(pod, net),
+		Linux:        sandboxLinux(net),
 	}
 }
 
-func sandboxLinux(pod *v1.Pod, net sandboxNet) *runtimeapi.LinuxPodSandboxConfig {
-	sc := net.security
-	if sc == nil {
-		sc = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaceOptions(pod)}
-	}
-	return &runtimeapi.LinuxPodSandboxConfig{CgroupParent: net.cgroupParent, SecurityContext: sc, Sysctls: net.sysctls}
+func sandboxLinux(net sandboxNet) *runtimeapi.LinuxPodSandboxConfig {
+	return &runtimeapi.LinuxPodSandboxConfig{CgroupParent: net.cgroupParent, SecurityContext: net.security, Sysctls: net.sysctls}
 }
 
 func portMappings(pod *v1.Pod) []*runtimeapi.PortMapping {
@@ -162,17 +138,10 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 		Stdin:       c.Stdin,
 		StdinOnce:   c.StdinOnce,
 		Tty:         c.TTY,
-		Linux:       containerLinux(pod, extras),
+		Linux:       containerLinux(extras),
 	}
 }
 
-func containerLinux(pod *v1.Pod, extras containerExtras) *runtimeapi.LinuxContainerConfig {
-	res, sc := extras.resources, extras.security
-	if res == nil {
-		res = &runtimeapi.LinuxContainerResources{}
-	}
-	if sc == nil {
-		sc = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: namespaceOptions(pod)}
-	}
-	return &runtimeapi.LinuxContainerConfig{Resources: res, SecurityContext: sc}
+func containerLinux(extras containerExtras) *runtimeapi.LinuxContainerConfig {
+	return &runtimeapi.LinuxContainerConfig{Resources: extras.resources, SecurityContext: extras.security}
 }

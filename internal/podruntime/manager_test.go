@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/securitycontext"
 )
 
 type fixture struct {
@@ -221,7 +222,11 @@ func TestPullNeverWithoutImage(t *testing.T) {
 func TestHostNetworkPodHasNoHostname(t *testing.T) {
 	pod := testPod()
 	pod.Spec.HostNetwork = true
-	cfg := sandboxConfig(pod, "/logs", 0, sandboxNet{hostname: "web-node"})
+	sc, _, err := securitycontext.Sandbox(pod, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sandboxConfig(pod, "/logs", 0, sandboxNet{hostname: "web-node", security: sc})
 	if cfg.Hostname != "" || cfg.Linux.SecurityContext.NamespaceOptions.Network != runtimeapi.NamespaceMode_NODE {
 		t.Errorf("hostname %q network %v", cfg.Hostname, cfg.Linux.SecurityContext.NamespaceOptions.Network)
 	}
