@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodelet/nodelet/internal/events"
+)
+
+// describedPod started 5 minutes before now: admitted at t0, its init
+// container done 2s later, web started at 3s and restarted at 21s.
+func describedPod() (v1.Pod, []events.Event) {
+	t0 := now.Add(-5 * time.Minute)
+	at := func(d time.Duration) metav1.Time { return metav1.NewTime(t0.Add(d)) }
+	pod := v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "web-node1", Namespace: "default", UID: "uid-web",
+			CreationTimestamp: at(0),
+			Labels:            map[string]string{"app": "web", "tier": "front"},
+			Annotations:       map[string]string{"kubernetes.io/config.source": "file"},
+		},
+		Spec: v1.PodSpec{
+			NodeName: "node1",
+			Priority: ptr(int32(0)),
+			InitContainers: []v1.Container{{
+				Name: "setup", Image: "busybox",
+				Command:      []string{"sh", "-c", "echo hi > /data/index.html"},
+				VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			}},
+			Containers: []v1.Container{{
+				Name: "web", Image: "nginx:1.27",
+				Ports: []v1.ContainerPort{{ContainerPort: 80, Protocol: v1.ProtocolTCP}},
+				Env: []v1.EnvVar{{Name: "MODE", Value: "prod"},
+					{Name: "POD_NAME", ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
+				Resources: v1.ResourceRequirements{
+					Limits:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")},
+					Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("64Mi")},
+				},
+				LivenessProbe: &v1.Probe{
+					ProbeHandler:   v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", "/tmp/healthy"}}},
+					TimeoutSeconds: 1, PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3,
+				},
+				ReadinessProbe: &v1.Probe{
+					ProbeHandler:        v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(80)}},
+					InitialDelaySeconds: 2, TimeoutSeconds: 1, PeriodSeconds: 10, SuccessThreshold: 1, FailureThreshold: 3,
+				},
+				VolumeMounts: []v1.VolumeMount{
+					{Name: "data", MountPath: "/usr/share/nginx/html", ReadOnly: true},
+					{Name: "config", MountPath: "/etc/nginx/conf.d/default.conf", SubPath: "default.conf"},
+				},
+			}},
+			Volumes: []v1.Volume{
+				{Name: "data", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+				{Name: "config", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{
+					LocalObjectReference: v1.LocalObjectReference{Name: "nginx"}}}},
+			},
+			Tolerations: []v1.Toleration{{Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoExecute}},
+		},
+		Status: v1.PodStatus{
+			Phase: v1.PodRunning, HostIP: "192.168.1.10", PodIP: "10.88.0.5",
+			PodIPs:    []v1.PodIP{{IP: "10.88.0.5"}},
+			StartTime: ptr(at(0)),
+			QOSClass:  v1.PodQOSBurstable,
+			Conditions: []v1.PodCondition{
+				{Type: v1.PodReadyToStartContainers, Status: v1.ConditionTrue, LastTransitionTime: at(time.Second)},
+				{Type: v1.PodInitialized, Status: v1.ConditionTrue, LastTransitionTime: at(2 * time.Second)},
+				{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: at(25 * time.Second)},
+				{Type: v1.ContainersReady, Status: v1.ConditionTrue, LastTransitionTime: at(25 * time.Second)},
+				{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: at(0)},
+			},
+			InitContainerStatuses: []v1.ContainerStatus{{
+				Name: "setup", Image: "busybox", ImageID: "sha256:1111", ContainerID: "containerd://aaaa", Ready: true,
+				State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+					Reason: "Completed", StartedAt: at(time.Second), FinishedAt: at(2 * time.Second)}},
+			}},
+			ContainerStatuses: []v1.ContainerStatus{{
+				Name: "web", Image: "nginx:1.27", ImageID: "sha256:2222", ContainerID: "containerd://bbbb",
+				Ready: true, Started: ptr(true), RestartCount: 1,
+				State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: at(21 * time.Second)}},
+				LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+					Reason: "Error", ExitCode: 137, StartedAt: at(3 * time.Second), FinishedAt: at(20 * time.Second)}},
+			}},
+		},
+	}
+	ev := func(typ, reason, msg string, count int, first, last time.Duration) events.Event {
+		return events.Event{PodUID: "uid-web", Namespace: "default", Pod: "web-node1", Type: typ, Reason: reason,
+			Message: msg, Count: count, FirstTime: t0.Add(first), LastTime: t0.Add(last)}
+	}
+	n, w := v1.EventTypeNormal, v1.EventTypeWarning
+	evs := []events.Event{
+		ev(n, "Pulled", `Container image "busybox" already present on machine`, 1, 300*time.Millisecond, 300*time.Millisecond),
+		ev(n, "Created", "Created container: setup", 1, 1200*time.Millisecond, 1200*time.Millisecond),
+		ev(n, "Started", "Started container setup", 1, 1300*time.Millisecond, 1300*time.Millisecond),
+		ev(n, "Pulled", `Successfully pulled image "nginx:1.27"`, 1, 2500*time.Millisecond, 2500*time.Millisecond),
+		ev(w, "Unhealthy", "Liveness probe failed: cat: can't open '/tmp/healthy'", 3, 18*time.Second, 20*time.Second),
+		ev(n, "Killing", "Container web failed liveness probe, will be restarted", 1, 20*time.Second, 20*time.Second),
+		// Folded: the first time is early, the last after the restart.
+		ev(n, "Created", "Created container: web", 2, 2700*time.Millisecond, 20500*time.Millisecond),
+		ev(n, "Started", "Started container web", 2, 3*time.Second, 21*time.Second),
+		// Another pod's event is left out.
+		{PodUID: "uid-other", Namespace: "default", Pod: "other", Type: n, Reason: "Started", Message: "nope",
+			Count: 1, FirstTime: t0, LastTime: t0},
+	}
+	return pod, evs
+}
+
+func TestDescribe(t *testing.T) {
+	pod, evs := describedPod()
+	var out bytes.Buffer
+	if err := Describe(&out, pod, evs, now); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "describe.golden", out.String())
+	for i, line := range strings.Split(out.String(), "\n") {
+		if strings.TrimRight(line, " ") != line {
+			t.Errorf("line %d has trailing spaces: %q", i+1, line)
+		}
+	}
+}
+
+func TestTimeline(t *testing.T) {
+	pod, evs := describedPod()
+	var got []string
+	for _, s := range timeline(&pod, podEvents(&pod, evs)) {
+		got = append(got, s.at.Sub(pod.Status.StartTime.Time).String()+" "+s.what)
+	}
+	want := []string{
+		"0s admitted",
+		"300ms image pulled busybox",
+		"1s sandbox ready",
+		"2s init container setup done",
+		"2.5s image pulled nginx:1.27",
+		"21s started web",
+		"25s ready",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Steps that did not happen are left out; the first event stands in
+	// for a missing start time.
+	pending := v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-web"}}
+	first := evs[0].FirstTime
+	steps := timeline(&pending, evs[:1])
+	if len(steps) != 2 || steps[0].what != "admitted" || !steps[0].at.Equal(first) || steps[1].what != "image pulled busybox" {
+		t.Errorf("pending pod's timeline: %v", steps)
+	}
+	if steps := timeline(&v1.Pod{}, nil); len(steps) != 0 {
+		t.Errorf("no times, timeline %v", steps)
+	}
+}
+
+func TestSeconds(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                                     "0s",
+		300 * time.Millisecond:                "0.3s",
+		1249 * time.Millisecond:               "1.2s",
+		12 * time.Second:                      "12s",
+		2*time.Minute + 5500*time.Millisecond: "2m5.5s",
+		time.Hour + 2*time.Minute:             "1h2m0s",
+		-time.Second:                          "-1s",
+	} {
+		if got := seconds(d); got != want {
+			t.Errorf("seconds(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestProbeString(t *testing.T) {
+	for _, tc := range []struct {
+		h    v1.ProbeHandler
+		want string
+	}{
+		{v1.ProbeHandler{Exec: &v1.ExecAction{Command: []string{"cat", "/tmp/healthy"}}}, "exec [cat /tmp/healthy]"},
+		{v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Scheme: v1.URISchemeHTTPS, Path: "/z", Port: intstr.FromString("http")}}, "http-get https://:http/z"},
+		{v1.ProbeHandler{TCPSocket: &v1.TCPSocketAction{Port: intstr.FromInt32(5432)}}, "tcp-socket :5432"},
+		{v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: 9000}}, "grpc <pod>:9000"},
+	} {
+		p := &v1.Probe{ProbeHandler: tc.h, TimeoutSeconds: 1, PeriodSeconds: 1, SuccessThreshold: 1, FailureThreshold: 3}
+		want := tc.want + " delay=0s timeout=1s period=1s #success=1 #failure=3"
+		if got := probeString(p); got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+}
+
+func TestQOSClass(t *testing.T) {
+	c := func(req, lim v1.ResourceList) v1.Container {
+		return v1.Container{Resources: v1.ResourceRequirements{Requests: req, Limits: lim}}
+	}
+	both := v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}
+	for _, tc := range []struct {
+		containers []v1.Container
+		want       v1.PodQOSClass
+	}{
+		{[]v1.Container{c(nil, nil)}, v1.PodQOSBestEffort},
+		{[]v1.Container{c(nil, both)}, v1.PodQOSGuaranteed},
+		{[]v1.Container{c(both, both), c(nil, nil)}, v1.PodQOSBurstable},
+		{[]v1.Container{c(v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m")}, both)}, v1.PodQOSBurstable},
+	} {
+		if got := qosClass(&v1.Pod{Spec: v1.PodSpec{Containers: tc.containers}}); got != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.containers, got, tc.want)
+		}
+	}
+}
