@@ -1,8 +1,16 @@
-// Package server is beside the pipeline: the kubelet's HTTP endpoints. For
-// now the plain ones: the healthz endpoint (--healthz-port, loopback only,
+// Package server is beside the pipeline: the kubelet's HTTP endpoints.
+// The plain ones are the healthz endpoint (--healthz-port, loopback only,
 // serves only /healthz) and the read-only port (--read-only-port, off by
-// default) with /healthz and the Prometheus metrics. The authenticated
-// HTTPS API (pods, stats, logs, exec) comes with the HTTP API issue.
+// default) with /healthz and the Prometheus metrics. The secure API
+// (--port, HTTPS) serves /healthz, /pods, /runningpods/, /stats/summary,
+// /metrics*, /containerLogs, /events, /configz, /debug/pprof/ and the
+// streaming endpoints (exec, attach, portForward, run: not implemented
+// yet), all behind the kubelet's authentication (client certificates
+// against --client-ca-file and a local admin CA, bearer tokens from
+// --token-auth-file or a TokenReview client, optional anonymous) and
+// authorization (AlwaysAllow, or SubjectAccessReviews on subresources of
+// nodes/<name>). It also makes the serving certificate and the local admin
+// credentials.
 package server
 
 import (
@@ -24,12 +32,17 @@ type HealthCheck struct {
 	Check func() error
 }
 
-// Metrics are the Prometheus registries served by the read-only port.
+// Metrics are the Prometheus registries served by the read-only port and
+// the secure port.
 type Metrics struct {
 	// Kubelet is served at /metrics.
 	Kubelet prometheus.Gatherer
 	// Probes is served at /metrics/probes.
 	Probes prometheus.Gatherer
+	// Resource is served at /metrics/resource (secure port only).
+	Resource prometheus.Gatherer
+	// Cadvisor is served at /metrics/cadvisor (secure port only).
+	Cadvisor prometheus.Gatherer
 }
 
 // HealthzHandler serves /healthz and nothing else: "ok", or 500 with the

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+
+	"k8s.io/utils/clock"
+)
+
+// Well-known users and groups, as Kubernetes names them.
+const (
+	AnonymousUser        = "system:anonymous"
+	UnauthenticatedGroup = "system:unauthenticated"
+	AuthenticatedGroup   = "system:authenticated"
+)
+
+const bearerPrefix = "bearer "
+
+// UserInfo is who made a request.
+type UserInfo struct {
+	Name   string
+	UID    string
+	Groups []string
+}
+
+// Authenticator tells who made a request: ok is false when the request
+// carries no credentials this authenticator understands; err is set when
+// it carries credentials that are invalid (which must not fall back to
+// anonymous).
+type Authenticator interface {
+	Authenticate(r *http.Request) (u UserInfo, ok bool, err error)
+}
+
+// TokenAuthenticator resolves a bearer token. The static token file is
+// one (StaticTokens); in cluster mode a TokenReview client against the API
+// server is another (Config.TokenReview).
+type TokenAuthenticator interface {
+	AuthenticateToken(ctx context.Context, token string) (u UserInfo, ok bool, err error)
+}
+
+// StaticTokens are the tokens of a --token-auth-file, by token.
+type StaticTokens map[string]UserInfo
+
+// AuthenticateToken implements TokenAuthenticator.
+func (t StaticTokens) AuthenticateToken(_ context.Context, token string) (UserInfo, bool, error) {
+	u, ok := t[token]
+	return u, ok, nil
+}
+
+// LoadTokenFile reads a static token file as kube-apiserver's
+// --token-auth-file: CSV records "token,user,uid[,"group1,group2"]".
+// Records with an empty token are skipped; a repeated token keeps its last
+// record.
+func LoadTokenFile(path string) (map[string]UserInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	r.TrimLeadingSpace = true
+	tokens := make(map[string]UserInfo)
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return tokens, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("token file %s: %w", path, err)
+		}
+		if len(rec) < 3 {
+			line, _ := r.FieldPos(0)
+			return nil, fmt.Errorf("token file %s line %d: want at least 3 columns (token, user name, user uid), found %d", path, line, len(rec))
+		}
+		if rec[0] == "" {
+			continue
+		}
+		u := UserInfo{Name: rec[1], UID: rec[2]}
+		if len(rec) >= 4 {
+			for g := range strings.SplitSeq(rec[3], ",") {
+				if g = strings.TrimSpace(g); g != "" {
+					u.Groups = append(u.Groups, g)
+				}
+			}
+		}
+		tokens[rec[0]] = u
+	}
+}
+
+// requestAuthenticator is the kubelet's chain: a client certificate
+// verified against the client CA pool, else a bearer token, else anonymous
+// when enabled. Invalid credentials are an error, never anonymous.
+type requestAuthenticator struct {
+	clientCA  *x509.CertPool // nil: client certificates are ignored
+	tokens    []TokenAuthenticator
+	anonymous bool
+	clock     clock.PassiveClock
+}
+
+var _ Authenticator = (*requestAuthenticator)(nil)
+
+func (a *requestAuthenticator) Authenticate(r *http.Request) (UserInfo, bool, error) {
+	u, ok, err := a.authenticateCredentials(r)
+	if err != nil {
+		return UserInfo{}, false, err
+	}
+	if ok {
+		if !slices.Contains(u.Groups, AuthenticatedGroup) {
+			u.Groups = append(slices.Clone(u.Groups), AuthenticatedGroup)
+		}
+		return u, true, nil
+	}
+	if a.anonymous {
+		return UserInfo{Name: AnonymousUser, Groups: []string{UnauthenticatedGroup}}, true, nil
+	}
+	return UserInfo{}, false, nil
+}
+
+func (a *requestAuthenticator) authenticateCredentials(r *http.Request) (UserInfo, bool, error) {
+	if a.clientCA != nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		return a.authenticateCert(r.TLS.PeerCertificates)
+	}
+	auth := strings.TrimSpace(r.Header.Get("Authorization"))
+	if len(auth) < len(bearerPrefix) || !strings.EqualFold(auth[:len(bearerPrefix)], bearerPrefix) {
+		return UserInfo{}, false, nil
+	}
+	token := strings.TrimSpace(auth[len(bearerPrefix):])
+	if token == "" {
+		return UserInfo{}, false, nil
+	}
+	for _, t := range a.tokens {
+		u, ok, err := t.AuthenticateToken(r.Context(), token)
+		if err != nil {
+			return UserInfo{}, false, fmt.Errorf("bearer token: %w", err)
+		}
+		if ok {
+			return u, true, nil
+		}
+	}
+	return UserInfo{}, false, errors.New("invalid bearer token")
+}
+
+// authenticateCert verifies the client's chain for client authentication
+// and maps it to a user: CN is the name, O are the groups.
+func (a *requestAuthenticator) authenticateCert(chain []*x509.Certificate) (UserInfo, bool, error) {
+	opts := x509.VerifyOptions{
+		Roots:         a.clientCA,
+		Intermediates: x509.NewCertPool(),
+		CurrentTime:   a.clock.Now(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	for _, c := range chain[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	leaf := chain[0]
+	if _, err := leaf.Verify(opts); err != nil {
+		return UserInfo{}, false, fmt.Errorf("client certificate %q: %w", leaf.Subject.CommonName, err)
+	}
+	if leaf.Subject.CommonName == "" {
+		return UserInfo{}, false, errors.New("client certificate has no common name")
+	}
+	return UserInfo{Name: leaf.Subject.CommonName, Groups: slices.Clone(leaf.Subject.Organization)}, true, nil
+}

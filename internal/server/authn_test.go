@@ -1,0 +1,122 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+func writeTokenFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tokens.csv")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadTokenFile(t *testing.T) {
+	p := writeTokenFile(t, `abc123,alice,uid-1,"group1,group2"
+def456,bob,uid-2
+
+,nobody,uid-3
+ghi789, carol ,uid-4,""
+`)
+	tokens, err := LoadTokenFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens) != 3 {
+		t.Fatalf("tokens = %+v", tokens)
+	}
+	if u := tokens["abc123"]; u.Name != "alice" || u.UID != "uid-1" || !slices.Equal(u.Groups, []string{"group1", "group2"}) {
+		t.Errorf("alice = %+v", u)
+	}
+	if u := tokens["def456"]; u.Name != "bob" || u.UID != "uid-2" || u.Groups != nil {
+		t.Errorf("bob = %+v", u)
+	}
+	if u := tokens["ghi789"]; u.Name != "carol " || u.Groups != nil {
+		t.Errorf("carol = %+v", u)
+	}
+
+	for name, content := range map[string]string{
+		"two columns": "abc,alice\n",
+		"bad quoting": "abc,\"alice,uid\n",
+	} {
+		if _, err := LoadTokenFile(writeTokenFile(t, content)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := LoadTokenFile(filepath.Join(t.TempDir(), "missing.csv")); err == nil {
+		t.Error("missing file accepted")
+	}
+}
+
+func TestBearerTokens(t *testing.T) {
+	tokens, err := LoadTokenFile(writeTokenFile(t, "abc123,alice,uid-1,\"group1,group2\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, _, _ := testDeps()
+	for _, anonymous := range []bool{false, true} {
+		s := newTestServer(t, Config{Tokens: tokens, AnonymousAuth: anonymous, AuthorizationMode: AuthorizationAlwaysAllow}, deps)
+		bearer := func(v string) http.Header { return http.Header{"Authorization": {v}} }
+		if code, _ := do(t, s, "GET", "/pods", bearer("Bearer abc123")); code != 200 {
+			t.Errorf("anonymous=%v valid token: %d", anonymous, code)
+		}
+		if code, _ := do(t, s, "GET", "/pods", bearer("bearer  abc123 ")); code != 200 {
+			t.Errorf("anonymous=%v lower-case scheme: %d", anonymous, code)
+		}
+		// An invalid token is never anonymous.
+		if code, _ := do(t, s, "GET", "/pods", bearer("Bearer nope")); code != 401 {
+			t.Errorf("anonymous=%v invalid token: %d, want 401", anonymous, code)
+		}
+		want := 401
+		if anonymous {
+			want = 200
+		}
+		if code, _ := do(t, s, "GET", "/pods", bearer("Basic YWxpY2U6eA==")); code != want {
+			t.Errorf("anonymous=%v other scheme: %d, want %d", anonymous, code, want)
+		}
+		if code, _ := do(t, s, "GET", "/pods", nil); code != want {
+			t.Errorf("anonymous=%v no credentials: %d, want %d", anonymous, code, want)
+		}
+	}
+}
+
+type reviewer map[string]UserInfo
+
+func (r reviewer) AuthenticateToken(_ context.Context, token string) (UserInfo, bool, error) {
+	u, ok := r[token]
+	return u, ok, nil
+}
+
+func TestAuthenticatorUsers(t *testing.T) {
+	deps, _, _ := testDeps()
+	s := newTestServer(t, Config{
+		Tokens:            map[string]UserInfo{"static": {Name: "alice", Groups: []string{"g"}}},
+		TokenReview:       reviewer{"reviewed": {Name: "system:serviceaccount:kube-system:metrics", UID: "u"}},
+		AnonymousAuth:     true,
+		AuthorizationMode: AuthorizationAlwaysAllow,
+	}, deps)
+	for _, c := range []struct {
+		auth string
+		want UserInfo
+	}{
+		{"Bearer static", UserInfo{Name: "alice", Groups: []string{"g", AuthenticatedGroup}}},
+		{"Bearer reviewed", UserInfo{Name: "system:serviceaccount:kube-system:metrics", UID: "u", Groups: []string{AuthenticatedGroup}}},
+		{"", UserInfo{Name: AnonymousUser, Groups: []string{UnauthenticatedGroup}}},
+	} {
+		r, _ := http.NewRequest("GET", "/pods", nil)
+		if c.auth != "" {
+			r.Header.Set("Authorization", c.auth)
+		}
+		u, ok, err := s.authn.Authenticate(r)
+		if err != nil || !ok || u.Name != c.want.Name || u.UID != c.want.UID || !slices.Equal(u.Groups, c.want.Groups) {
+			t.Errorf("%q: %+v %v %v, want %+v", c.auth, u, ok, err, c.want)
+		}
+	}
+}
