@@ -1,0 +1,79 @@
+// Package stats is beside the pipeline: it builds the kubelet's stats
+// summary (the /stats/summary document, k8s.io/kubelet stats v1alpha1) and
+// its /metrics/resource collector from the container runtime (CRI) and the
+// host, the way the kubelet's CRI stats provider does without cAdvisor.
+//
+// # What is reported
+//
+// Node: name, start time (boot time), CPU (cumulative usage and a derived
+// rate), memory (cgroup v1 root: usage, working set = usage minus
+// total_inactive_file, RSS, page faults; available = MemTotal minus working
+// set), the filesystem holding the root directory and the runtime's image
+// filesystem (ImageFsInfo; the container filesystem is the image one unless
+// the runtime reports a separate one).
+//
+// Pods: only nodelet's (label nodelet.io/managed-by=nodelet), only READY
+// sandboxes and only RUNNING containers, as the kubelet's CRI provider
+// (which drops terminated sandboxes and containers). Every READY sandbox is
+// a pod, even one whose containers have all exited. A pod's reference comes
+// from the sandbox labels (io.kubernetes.pod.*), its start time is the
+// sandbox creation time and a container's the container creation time.
+// Containers carry CPU, memory, their writable layer (rootfs) and their log
+// directory (<podLogsDir>/<ns>_<name>_<uid>/<container>). Pod CPU and memory
+// come from ListPodSandboxStats when the runtime implements it; containerd
+// 1.6 answers Unimplemented, and then they are the sum over the containers
+// (the kubelet's fallback). The Unimplemented answer is remembered and the
+// call retried only every 10 minutes. Pod volume stats cover emptyDir
+// volumes, <rootDir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>: a
+// tmpfs one (medium: Memory) is measured with statfs, a disk one with a
+// du-like walk (see below); ephemeral storage is rootfs + logs + disk-backed
+// emptyDirs. Swap, PSI, process counts, rlimits and system containers are
+// not reported.
+//
+// # CPU rate
+//
+// Runtimes such as containerd 1.6 report cumulative CPU time but no
+// usage_nano_cores. The provider keeps the previous sample of every object
+// (node, container, pod) and derives UsageNanoCores from the delta of
+// usage over the delta of the samples' timestamps. A sample replaces the
+// previous one only when it is at least a second newer, so callers arriving
+// close together do not produce spiky rates over tiny windows: they get the
+// last computed rate. The first sample of an object has no rate; a counter
+// going backwards starts over. Samples of objects not seen for 10 minutes
+// are dropped.
+//
+// # Cost and caching
+//
+// A refresh makes three list calls, whatever the number of pods, in
+// parallel: ListPodSandbox (READY, managed), ListContainers (RUNNING,
+// managed) and ListContainerStats, or ListPodSandboxStats instead of the
+// latter when the runtime implements it (its answer holds the container
+// stats). A full summary adds one ImageFsInfo call. There are never
+// per-container calls. Host facts are a few small /proc and cgroup files
+// and statfs calls, memoised per refresh by path.
+//
+// Measured with BenchmarkSummary100Pods (100 pods, 300 containers, a fake
+// runtime): a full refresh costs about 2 ms of CPU, most of it listing the
+// pods' emptyDir directories; a CPU-and-memory one about 0.5 ms; a cached
+// answer about 20 ns. With 20 concurrent callers and a runtime taking 2 ms
+// per call, p99 stays well under 20 ms (TestSummaryLatency100Pods).
+//
+// The result is cached for one second (WithCacheTTL), in two slots: the
+// full summary and the CPU-and-memory one (onlyCPUAndMemory, as the
+// resource metrics use). A full refresh fills both. Concurrent callers
+// that miss the cache share one refresh (a single flight per slot; a
+// CPU-and-memory caller also joins a full refresh in flight). The refresh
+// runs detached from the callers' cancellation with its own timeout, so a
+// caller giving up does not fail the others; a caller whose context ends
+// returns at once. Errors are not cached.
+//
+// Disk usage (emptyDir volumes, container logs) is measured by walking the
+// directory (st_blocks, hard links counted once, not crossing
+// filesystems), cached per path for a minute (WithDiskUsageTTL). The first
+// measurement of a path is made inline; later ones are made in the
+// background while the stale value is served, so an expiring cache never
+// lands on a caller.
+//
+// The returned *Summary is shared by every caller of the same cache period:
+// callers must not modify it.
+package stats

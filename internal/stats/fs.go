@@ -1,0 +1,200 @@
+package stats
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
+)
+
+// emptyDirPlugin is the directory of emptyDir volumes under a pod's
+// volumes directory.
+const emptyDirPlugin = "kubernetes.io~empty-dir"
+
+// fsMemo memoises statfs by path for one refresh. It is used by one
+// goroutine.
+type fsMemo struct {
+	machine Machine
+	byPath  map[string]*fsInfo
+}
+
+type fsInfo struct {
+	capacity, available, used, inodes, inodesFree uint64
+	err                                           error
+}
+
+func (m *fsMemo) get(path string) *fsInfo {
+	if fi, ok := m.byPath[path]; ok {
+		return fi
+	}
+	fi := &fsInfo{}
+	fi.capacity, fi.available, fi.used, fi.inodes, fi.inodesFree, fi.err = m.machine.FsStats(path)
+	m.byPath[path] = fi
+	return fi
+}
+
+// withFs fills the size of the filesystem holding path into s.
+func (m *fsMemo) withFs(s *v1alpha1.FsStats, path string) {
+	if fi := m.get(path); fi.err == nil {
+		s.AvailableBytes = &fi.available
+		s.CapacityBytes = &fi.capacity
+		s.Inodes = &fi.inodes
+		s.InodesFree = &fi.inodesFree
+	}
+}
+
+// logStats is the usage of a container's log directory, on the filesystem
+// of the pod logs directory.
+func (p *Provider) logStats(pod v1alpha1.PodReference, container string, now time.Time, fsm *fsMemo) *v1alpha1.FsStats {
+	out := &v1alpha1.FsStats{Time: metav1.NewTime(now)}
+	fsm.withFs(out, p.podLogsDir)
+	dir := filepath.Join(p.podLogsDir, pod.Namespace+"_"+pod.Name+"_"+pod.UID, container)
+	if used, inodes, ok := p.du.get(dir); ok {
+		out.UsedBytes, out.InodesUsed = &used, &inodes
+	}
+	return out
+}
+
+// addStorageStats fills the emptyDir volume stats of a pod and its
+// ephemeral storage: its containers' writable layers and logs and its
+// disk-backed emptyDir volumes, on the root filesystem (the kubelet's
+// calcEphemeralStorage).
+func (p *Provider) addStorageStats(ps *v1alpha1.PodStats, now time.Time, fsm *fsMemo) {
+	t := metav1.NewTime(now)
+	var used, inodesUsed uint64
+	for i := range ps.Containers {
+		c := &ps.Containers[i]
+		for _, s := range []*v1alpha1.FsStats{c.Rootfs, c.Logs} {
+			if s != nil {
+				used += deref(s.UsedBytes)
+				inodesUsed += deref(s.InodesUsed)
+			}
+		}
+	}
+
+	uid := ps.PodRef.UID
+	if uid == "" || uid != filepath.Base(uid) || uid == "." || uid == ".." {
+		// Not a UID nodelet made: no directory of ours to look into.
+		uid = ""
+	}
+	var (
+		entries []os.DirEntry
+		err     error
+		dir     = filepath.Join(p.rootDir, "pods", uid, "volumes", emptyDirPlugin)
+	)
+	if uid != "" {
+		entries, err = os.ReadDir(dir)
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		p.log.Debug("stats: cannot list emptyDir volumes", "pod", ps.PodRef.Namespace+"/"+ps.PodRef.Name, "err", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		vs := v1alpha1.VolumeStats{Name: e.Name(), FsStats: v1alpha1.FsStats{Time: t}}
+		capacity, available, fsUsed, inodes, inodesFree, err := p.machine.FsStats(path)
+		if err != nil {
+			p.log.Debug("stats: cannot statfs emptyDir volume", "path", path, "err", err)
+			continue
+		}
+		vs.CapacityBytes, vs.AvailableBytes, vs.Inodes, vs.InodesFree = &capacity, &available, &inodes, &inodesFree
+		tmpfs, err := p.machine.IsTmpfs(path)
+		if err != nil {
+			p.log.Debug("stats: cannot statfs emptyDir volume", "path", path, "err", err)
+			continue
+		}
+		if tmpfs {
+			// A memory-backed volume is its own filesystem: statfs is
+			// exact and cheap, and it is memory, not ephemeral storage.
+			tmpInodesUsed := inodes - min(inodes, inodesFree)
+			vs.UsedBytes, vs.InodesUsed = &fsUsed, &tmpInodesUsed
+		} else if u, n, ok := p.du.get(path); ok {
+			vs.UsedBytes, vs.InodesUsed = &u, &n
+			used += u
+			inodesUsed += n
+		}
+		ps.VolumeStats = append(ps.VolumeStats, vs)
+	}
+
+	eph := &v1alpha1.FsStats{Time: t, UsedBytes: &used, InodesUsed: &inodesUsed}
+	fsm.withFs(eph, p.rootDir)
+	ps.EphemeralStorage = eph
+}
+
+// duCache caches the disk usage of directories. A missing entry is
+// measured inline, an expired one in the background while the stale value
+// is served.
+type duCache struct {
+	ttl     time.Duration
+	clk     clock.PassiveClock
+	machine Machine
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*duEntry
+}
+
+type duEntry struct {
+	used, inodes uint64
+	ok           bool // the last measurement succeeded
+	measured     time.Time
+	lastAsked    time.Time
+	refreshing   bool
+}
+
+// get returns the usage of path; ok is false when it could not be
+// measured (a missing directory, for example).
+func (c *duCache) get(path string) (used, inodes uint64, ok bool) {
+	now := c.clk.Now()
+	c.mu.Lock()
+	e := c.entries[path]
+	if e == nil {
+		e = &duEntry{refreshing: true, lastAsked: now}
+		c.entries[path] = e
+		c.mu.Unlock()
+		c.measure(path, e)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return e.used, e.inodes, e.ok
+	}
+	defer c.mu.Unlock()
+	e.lastAsked = now
+	if !e.refreshing && now.Sub(e.measured) >= c.ttl {
+		e.refreshing = true
+		go c.measure(path, e)
+	}
+	return e.used, e.inodes, e.ok
+}
+
+func (c *duCache) measure(path string, e *duEntry) {
+	used, inodes, err := c.machine.DiskUsage(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		c.log.Debug("stats: cannot measure disk usage", "path", path, "err", err)
+	}
+	now := c.clk.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e.used, e.inodes, e.ok = used, inodes, err == nil
+	e.measured = now
+	e.refreshing = false
+}
+
+// forget drops the entries not asked for for forgetAfter.
+func (c *duCache) forget(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for path, e := range c.entries {
+		if !e.refreshing && now.Sub(e.lastAsked) > forgetAfter {
+			delete(c.entries, path)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package stats
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+)
+
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		path := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+const (
+	fakeProcStat = "cpu  100 20 30 400 50 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 9 10\nbtime 1700000000\nprocesses 42\n"
+	fakeMeminfo  = "MemTotal:       16000000 kB\nMemFree:         4000000 kB\nInactive(file):  2000000 kB\nAnonPages:       3000000 kB\n"
+)
+
+func TestHostMachineCgroupV1(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"proc/stat":                           fakeProcStat,
+		"proc/meminfo":                        fakeMeminfo,
+		"cgroup/cpuacct/cpuacct.usage":        "123456789\n",
+		"cgroup/memory/memory.usage_in_bytes": "10000\n",
+		"cgroup/memory/memory.stat":           "cache 1\nrss 2\ntotal_rss 3000\ntotal_inactive_file 4000\ntotal_pgfault 77\ntotal_pgmajfault 7\n",
+	})
+	m := &HostMachine{ProcDir: filepath.Join(dir, "proc"), CgroupDir: filepath.Join(dir, "cgroup")}
+	boot, err := m.BootTime()
+	if err != nil || !boot.Equal(time.Unix(1700000000, 0)) {
+		t.Errorf("BootTime = %v, %v", boot, err)
+	}
+	cpu, err := m.NodeCPUUsage()
+	if err != nil || cpu != 123456789 {
+		t.Errorf("NodeCPUUsage = %d, %v", cpu, err)
+	}
+	ws, usage, avail, rss, pf, mpf, err := m.NodeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws != 6000 || usage != 10000 || avail != 16000000*1024-6000 || rss != 3000 || pf != 77 || mpf != 7 {
+		t.Errorf("NodeMemory = ws %d usage %d avail %d rss %d pf %d mpf %d", ws, usage, avail, rss, pf, mpf)
+	}
+}
+
+func TestHostMachineProcFallback(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"proc/stat":    fakeProcStat,
+		"proc/meminfo": fakeMeminfo,
+		"proc/vmstat":  "nr_free_pages 1\npgfault 555\npgmajfault 5\n",
+	})
+	m := &HostMachine{ProcDir: filepath.Join(dir, "proc"), CgroupDir: filepath.Join(dir, "cgroup")}
+	cpu, err := m.NodeCPUUsage()
+	// user+nice+system+irq+softirq+steal = 100+20+30+6+7+8 ticks of 10 ms.
+	if err != nil || cpu != 171*uint64(10*time.Millisecond) {
+		t.Errorf("NodeCPUUsage = %d, %v", cpu, err)
+	}
+	ws, usage, avail, rss, pf, mpf, err := m.NodeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 1024
+	if usage != 12000000*k || ws != 10000000*k || avail != 6000000*k || rss != 3000000*k || pf != 555 || mpf != 5 {
+		t.Errorf("NodeMemory = ws %d usage %d avail %d rss %d pf %d mpf %d", ws, usage, avail, rss, pf, mpf)
+	}
+}
+
+// TestHostMachineReal reads the machine the test runs on.
+func TestHostMachineReal(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("HostMachine reads Linux interfaces")
+	}
+	m := NewHostMachine()
+	boot, err := m.BootTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if boot.Before(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)) || boot.After(time.Now()) {
+		t.Errorf("boot time %v", boot)
+	}
+	cpu1, err := m.NodeCPUUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(deadline) { // burn some CPU
+	}
+	cpu2, err := m.NodeCPUUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu1 == 0 || cpu2 <= cpu1 {
+		t.Errorf("node cpu usage %d then %d", cpu1, cpu2)
+	}
+	ws, usage, avail, _, pf, _, err := m.NodeMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws == 0 || ws > usage || avail == 0 || pf == 0 {
+		t.Errorf("NodeMemory: working set %d usage %d available %d page faults %d", ws, usage, avail, pf)
+	}
+
+	dir := t.TempDir()
+	capacity, available, used, inodes, inodesFree, err := m.FsStats(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if capacity == 0 || available > capacity || used > capacity || inodesFree > inodes {
+		t.Errorf("FsStats = %d %d %d %d %d", capacity, available, used, inodes, inodesFree)
+	}
+	if _, _, _, _, _, err := m.FsStats(filepath.Join(dir, "missing")); err == nil {
+		t.Error("FsStats of a missing path: no error")
+	}
+
+	// 3 files (one hard-linked twice), 1 subdirectory and the root.
+	writeFiles(t, dir, map[string]string{"a": string(make([]byte, 10000)), "sub/b": "x", "sub/c": "y"})
+	if err := os.Link(filepath.Join(dir, "a"), filepath.Join(dir, "sub", "a-link")); err != nil {
+		t.Fatal(err)
+	}
+	du, files, err := m.DiskUsage(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files != 5 {
+		t.Errorf("inodes used = %d, want 5", files)
+	}
+	if du < 10000 {
+		t.Errorf("disk usage = %d, want at least 10000", du)
+	}
+	if _, _, err := m.DiskUsage(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("DiskUsage of a missing path: %v", err)
+	}
+	if tmp, err := m.IsTmpfs("/dev/shm"); err == nil && !tmp {
+		t.Log("/dev/shm is not a tmpfs here")
+	}
+	if tmp, err := m.IsTmpfs("/proc"); err != nil || tmp {
+		t.Errorf("IsTmpfs(/proc) = %v, %v", tmp, err)
+	}
+}

@@ -1,0 +1,245 @@
+package stats
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+	"k8s.io/utils/clock"
+)
+
+// Runtime is the part of the CRI client the provider uses: list calls
+// only, never per-container ones.
+type Runtime interface {
+	ListPodSandbox(ctx context.Context, filter *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error)
+	ListContainers(ctx context.Context, filter *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	ListContainerStats(ctx context.Context, filter *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error)
+	ListPodSandboxStats(ctx context.Context, filter *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error)
+	ImageFsInfo(ctx context.Context) (*runtimeapi.ImageFsInfoResponse, error)
+}
+
+// Machine gives the facts of the node itself. HostMachine is the real one.
+type Machine interface {
+	// BootTime is when the node booted: the node's start time.
+	BootTime() (time.Time, error)
+	// NodeCPUUsage is the CPU time used by the whole node since boot.
+	NodeCPUUsage() (usageCoreNanoSeconds uint64, err error)
+	// NodeMemory is the memory use of the whole node, in bytes (page
+	// faults are counts).
+	NodeMemory() (workingSet, usage, available, rss, pageFaults, majorPageFaults uint64, err error)
+	// FsStats is statfs of the filesystem holding path, in bytes and
+	// inodes.
+	FsStats(path string) (capacity, available, used, inodes, inodesFree uint64, err error)
+	// IsTmpfs reports whether path is on a tmpfs.
+	IsTmpfs(path string) (bool, error)
+	// DiskUsage walks the tree at path (du -x): the bytes of its blocks
+	// and its inodes, hard links counted once.
+	DiskUsage(path string) (usedBytes, inodesUsed uint64, err error)
+}
+
+// Defaults.
+const (
+	// DefaultCacheTTL is how long a summary is served from the cache.
+	DefaultCacheTTL = time.Second
+	// DefaultDiskUsageTTL is how long a directory's measured usage is
+	// served before it is measured again (the kubelet's
+	// --volume-stats-agg-period).
+	DefaultDiskUsageTTL = time.Minute
+	// DefaultPodLogsDir is where the runtime writes container logs.
+	DefaultPodLogsDir = "/var/log/pods"
+)
+
+const (
+	// refreshTimeout bounds one refresh, which runs detached from the
+	// callers' contexts.
+	refreshTimeout = 30 * time.Second
+	// sandboxStatsRetry is how long an Unimplemented ListPodSandboxStats
+	// is believed.
+	sandboxStatsRetry = 10 * time.Minute
+	// forgetAfter drops CPU samples and disk usage of objects not seen
+	// for that long.
+	forgetAfter = 10 * time.Minute
+)
+
+// Labels nodelet puts on the CRI objects it owns: the values of
+// internal/podruntime/labels.go, repeated so that this package does not
+// depend on the runtime manager.
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelPodUID        = "io.kubernetes.pod.uid"
+	labelContainerName = "io.kubernetes.container.name"
+	labelManagedBy     = "nodelet.io/managed-by"
+	managedByValue     = "nodelet"
+)
+
+// Option tunes a Provider.
+type Option func(*Provider)
+
+// WithPodLogsDir sets where container logs are (DefaultPodLogsDir).
+func WithPodLogsDir(dir string) Option { return func(p *Provider) { p.podLogsDir = dir } }
+
+// WithCacheTTL sets how long a summary is cached (DefaultCacheTTL).
+func WithCacheTTL(d time.Duration) Option { return func(p *Provider) { p.cacheTTL = d } }
+
+// WithDiskUsageTTL sets how long a directory's usage is cached
+// (DefaultDiskUsageTTL).
+func WithDiskUsageTTL(d time.Duration) Option { return func(p *Provider) { p.du.ttl = d } }
+
+// Provider builds stats summaries. It is safe for concurrent use.
+type Provider struct {
+	rt         Runtime
+	machine    Machine
+	nodeName   string
+	rootDir    string
+	podLogsDir string
+	clk        clock.PassiveClock
+	log        *slog.Logger
+	cacheTTL   time.Duration
+
+	cpu *cpuTracker
+	du  *duCache
+
+	mu sync.Mutex
+	// cache and flights are indexed by kind.
+	cache   [2]*snapshot
+	flights [2]*flight
+	// sandboxStatsUnimplemented is when ListPodSandboxStats last answered
+	// Unimplemented (zero: never).
+	sandboxStatsUnimplemented time.Time
+}
+
+// kind is a cache slot.
+type kind int
+
+const (
+	kindFull   kind = 0
+	kindCPUMem kind = 1
+)
+
+type snapshot struct {
+	at      time.Time
+	summary *v1alpha1.Summary
+}
+
+// flight is one refresh in progress; done is closed once summary or err
+// is set.
+type flight struct {
+	done    chan struct{}
+	summary *v1alpha1.Summary
+	// cpuMem is the CPU-and-memory view of a full refresh, for the
+	// callers of that slot who joined it.
+	cpuMem *v1alpha1.Summary
+	err    error
+}
+
+// New returns a provider for the node nodeName whose kubelet root
+// directory (pods, volumes) is rootDir.
+func New(rt Runtime, machine Machine, nodeName string, rootDir string, clk clock.PassiveClock, log *slog.Logger, opts ...Option) *Provider {
+	p := &Provider{
+		rt:         rt,
+		machine:    machine,
+		nodeName:   nodeName,
+		rootDir:    rootDir,
+		podLogsDir: DefaultPodLogsDir,
+		clk:        clk,
+		log:        log,
+		cacheTTL:   DefaultCacheTTL,
+		cpu:        &cpuTracker{samples: map[string]*cpuSample{}},
+		du:         &duCache{entries: map[string]*duEntry{}, ttl: DefaultDiskUsageTTL, clk: clk, machine: machine, log: log},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// Summary returns the stats summary of the node and of nodelet's pods.
+// With onlyCPUAndMemory, filesystem, volume and network stats are left out
+// (the kubelet's GetCPUAndMemoryStats). The result may come from the cache
+// (see the package documentation) and must not be modified.
+func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*v1alpha1.Summary, error) {
+	k := kindFull
+	if onlyCPUAndMemory {
+		k = kindCPUMem
+	}
+	p.mu.Lock()
+	now := p.clk.Now()
+	if s := p.cache[k]; s != nil && now.Sub(s.at) < p.cacheTTL {
+		p.mu.Unlock()
+		return s.summary, nil
+	}
+	f := p.flights[k]
+	if f == nil && k == kindCPUMem && p.flights[kindFull] != nil {
+		f = p.flights[kindFull]
+	}
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		p.flights[k] = f
+		go p.fly(context.WithoutCancel(ctx), k, f)
+	}
+	p.mu.Unlock()
+
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("stats summary: %w", ctx.Err())
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	if k == kindCPUMem && f.cpuMem != nil {
+		// Joined a full refresh.
+		return f.cpuMem, nil
+	}
+	return f.summary, nil
+}
+
+// fly runs one refresh of slot k and publishes it.
+func (p *Provider) fly(ctx context.Context, k kind, f *flight) {
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	at := p.clk.Now()
+	f.summary, f.err = p.refresh(ctx, k == kindFull)
+	if f.err == nil && k == kindFull {
+		f.cpuMem = cpuAndMemoryOnly(f.summary)
+	}
+
+	p.mu.Lock()
+	if f.err == nil {
+		p.cache[k] = &snapshot{at: at, summary: f.summary}
+		if f.cpuMem != nil {
+			p.cache[kindCPUMem] = &snapshot{at: at, summary: f.cpuMem}
+		}
+	}
+	p.flights[k] = nil
+	p.mu.Unlock()
+	close(f.done)
+}
+
+// cpuAndMemoryOnly is the CPU-and-memory view of a full summary.
+func cpuAndMemoryOnly(s *v1alpha1.Summary) *v1alpha1.Summary {
+	out := &v1alpha1.Summary{
+		Node: v1alpha1.NodeStats{
+			NodeName:  s.Node.NodeName,
+			StartTime: s.Node.StartTime,
+			CPU:       s.Node.CPU,
+			Memory:    s.Node.Memory,
+		},
+		Pods: make([]v1alpha1.PodStats, len(s.Pods)),
+	}
+	for i := range s.Pods {
+		pod := &s.Pods[i]
+		cs := make([]v1alpha1.ContainerStats, len(pod.Containers))
+		for j := range pod.Containers {
+			c := &pod.Containers[j]
+			cs[j] = v1alpha1.ContainerStats{Name: c.Name, StartTime: c.StartTime, CPU: c.CPU, Memory: c.Memory}
+		}
+		out.Pods[i] = v1alpha1.PodStats{PodRef: pod.PodRef, StartTime: pod.StartTime, Containers: cs, CPU: pod.CPU, Memory: pod.Memory}
+	}
+	return out
+}
