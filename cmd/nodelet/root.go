@@ -68,6 +68,13 @@ a local image registry under --root-dir.`,
 	f.StringArrayVar(&urlHeaders, "manifest-url-header", nil, "HTTP headers for --manifest-url, as 'key:value,key2:value2' (repeatable)")
 	f.DurationVar(&cfg.HTTPCheckFrequency, "http-check-frequency", cfg.HTTPCheckFrequency, "How often --manifest-url is polled")
 	f.IntVar(&cfg.MaxPods, "max-pods", cfg.MaxPods, "Number of pods this node admits")
+	f.IntVar(&cfg.Port, "port", cfg.Port, "Port of the authenticated kubelet API (HTTPS; 0 disables it)")
+	f.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "Serving certificate (default: self-signed, under --root-dir/pki)")
+	f.StringVar(&cfg.TLSPrivateKeyFile, "tls-private-key-file", "", "Key of --tls-cert-file")
+	f.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "CA bundle that client certificates are verified against (the local admin CA is always trusted)")
+	f.StringVar(&cfg.TokenAuthFile, "token-auth-file", "", "Static bearer tokens: token,user,uid,\"group1,group2\" per line")
+	f.BoolVar(&cfg.AnonymousAuth, "anonymous-auth", false, "Let requests without credentials in as system:anonymous")
+	f.StringVar(&cfg.AuthorizationMode, "authorization-mode", cfg.AuthorizationMode, "AlwaysAllow or Webhook")
 	f.StringVar(&cfg.HealthzBindAddress, "healthz-bind-address", cfg.HealthzBindAddress, "Address of the healthz endpoint")
 	f.IntVar(&cfg.HealthzPort, "healthz-port", cfg.HealthzPort, "Port of the healthz endpoint (0 disables it)")
 	f.StringVar(&cfg.Address, "address", cfg.Address, "Address of the read-only port")
@@ -87,6 +94,7 @@ a local image registry under --root-dir.`,
 	_ = f.MarkHidden("pod-logs-dir")
 
 	cmd.AddCommand(newImagesCommand(&cfg.RootDir), newVersionCommand(stdout))
+	cmd.AddCommand(newClientCommands(&cfg.RootDir)...)
 	return cmd
 }
 

@@ -56,6 +56,21 @@ type Config struct {
 	CgroupRoot string
 	// MaxPerPodContainer dead instances are kept per container (1).
 	MaxPerPodContainer int
+	// Port serves the authenticated kubelet API over HTTPS (0 disables).
+	Port int
+	// TLSCertFile and TLSPrivateKeyFile are the serving certificate; a
+	// self-signed one is generated under the root dir when unset.
+	TLSCertFile, TLSPrivateKeyFile string
+	// ClientCAFile verifies client certificates (the local admin CA is
+	// always trusted too).
+	ClientCAFile string
+	// TokenAuthFile holds static bearer tokens (token,user,uid,"groups").
+	TokenAuthFile string
+	// AnonymousAuth lets requests without credentials in as
+	// system:anonymous.
+	AnonymousAuth bool
+	// AuthorizationMode is AlwaysAllow or Webhook.
+	AuthorizationMode string
 	// HealthzBindAddress:HealthzPort serves /healthz (0 disables).
 	HealthzBindAddress string
 	HealthzPort        int
@@ -93,6 +108,8 @@ func DefaultConfig(rootDir string) Config {
 		SyncFrequency:        time.Minute,
 		PLEGRelistPeriod:     time.Second,
 		MaxPods:              110,
+		Port:                 10250,
+		AuthorizationMode:    "AlwaysAllow",
 		HealthzBindAddress:   "127.0.0.1",
 		CgroupRoot:           "/sys/fs/cgroup",
 		HealthzPort:          10248,

@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/events"
 	"github.com/nodelet/nodelet/internal/gc"
+	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/pleg"
 	"github.com/nodelet/nodelet/internal/podconfig"
@@ -31,6 +32,7 @@ import (
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/prober"
 	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/stats"
 	"github.com/nodelet/nodelet/internal/syncloop"
 	"github.com/nodelet/nodelet/internal/volume"
 )
@@ -40,20 +42,24 @@ type pipeline struct {
 	sources []interface {
 		Run(ctx context.Context, out chan<- podsource.Update)
 	}
-	config   *podconfig.Config
-	loop     *syncloop.Loop
-	workers  *podworker.Workers
-	runtime  *podruntime.Manager
-	pleg     *pleg.Generic
-	rt       *cri.Client
-	gc       *gc.Collector
-	status   *statusStore
-	events   *events.Recorder
-	objects  *objectStore
-	volumes  *volume.Manager
-	cgroups  *podresources.Manager // nil without pod cgroups
-	prober   *prober.Manager
-	registry *prometheus.Registry
+	config  *podconfig.Config
+	loop    *syncloop.Loop
+	workers *podworker.Workers
+	runtime *podruntime.Manager
+	pleg    *pleg.Generic
+	rt      *cri.Client
+	gc      *gc.Collector
+	status  *statusStore
+	events  *events.Recorder
+	objects *objectStore
+	metrics *metrics.Metrics
+	stats   *stats.Provider
+	// resourceRegistry serves /metrics/resource.
+	resourceRegistry *prometheus.Registry
+	volumes          *volume.Manager
+	cgroups          *podresources.Manager // nil without pod cgroups
+	prober           *prober.Manager
+	registry         *prometheus.Registry
 	// probeRegistry holds the prober's metrics, served at /metrics/probes.
 	probeRegistry *prometheus.Registry
 	log           *slog.Logger
@@ -91,6 +97,11 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	}
 	p.config = podconfig.New(names, clk, log)
 	p.events = events.New(events.DefaultMax, clk, log)
+	p.metrics = metrics.New(p.registry, p.status.running, metrics.WithClock(clk))
+	p.status.metrics, p.status.clock = p.metrics, clk
+	p.stats = stats.New(rt, stats.NewHostMachine(), a.cfg.NodeName, a.cfg.RootDir, clk, log, stats.WithPodLogsDir(a.cfg.PodLogsDir))
+	p.resourceRegistry = prometheus.NewRegistry()
+	p.resourceRegistry.MustRegister(p.stats.ResourceCollector())
 	p.probeRegistry = prometheus.NewRegistry()
 	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: p.probeRegistry, Recorder: p.events})
 	p.objects = newObjectStore()
@@ -113,12 +124,13 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 		SeccompRoot: filepath.Join(a.cfg.RootDir, "seccomp"), NodeMemoryCapacity: a.cfg.MemoryCapacity,
 	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober, Objects: p.objects, Cgroups: cgroups, Volumes: p.volumes,
 		Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
-	syncer := &podSyncer{rt: p.runtime, clock: clk, prober: p.prober, volumes: p.volumes, log: log}
+	syncer := &podSyncer{rt: p.runtime, clock: clk, prober: p.prober, volumes: p.volumes, log: log, metrics: p.metrics}
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
 	p.workers = podworker.New(syncer, clk, log, podworker.Options{ResyncInterval: 10 * a.cfg.SyncFrequency})
 	syncer.requeue = p.workers.RequeueAfter
 	p.pleg = pleg.New(p.runtime, a.cfg.PLEGRelistPeriod, clk, log)
+	p.pleg.RelistObserver = func(d time.Duration) { p.metrics.PLEGRelistDuration.Observe(d.Seconds()) }
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: a.cfg.PodLogsDir, MaxPerPodContainer: a.cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: a.cfg.ContainerLogMaxSize, MaxFiles: a.cfg.ContainerLogMaxFiles}, clk, log)
 	p.loop = syncloop.New(syncloop.Options{
@@ -152,12 +164,34 @@ func (p *pipeline) run(ctx context.Context) {
 	checks := []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
 	if p.cfg.HealthzPort > 0 {
 		addr := net.JoinHostPort(p.cfg.HealthzBindAddress, strconv.Itoa(p.cfg.HealthzPort))
-		goRun(func() { p.serveForever(ctx, addr, server.HealthzHandler(checks)) })
+		h := server.HealthzHandler(checks)
+		goRun(func() {
+			p.serveForever(ctx, addr, func(ctx context.Context) error { return server.Serve(ctx, addr, h, p.log) })
+		})
+	}
+	if p.cfg.Port > 0 {
+		scfg, deps, err := p.secureAPI()
+		if err != nil {
+			p.log.Error("the kubelet API is off", "err", err)
+		} else {
+			deps.Health = checks
+			h, err := server.NewSecure(scfg, deps)
+			if err != nil {
+				p.log.Error("the kubelet API is off", "err", err)
+			} else {
+				tlsCfg := scfg.TLSConfig()
+				goRun(func() {
+					p.serveForever(ctx, scfg.Addr, func(ctx context.Context) error { return server.ServeTLS(ctx, scfg.Addr, tlsCfg, h, p.log) })
+				})
+			}
+		}
 	}
 	if p.cfg.ReadOnlyPort > 0 {
 		addr := net.JoinHostPort(p.cfg.Address, strconv.Itoa(p.cfg.ReadOnlyPort))
-		h := server.ReadOnlyHandler(checks, server.Metrics{Kubelet: p.registry, Probes: p.probeRegistry})
-		goRun(func() { p.serveForever(ctx, addr, h) })
+		h := server.ReadOnlyHandler(checks, server.Metrics{Kubelet: p.registry, Probes: p.probeRegistry, Resource: p.resourceRegistry})
+		goRun(func() {
+			p.serveForever(ctx, addr, func(ctx context.Context) error { return server.Serve(ctx, addr, h, p.log) })
+		})
 	}
 	config := make(chan syncloop.ConfigUpdate) // unbuffered: handed over one by one
 	goRun(func() { translateConfig(ctx, p.config.Updates(), config) })
@@ -334,12 +368,12 @@ func bindProbes(pr *prober.Manager, pod *v1.Pod, obs *observed.PodStatus, nodeIP
 	pr.SetContainers(pod, ip, running)
 }
 
-// serveForever serves h on addr until ctx ends; when the port cannot be
-// had it logs why and tries again every 5 s, as the kubelet does: a busy
-// port must not stop the pods.
-func (p *pipeline) serveForever(ctx context.Context, addr string, h http.Handler) {
+// serveForever runs serve until ctx ends; when the port cannot be had it
+// logs why and tries again every 5 s, as the kubelet does: a busy port must
+// not stop the pods.
+func (p *pipeline) serveForever(ctx context.Context, addr string, serve func(context.Context) error) {
 	for {
-		err := server.Serve(ctx, addr, h, p.log)
+		err := serve(ctx)
 		if ctx.Err() != nil {
 			return
 		}

@@ -6,10 +6,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/metrics"
+	"github.com/nodelet/nodelet/internal/podsource"
 	"github.com/nodelet/nodelet/internal/status"
 )
 
@@ -18,6 +22,9 @@ import (
 // the HTTP API serves them.
 type statusStore struct {
 	log *slog.Logger
+	// metrics and clock, when set, observe kubelet_pod_start_duration_seconds.
+	metrics *metrics.Metrics
+	clock   clock.PassiveClock
 
 	mu       sync.Mutex
 	statuses map[types.UID]v1.PodStatus
@@ -32,14 +39,56 @@ func newStatusStore(log *slog.Logger) *statusStore {
 func (s *statusStore) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 	sum := summarize(st)
 	s.mu.Lock()
+	prev, had := s.statuses[pod.UID]
 	s.statuses[pod.UID] = st
 	changed := s.summary[pod.UID] != sum
 	s.summary[pod.UID] = sum
 	s.mu.Unlock()
+	if st.Phase == v1.PodRunning && (!had || prev.Phase != v1.PodRunning) {
+		s.observeStart(pod)
+	}
 	if changed {
 		s.log.Info("pod status", "pod", pod.Namespace+"/"+pod.Name, "phase", st.Phase, "reason", st.Reason,
 			"ready", isReady(st), "ip", st.PodIP, "containers", containerSummary(st))
 	}
+}
+
+// observeStart records how long the pod took from first seen (its
+// config.seen annotation) to running.
+func (s *statusStore) observeStart(pod *v1.Pod) {
+	if s.metrics == nil || s.clock == nil {
+		return
+	}
+	seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podsource.AnnotationConfigSeen])
+	if err != nil {
+		return
+	}
+	s.metrics.PodStartDuration.Observe(s.clock.Since(seen).Seconds())
+}
+
+// running counts pods and containers by state for kubelet_running_*.
+func (s *statusStore) running() (int, map[string]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pods, containers := 0, map[string]int{}
+	for _, st := range s.statuses {
+		if st.Phase == v1.PodRunning {
+			pods++
+		}
+		for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+			for _, c := range list {
+				switch {
+				case c.State.Running != nil:
+					containers[metrics.ContainerStateRunning]++
+				case c.State.Terminated != nil:
+					containers[metrics.ContainerStateExited]++
+				case c.State.Waiting != nil && c.ContainerID != "":
+					containers[metrics.ContainerStateCreated]++
+				}
+			}
+		}
+	}
+	return pods, containers
 }
 
 // Reject records an admission rejection: the pod is Failed with the

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/podruntime"
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/prober"
@@ -25,10 +26,13 @@ type podSyncer struct {
 	prober  *prober.Manager
 	volumes *volume.Manager
 	log     *slog.Logger
+	metrics *metrics.Metrics
 }
 
-func (s *podSyncer) SyncPod(ctx context.Context, _ podworker.UpdateType, pod *v1.Pod) (bool, error) {
+func (s *podSyncer) SyncPod(ctx context.Context, t podworker.UpdateType, pod *v1.Pod) (bool, error) {
+	start := s.clock.Now()
 	st, err := s.rt.SyncPod(ctx, pod)
+	s.metrics.PodWorkerDuration.WithLabelValues(workerOp(t)).Observe(s.clock.Since(start).Seconds())
 	terminal := st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed
 	if terminal {
 		s.prober.RemovePod(pod)
@@ -84,4 +88,17 @@ func (d dispatcher) Kill(pod *v1.Pod) {
 func (d dispatcher) Active(uid types.UID) bool {
 	info, ok := d.workers.Info(uid)
 	return ok && info.State != podworker.Finished && info.State != podworker.Terminated
+}
+
+// workerOp is kubelet_pod_worker_duration_seconds' operation_type.
+func workerOp(t podworker.UpdateType) string {
+	switch t {
+	case podworker.SyncPodCreate:
+		return metrics.PodWorkerCreate
+	case podworker.SyncPodUpdate:
+		return metrics.PodWorkerUpdate
+	case podworker.SyncPodKill:
+		return metrics.PodWorkerKill
+	}
+	return metrics.PodWorkerSync
 }

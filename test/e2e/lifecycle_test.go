@@ -28,7 +28,7 @@ func lifecycleNodelet(t *testing.T, name string, extra ...string) (*nodeletProc,
 	}
 	args := []string{"--container-runtime-endpoint", shared.endpoint, "--root-dir", filepath.Join(shared.work, "root-"+name),
 		"--pod-manifest-path", manifests, "--hostname-override", "e2e",
-		"--pod-logs-dir", filepath.Join(shared.work, "logs-"+name), "--file-check-frequency", "2s", "--healthz-port", "0"}
+		"--pod-logs-dir", filepath.Join(shared.work, "logs-"+name), "--file-check-frequency", "2s", "--healthz-port", "0", "--port", "0"}
 	args = append(args, extra...)
 	return startNodelet(t, args...), manifests, args
 }

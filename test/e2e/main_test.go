@@ -248,3 +248,5 @@ func writeManifest(t *testing.T, dir, name, content string) {
 
 // registryImage reads an image from the shared runtime's image store.
 func (e *env) registryImage(ref string) (v1.Image, error) { return e.store.Image(ref) }
+
+func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/agent"
+	"github.com/nodelet/nodelet/internal/cli"
+	"github.com/nodelet/nodelet/internal/server"
+)
+
+// clientFlags are the flags of the commands that talk to a running
+// nodelet's API with the local admin credentials it wrote at start.
+type clientFlags struct {
+	rootDir   *string
+	server    string
+	namespace string
+	timeout   time.Duration
+}
+
+func (f *clientFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.server, "server", cli.DefaultServer, "nodelet API to talk to")
+	cmd.Flags().StringVarP(&f.namespace, "namespace", "n", "default", "Namespace of the pod")
+	cmd.Flags().DurationVar(&f.timeout, "timeout", cli.DefaultTimeout, "Request timeout")
+}
+
+func (f *clientFlags) client() (*cli.Client, error) {
+	dir := agent.PKIDir(*f.rootDir)
+	creds := cli.Config{Server: f.server, Timeout: f.timeout,
+		CAFile:   filepath.Join(dir, server.ServingCertFile),
+		CertFile: filepath.Join(dir, "admin.crt"), KeyFile: filepath.Join(dir, "admin.key")}
+	if _, err := os.Stat(creds.CertFile); err != nil {
+		return nil, fmt.Errorf("no admin credentials in %s: has nodelet run with --root-dir %s?", dir, *f.rootDir)
+	}
+	return cli.NewClient(creds)
+}
+
+// findPod returns the pod named name in the flags' namespace.
+func (f *clientFlags) findPod(ctx context.Context, c *cli.Client, name string) (*v1.Pod, error) {
+	pods, err := c.Pods(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range pods {
+		if pods[i].Namespace == f.namespace && pods[i].Name == name {
+			return &pods[i], nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s/%s not found", f.namespace, name)
+}
+
+func newClientCommands(rootDir *string) []*cobra.Command {
+	return []*cobra.Command{newGetCommand(rootDir), newDescribeCommand(rootDir), newLogsCommand(rootDir), newEventsCommand(rootDir)}
+}
+
+func newGetCommand(rootDir *string) *cobra.Command {
+	f := &clientFlags{rootDir: rootDir}
+	var output string
+	var watch bool
+	cmd := &cobra.Command{
+		Use:           "get pods",
+		Short:         "List the node's pods (as kubectl get pods)",
+		Args:          cobra.ExactArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] != "pods" && args[0] != "pod" && args[0] != "po" {
+				return fmt.Errorf("unknown resource %q: nodelet serves pods", args[0])
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			if watch {
+				return cli.WatchPods(cmd.Context(), c, cmd.OutOrStdout(), 0, output)
+			}
+			pods, err := c.Pods(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return cli.PrintPods(cmd.OutOrStdout(), pods, output, time.Now())
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format: wide, yaml or json")
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "Keep printing changes")
+	return cmd
+}
+
+func newDescribeCommand(rootDir *string) *cobra.Command {
+	f := &clientFlags{rootDir: rootDir}
+	cmd := &cobra.Command{
+		Use:           "describe pod NAME",
+		Short:         "Show a pod in detail, with its events and start-up timeline",
+		Args:          cobra.ExactArgs(2),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if args[0] != "pod" && args[0] != "pods" && args[0] != "po" {
+				return fmt.Errorf("unknown resource %q: nodelet serves pods", args[0])
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			pod, err := f.findPod(cmd.Context(), c, args[1])
+			if err != nil {
+				return err
+			}
+			evs, err := c.Events(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return cli.Describe(cmd.OutOrStdout(), *pod, evs, time.Now())
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func newLogsCommand(rootDir *string) *cobra.Command {
+	f := &clientFlags{rootDir: rootDir}
+	var container string
+	var opts cli.LogOptions
+	var tail int64
+	cmd := &cobra.Command{
+		Use:           "logs POD",
+		Short:         "Print a container's log (as kubectl logs)",
+		Args:          cobra.ExactArgs(1),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			pod, err := f.findPod(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			if container == "" {
+				if len(pod.Spec.Containers) != 1 {
+					return fmt.Errorf("pod %s/%s has %d containers: choose one with -c", pod.Namespace, pod.Name, len(pod.Spec.Containers))
+				}
+				container = pod.Spec.Containers[0].Name
+			}
+			if cmd.Flags().Changed("tail") {
+				opts.TailLines = &tail
+			}
+			return c.Logs(cmd.Context(), pod.Namespace, pod.Name, container, opts, cmd.OutOrStdout())
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVarP(&container, "container", "c", "", "Container (needed when the pod has several)")
+	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "Follow the log")
+	cmd.Flags().BoolVarP(&opts.Previous, "previous", "p", false, "The previous instance's log")
+	cmd.Flags().BoolVar(&opts.Timestamps, "timestamps", false, "Prefix each line with its time")
+	cmd.Flags().Int64Var(&tail, "tail", -1, "Lines from the end to show")
+	return cmd
+}
+
+func newEventsCommand(rootDir *string) *cobra.Command {
+	f := &clientFlags{rootDir: rootDir}
+	cmd := &cobra.Command{
+		Use:           "events",
+		Short:         "List the node's recent pod events",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			evs, err := c.Events(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "%-8s %-20s %-40s %s\n", "TYPE", "REASON", "POD", "MESSAGE")
+			for _, e := range evs {
+				fmt.Fprintf(out, "%-8s %-20s %-40s %s\n", e.Type, e.Reason, e.Namespace+"/"+e.Pod, e.Message)
+			}
+			return nil
+		},
+	}
+	f.add(cmd)
+	return cmd
+}

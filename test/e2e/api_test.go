@@ -1,0 +1,115 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+)
+
+// The kubelet API over HTTPS with the local admin credentials, through the
+// CLI, and refused without credentials.
+func TestAPIAndCLI(t *testing.T) {
+	port := freePort(t)
+	root := filepath.Join(shared.work, "root-api")
+	_, dir, _ := lifecycleNodelet(t, "api", "--port", port, "--address", "127.0.0.1", "--root-dir", root)
+	writeManifest(t, dir, "talker.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: talker}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sh", "-c", "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.2; done"]
+`)
+	server := "https://127.0.0.1:" + port
+	nodelet := func(args ...string) (string, error) {
+		out, err := exec.Command(shared.nodelet, append(args, "--root-dir", root, "--server", server)...).CombinedOutput()
+		return string(out), err
+	}
+	eventually(t, 60*time.Second, "get pods shows talker running", func() error {
+		out, err := nodelet("get", "pods")
+		if err != nil || !strings.Contains(out, "talker-e2e") || !strings.Contains(out, "Running") {
+			return errorf("get pods: %v\n%s", err, out)
+		}
+		return nil
+	})
+	if out, err := nodelet("describe", "pod", "talker-e2e"); err != nil || !strings.Contains(out, "Timeline") || !strings.Contains(out, "Started") {
+		t.Errorf("describe: %v\n%s", err, out)
+	}
+	eventually(t, 20*time.Second, "logs", func() error {
+		out, err := nodelet("logs", "talker-e2e", "--tail", "2")
+		if err != nil || strings.Count(out, "line ") != 2 {
+			return errorf("logs: %v\n%s", err, out)
+		}
+		return nil
+	})
+	if out, err := nodelet("describe", "pod", "nosuch"); err == nil || !strings.Contains(out, "pod default/nosuch not found") {
+		t.Errorf("describe of an unknown pod: %v\n%s", err, out)
+	}
+
+	// Without credentials: 401 on every kind of route; traversal is 4xx.
+	insecure := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for _, path := range []string{"/pods", "/stats/summary", "/metrics", "/containerLogs/default/talker-e2e/main", "/runningpods/", "/configz", "/events"} {
+		resp, err := insecure.Get(server + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("GET %s without credentials: %d, want 401", path, resp.StatusCode)
+		}
+	}
+	admin := adminClient(t, root)
+	for _, path := range []string{"/containerLogs/default/talker-e2e/..", "/containerLogs/default/..%2F..%2Fetc/main", "/containerLogs/default/nosuch-e2e/main"} {
+		resp, err := admin.Get(server + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 400 || resp.StatusCode >= 500 {
+			t.Errorf("GET %s: %d, want 4xx", path, resp.StatusCode)
+		}
+	}
+	resp, err := admin.Get(server + "/stats/summary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var summary statsv1alpha1.Summary
+	if err := json.Unmarshal(body, &summary); err != nil {
+		t.Fatalf("/stats/summary: %v\n%s", err, body)
+	}
+	found := false
+	for _, p := range summary.Pods {
+		if p.PodRef.Name == "talker-e2e" && len(p.Containers) == 1 && p.Containers[0].Memory != nil && p.Containers[0].Memory.WorkingSetBytes != nil {
+			found = true
+		}
+	}
+	if !found || summary.Node.CPU == nil {
+		t.Errorf("/stats/summary lacks talker-e2e's container memory or node CPU:\n%s", body)
+	}
+}
+
+// adminClient trusts the server's certificate and presents the local
+// admin credentials nodelet wrote under root.
+func adminClient(t *testing.T, root string) *http.Client {
+	dir := filepath.Join(root, "pki")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true}}}
+}
