@@ -98,6 +98,13 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	p.config = podconfig.New(names, clk, log)
 	p.events = events.New(events.DefaultMax, clk, log)
 	p.metrics = metrics.New(p.registry, p.status.running, metrics.WithClock(clk))
+	rt.SetObserver(func(op string, took time.Duration, err error) {
+		p.metrics.RuntimeOperations.WithLabelValues(op).Inc()
+		p.metrics.RuntimeOperationsDuration.WithLabelValues(op).Observe(took.Seconds())
+		if err != nil {
+			p.metrics.RuntimeOperationsErrors.WithLabelValues(op).Inc()
+		}
+	})
 	p.status.metrics, p.status.clock = p.metrics, clk
 	p.stats = stats.New(rt, stats.NewHostMachine(), a.cfg.NodeName, a.cfg.RootDir, clk, log, stats.WithPodLogsDir(a.cfg.PodLogsDir))
 	p.resourceRegistry = prometheus.NewRegistry()

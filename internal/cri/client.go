@@ -58,6 +58,7 @@ type Client struct {
 	timeouts Timeouts
 	log      *slog.Logger
 	klog     logr.Logger
+	observer Observer
 }
 
 // New wraps a runtime and an image service, real or fake. endpoint is only
@@ -220,7 +221,9 @@ func (c *Client) callCtx(ctx context.Context, d time.Duration) (context.Context,
 func call[T any](ctx context.Context, c *Client, d time.Duration, op string, f func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := c.callCtx(ctx, d)
 	defer cancel()
+	start := time.Now()
 	v, err := f(ctx)
+	c.observe(op, start, err)
 	if err != nil {
 		var zero T
 		return zero, translate(err, op)
@@ -232,7 +235,10 @@ func call[T any](ctx context.Context, c *Client, d time.Duration, op string, f f
 func callErr(ctx context.Context, c *Client, d time.Duration, op string, f func(context.Context) error) error {
 	ctx, cancel := c.callCtx(ctx, d)
 	defer cancel()
-	return translate(f(ctx), op)
+	start := time.Now()
+	err := f(ctx)
+	c.observe(op, start, err)
+	return translate(err, op)
 }
 
 // Version returns the runtime's name and versions.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -281,5 +282,26 @@ func TestNormalizeEndpoint(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("normalizeEndpoint(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
 		}
+	}
+}
+
+func TestObserverGetsKubeletOperationNames(t *testing.T) {
+	rs, is := apitest.NewFakeRuntimeService(), apitest.NewFakeImageService()
+	c := New(rs, is, "fake", DefaultTimeouts(), nil)
+	var ops []string
+	c.SetObserver(func(op string, _ time.Duration, err error) {
+		ops = append(ops, fmt.Sprintf("%s:%v", op, err != nil))
+	})
+	ctx := context.Background()
+	_, _ = c.ListPodSandbox(ctx, nil)
+	rs.InjectError("StartContainer", errors.New("boom"))
+	_ = c.StartContainer(ctx, "abc123")
+	_, _, _, _ = c.ExecSync(ctx, "abc123", []string{"true"}, time.Second)
+	want := "list_podsandbox:false start_container:true exec_sync:false"
+	if got := strings.Join(ops, " "); got != want {
+		t.Errorf("observed %q, want %q", got, want)
+	}
+	if got := operationName("frobnicate widget 42"); got != "frobnicate_widget_42" {
+		t.Errorf("unknown operation name %q", got)
 	}
 }

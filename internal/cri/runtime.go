@@ -103,8 +103,14 @@ func (c *Client) ExecSync(ctx context.Context, id string, cmd []string, timeout 
 	}
 	ctx, cancel := c.callCtx(ctx, d)
 	defer cancel()
+	start := time.Now()
 	stdout, stderr, err = c.rs.ExecSync(ctx, id, cmd, timeout)
-	if code, ok := exitStatus(err); ok {
+	code, exited := exitStatus(err)
+	if exited {
+		err = nil // the command ran; its exit code is the answer
+	}
+	c.observe("exec in container "+id, start, err)
+	if exited {
 		return stdout, stderr, code, nil
 	}
 	if err != nil {

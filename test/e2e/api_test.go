@@ -100,6 +100,19 @@ spec:
 	if !found || summary.Node.CPU == nil {
 		t.Errorf("/stats/summary lacks talker-e2e's container memory or node CPU:\n%s", body)
 	}
+	resp, err = admin.Get(server + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsText, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"kubelet_running_pods 1", `kubelet_runtime_operations_total{operation_type="run_podsandbox"}`,
+		"kubelet_pleg_relist_duration_seconds_count", "kubelet_pod_start_duration_seconds_count 1",
+		`kubelet_pod_worker_duration_seconds_count{operation_type="create"}`, "nodelet_manifest_errors_total"} {
+		if !strings.Contains(string(metricsText), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
 }
 
 // adminClient trusts the server's certificate and presents the local
