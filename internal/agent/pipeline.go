@@ -106,7 +106,7 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 		}
 	})
 	p.status.metrics, p.status.clock = p.metrics, clk
-	p.stats = stats.New(rt, stats.NewHostMachine(), a.cfg.NodeName, a.cfg.RootDir, clk, log, stats.WithPodLogsDir(a.cfg.PodLogsDir))
+	p.stats = stats.New(rt, stats.NewHostMachine(), a.cfg.NodeName, a.cfg.RootDir, clk, log, stats.WithPodLogsDir(a.cfg.PodLogsDir), stats.WithServeStale(10*time.Second))
 	p.resourceRegistry = prometheus.NewRegistry()
 	p.resourceRegistry.MustRegister(p.stats.ResourceCollector())
 	p.probeRegistry = prometheus.NewRegistry()

@@ -86,6 +86,10 @@ func WithPodLogsDir(dir string) Option { return func(p *Provider) { p.podLogsDir
 // WithCacheTTL sets how long a summary is cached (DefaultCacheTTL).
 func WithCacheTTL(d time.Duration) Option { return func(p *Provider) { p.cacheTTL = d } }
 
+// WithServeStale makes Summary answer at once with the last snapshot, if
+// it is younger than maxStale, while a refresh runs in the background.
+func WithServeStale(maxStale time.Duration) Option { return func(p *Provider) { p.maxStale = maxStale } }
+
 // WithDiskUsageTTL sets how long a directory's usage is cached
 // (DefaultDiskUsageTTL).
 func WithDiskUsageTTL(d time.Duration) Option { return func(p *Provider) { p.du.ttl = d } }
@@ -100,6 +104,9 @@ type Provider struct {
 	clk        clock.PassiveClock
 	log        *slog.Logger
 	cacheTTL   time.Duration
+	// maxStale is the oldest snapshot served while a refresh runs; zero
+	// (the default) makes callers wait for the refresh.
+	maxStale time.Duration
 
 	cpu *cpuTracker
 	du  *duCache
@@ -181,6 +188,14 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*v1alpha
 		f = &flight{done: make(chan struct{})}
 		p.flights[k] = f
 		go p.fly(context.WithoutCancel(ctx), k, f)
+	}
+	// Stale while revalidating (WithServeStale): containerd 1.6 takes
+	// about 13 ms per container to list stats (1.3 s at 100 pods), so
+	// callers get the last snapshot while the refresh runs, unless it is
+	// older than maxStale.
+	if s := p.cache[k]; s != nil && now.Sub(s.at) < p.maxStale {
+		p.mu.Unlock()
+		return s.summary, nil
 	}
 	p.mu.Unlock()
 

@@ -573,3 +573,34 @@ func TestCallerCancelDoesNotFailOthers(t *testing.T) {
 		t.Errorf("ListPodSandbox called %d times, want 1", n)
 	}
 }
+
+// With WithServeStale, a call after the cache period answers at once from
+// the last snapshot and refreshes in the background.
+func TestServeStaleWhileRefreshing(t *testing.T) {
+	e := newEnv(t, WithServeStale(10*time.Second))
+	hundredPods(t, e)
+	first, err := e.p.Summary(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Step(2 * time.Second)
+	second, err := e.p.Summary(context.Background(), false)
+	if err != nil || second != first {
+		t.Fatalf("stale call: %v, same snapshot %v", err, second == first)
+	}
+	// The background refresh lands; a later call sees it.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		third, err := e.p.Summary(context.Background(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if third != first {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the background refresh never landed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -117,7 +117,9 @@ spec:
 
 // adminClient trusts the server's certificate and presents the local
 // admin credentials nodelet wrote under root.
-func adminClient(t *testing.T, root string) *http.Client {
+func adminClient(t *testing.T, root string) *http.Client { return adminClientTB(t, root) }
+
+func adminClientTB(t testing.TB, root string) *http.Client {
 	dir := filepath.Join(root, "pki")
 	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "admin.crt"), filepath.Join(dir, "admin.key"))
 	if err != nil {
