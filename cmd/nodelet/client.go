@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
+	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/cli"
@@ -56,7 +59,8 @@ func (f *clientFlags) findPod(ctx context.Context, c *cli.Client, name string) (
 }
 
 func newClientCommands(rootDir *string) []*cobra.Command {
-	return []*cobra.Command{newGetCommand(rootDir), newDescribeCommand(rootDir), newLogsCommand(rootDir), newEventsCommand(rootDir)}
+	return []*cobra.Command{newGetCommand(rootDir), newDescribeCommand(rootDir), newLogsCommand(rootDir), newEventsCommand(rootDir),
+		newExecCommand(rootDir), newPortForwardCommand(rootDir)}
 }
 
 func newGetCommand(rootDir *string) *cobra.Command {
@@ -193,3 +197,88 @@ func newEventsCommand(rootDir *string) *cobra.Command {
 	f.add(cmd)
 	return cmd
 }
+
+func newExecCommand(rootDir *string) *cobra.Command {
+	f := &clientFlags{rootDir: rootDir}
+	var container string
+	var stdin, tty bool
+	cmd := &cobra.Command{
+		Use:           "exec [-i] [-t] POD [-c CONTAINER] -- COMMAND [ARGS...]",
+		Short:         "Run a command in a container (as kubectl exec)",
+		Args:          cobra.MinimumNArgs(2),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return fmt.Errorf("usage: nodelet exec POD -- COMMAND [ARGS...]")
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			pod, err := f.findPod(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			name, err := pickContainer(pod, container)
+			if err != nil {
+				return err
+			}
+			var in io.Reader
+			if stdin {
+				in = cmd.InOrStdin()
+			}
+			err = c.Exec(cmd.Context(), pod.Namespace, pod.Name, name, args[1:], in, cmd.OutOrStdout(), cmd.ErrOrStderr(), tty)
+			var exitErr utilexec.CodeExitError
+			if errors.As(err, &exitErr) {
+				return exitCodeError{code: exitErr.Code}
+			}
+			return err
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().StringVarP(&container, "container", "c", "", "Container (needed when the pod has several)")
+	cmd.Flags().BoolVarP(&stdin, "stdin", "i", false, "Pass standard input to the command")
+	cmd.Flags().BoolVarP(&tty, "tty", "t", false, "Allocate a terminal")
+	return cmd
+}
+
+func newPortForwardCommand(rootDir *string) *cobra.Command {
+	f := &clientFlags{rootDir: rootDir}
+	cmd := &cobra.Command{
+		Use:           "port-forward POD LOCAL:REMOTE [LOCAL:REMOTE...]",
+		Short:         "Forward local ports on 127.0.0.1 to a pod (as kubectl port-forward)",
+		Args:          cobra.MinimumNArgs(2),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			pod, err := f.findPod(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			return c.PortForward(cmd.Context(), pod.Namespace, pod.Name, args[1:], nil, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+// pickContainer is the named container, or the pod's only one.
+func pickContainer(pod *v1.Pod, name string) (string, error) {
+	if name != "" {
+		return name, nil
+	}
+	if len(pod.Spec.Containers) != 1 {
+		return "", fmt.Errorf("pod %s/%s has %d containers: choose one with -c", pod.Namespace, pod.Name, len(pod.Spec.Containers))
+	}
+	return pod.Spec.Containers[0].Name, nil
+}
+
+// exitCodeError carries a remote command's exit code to main.
+type exitCodeError struct{ code int }
+
+func (e exitCodeError) Error() string { return fmt.Sprintf("command exited with %d", e.code) }

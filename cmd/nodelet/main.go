@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,10 +23,15 @@ func main() {
 	os.Exit(exitCode(os.Stderr, err))
 }
 
-// exitCode prints err as one line and maps it to the process exit code.
+// exitCode prints err as one line and maps it to the process exit code; a
+// remote command's exit code (nodelet exec) is passed through silently.
 func exitCode(stderr io.Writer, err error) int {
 	if err == nil {
 		return 0
+	}
+	var remote exitCodeError
+	if errors.As(err, &remote) {
+		return remote.code
 	}
 	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
 	fmt.Fprintln(stderr, "nodelet: "+msg)

@@ -60,6 +60,7 @@ func (p *pipeline) secureAPI() (server.Config, server.Deps, error) {
 		RunningPods: runningPods{p},
 		Logs:        logStreamer{logs.NewStreamer(logResolver{p}, p.clock, p.log)},
 		Events:      p.events,
+		Streaming:   streamingRuntime{p},
 		Stats:       p.stats,
 		Metrics:     server.Metrics{Kubelet: p.registry, Probes: p.probeRegistry, Resource: p.resourceRegistry},
 		Configz:     cfg,
@@ -186,4 +187,64 @@ func (r logResolver) Running(ctx context.Context, id string) (bool, error) {
 		return false, err
 	}
 	return st.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING, nil
+}
+
+// streamingRuntime is exec, attach and port-forward: pods and containers
+// are found among the pods the sources define, then the runtime's
+// streaming server is asked for a URL that the API proxies to.
+type streamingRuntime struct{ p *pipeline }
+
+func (s streamingRuntime) pod(namespace, name, uid string) (*v1.Pod, error) {
+	for _, pod := range s.p.config.Pods() {
+		if pod.Namespace == namespace && pod.Name == name && (uid == "" || string(pod.UID) == uid) {
+			return pod, nil
+		}
+	}
+	return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, server.ErrNotFound)
+}
+
+func (s streamingRuntime) ContainerID(ctx context.Context, namespace, name, uid, container string) (string, error) {
+	pod, err := s.pod(namespace, name, uid)
+	if err != nil {
+		return "", err
+	}
+	obs, err := s.p.runtime.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range obs.Running() {
+		if c.Name == container {
+			return c.ID, nil
+		}
+	}
+	return "", fmt.Errorf("running container %q in pod %s/%s: %w", container, namespace, name, server.ErrNotFound)
+}
+
+func (s streamingRuntime) SandboxID(ctx context.Context, namespace, name, uid string) (string, error) {
+	pod, err := s.pod(namespace, name, uid)
+	if err != nil {
+		return "", err
+	}
+	obs, err := s.p.runtime.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		return "", err
+	}
+	for _, sb := range obs.Sandboxes {
+		if sb.State == observed.SandboxReady {
+			return sb.ID, nil
+		}
+	}
+	return "", fmt.Errorf("ready sandbox of pod %s/%s: %w", namespace, name, server.ErrNotFound)
+}
+
+func (s streamingRuntime) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (string, error) {
+	return s.p.rt.Exec(ctx, req)
+}
+
+func (s streamingRuntime) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (string, error) {
+	return s.p.rt.Attach(ctx, req)
+}
+
+func (s streamingRuntime) PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (string, error) {
+	return s.p.rt.PortForward(ctx, req)
 }

@@ -108,7 +108,9 @@ type Deps struct {
 	Health []HealthCheck
 	// Configz is served at /configz as {"kubeletconfig": Configz}.
 	Configz any
-	Log     *slog.Logger
+	// Streaming serves /exec, /attach and /portForward; nil answers 501.
+	Streaming StreamingRuntime
+	Log       *slog.Logger
 	// Clock verifies client certificates; nil is the real clock.
 	Clock clock.PassiveClock
 }
@@ -208,7 +210,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	s.handle("GET /configz", http.HandlerFunc(s.getConfigz))
 	s.handle(pprofPattern, http.HandlerFunc(servePprof))
 	for _, p := range streamingPatterns {
-		s.handle(p, http.HandlerFunc(s.streamingNotImplemented))
+		s.handle(p, http.HandlerFunc(s.serveStreaming))
 	}
 	return s, nil
 }

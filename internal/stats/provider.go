@@ -88,7 +88,9 @@ func WithCacheTTL(d time.Duration) Option { return func(p *Provider) { p.cacheTT
 
 // WithServeStale makes Summary answer at once with the last snapshot, if
 // it is younger than maxStale, while a refresh runs in the background.
-func WithServeStale(maxStale time.Duration) Option { return func(p *Provider) { p.maxStale = maxStale } }
+func WithServeStale(maxStale time.Duration) Option {
+	return func(p *Provider) { p.maxStale = maxStale }
+}
 
 // WithDiskUsageTTL sets how long a directory's usage is cached
 // (DefaultDiskUsageTTL).

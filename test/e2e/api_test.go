@@ -3,10 +3,12 @@
 package e2e
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -127,4 +129,45 @@ func adminClientTB(t testing.TB, root string) *http.Client {
 	}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true}}}
+}
+
+// exec with stdin and exit codes, and port-forward to busybox httpd,
+// through the API and the runtime's streaming server.
+func TestExecAndPortForward(t *testing.T) {
+	port := freePort(t)
+	root := filepath.Join(shared.work, "root-stream")
+	_, dir, _ := lifecycleNodelet(t, "stream", "--port", port, "--address", "127.0.0.1", "--root-dir", root)
+	writeManifest(t, dir, "web.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: streamer}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: busybox:1.35
+    command: ["sh", "-c", "mkdir -p /www && echo forwarded > /www/index.html && exec httpd -f -p 8080 -h /www"]
+`)
+	server := "https://127.0.0.1:" + port
+	eventually(t, 60*time.Second, "streamer running", func() error {
+		_, err := runningContainer(context.Background(), shared.rt, "streamer-e2e", "web")
+		return err
+	})
+	cmd := exec.Command(shared.nodelet, "exec", "-i", "streamer-e2e", "--root-dir", root, "--server", server, "--", "sh", "-c", "cat; exit 3")
+	cmd.Stdin = strings.NewReader("from stdin\n")
+	out, err := cmd.CombinedOutput()
+	exitErr, ok := err.(*exec.ExitError)
+	if !ok || exitErr.ExitCode() != 3 || !strings.Contains(string(out), "from stdin") {
+		t.Errorf("exec: %v (want exit 3)\n%s", err, out)
+	}
+	local := freePort(t)
+	pf := exec.Command(shared.nodelet, "port-forward", "streamer-e2e", local+":8080", "--root-dir", root, "--server", server)
+	pfOut := &lockedBuffer{}
+	pf.Stdout, pf.Stderr = pfOut, pfOut
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { pf.Process.Signal(os.Interrupt); pf.Wait() }()
+	if body := httpGet(t, "http://127.0.0.1:"+local+"/"); !strings.Contains(body, "forwarded") {
+		t.Errorf("port-forward GET = %q\n%s", body, pfOut.String())
+	}
 }
