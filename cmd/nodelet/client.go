@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	v1 "k8s.io/api/core/v1"
 	utilexec "k8s.io/client-go/util/exec"
 
@@ -227,6 +228,16 @@ func newExecCommand(rootDir *string) *cobra.Command {
 			var in io.Reader
 			if stdin {
 				in = cmd.InOrStdin()
+			}
+			if tty && stdin {
+				// A terminal session: keys go to the remote terminal as typed.
+				if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+					state, err := term.MakeRaw(int(f.Fd()))
+					if err != nil {
+						return fmt.Errorf("put the terminal in raw mode: %w", err)
+					}
+					defer term.Restore(int(f.Fd()), state)
+				}
 			}
 			err = c.Exec(cmd.Context(), pod.Namespace, pod.Name, name, args[1:], in, cmd.OutOrStdout(), cmd.ErrOrStderr(), tty)
 			var exitErr utilexec.CodeExitError

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/utils/clock"
@@ -84,6 +85,7 @@ a local image registry under --root-dir.`,
 	f.IntVar(&cfg.MaxPerPodContainer, "maximum-dead-containers-per-container", cfg.MaxPerPodContainer, "Dead instances kept per container")
 	f.StringVar(&logMaxSize, "container-log-max-size", "10Mi", "Size at which a container log is rotated")
 	f.IntVar(&cfg.ContainerLogMaxFiles, "container-log-max-files", cfg.ContainerLogMaxFiles, "Log files kept per container, the current one included")
+	f.DurationVar(&cfg.ContainerLogMonitorInterval, "container-log-monitor-interval", 10*time.Second, "How often container logs are checked for rotation")
 	f.StringVar(&cfg.PodLogsDir, "pod-logs-dir", cfg.PodLogsDir, "Directory of container logs (CRI layout)")
 	f.StringVar(&cfg.Managed.Containerd.PodCIDR, "pod-cidr", cfg.Managed.Containerd.PodCIDR, "Pod IP range of the managed runtime's bridge network")
 	f.StringVar(&cfg.Managed.Containerd.BridgeName, "cni-bridge-name", cfg.Managed.Containerd.BridgeName, "Linux bridge of the managed runtime's network")

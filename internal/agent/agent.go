@@ -81,6 +81,9 @@ type Config struct {
 	// ContainerLogMaxSize and ContainerLogMaxFiles rotate container logs.
 	ContainerLogMaxSize  int64
 	ContainerLogMaxFiles int
+	// ContainerLogMonitorInterval is how often logs are checked for
+	// rotation (10s).
+	ContainerLogMonitorInterval time.Duration
 
 	// Managed holds the settings of the managed runtime.
 	Managed ManagedConfig

@@ -139,7 +139,7 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	p.pleg = pleg.New(p.runtime, a.cfg.PLEGRelistPeriod, clk, log)
 	p.pleg.RelistObserver = func(d time.Duration) { p.metrics.PLEGRelistDuration.Observe(d.Seconds()) }
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: a.cfg.PodLogsDir, MaxPerPodContainer: a.cfg.MaxPerPodContainer}, gc.LogPolicy{
-		MaxSize: a.cfg.ContainerLogMaxSize, MaxFiles: a.cfg.ContainerLogMaxFiles}, clk, log)
+		MaxSize: a.cfg.ContainerLogMaxSize, MaxFiles: a.cfg.ContainerLogMaxFiles, MonitorInterval: a.cfg.ContainerLogMonitorInterval}, clk, log)
 	p.loop = syncloop.New(syncloop.Options{
 		SyncFrequency: a.cfg.SyncFrequency,
 		Node:          admission.Node{MaxPods: a.cfg.MaxPods, Allocatable: a.cfg.Allocatable},

@@ -11,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
@@ -145,6 +147,7 @@ spec:
   containers:
   - name: web
     image: busybox:1.35
+    env: [{name: NONCE, value: "`+strconv.FormatInt(time.Now().UnixNano(), 10)+`"}]
     command: ["sh", "-c", "mkdir -p /www && echo forwarded > /www/index.html && exec httpd -f -p 8080 -h /www"]
 `)
 	server := "https://127.0.0.1:" + port
@@ -159,6 +162,12 @@ spec:
 	if !ok || exitErr.ExitCode() != 3 || !strings.Contains(string(out), "from stdin") {
 		t.Errorf("exec: %v (want exit 3)\n%s", err, out)
 	}
+	// With a tty (and no stdin: an input that ends would hang the
+	// terminal up before the command prints): it runs on a terminal.
+	ttyCmd := exec.Command(shared.nodelet, "exec", "-t", "streamer-e2e", "--root-dir", root, "--server", server, "--", "sh", "-c", "tty; stty size")
+	if out, err := ttyCmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "/dev/pts/") {
+		t.Errorf("exec -t: %v\n%s", err, out)
+	}
 	local := freePort(t)
 	pf := exec.Command(shared.nodelet, "port-forward", "streamer-e2e", local+":8080", "--root-dir", root, "--server", server)
 	pfOut := &lockedBuffer{}
@@ -169,5 +178,84 @@ spec:
 	defer func() { pf.Process.Signal(os.Interrupt); pf.Wait() }()
 	if body := httpGet(t, "http://127.0.0.1:"+local+"/"); !strings.Contains(body, "forwarded") {
 		t.Errorf("port-forward GET = %q\n%s", body, pfOut.String())
+	}
+}
+
+// nodelet logs -f follows a container's log across rotations without
+// losing or repeating a line.
+func TestLogsFollowAcrossRotation(t *testing.T) {
+	port := freePort(t)
+	root := filepath.Join(shared.work, "root-rotate")
+	_, dir, _ := lifecycleNodelet(t, "rotate", "--port", port, "--address", "127.0.0.1", "--root-dir", root,
+		"--container-log-max-size", "4Ki", "--container-log-max-files", "3", "--container-log-monitor-interval", "200ms")
+	// The nonce makes a new pod (UID) on every run of the test.
+	writeManifest(t, dir, "counter.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: counter}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.35
+    env: [{name: NONCE, value: "`+strconv.FormatInt(time.Now().UnixNano(), 10)+`"}]
+    command: ["sh", "-c", "echo ready; while [ ! -e /tmp/go ]; do sleep 0.1; done; i=0; while [ $i -lt 3000 ]; do i=$((i+1)); echo line $i; sleep 0.002; done; sleep 3600"]
+`)
+	eventually(t, 60*time.Second, "counter running", func() error {
+		_, err := runningContainer(context.Background(), shared.rt, "counter-e2e", "main")
+		return err
+	})
+	// Follow from before the first line, then let the lines flow (an
+	// earlier run's pod of the same name may still be running: retry until
+	// this pod's container answers).
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out := &lockedBuffer{}
+	var follow *exec.Cmd
+	eventually(t, 30*time.Second, "following counter", func() error {
+		out.Reset()
+		follow = exec.CommandContext(ctx, shared.nodelet, "logs", "-f", "counter-e2e", "--root-dir", root, "--server", "https://127.0.0.1:"+port)
+		follow.Stdout, follow.Stderr = out, out
+		if err := follow.Start(); err != nil {
+			return err
+		}
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) && !strings.Contains(out.String(), "ready") {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !strings.Contains(out.String(), "ready") {
+			follow.Process.Kill()
+			follow.Wait()
+			return errorf("no ready line: %s", out.String())
+		}
+		return nil
+	})
+	ids, _ := shared.rt.ListContainers(context.Background(), &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{"io.kubernetes.pod.name": "counter-e2e"}})
+	for _, id := range ids { // the flag goes to every running instance; only this run's is followed
+		shared.rt.ExecSync(context.Background(), id.Id, []string{"touch", "/tmp/go"}, 10*time.Second)
+	}
+	eventually(t, 50*time.Second, "all 3000 lines followed", func() error {
+		if !strings.Contains(out.String(), "line 3000\n") {
+			return errorf("%d lines so far: %.300s", strings.Count(out.String(), "\n"), out.String())
+		}
+		return nil
+	})
+	cancel()
+	follow.Wait()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) > 0 && lines[0] == "ready" {
+		lines = lines[1:]
+	}
+	if len(lines) != 3000 {
+		t.Fatalf("followed %d lines, want 3000 (first %q, last %q)", len(lines), lines[0], lines[len(lines)-1])
+	}
+	for i, l := range lines {
+		if l != "line "+strconv.Itoa(i+1) {
+			t.Fatalf("line %d is %q", i+1, l)
+		}
+	}
+	rotated, _ := filepath.Glob(filepath.Join(shared.work, "logs-rotate", "default_counter-e2e_*", "main", "0.log.*"))
+	if len(rotated) == 0 {
+		t.Errorf("the log was never rotated; the test did not cover rotation")
 	}
 }
