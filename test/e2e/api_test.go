@@ -34,6 +34,7 @@ spec:
   containers:
   - name: main
     image: busybox:1.35
+    env: [{name: NONCE, value: "`+strconv.FormatInt(time.Now().UnixNano(), 10)+`"}]
     command: ["sh", "-c", "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.2; done"]
 `)
 	server := "https://127.0.0.1:" + port
@@ -95,14 +96,31 @@ spec:
 	if err := json.Unmarshal(body, &summary); err != nil {
 		t.Fatalf("/stats/summary: %v\n%s", err, body)
 	}
-	found := false
+	var summaryWS, summaryCPU uint64
+	var podUID string
 	for _, p := range summary.Pods {
-		if p.PodRef.Name == "talker-e2e" && len(p.Containers) == 1 && p.Containers[0].Memory != nil && p.Containers[0].Memory.WorkingSetBytes != nil {
-			found = true
+		if p.PodRef.Name == "talker-e2e" && len(p.Containers) == 1 && p.Containers[0].Memory != nil &&
+			p.Containers[0].Memory.WorkingSetBytes != nil && p.Containers[0].CPU != nil && p.Containers[0].CPU.UsageCoreNanoSeconds != nil {
+			summaryWS, summaryCPU, podUID = *p.Containers[0].Memory.WorkingSetBytes, *p.Containers[0].CPU.UsageCoreNanoSeconds, p.PodRef.UID
 		}
 	}
-	if !found || summary.Node.CPU == nil {
-		t.Errorf("/stats/summary lacks talker-e2e's container memory or node CPU:\n%s", body)
+	if summaryWS == 0 || summary.Node.CPU == nil {
+		t.Fatalf("/stats/summary lacks talker-e2e's container memory or node CPU:\n%s", body)
+	}
+	// The numbers are the runtime's: the same container's CRI stats agree
+	// (memory within a factor of two; CPU time only grows).
+	cs0, err := shared.rt.ListContainerStats(context.Background(), &runtimeapi.ContainerStatsFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.uid": podUID}})
+	if err != nil || len(cs0) != 1 {
+		t.Fatalf("CRI stats of pod %s: %d (%v)", podUID, len(cs0), err)
+	}
+	cs := cs0[0]
+	if err != nil {
+		t.Fatal(err)
+	}
+	criWS, criCPU := cs.GetMemory().GetWorkingSetBytes().GetValue(), cs.GetCpu().GetUsageCoreNanoSeconds().GetValue()
+	if summaryWS > 2*criWS || criWS > 2*summaryWS || summaryCPU > criCPU {
+		t.Errorf("/stats/summary says working set %d, CPU %dns; CRI says %d, %dns", summaryWS, summaryCPU, criWS, criCPU)
 	}
 	resp, err = admin.Get(server + "/metrics")
 	if err != nil {
