@@ -59,6 +59,16 @@ func (f *clientFlags) findPod(ctx context.Context, c *cli.Client, name string) (
 	return nil, fmt.Errorf("pod %s/%s not found", f.namespace, name)
 }
 
+// pod connects and finds the named pod.
+func (f *clientFlags) pod(ctx context.Context, name string) (*cli.Client, *v1.Pod, error) {
+	c, err := f.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	pod, err := f.findPod(ctx, c, name)
+	return c, pod, err
+}
+
 func newClientCommands(rootDir *string) []*cobra.Command {
 	return []*cobra.Command{newGetCommand(rootDir), newDescribeCommand(rootDir), newLogsCommand(rootDir), newEventsCommand(rootDir),
 		newExecCommand(rootDir), newPortForwardCommand(rootDir)}
@@ -110,11 +120,7 @@ func newDescribeCommand(rootDir *string) *cobra.Command {
 			if args[0] != "pod" && args[0] != "pods" && args[0] != "po" {
 				return fmt.Errorf("unknown resource %q: nodelet serves pods", args[0])
 			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			pod, err := f.findPod(cmd.Context(), c, args[1])
+			c, pod, err := f.pod(cmd.Context(), args[1])
 			if err != nil {
 				return err
 			}
@@ -141,24 +147,18 @@ func newLogsCommand(rootDir *string) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
+			c, pod, err := f.pod(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			pod, err := f.findPod(cmd.Context(), c, args[0])
+			name, err := pickContainer(pod, container)
 			if err != nil {
 				return err
-			}
-			if container == "" {
-				if len(pod.Spec.Containers) != 1 {
-					return fmt.Errorf("pod %s/%s has %d containers: choose one with -c", pod.Namespace, pod.Name, len(pod.Spec.Containers))
-				}
-				container = pod.Spec.Containers[0].Name
 			}
 			if cmd.Flags().Changed("tail") {
 				opts.TailLines = &tail
 			}
-			return c.Logs(cmd.Context(), pod.Namespace, pod.Name, container, opts, cmd.OutOrStdout())
+			return c.Logs(cmd.Context(), pod.Namespace, pod.Name, name, opts, cmd.OutOrStdout())
 		},
 	}
 	f.add(cmd)
@@ -213,11 +213,7 @@ func newExecCommand(rootDir *string) *cobra.Command {
 			if cmd.ArgsLenAtDash() != 1 {
 				return fmt.Errorf("usage: nodelet exec POD -- COMMAND [ARGS...]")
 			}
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			pod, err := f.findPod(cmd.Context(), c, args[0])
+			c, pod, err := f.pod(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -263,11 +259,7 @@ func newPortForwardCommand(rootDir *string) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			pod, err := f.findPod(cmd.Context(), c, args[0])
+			c, pod, err := f.pod(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
