@@ -46,44 +46,52 @@ type pullError struct{ waiting plan.Waiting }
 
 func (e *pullError) Error() string { return e.waiting.Reason + ": " + e.waiting.Message }
 
-// ensure returns the image ID for c, pulling it when the pull policy asks,
-// and whether it pulled.
-func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig) (string, bool, error) {
+// image is an image ready for a container: its ID, whether it was pulled
+// now, and the runtime's description of it when a lookup already had it
+// (nil after a pull).
+type image struct {
+	ref    string
+	pulled bool
+	status *runtimeapi.Image
+}
+
+// ensure returns the image for c, pulling it when the pull policy asks.
+func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig) (image, error) {
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	if c.ImagePullPolicy != v1.PullAlways {
 		st, err := p.rt.ImageStatus(ctx, spec)
 		if err != nil {
-			return "", false, fmt.Errorf("look up image %q: %w", c.Image, err)
+			return image{}, fmt.Errorf("look up image %q: %w", c.Image, err)
 		}
 		if st.GetImage() != nil {
-			return st.GetImage().GetId(), false, nil
+			return image{ref: st.GetImage().GetId(), status: st.GetImage()}, nil
 		}
 		if c.ImagePullPolicy == v1.PullNever {
-			return "", false, &pullError{plan.Waiting{Reason: "ErrImageNeverPull",
+			return image{}, &pullError{plan.Waiting{Reason: "ErrImageNeverPull",
 				Message: fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)}}
 		}
 	}
 	if b, held := p.heldBack(c.Image); held {
-		return "", false, &pullError{plan.Waiting{Reason: "ImagePullBackOff",
+		return image{}, &pullError{plan.Waiting{Reason: "ImagePullBackOff",
 			Message: fmt.Sprintf("Back-off pulling image %q: %s", c.Image, b.err), Until: b.until}}
 	}
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
-		return "", false, ctx.Err()
+		return image{}, ctx.Err()
 	}
 	ref, err := p.rt.PullImage(ctx, spec, nil, sandboxCfg)
 	<-p.sem
 	if err != nil {
 		if ctx.Err() != nil {
-			return "", false, err
+			return image{}, err
 		}
 		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
 		p.failed(c.Image, msg)
-		return "", false, &pullError{plan.Waiting{Reason: "ErrImagePull", Message: msg}}
+		return image{}, &pullError{plan.Waiting{Reason: "ErrImagePull", Message: msg}}
 	}
 	p.succeeded(c.Image)
-	return ref, true, nil
+	return image{ref: ref, pulled: true}, nil
 }
 
 func (p *imagePuller) heldBack(image string) (pullBackoff, bool) {

@@ -47,15 +47,21 @@ func (m *Manager) sandboxNet(pod *v1.Pod) (sandboxNet, []string, error) {
 
 // securityAndResources builds the container's CRI security context (with
 // the image's user, after refusing root under runAsNonRoot) and resources.
-func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.Container, imageRef string, extras *containerExtras) error {
+func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.Container, img image, extras *containerExtras) error {
+	status := img.status
+	if status == nil { // just pulled: ask for the image's user
+		if st, err := m.rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: img.ref}); err == nil {
+			status = st.GetImage()
+		}
+	}
 	var uid *int64
 	username := ""
-	if st, err := m.rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: imageRef}); err == nil && st.GetImage() != nil {
-		if u := st.GetImage().GetUid(); u != nil {
+	if status != nil {
+		if u := status.GetUid(); u != nil {
 			v := u.GetValue()
 			uid = &v
 		}
-		username = st.GetImage().GetUsername()
+		username = status.GetUsername()
 	}
 	if err := securitycontext.VerifyRunAsNonRoot(pod, c, uid, username); err != nil {
 		return &configError{err}

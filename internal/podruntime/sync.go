@@ -153,7 +153,7 @@ type startArgs struct {
 // policy).
 func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[string]plan.Waiting, log *slog.Logger) error {
 	pod, c := a.pod, a.c
-	imageRef, pulled, err := m.pulls.ensure(ctx, c, a.sandboxCfg)
+	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg)
 	var pe *pullError
 	if errors.As(err, &pe) {
 		waiting[c.Name] = pe.waiting
@@ -164,7 +164,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 	if err != nil {
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
-	if pulled {
+	if img.pulled {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", c.Image))
 	} else {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
@@ -175,12 +175,12 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
-	if err := m.securityAndResources(ctx, pod, c, imageRef, &extras); err != nil {
+	if err := m.securityAndResources(ctx, pod, c, img, &extras); err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
-	cfg := containerConfig(pod, c, imageRef, a.s.RestartCount, a.s.BackoffStep, extras)
+	cfg := containerConfig(pod, c, img.ref, a.s.RestartCount, a.s.BackoffStep, extras)
 	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}
