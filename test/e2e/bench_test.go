@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/securitycontext"
 )
 
 // BenchmarkPodStartup measures, in one run against the same containerd,
@@ -75,12 +78,15 @@ func directPods(b *testing.B, ctx context.Context, image, prefix string, count i
 		go func() {
 			defer wg.Done()
 			name := fmt.Sprintf("%s-%d", prefix, i)
+			// The runtime's own cost for the same pod: the security settings
+			// the kubelet (and nodelet) always sends, e.g. RuntimeDefault
+			// seccomp for the sandbox and default masked paths.
 			sb := &runtimeapi.PodSandboxConfig{
 				Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "bench", Uid: name},
 				Hostname:     name,
 				LogDirectory: filepath.Join(shared.work, "bench-logs", name),
 				Labels:       map[string]string{"bench": "floor"},
-				Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+				Linux:        &runtimeapi.LinuxPodSandboxConfig{SecurityContext: floorSandboxSecurity(b)},
 			}
 			id, err := shared.rt.RunPodSandbox(ctx, sb, "")
 			if err != nil {
@@ -92,7 +98,7 @@ func directPods(b *testing.B, ctx context.Context, image, prefix string, count i
 				Image:    &runtimeapi.ImageSpec{Image: image},
 				Command:  []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"},
 				LogPath:  "main/0.log",
-				Linux:    &runtimeapi.LinuxContainerConfig{},
+				Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: floorContainerSecurity(b)},
 			}, sb)
 			if err == nil {
 				err = shared.rt.StartContainer(ctx, cid)
@@ -219,4 +225,25 @@ func removeFloorPods(b *testing.B) {
 		shared.rt.StopPodSandbox(ctx, sb.Id)
 		shared.rt.RemovePodSandbox(ctx, sb.Id)
 	}
+}
+
+func floorPod() *v1.Pod {
+	return &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "busybox:1.35"}}}}
+}
+
+func floorSandboxSecurity(b *testing.B) *runtimeapi.LinuxSandboxSecurityContext {
+	sc, _, err := securitycontext.Sandbox(floorPod(), "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sc
+}
+
+func floorContainerSecurity(b *testing.B) *runtimeapi.LinuxContainerSecurityContext {
+	pod := floorPod()
+	sc, err := securitycontext.Container(pod, &pod.Spec.Containers[0], "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sc
 }
