@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/podsource"
@@ -110,6 +111,11 @@ func Merge(state State, u podsource.Update, now time.Time) (State, []PodUpdate) 
 		existing, found := old[ref.UID]
 		if !found {
 			ref.Annotations[podsource.AnnotationConfigSeen] = now.Format(time.RFC3339Nano)
+			if ref.CreationTimestamp.IsZero() {
+				// A static pod is created when the node first sees it, as
+				// its mirror pod would be (AGE in get pods).
+				ref.CreationTimestamp = metav1.NewTime(now)
+			}
 			next[ref.UID] = ref
 			adds = append(adds, ref)
 			continue
@@ -130,6 +136,9 @@ func Merge(state State, u podsource.Update, now time.Time) (State, []PodUpdate) 
 			if v, ok := existing.Annotations[k]; ok {
 				ref.Annotations[k] = v
 			}
+		}
+		if ref.CreationTimestamp.IsZero() {
+			ref.CreationTimestamp = existing.CreationTimestamp
 		}
 		next[ref.UID] = ref
 		if ref.DeletionTimestamp != nil {

@@ -269,3 +269,20 @@ func deepCopyState(s State) State {
 	}
 	return out
 }
+
+// A static pod is created (CreationTimestamp) when first seen, and keeps
+// that time through updates.
+func TestMergeSetsCreationTimestampOnce(t *testing.T) {
+	first := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "default", UID: "u1"}}
+	state, ops := Merge(nil, podsource.Update{Source: "file", Pods: []*v1.Pod{pod}}, first)
+	if len(ops) != 1 || !ops[0].Pods[0].CreationTimestamp.Time.Equal(first) {
+		t.Fatalf("ops %+v", ops)
+	}
+	changed := pod.DeepCopy()
+	changed.Labels = map[string]string{"a": "b"}
+	_, ops = Merge(state, podsource.Update{Source: "file", Pods: []*v1.Pod{changed}}, first.Add(time.Hour))
+	if len(ops) != 1 || ops[0].Op != UPDATE || !ops[0].Pods[0].CreationTimestamp.Time.Equal(first) {
+		t.Fatalf("update ops %+v", ops)
+	}
+}
