@@ -64,40 +64,30 @@ type objectCache struct {
 // configMap returns the named ConfigMap, or (nil, nil) when it is absent and
 // optional.
 func (oc *objectCache) configMap(name string, optional bool) (*v1.ConfigMap, error) {
-	if cm, ok := oc.configMaps[name]; ok {
-		return cm, nil
-	}
-	if oc.objects == nil {
-		return nil, fmt.Errorf("couldn't get configMap %s/%s, no kubeClient defined", oc.namespace, name)
-	}
-	cm, err := oc.objects.ConfigMap(oc.namespace, name)
-	if err == nil && cm == nil {
-		err = ErrObjectNotFound
-	}
-	if err != nil {
-		if !errors.Is(err, ErrObjectNotFound) {
-			return nil, err
-		}
-		if optional {
-			return nil, nil
-		}
-		return nil, &notFoundError{kind: "configmap", name: name}
-	}
-	oc.configMaps[name] = cm
-	return cm, nil
+	return cachedObject(oc, oc.configMaps, "configMap", "configmap", name, optional,
+		func(o Objects) (*v1.ConfigMap, error) { return o.ConfigMap(oc.namespace, name) })
 }
 
 // secret returns the named Secret, or (nil, nil) when it is absent and
 // optional.
 func (oc *objectCache) secret(name string, optional bool) (*v1.Secret, error) {
-	if s, ok := oc.secrets[name]; ok {
-		return s, nil
+	return cachedObject(oc, oc.secrets, "secret", "secret", name, optional,
+		func(o Objects) (*v1.Secret, error) { return o.Secret(oc.namespace, name) })
+}
+
+// cachedObject fetches a ConfigMap or Secret once per Build. clientKind and
+// kind spell the object in the kubelet's two messages ("configMap" when
+// there is no client, "configmap" when it is not found).
+func cachedObject[T any](oc *objectCache, cache map[string]*T, clientKind, kind, name string, optional bool,
+	fetch func(Objects) (*T, error)) (*T, error) {
+	if obj, ok := cache[name]; ok {
+		return obj, nil
 	}
 	if oc.objects == nil {
-		return nil, fmt.Errorf("couldn't get secret %s/%s, no kubeClient defined", oc.namespace, name)
+		return nil, fmt.Errorf("couldn't get %s %s/%s, no kubeClient defined", clientKind, oc.namespace, name)
 	}
-	s, err := oc.objects.Secret(oc.namespace, name)
-	if err == nil && s == nil {
+	obj, err := fetch(oc.objects)
+	if err == nil && obj == nil {
 		err = ErrObjectNotFound
 	}
 	if err != nil {
@@ -107,10 +97,10 @@ func (oc *objectCache) secret(name string, optional bool) (*v1.Secret, error) {
 		if optional {
 			return nil, nil
 		}
-		return nil, &notFoundError{kind: "secret", name: name}
+		return nil, &notFoundError{kind: kind, name: name}
 	}
-	oc.secrets[name] = s
-	return s, nil
+	cache[name] = obj
+	return obj, nil
 }
 
 // orderedEnv is the environment being built: each name once, at the
