@@ -85,8 +85,8 @@ func newGetCommand(rootDir *string) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "pods" && args[0] != "pod" && args[0] != "po" {
-				return fmt.Errorf("unknown resource %q: nodelet serves pods", args[0])
+			if err := podResource(args[0]); err != nil {
+				return err
 			}
 			c, err := f.client()
 			if err != nil {
@@ -117,8 +117,8 @@ func newDescribeCommand(rootDir *string) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if args[0] != "pod" && args[0] != "pods" && args[0] != "po" {
-				return fmt.Errorf("unknown resource %q: nodelet serves pods", args[0])
+			if err := podResource(args[0]); err != nil {
+				return err
 			}
 			c, pod, err := f.pod(cmd.Context(), args[1])
 			if err != nil {
@@ -285,3 +285,12 @@ func pickContainer(pod *v1.Pod, name string) (string, error) {
 type exitCodeError struct{ code int }
 
 func (e exitCodeError) Error() string { return fmt.Sprintf("command exited with %d", e.code) }
+
+// podResource accepts the names kubectl takes for pods.
+func podResource(name string) error {
+	switch name {
+	case "pod", "pods", "po":
+		return nil
+	}
+	return fmt.Errorf("unknown resource %q: nodelet serves pods", name)
+}
