@@ -169,10 +169,7 @@ spec:
     command: ["sh", "-c", "mkdir -p /www && echo forwarded > /www/index.html && exec httpd -f -p 8080 -h /www"]
 `)
 	server := "https://127.0.0.1:" + port
-	eventually(t, 60*time.Second, "streamer running", func() error {
-		_, err := runningContainer(context.Background(), shared.rt, "streamer-e2e", "web")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "streamer-e2e", "web")
 	cmd := exec.Command(shared.nodelet, "exec", "-i", "streamer-e2e", "--root-dir", root, "--server", server, "--", "sh", "-c", "cat; exit 3")
 	cmd.Stdin = strings.NewReader("from stdin\n")
 	out, err := cmd.CombinedOutput()
@@ -218,10 +215,7 @@ spec:
     env: [{name: NONCE, value: "`+strconv.FormatInt(time.Now().UnixNano(), 10)+`"}]
     command: ["sh", "-c", "echo ready; while [ ! -e /tmp/go ]; do sleep 0.1; done; i=0; while [ $i -lt 3000 ]; do i=$((i+1)); echo line $i; sleep 0.002; done; sleep 3600"]
 `)
-	eventually(t, 60*time.Second, "counter running", func() error {
-		_, err := runningContainer(context.Background(), shared.rt, "counter-e2e", "main")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "counter-e2e", "main")
 	// Follow from before the first line, then let the lines flow (an
 	// earlier run's pod of the same name may still be running: retry until
 	// this pod's container answers).

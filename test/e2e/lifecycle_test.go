@@ -144,12 +144,8 @@ func TestInitContainers(t *testing.T) {
 	writeManifest(t, dir, "ok.yaml", fmt.Sprintf(initPod, "init-ok", "Always", 0))
 	writeManifest(t, dir, "fail-never.yaml", fmt.Sprintf(initPod, "init-never", "Never", 1))
 	writeManifest(t, dir, "fail-always.yaml", fmt.Sprintf(initPod, "init-always", "Always", 1))
-	ctx := context.Background()
 
-	eventually(t, 60*time.Second, "init-ok app running", func() error {
-		_, err := runningContainer(ctx, shared.rt, "init-ok-e2e", "app")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "init-ok-e2e", "app")
 	first, second, app := instances(t, "init-ok-e2e", "first"), instances(t, "init-ok-e2e", "second"), instances(t, "init-ok-e2e", "app")
 	if len(first) != 1 || len(second) != 1 || len(app) != 1 {
 		t.Fatalf("instances first=%d second=%d app=%d, want 1 each", len(first), len(second), len(app))
@@ -332,10 +328,7 @@ spec:
     resources: {requests: {cpu: "1000"}}
 `)
 	writeManifest(t, dir, "small.yaml", fmt.Sprintf(sleeperPod, "small"))
-	eventually(t, 60*time.Second, "small running", func() error {
-		_, err := runningContainer(ctx, shared.rt, "small-e2e", "main")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "small-e2e", "main")
 	waitPhase(t, n, "huge-e2e", "Failed", 30*time.Second)
 	if !strings.Contains(n.stderr.String(), "reason=OutOfcpu") {
 		t.Errorf("no OutOfcpu reason in the log")
@@ -372,8 +365,5 @@ func TestManifestURL(t *testing.T) {
 	startNodelet(t, "--container-runtime-endpoint", shared.endpoint, "--root-dir", filepath.Join(shared.work, "root-url"),
 		"--pod-manifest-path", manifests, "--hostname-override", "e2e", "--pod-logs-dir", filepath.Join(shared.work, "logs-url"),
 		"--manifest-url", "http://"+ln.Addr().String()+"/pods", "--manifest-url-header", "X-Node:e2e", "--http-check-frequency", "1s")
-	eventually(t, 60*time.Second, "pod from the URL running", func() error {
-		_, err := runningContainer(context.Background(), shared.rt, "fromurl-e2e", "main")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "fromurl-e2e", "main")
 }

@@ -250,3 +250,12 @@ func writeManifest(t *testing.T, dir, name, content string) {
 func (e *env) registryImage(ref string) (v1.Image, error) { return e.store.Image(ref) }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }
+
+// waitContainerRunning waits until the pod's named container runs.
+func waitContainerRunning(t testing.TB, timeout time.Duration, pod, container string) {
+	t.Helper()
+	eventually(t, timeout, pod+"/"+container+" running", func() error {
+		_, err := runningContainer(context.Background(), shared.rt, pod, container)
+		return err
+	})
+}

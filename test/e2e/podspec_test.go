@@ -81,10 +81,7 @@ spec:
     - name: X
       valueFrom: {configMapKeyRef: {name: settings, key: nosuchkey}}
 `)
-	eventually(t, 60*time.Second, "envpod running", func() error {
-		_, err := runningContainer(context.Background(), shared.rt, "envpod-e2e", "main")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "envpod-e2e", "main")
 	env := execOut(t, "envpod-e2e", "main", "env")
 	for _, want := range []string{"GREETING=hello", "PASSWORD=s3cret", "POD_NAME=envpod-e2e", "TIER=web",
 		"MESSAGE=hello from envpod-e2e", "CFG_greeting=hello", "CFG_color=blue", "POD_IP=10.43."} {
@@ -113,10 +110,7 @@ spec:
   containers:
   - {name: main, image: "busybox:1.35", command: ["sleep", "3600"]}
 `)
-	eventually(t, 60*time.Second, "named running", func() error {
-		_, err := runningContainer(context.Background(), shared.rt, "named-e2e", "main")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "named-e2e", "main")
 	if got := strings.TrimSpace(execOut(t, "named-e2e", "main", "hostname")); got != "web-1" {
 		t.Errorf("hostname %q, want web-1", got)
 	}
@@ -190,10 +184,7 @@ spec:
 `)
 	waitLog(t, n, `pod=default/nonroot-e2e phase=Pending .*main=waiting\(CreateContainerConfigError\)`, 60*time.Second)
 	waitLog(t, n, `container has runAsNonRoot and image will run as root`, 5*time.Second)
-	eventually(t, 60*time.Second, "user running", func() error {
-		_, err := runningContainer(context.Background(), shared.rt, "user-e2e", "main")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "user-e2e", "main")
 	if id := strings.TrimSpace(execOut(t, "user-e2e", "main", "id")); !strings.HasPrefix(id, "uid=1000 gid=3000") {
 		t.Errorf("id = %q", id)
 	}
@@ -218,10 +209,7 @@ spec:
     command: ["sh", "-c", "mkdir -p /www && echo via-hostport > /www/index.html && exec httpd -f -p 8080 -h /www"]
     ports: [{containerPort: 8080, hostPort: `+port+`}]
 `)
-	eventually(t, 60*time.Second, "hostport running", func() error {
-		_, err := runningContainer(context.Background(), shared.rt, "hostport-e2e", "web")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "hostport-e2e", "web")
 	// Loopback only: the portmap plugin (snat) DNATs it to the pod.
 	body := httpGet(t, "http://127.0.0.1:"+port+"/")
 	if !strings.Contains(body, "via-hostport") {
@@ -248,10 +236,7 @@ spec:
     securityContext:
       capabilities: {add: ["NET_ADMIN"]}
 `)
-	eventually(t, 60*time.Second, "hostnet running", func() error {
-		_, err := runningContainer(context.Background(), shared.rt, "hostnet-e2e", "main")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "hostnet-e2e", "main")
 	host, _ := os.Hostname()
 	if got := strings.TrimSpace(execOut(t, "hostnet-e2e", "main", "hostname")); got != host {
 		t.Errorf("hostname %q, want the node's %q", got, host)

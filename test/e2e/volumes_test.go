@@ -78,10 +78,7 @@ func TestVolumes(t *testing.T) {
 	os.WriteFile(filepath.Join(roDir, "hello"), []byte("from the host\n"), 0o644)
 	writeManifest(t, dir, "vols.yaml", fmt.Sprintf(volumesManifest, "hello v1", hostDir, roDir))
 	ctx := context.Background()
-	eventually(t, 60*time.Second, "vols running", func() error {
-		_, err := runningContainer(ctx, shared.rt, "vols-e2e", "main")
-		return err
-	})
+	waitContainerRunning(t, 60*time.Second, "vols-e2e", "main")
 	sh := func(cmd string) (string, int) {
 		c, err := runningContainer(ctx, shared.rt, "vols-e2e", "main")
 		if err != nil {
