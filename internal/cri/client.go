@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
 
 // Timeouts are the per-call deadlines the Client puts on its calls, on top of
@@ -23,8 +24,11 @@ type Timeouts struct {
 	Default   time.Duration // most calls (2m like the kubelet's runtime-request-timeout)
 	Sandbox   time.Duration // RunPodSandbox (4m)
 	Pull      time.Duration // PullImage (0 = no timeout beyond ctx)
-	Handshake time.Duration // Version at Dial (5s)
+	Handshake time.Duration // each readiness check and the Version at Dial (5s)
 	StopExtra time.Duration // added to the grace period for StopContainer
+	// Ready bounds how long Dial waits for a runtime that answers but is
+	// not ready yet (2m, the kubelet's runtime-request-timeout).
+	Ready time.Duration
 }
 
 // DefaultTimeouts returns the kubelet's defaults.
@@ -35,6 +39,7 @@ func DefaultTimeouts() Timeouts {
 		Pull:      0,
 		Handshake: 5 * time.Second,
 		StopExtra: 2 * time.Minute,
+		Ready:     2 * time.Minute,
 	}
 }
 
@@ -78,30 +83,44 @@ func New(rs internalapi.RuntimeService, is internalapi.ImageManagerService, endp
 }
 
 // Dial connects to the CRI runtime at endpoint ("unix:///path" or a bare
-// absolute path) and performs a version handshake bounded by t.Handshake and
-// ctx. When nothing answers, the error satisfies errors.Is(err,
-// ErrUnavailable) and reads "no CRI runtime at <endpoint>: is containerd
-// running?".
+// absolute path), waits for it to become ready and performs a version
+// handshake, each step bounded by t.Handshake and ctx.
+//
+// When nothing answers, the error satisfies errors.Is(err, ErrUnavailable)
+// and reads "no CRI runtime at <endpoint>: is containerd running?". A
+// runtime that answers "not ready yet" is asked again with a bounded
+// back-off, each attempt logged, for up to t.Ready.
 func Dial(ctx context.Context, endpoint string, t Timeouts, log *slog.Logger) (*Client, error) {
+	return dialWith(ctx, endpoint, t, log, clock.RealClock{})
+}
+
+func dialWith(ctx context.Context, endpoint string, t Timeouts, log *slog.Logger, clk clock.Clock) (*Client, error) {
 	ep, err := normalizeEndpoint(endpoint)
 	if err != nil {
 		return nil, err
 	}
-	c, err := dial(ctx, ep, t, log)
+	c, err := dial(ctx, ep, t, log, clk)
 	if err != nil {
 		return nil, dialError(ctx, ep, err, log)
 	}
 	return c, nil
 }
 
-// dial builds both services and shakes hands; errors are translated.
-func dial(ctx context.Context, ep string, t Timeouts, log *slog.Logger) (*Client, error) {
+// dial waits for the runtime, builds both services and shakes hands;
+// errors are translated.
+func dial(ctx context.Context, ep string, t Timeouts, log *slog.Logger, clk clock.Clock) (*Client, error) {
 	c := New(nil, nil, ep, t, log)
-	hctx, cancel := c.callCtx(ctx, t.Handshake)
-	defer cancel()
-	if err := probe(hctx, ep); err != nil {
+	pctx, cancel := c.callCtx(ctx, t.Handshake)
+	err := probe(pctx, ep)
+	cancel()
+	if err != nil {
 		return nil, err
 	}
+	if err := waitReady(ctx, ep, t, c.log, clk); err != nil {
+		return nil, err
+	}
+	hctx, cancel := c.callCtx(ctx, t.Handshake)
+	defer cancel()
 	if err := c.connect(hctx, t.ceiling()); err != nil {
 		return nil, err
 	}
@@ -166,6 +185,9 @@ func (c *Client) handshake(ctx context.Context) error {
 // dialError turns "nothing answered" into one clear line; a caller's
 // cancellation and any other failure are returned as they are.
 func dialError(ctx context.Context, ep string, err error, log *slog.Logger) error {
+	if _, ok := errors.AsType[*notReadyError](err); ok {
+		return err
+	}
 	if ctx.Err() != nil || !(IsUnavailable(err) || IsDeadlineExceeded(err)) {
 		return fmt.Errorf("dial CRI runtime at %s: %w", ep, err)
 	}
