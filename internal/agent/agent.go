@@ -163,14 +163,19 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 // Run brings up the runtime (managed or given), connects to it over CRI and
 // runs the pipeline (sources → merge → sync loop → pod workers → runtime
 // manager) until ctx ends. Pods keep running after Run returns.
+//
+// Every error returns promptly: the managed runtime is stopped on the way
+// out (its shims, and so the pods, keep running), whether ctx ended or not.
 func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	endpoint := a.cfg.RuntimeEndpoint
 	if endpoint == "" {
 		managed, err := a.startManaged(ctx)
 		if err != nil {
 			return err
 		}
-		defer managed.wait()
+		defer managed.stop(cancel)
 		endpoint = managed.endpoint
 	}
 	rt, err := cri.Dial(ctx, endpoint, cri.DefaultTimeouts(), a.deps.Log)

@@ -59,9 +59,11 @@ func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
 	return &managed{endpoint: cfg.Endpoint(), containerd: mgr, registry: reg}, nil
 }
 
-// wait blocks until containerd has stopped (after ctx ended), then stops the
+// stop ends the managed runtime's context with cancel, waits until
+// containerd has stopped (bounded by containerd.StopTimeout) and stops the
 // registry.
-func (m *managed) wait() {
+func (m *managed) stop(cancel context.CancelFunc) {
+	cancel()
 	<-m.containerd.Done()
 	_ = m.registry.Close()
 }

@@ -173,7 +173,7 @@ func TestManagedRuntime(t *testing.T) {
 	n := startNodelet(t, "--root-dir", root, "--pod-manifest-path", manifests, "--hostname-override", "e2e",
 		"--cni-bridge-name", "nle2e1", "--pod-cidr", "10.44.0.0/24", "--pause-binary", shared.pause,
 		"--pod-logs-dir", filepath.Join(shared.work, "pod-logs-managed"))
-	t.Cleanup(func() { cleanUpManaged(t, root) })
+	t.Cleanup(func() { cleanUpManagedAt(t, root, "nle2e1", "10.44.0.0/24") })
 	cfg := containerd.DefaultConfig(root)
 
 	ctx := context.Background()
@@ -229,11 +229,12 @@ func TestManagedRuntime(t *testing.T) {
 	}
 }
 
-// cleanUpManaged starts the managed containerd of root once more through
-// the same code, removes the test's pods and stops it.
-func cleanUpManaged(t *testing.T, root string) {
+// cleanUpManagedAt starts the managed containerd of root (with its bridge
+// and pod CIDR) once more through the same code, removes the test's pods
+// and stops it.
+func cleanUpManagedAt(t *testing.T, root, bridge, cidr string) {
 	cfg := containerd.DefaultConfig(root)
-	cfg.BridgeName, cfg.PodCIDR, cfg.Env = "nle2e1", "10.44.0.0/24", os.Environ()
+	cfg.BridgeName, cfg.PodCIDR, cfg.Env = bridge, cidr, os.Environ()
 	ctx, cancel := context.WithCancel(context.Background())
 	m := containerd.New(cfg, containerd.Deps{})
 	if err := m.Start(ctx); err != nil {
@@ -247,7 +248,7 @@ func cleanUpManaged(t *testing.T, root string) {
 	}
 	cancel()
 	<-m.Done()
-	exec.Command("ip", "link", "del", "nle2e1").Run()
+	exec.Command("ip", "link", "del", bridge).Run()
 }
 
 func containerPID(t *testing.T, id string) int {
