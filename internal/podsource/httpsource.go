@@ -3,7 +3,6 @@ package podsource
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -120,15 +119,15 @@ func (s *HTTPSource) fetch(ctx context.Context) (string, error) {
 	case resp.StatusCode != http.StatusOK:
 		return ReasonHTTPStatus, fmt.Errorf("fetch manifest url: status %s", resp.Status)
 	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxManifestSize+1))
-	if err != nil {
-		return ReasonRead, fmt.Errorf("read manifest url body: %w", err)
+	if resp.ContentLength > MaxManifestURLBody {
+		return ReasonTooLarge, tooLarge(fmt.Sprintf("body (Content-Length %d)", resp.ContentLength), MaxManifestURLBody)
 	}
-	if len(data) > MaxManifestSize {
-		return ReasonTooLarge, fmt.Errorf("body is larger than %d bytes", MaxManifestSize)
+	data, err := readLimited(resp.Body, MaxManifestURLBody, "body")
+	if err != nil {
+		return errorClass(err, ReasonRead), fmt.Errorf("read manifest url body: %w", err)
 	}
 	// An empty body is a good answer: no pods (as for the kubelet).
-	pods, class, err := parseManifests(data, true, nil, s.nodeName, SourceHTTP, s.url)
+	pods, class, err := parseManifests(data, true, nil, urlLimits, s.nodeName, SourceHTTP, s.url)
 	if err != nil {
 		return class, err
 	}
