@@ -24,11 +24,12 @@ const (
 	ReasonNotPod            = "not_pod"             // a document of another kind
 	ReasonDuplicate         = "duplicate"           // a pod name already defined elsewhere in the source
 	ReasonHTTPStatus        = "http_status"         // the URL answered neither 200 nor 304
+	ReasonRedirect          = "redirect"            // the URL redirected from https to http
 )
 
 func reasons() []string {
 	return []string{ReasonDecode, ReasonValidate, ReasonTooLarge, ReasonTooManyPods, ReasonTooManyContainers,
-		ReasonTooManyObjects, ReasonRead, ReasonNotPod, ReasonDuplicate, ReasonHTTPStatus}
+		ReasonTooManyObjects, ReasonRead, ReasonNotPod, ReasonDuplicate, ReasonHTTPStatus, ReasonRedirect}
 }
 
 // Update is the full content of one source at one moment (SET semantics):
