@@ -5,8 +5,10 @@ GO ?= go
 STATICCHECK_VERSION := v0.8.2
 ROOT_DIR ?= /var/lib/nodelet
 MANIFESTS ?= $(CURDIR)/examples
+FUZZTIME ?= 60s
+FUZZTIME_SHORT ?= 3s
 
-.PHONY: all setup build run test lint unit e2e bench clean
+.PHONY: all setup build run test lint unit fuzz fuzz-short e2e bench clean
 
 all: build
 
@@ -37,6 +39,22 @@ lint:
 
 unit:
 	$(GO) test -race -count=1 ./...
+	@$(MAKE) --no-print-directory fuzz-short
+
+## fuzz: run every Fuzz* target of every package for FUZZTIME each
+## (go test -fuzz takes one package and one target at a time)
+fuzz:
+	@set -e; for dir in $$(grep -rl --include='*_test.go' --exclude-dir=.git '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+		targets=$$($(GO) test -list '^Fuzz' $$dir) || { echo "$$targets"; exit 1; }; \
+		for target in $$(echo "$$targets" | grep '^Fuzz'); do \
+			echo "fuzz: $$dir $$target for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$dir; \
+		done; \
+	done
+
+## fuzz-short: every Fuzz* target for FUZZTIME_SHORT (part of unit)
+fuzz-short:
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
 e2e: build
 	$(GO) test -tags e2e -count=1 -timeout 25m -v ./test/e2e 2>&1 | tee /tmp/nodelet-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}

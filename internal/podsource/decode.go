@@ -24,9 +24,10 @@ import (
 
 // Decode splits data into YAML or JSON documents and decodes each as a
 // core/v1 Pod. Decoding is strict: an unknown or duplicated field, or a kind
-// other than Pod, is an error naming the document.
+// other than Pod, is an error naming the document. More than MaxPodsPerFile
+// pods is an error too.
 func Decode(data []byte) ([]*v1.Pod, error) {
-	return decode(data, false, nil)
+	return decode(data, false, nil, fileLimits)
 }
 
 // NotPodError is a document whose apiVersion and kind are not those of a
@@ -46,8 +47,9 @@ func (e *NotPodError) Error() string {
 }
 
 // decode is Decode; with allowList a document may also be a v1 PodList,
-// whose items are returned in order.
-func decode(data []byte, allowList bool, objects *Objects) ([]*v1.Pod, error) {
+// whose items are returned in order. It stops at the first document that
+// takes the pods, or the ConfigMaps and Secrets, over lim.
+func decode(data []byte, allowList bool, objects *Objects, lim limits) ([]*v1.Pod, error) {
 	// The raw documents are split here and converted strictly below; the
 	// generic YAML-or-JSON decoder would silently drop duplicate keys.
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
@@ -68,6 +70,12 @@ func decode(data []byte, allowList bool, objects *Objects) ([]*v1.Pod, error) {
 			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
 		pods = append(pods, decoded...)
+		if len(pods) > lim.pods {
+			return nil, tooManyPods(lim.pods)
+		}
+		if objects != nil && len(objects.ConfigMaps)+len(objects.Secrets) > lim.objects {
+			return nil, tooManyObjects(lim.objects)
+		}
 	}
 }
 

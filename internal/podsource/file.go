@@ -3,7 +3,7 @@ package podsource
 import (
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,9 +11,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 )
-
-// MaxManifestSize is the largest manifest file read; larger ones are refused.
-const MaxManifestSize = 10 << 20
 
 // FileError is a manifest file (or, for the HTTP source, the URL) that
 // could not be used, or a pod in it that was dropped, and why.
@@ -45,28 +42,32 @@ type Snapshot struct {
 	Errors []FileError
 }
 
-// ReadPath reads a manifest directory (its regular, non-hidden files, not
-// recursively) or a single manifest file, and returns the static pods found.
-// A bad file never stops the others from being read.
+// ReadPath reads a manifest directory (its non-hidden files, and the
+// regular files its symlinks point to, not recursively) or a single manifest
+// file, and returns the static pods found. A bad file never stops the others
+// from being read.
 func ReadPath(path, nodeName string) (Snapshot, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("read manifest path: %w", err)
 	}
-	files := []string{path}
+	files := []candidate{{path: path}}
 	if info.IsDir() {
 		if files, err = manifestFiles(path); err != nil {
 			return Snapshot{}, err
 		}
 	}
+	cache := newManifestCache(nodeName)
 	var snap Snapshot
 	for _, f := range files {
-		pods, _, class, err := readFile(f, nodeName)
-		if err != nil {
-			snap.Errors = append(snap.Errors, FileError{Path: f, Class: class, Err: err})
-			continue
+		r := cache.read(f.path, false)
+		switch {
+		case errors.Is(r.err, errIsDir):
+		case r.err != nil:
+			snap.Errors = append(snap.Errors, FileError{Path: f.path, Class: r.class, Err: r.err})
+		default:
+			snap.Pods = append(snap.Pods, r.pods...)
 		}
-		snap.Pods = append(snap.Pods, pods...)
 	}
 	sort.Slice(snap.Pods, func(i, j int) bool {
 		a, b := snap.Pods[i], snap.Pods[j]
@@ -75,19 +76,29 @@ func ReadPath(path, nodeName string) (Snapshot, error) {
 	return snap, nil
 }
 
-// manifestFiles lists dir's regular files, skipping dot files and editor
-// leftovers.
-func manifestFiles(dir string) ([]string, error) {
+// candidate is a file of the manifest path that may be a manifest.
+type candidate struct {
+	path string
+	// link tells that path is a symlink: its target may change without
+	// a file system event in the manifest directory.
+	link bool
+}
+
+// manifestFiles lists the entries of dir that may be manifests, sorted by
+// name: all but subdirectories, dot files and editor leftovers. Whether an
+// entry is a regular file (or a symlink to one) is decided when it is
+// opened, on the opened file, so that nothing else is ever read.
+func manifestFiles(dir string) ([]candidate, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("list manifest dir: %w", err)
 	}
-	var files []string
+	var files []candidate
 	for _, e := range entries {
-		if !e.Type().IsRegular() || Ignored(e.Name()) {
+		if e.IsDir() || Ignored(e.Name()) {
 			continue
 		}
-		files = append(files, filepath.Join(dir, e.Name()))
+		files = append(files, candidate{path: filepath.Join(dir, e.Name()), link: e.Type()&fs.ModeSymlink != 0})
 	}
 	return files, nil
 }
@@ -99,45 +110,20 @@ func Ignored(name string) bool {
 		strings.HasSuffix(name, ".swp") || strings.HasSuffix(name, ".tmp")
 }
 
-// readFile reads one manifest file; on error it also returns the Reason*
+// parseManifests decodes, checks and gives the static identity to the pods
+// of one file or HTTP body. origin is the file path or URL, recorded in the
+// AnnotationConfigFile annotation. On error it also returns the Reason*
 // class of the failure.
-func readFile(path, nodeName string) ([]*v1.Pod, Objects, string, error) {
-	f, err := os.Open(path)
+func parseManifests(data []byte, allowList bool, objects *Objects, lim limits, nodeName, source, origin string) ([]*v1.Pod, string, error) {
+	decoded, err := decode(data, allowList, objects, lim)
 	if err != nil {
-		return nil, Objects{}, ReasonRead, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxManifestSize+1))
-	if err != nil {
-		return nil, Objects{}, ReasonRead, err
-	}
-	if len(data) > MaxManifestSize {
-		return nil, Objects{}, ReasonTooLarge, fmt.Errorf("file is larger than %d bytes", MaxManifestSize)
-	}
-	var objects Objects
-	pods, class, err := parseManifests(data, false, &objects, nodeName, SourceFile, path)
-	if err != nil {
-		return nil, Objects{}, class, err
-	}
-	if err := objects.validate(); err != nil {
-		return nil, Objects{}, ReasonValidate, err
-	}
-	return pods, objects, "", nil
-}
-
-// parseManifests decodes, validates and gives the static identity to the
-// pods of one file or HTTP body. origin is the file path or URL, recorded
-// in the AnnotationConfigFile annotation.
-func parseManifests(data []byte, allowList bool, objects *Objects, nodeName, source, origin string) ([]*v1.Pod, string, error) {
-	decoded, err := decode(data, allowList, objects)
-	if err != nil {
-		if _, ok := errors.AsType[*NotPodError](err); ok {
-			return nil, ReasonNotPod, err
-		}
-		return nil, ReasonDecode, err
+		return nil, errorClass(err, ReasonDecode), err
 	}
 	pods := make([]*v1.Pod, 0, len(decoded))
 	for _, p := range decoded {
+		if err := checkContainers(p); err != nil {
+			return nil, errorClass(err, ReasonValidate), err
+		}
 		if err := Validate(p); err != nil {
 			return nil, ReasonValidate, fmt.Errorf("pod %q: %w", p.Name, err)
 		}
@@ -151,4 +137,15 @@ func parseManifests(data []byte, allowList bool, objects *Objects, nodeName, sou
 		pods = append(pods, sp)
 	}
 	return pods, "", nil
+}
+
+// errorClass is the Reason* class of err, or fallback.
+func errorClass(err error, fallback string) string {
+	if le, ok := errors.AsType[*limitError](err); ok {
+		return le.class
+	}
+	if _, ok := errors.AsType[*NotPodError](err); ok {
+		return ReasonNotPod
+	}
+	return fallback
 }

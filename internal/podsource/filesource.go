@@ -44,9 +44,15 @@ type FileSource struct {
 
 	// State of Run; FileSource is used by one goroutine.
 	lastGood map[string]fileContent // file -> its last good version
-	sent     *Update                // last Update sent
-	watched  string                 // what the watcher watches, "" for nothing
-	notes    map[string]string      // condition -> last message logged, see note
+	cache    *manifestCache         // file -> its last parse
+	// dirty are the files that events named since the last scan, and
+	// dirtyAll tells that events may have been missed: the cache must
+	// not trust the fileID of those files (see manifestCache).
+	dirty    map[string]bool
+	dirtyAll bool
+	sent     *Update           // last Update sent
+	watched  string            // what the watcher watches, "" for nothing
+	notes    map[string]string // condition -> last message logged, see note
 }
 
 // NewFileSource returns a source for the manifest path. period is the full
@@ -68,6 +74,8 @@ func NewFileSource(path, nodeName string, period time.Duration, clk clock.WithTi
 		log:      log.With("path", path),
 		report:   newReporter(log, metrics),
 		lastGood: map[string]fileContent{},
+		cache:    newManifestCache(nodeName),
+		dirty:    map[string]bool{},
 		notes:    map[string]string{},
 	}
 }
@@ -138,8 +146,9 @@ func (s *FileSource) Run(ctx context.Context, out chan<- Update) {
 				watchErrs = nil
 				continue
 			}
-			// An overflow loses events: rescan.
+			// An overflow loses events: rescan, and read every file.
 			s.log.Warn("manifest watch error; rescanning", "err", err)
+			s.dirtyAll = true
 			arm()
 			continue
 		}
@@ -149,9 +158,9 @@ func (s *FileSource) Run(ctx context.Context, out chan<- Update) {
 	}
 }
 
-// relevant tells whether ev may change the snapshot. When the watched
-// directory itself goes away, its watch is dropped, to be set up again by
-// the next rescan.
+// relevant tells whether ev may change the snapshot, and marks the file it
+// names dirty. When the watched directory itself goes away, its watch is
+// dropped, to be set up again by the next rescan.
 func (s *FileSource) relevant(w *fsnotify.Watcher, ev fsnotify.Event) bool {
 	name := filepath.Clean(ev.Name)
 	if name == s.watched && ev.Has(fsnotify.Remove|fsnotify.Rename) {
@@ -159,12 +168,15 @@ func (s *FileSource) relevant(w *fsnotify.Watcher, ev fsnotify.Event) bool {
 		s.watched = ""
 		return true
 	}
+	relevant := name == s.path // the parent of a file path, or of a path not there yet, is watched
 	if s.watched == s.path {
 		// Watching the manifest directory: its files.
-		return filepath.Dir(name) == s.path && !Ignored(filepath.Base(name))
+		relevant = filepath.Dir(name) == s.path && !Ignored(filepath.Base(name))
 	}
-	// Watching the parent of a file path, or of a path not there yet.
-	return name == s.path
+	if relevant {
+		s.dirty[name] = true
+	}
+	return relevant
 }
 
 // rescan reads the path, and sends an Update if it changed (or if force).
@@ -202,6 +214,7 @@ func (s *FileSource) ensureWatch(w *fsnotify.Watcher) {
 	}
 	s.note("watch", "")
 	s.watched = target
+	s.dirtyAll = true // what changed before the watch made no event
 }
 
 // note logs msg once for as long as condition keeps the same message and
@@ -223,7 +236,7 @@ func (s *FileSource) note(condition, msg string, args ...any) {
 // a file that fails now), unique by namespace and name.
 func (s *FileSource) scan() Update {
 	u := Update{Source: SourceFile}
-	var files []string
+	var files []candidate
 	info, err := os.Stat(s.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -235,11 +248,12 @@ func (s *FileSource) scan() Update {
 		if files, err = manifestFiles(s.path); err != nil {
 			return s.keepAll(err)
 		}
-	case info.Mode().IsRegular():
-		s.note("path", "")
-		files = []string{s.path}
 	default:
-		s.note("path", "manifest path is neither a directory nor a regular file; ignored", "mode", info.Mode().String())
+		// A file, or a symlink to one; anything else is refused when
+		// opened, with an error naming what it is.
+		s.note("path", "")
+		link, err := os.Lstat(s.path)
+		files = []candidate{{path: s.path, link: err != nil || link.Mode()&fs.ModeSymlink != 0}}
 	}
 
 	// files is sorted (os.ReadDir sorts by name), so that the first file
@@ -247,8 +261,9 @@ func (s *FileSource) scan() Update {
 	good := make(map[string]fileContent, len(files))
 	owner := map[string]string{} // namespace/name -> file
 	objects := objectOwners{}
-	for _, f := range files {
-		content, ok, fe := s.readFile(f)
+	for _, c := range files {
+		f := c.path
+		content, ok, fe := s.readFile(f, s.trusted(c))
 		if fe != nil {
 			u.Errors = append(u.Errors, *fe)
 		}
@@ -269,6 +284,9 @@ func (s *FileSource) scan() Update {
 		}
 	}
 	s.lastGood = good // files gone, or failing without a good version, drop out
+	s.cache.keepOnly(files)
+	clear(s.dirty)
+	s.dirtyAll = false
 	sortPods(u.Pods)
 	sortErrors(u.Errors)
 	return u
@@ -284,15 +302,24 @@ func (c fileContent) empty() bool {
 	return len(c.pods) == 0 && len(c.objects.ConfigMaps) == 0 && len(c.objects.Secrets) == 0
 }
 
+// trusted tells whether the cache may take an unchanged fileID of c to
+// mean unchanged content: only while its directory is watched, no event
+// named it since the last scan and no event was lost. The target of a
+// symlink may change without any event in the manifest directory.
+func (s *FileSource) trusted(c candidate) bool {
+	return s.watched != "" && !s.dirtyAll && !s.dirty[c.path] && !c.link
+}
+
 // readFile returns what one file defines: its current content, or the last
 // good one with a Kept error. A file that vanished since the listing has
-// none (ok false), and so has an empty file that never had any.
-func (s *FileSource) readFile(f string) (fileContent, bool, *FileError) {
-	pods, objects, class, err := readFile(f, s.nodeName)
-	content := fileContent{pods: pods, objects: objects}
+// none (ok false), and so has an empty file that never had any, and a
+// directory.
+func (s *FileSource) readFile(f string, trustStat bool) (fileContent, bool, *FileError) {
+	r := s.cache.read(f, trustStat)
+	content, class, err := fileContent{pods: r.pods, objects: r.objects}, r.class, r.err
 	last, hadGood := s.lastGood[f]
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, errIsDir):
 		return fileContent{}, false, nil
 	case err == nil && content.empty() && !hadGood:
 		// Empty (or only comments): most likely created and not written

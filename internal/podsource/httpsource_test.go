@@ -3,6 +3,7 @@ package podsource
 import (
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ type manifestServer struct {
 	status int
 	etag   string
 	body   string
+	chunk  bool // send the body without a Content-Length
 
 	requests chan http.Header
 }
@@ -26,22 +28,38 @@ func (m *manifestServer) set(status int, etag, body string) {
 	m.status, m.etag, m.body = status, etag, body
 }
 
+func (m *manifestServer) chunked(on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.chunk = on
+}
+
 func (m *manifestServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
-	status, etag, body := m.status, m.etag, m.body
+	status, etag, body, chunk := m.status, m.etag, m.body, m.chunk
 	m.mu.Unlock()
+	// Handed over before answering (but after choosing the answer): once
+	// the source has its answer, it may close the connection and so end
+	// r's context.
+	select {
+	case m.requests <- r.Header.Clone():
+	case <-r.Context().Done(): // the source stopped
+		return
+	}
 	if etag != "" {
 		w.Header().Set("ETag", etag)
 		if r.Header.Get("If-None-Match") == etag {
 			status, body = http.StatusNotModified, ""
 		}
 	}
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body))
-	select {
-	case m.requests <- r.Header.Clone():
-	case <-r.Context().Done(): // the source stopped
+	if body != "" && !chunk {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	}
+	w.WriteHeader(status)
+	if chunk {
+		w.(http.Flusher).Flush() // the header goes out before the body's length is known
+	}
+	_, _ = w.Write([]byte(body))
 }
 
 type httpHarness struct {
@@ -232,7 +250,7 @@ func TestHTTPSourceRefusesLargeBody(t *testing.T) {
 	h := startHTTPSource(t, http.StatusOK, "", goodPod)
 	h.request()
 	h.next()
-	h.srv.set(http.StatusOK, "", goodPod+"\n#"+strings.Repeat("x", MaxManifestSize))
+	h.srv.set(http.StatusOK, "", goodPod+"\n#"+strings.Repeat("x", MaxManifestURLBody))
 	h.poll()
 	if u := h.next(); podNames(u) != "web-node1" || errorClasses(u) != ReasonTooLarge {
 		t.Fatalf("pods %q errors %v", podNames(u), u.Errors)

@@ -32,10 +32,11 @@ func TestReadFileWithObjects(t *testing.T) {
 	if err := os.WriteFile(path, []byte(withObjects), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pods, objects, _, err := readFile(path, "n")
-	if err != nil {
-		t.Fatal(err)
+	r := newManifestCache("n").read(path, false)
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
+	pods, objects := r.pods, r.objects
 	if len(pods) != 1 || len(objects.ConfigMaps) != 1 || len(objects.Secrets) != 1 {
 		t.Fatalf("pods %d configmaps %d secrets %d", len(pods), len(objects.ConfigMaps), len(objects.Secrets))
 	}

@@ -14,17 +14,22 @@ import (
 // Reasons: the Class of a FileError and the reason label of
 // nodelet_manifest_errors_total.
 const (
-	ReasonDecode     = "decode"      // not YAML/JSON, unknown or duplicated field, no pod in a file
-	ReasonValidate   = "validate"    // a pod that Validate refuses
-	ReasonTooLarge   = "too_large"   // over MaxManifestSize
-	ReasonRead       = "read"        // the file, directory or URL could not be read
-	ReasonNotPod     = "not_pod"     // a document of another kind
-	ReasonDuplicate  = "duplicate"   // a pod name already defined elsewhere in the source
-	ReasonHTTPStatus = "http_status" // the URL answered neither 200 nor 304
+	ReasonDecode            = "decode"              // not YAML/JSON, unknown or duplicated field, no pod in a file
+	ReasonValidate          = "validate"            // a pod that Validate refuses
+	ReasonTooLarge          = "too_large"           // over MaxManifestSize or MaxManifestURLBody
+	ReasonTooManyPods       = "too_many_pods"       // over MaxPodsPerFile or MaxPodsPerURL
+	ReasonTooManyContainers = "too_many_containers" // a pod over MaxContainersPerPod
+	ReasonTooManyObjects    = "too_many_objects"    // over MaxObjectsPerFile
+	ReasonRead              = "read"                // the file, directory or URL could not be read, or is not a regular file
+	ReasonNotPod            = "not_pod"             // a document of another kind
+	ReasonDuplicate         = "duplicate"           // a pod name already defined elsewhere in the source
+	ReasonHTTPStatus        = "http_status"         // the URL answered neither 200 nor 304
+	ReasonRedirect          = "redirect"            // the URL redirected from https to http
 )
 
 func reasons() []string {
-	return []string{ReasonDecode, ReasonValidate, ReasonTooLarge, ReasonRead, ReasonNotPod, ReasonDuplicate, ReasonHTTPStatus}
+	return []string{ReasonDecode, ReasonValidate, ReasonTooLarge, ReasonTooManyPods, ReasonTooManyContainers,
+		ReasonTooManyObjects, ReasonRead, ReasonNotPod, ReasonDuplicate, ReasonHTTPStatus, ReasonRedirect}
 }
 
 // Update is the full content of one source at one moment (SET semantics):
