@@ -104,12 +104,16 @@ a local image registry under --root-dir.`,
 // where the binaries are.
 func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) error {
 	cfg.NodeName = strings.ToLower(strings.TrimSpace(hostnameOverride))
+	from := "--hostname-override"
 	if cfg.NodeName == "" {
 		host, err := os.Hostname()
 		if err != nil {
 			return fmt.Errorf("read hostname (set --hostname-override): %w", err)
 		}
-		cfg.NodeName = strings.ToLower(host)
+		cfg.NodeName, from = strings.ToLower(host), "the hostname"
+	}
+	if err := agent.ValidateNodeName(cfg.NodeName); err != nil {
+		return fmt.Errorf("%w (from %s); set --hostname-override to a valid name such as %q", err, from, suggestNodeName(cfg.NodeName))
 	}
 	cfg.Managed.Containerd.Dir = filepath.Join(cfg.RootDir, "containerd")
 	cfg.Managed.Containerd.Env = childEnv()
@@ -123,6 +127,26 @@ func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) err
 	}
 	cfg.Allocatable, cfg.MemoryCapacity = alloc, capacity
 	return nil
+}
+
+// suggestNodeName turns name into a valid node name: characters other
+// than lowercase letters, digits, "-" and "." become "-", and what is left
+// starts and ends with a letter or digit.
+func suggestNodeName(name string) string {
+	b := []byte(strings.ToLower(name))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' && c != '.' {
+			b[i] = '-'
+		}
+	}
+	s := strings.Trim(string(b), "-.")
+	if len(s) > 253 {
+		s = strings.TrimRight(s[:253], "-.")
+	}
+	if s == "" {
+		return "node-1"
+	}
+	return s
 }
 
 // findPause locates the pause program: the flag, then next to this binary,

@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/containerd"
@@ -145,8 +147,8 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	if cfg.RootDir == "" || !filepath.IsAbs(cfg.RootDir) {
 		return nil, fmt.Errorf("--root-dir %q must be an absolute path", cfg.RootDir)
 	}
-	if cfg.NodeName == "" {
-		return nil, errors.New("node name is empty: set --hostname-override")
+	if err := ValidateNodeName(cfg.NodeName); err != nil {
+		return nil, err
 	}
 	if cfg.FileCheckFrequency <= 0 || cfg.HTTPCheckFrequency <= 0 || cfg.SyncFrequency <= 0 || cfg.PLEGRelistPeriod <= 0 {
 		return nil, errors.New("--file-check-frequency, --http-check-frequency and --sync-frequency must be positive")
@@ -158,6 +160,20 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Agent{cfg: cfg, deps: deps}, nil
+}
+
+// ValidateNodeName checks a node name as the API server checks the name of
+// a Node: a lowercase RFC 1123 subdomain. Static pods are named
+// <name>-<node> and their log directories <namespace>_<pod>_<uid>, so a
+// name the API server would refuse (one with "_", say) breaks every pod.
+func ValidateNodeName(name string) error {
+	if name == "" {
+		return errors.New("node name is empty: set --hostname-override")
+	}
+	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+		return fmt.Errorf("node name %q is not valid: %s", name, strings.Join(msgs, "; "))
+	}
+	return nil
 }
 
 // Run brings up the runtime (managed or given), connects to it over CRI and
