@@ -8,6 +8,7 @@ package podruntime
 import (
 	"context"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -133,6 +134,8 @@ type Manager struct {
 	volumes  Volumes
 
 	pulls *imagePuller
+	// dialHook opens the connections of httpGet lifecycle hooks.
+	dialHook dialFunc
 
 	mu       sync.Mutex
 	previous map[types.UID]*v1.PodStatus // last status generated per pod
@@ -166,6 +169,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 	return &Manager{
 		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
+		dialHook: (&net.Dialer{}).DialContext,
 		previous: map[types.UID]*v1.PodStatus{},
 	}
 }
