@@ -139,6 +139,7 @@ type Manager struct {
 
 	mu       sync.Mutex
 	previous map[types.UID]*v1.PodStatus // last status generated per pod
+	startups map[types.UID]*startup      // start-up steps recorded per pod
 }
 
 // New returns a Manager.
@@ -171,6 +172,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		dialHook: (&net.Dialer{}).DialContext,
 		previous: map[types.UID]*v1.PodStatus{},
+		startups: map[types.UID]*startup{},
 	}
 }
 
