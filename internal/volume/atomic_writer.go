@@ -84,7 +84,10 @@ func (w *atomicWriter) done(s writeStep) {
 // A crash after any step leaves readers seeing the whole old payload
 // (before step 8) or the whole new one (after it), and the next write,
 // whatever its payload, finishes or undoes what was left: steps 6, 9 and
-// 10 are also the tidy-up of a write with nothing to change.
+// 10 are also the tidy-up of a write with nothing to change. As with the
+// kubelet, an open(2) whose path walk resolved "..data" just before step 8
+// and reaches the old directory after step 10 removed it fails with
+// ENOENT; it never sees a mix of versions.
 func (w *atomicWriter) write(payload map[string]fileProjection) (changed bool, err error) {
 	// Step 1.
 	clean, err := validatePayload(payload)

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"maps"
@@ -190,7 +191,11 @@ func TestAtomicWriterRejectsBadPaths(t *testing.T) {
 
 // TestAtomicWriterReadersSeeWholeVersions reads a file in a loop while
 // the writer replaces it 200 times: every read returns one complete
-// version, never a mix, a partial file or nothing.
+// version, never a mix or a partial file. An open whose path walk went
+// through "..data" just before a swap and reaches the previous directory
+// after its removal finds nothing (ENOENT): the kubelet's layout has that
+// window, and how often a reader falls in it depends on the scheduler, so
+// such reads are counted, not failed.
 func TestAtomicWriterReadersSeeWholeVersions(t *testing.T) {
 	w := newWriter(t, clock.RealClock{})
 	content := func(v int) []byte {
@@ -216,7 +221,7 @@ func TestAtomicWriterReadersSeeWholeVersions(t *testing.T) {
 
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	var reads [2]int
+	var reads, missing [2]int
 	for i, name := range []string{"config.yaml", "nested/values"} {
 		wg.Add(1)
 		go func() {
@@ -228,6 +233,10 @@ func TestAtomicWriterReadersSeeWholeVersions(t *testing.T) {
 				default:
 				}
 				b, err := os.ReadFile(filepath.Join(w.dir, name))
+				if errors.Is(err, fs.ErrNotExist) {
+					missing[i]++
+					continue
+				}
 				if err != nil {
 					t.Errorf("read %s: %v", name, err)
 					return
@@ -245,7 +254,7 @@ func TestAtomicWriterReadersSeeWholeVersions(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
-	t.Logf("reads during 200 updates: %v", reads)
+	t.Logf("reads during 200 updates: %v, and %v in the removal window", reads, missing)
 	if got := mustRead(t, filepath.Join(w.dir, "config.yaml")); got != string(content(200)) {
 		t.Fatal("final content is not the last version")
 	}
