@@ -212,7 +212,8 @@ func (p *pipeline) run(ctx context.Context) {
 }
 
 // housekeeping, every 2 s once all sources have reported: pod workers
-// forget or terminate pods no source wants, and pods found in the runtime
+// forget or terminate pods no source wants, the statuses of those that
+// have terminated are forgotten, and pods found in the runtime
 // that nothing knows (left by an earlier nodelet) are stopped.
 func (p *pipeline) housekeeping(ctx context.Context, desired map[types.UID]*v1.Pod) {
 	want := make(map[types.UID]bool, len(desired))
@@ -220,6 +221,9 @@ func (p *pipeline) housekeeping(ctx context.Context, desired map[types.UID]*v1.P
 		want[uid] = true
 	}
 	p.workers.SyncKnownPods(want)
+	// A pod no source wants keeps its status until its containers have
+	// stopped (its worker terminated it or never had it).
+	p.status.ForgetGone(func(uid types.UID) bool { return want[uid] || p.workers.CouldHaveRunningContainers(uid) })
 	running, err := p.runtime.RunningPods(ctx)
 	if err != nil {
 		p.log.Error("housekeeping: list pods in the runtime", "err", err)

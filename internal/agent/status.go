@@ -113,6 +113,24 @@ func (s *statusStore) Forget(uid types.UID) {
 	delete(s.summary, uid)
 }
 
+// ForgetGone drops the status of every pod keep does not keep. Nothing
+// else drops the status of a pod removed from its source, so without this
+// a removed pod would go on being served, and counted as running, with its
+// last status.
+func (s *statusStore) ForgetGone(keep func(types.UID) bool) {
+	s.mu.Lock()
+	uids := make([]types.UID, 0, len(s.statuses))
+	for uid := range s.statuses {
+		uids = append(uids, uid)
+	}
+	s.mu.Unlock()
+	for _, uid := range uids { // keep is asked without holding s.mu
+		if !keep(uid) {
+			s.Forget(uid)
+		}
+	}
+}
+
 func isReady(st v1.PodStatus) bool {
 	for _, c := range st.Conditions {
 		if c.Type == v1.PodReady {

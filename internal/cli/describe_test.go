@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/podruntime"
 )
 
 // describedPod started 5 minutes before now: admitted at t0, its init
@@ -95,10 +98,14 @@ func describedPod() (v1.Pod, []events.Event) {
 	}
 	n, w := v1.EventTypeNormal, v1.EventTypeWarning
 	evs := []events.Event{
+		ev(n, "Admitted", "Pod admitted", 1, 0, 0),
+		ev(n, "SandboxReady", "Pod sandbox is ready, IP 10.88.0.5", 1, 146*time.Millisecond, 146*time.Millisecond),
 		ev(n, "Pulled", `Container image "busybox" already present on machine`, 1, 300*time.Millisecond, 300*time.Millisecond),
 		ev(n, "Created", "Created container: setup", 1, 1200*time.Millisecond, 1200*time.Millisecond),
 		ev(n, "Started", "Started container setup", 1, 1300*time.Millisecond, 1300*time.Millisecond),
+		ev(n, "InitContainerCompleted", "Init container setup completed", 1, 2004*time.Millisecond, 2004*time.Millisecond),
 		ev(n, "Pulled", `Successfully pulled image "nginx:1.27"`, 1, 2500*time.Millisecond, 2500*time.Millisecond),
+		ev(n, "PodReady", "Pod is ready", 1, 5012*time.Millisecond, 5012*time.Millisecond),
 		ev(w, "Unhealthy", "Liveness probe failed: cat: can't open '/tmp/healthy'", 3, 18*time.Second, 20*time.Second),
 		ev(n, "Killing", "Container web failed liveness probe, will be restarted", 1, 20*time.Second, 20*time.Second),
 		// Folded: the first time is early, the last after the restart.
@@ -125,47 +132,87 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
+// The timeline is drawn from the events nodelet records at each step, to
+// the millisecond; a pod without them (found running after a restart) has
+// its status's whole seconds, never the two mixed.
 func TestTimeline(t *testing.T) {
 	pod, evs := describedPod()
-	var got []string
-	for _, s := range timeline(&pod, podEvents(&pod, evs)) {
-		got = append(got, s.at.Sub(pod.Status.StartTime.Time).String()+" "+s.what)
-	}
-	want := []string{
-		"0s admitted",
-		"300ms image pulled busybox",
-		"1s sandbox ready",
-		"2s init container setup done",
-		"2.5s image pulled nginx:1.27",
-		"21s started web",
-		"25s ready",
-	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-
-	// Steps that did not happen are left out; the first event stands in
-	// for a missing start time.
+	t0 := pod.Status.StartTime.Time
+	noAdmitted := slices.DeleteFunc(slices.Clone(evs), func(e events.Event) bool { return e.Reason == "Admitted" })
 	pending := v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: "uid-web"}}
-	first := evs[0].FirstTime
-	steps := timeline(&pending, evs[:1])
-	if len(steps) != 2 || steps[0].what != "admitted" || !steps[0].at.Equal(first) || steps[1].what != "image pulled busybox" {
-		t.Errorf("pending pod's timeline: %v", steps)
+	for _, tc := range []struct {
+		name string
+		pod  v1.Pod
+		evs  []events.Event
+		want []string
+	}{{
+		name: "recorded steps",
+		pod:  pod, evs: evs,
+		want: []string{
+			"0s admitted",
+			"146ms sandbox ready",
+			"300ms image pulled busybox",
+			"1.3s started init container setup",
+			"2.004s init container setup done",
+			"2.5s image pulled nginx:1.27",
+			"3s started web", // its first start: the restart at 21s is no start-up step
+			"5.012s ready",
+		},
+	}, {
+		name: "no Admitted event: the status alone",
+		pod:  pod, evs: noAdmitted,
+		want: []string{
+			"0s admitted",
+			"1s sandbox ready",
+			"2s init container setup done",
+			"21s started web",
+			"25s ready",
+		},
+	}, {
+		name: "pending",
+		pod:  pending, evs: evs[:3],
+		want: []string{"0s admitted", "146ms sandbox ready", "300ms image pulled busybox"},
+	}, {
+		name: "nothing known",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, s := range timeline(&tc.pod, podEvents(&tc.pod, tc.evs)) {
+				got = append(got, s.at.Sub(t0).String()+" "+s.what)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("timeline:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
 	}
-	if steps := timeline(&v1.Pod{}, nil); len(steps) != 0 {
-		t.Errorf("no times, timeline %v", steps)
+}
+
+// The reasons the timeline looks for are those podruntime records.
+func TestTimelineReasons(t *testing.T) {
+	for got, want := range map[string]string{
+		reasonAdmitted:               podruntime.ReasonAdmitted,
+		reasonSandboxReady:           podruntime.ReasonSandboxReady,
+		reasonInitContainerCompleted: podruntime.ReasonInitContainerCompleted,
+		reasonPodReady:               podruntime.ReasonPodReady,
+	} {
+		if got != want {
+			t.Errorf("cli looks for %q, podruntime records %q", got, want)
+		}
 	}
 }
 
 func TestSeconds(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		0:                                     "0s",
-		300 * time.Millisecond:                "0.3s",
-		1249 * time.Millisecond:               "1.2s",
+		0:                       "0s",
+		300 * time.Millisecond:  "0.3s",
+		146 * time.Millisecond:  "0.146s",
+		1249 * time.Millisecond: "1.249s",
+		1050*time.Millisecond + 400*time.Microsecond: "1.05s",
 		12 * time.Second:                      "12s",
 		2*time.Minute + 5500*time.Millisecond: "2m5.5s",
 		time.Hour + 2*time.Minute:             "1h2m0s",
 		-time.Second:                          "-1s",
+		-146 * time.Millisecond:               "-0.146s",
 	} {
 		if got := seconds(d); got != want {
 			t.Errorf("seconds(%v) = %q, want %q", d, got, want)
@@ -208,5 +255,69 @@ func TestQOSClass(t *testing.T) {
 		if got := qosClass(&v1.Pod{Spec: v1.PodSpec{Containers: tc.containers}}); got != tc.want {
 			t.Errorf("%+v: %s, want %s", tc.containers, got, tc.want)
 		}
+	}
+}
+
+// A fresh pod, as `nodelet describe pod` gets it over the API: its status's
+// times cut to whole seconds by JSON, its events to the nanosecond. The
+// timeline shows every step in the order it happened, to the millisecond.
+func TestTimelineFreshPod(t *testing.T) {
+	admitted := time.Date(2026, 3, 1, 12, 0, 0, 700_000_000, time.UTC)
+	at := func(ms int) time.Time { return admitted.Add(time.Duration(ms) * time.Millisecond) }
+	pod := v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-node1", Namespace: "default", UID: "uid-web"},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "web", Image: "busybox"}}},
+		Status: v1.PodStatus{
+			Phase:     v1.PodRunning,
+			StartTime: ptr(metav1.NewTime(at(0))),
+			Conditions: []v1.PodCondition{
+				{Type: v1.PodReadyToStartContainers, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(at(146))},
+				{Type: v1.PodReady, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(at(1010))},
+			},
+			ContainerStatuses: []v1.ContainerStatus{{Name: "web", Ready: true,
+				State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(at(1000))}}}},
+		},
+	}
+	ev := func(reason, msg string, ms int) events.Event {
+		return events.Event{PodUID: pod.UID, Namespace: "default", Pod: pod.Name, Type: v1.EventTypeNormal,
+			Reason: reason, Message: msg, Count: 1, FirstTime: at(ms), LastTime: at(ms)}
+	}
+	evs := []events.Event{
+		ev("Admitted", "Pod admitted", 0),
+		ev("SandboxReady", "Pod sandbox is ready, IP 10.88.0.5", 146),
+		ev("Pulled", `Successfully pulled image "busybox"`, 946),
+		ev("Created", "Created container web", 980),
+		ev("Started", "Started container web", 1000),
+		ev("PodReady", "Pod is ready", 1010),
+	}
+	// Over the API, as the CLI gets them.
+	b, err := json.Marshal(struct {
+		Pod    v1.Pod
+		Events []events.Event
+	}{pod, evs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Pod    v1.Pod
+		Events []events.Event
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := Describe(&out, got.Pod, got.Events, at(60_000)); err != nil {
+		t.Fatal(err)
+	}
+	_, block, _ := strings.Cut(out.String(), "Timeline:\n")
+	block, _, _ = strings.Cut(block, "Events:")
+	want := `  0s       admitted
+  +0.146s  sandbox ready         (0.146s)
+  +0.946s  image pulled busybox  (0.8s)
+  +1s      started web           (0.054s)
+  +1.01s   ready                 (0.01s)
+`
+	if block != want {
+		t.Errorf("timeline:\n%s\nwant:\n%s", block, want)
 	}
 }

@@ -88,3 +88,13 @@ func NewRequest(ctx context.Context, action v1.HTTPGetAction, c *v1.Container, h
 	req.Host = headers.Get("Host")
 	return req, nil
 }
+
+// MaxResponseHeaderBytes bounds what a probe or hook reads of a response
+// before its body: the status line and every header. The kubelet keeps Go's
+// client default of 10 MiB. nodelet keeps 64 KiB, less than the Go server's
+// 1 MiB default for requests: every running probe may hold that much at
+// once and a hostile container chooses what its endpoint answers, while
+// real header blocks are a few KiB (nginx proxies a response's headers in
+// a 4 or 8 KiB buffer by default, and accepts at most 32 KiB of request
+// headers). 1,000 probes at once then hold at most 64 MiB, not 10 GiB.
+const MaxResponseHeaderBytes = 64 << 10

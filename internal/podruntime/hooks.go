@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -35,7 +36,7 @@ func (m *Manager) runHook(ctx context.Context, h *v1.LifecycleHandler, id string
 		}
 		return nil
 	case h.HTTPGet != nil:
-		return httpHook(ctx, h.HTTPGet, c, podIP)
+		return httpHook(ctx, h.HTTPGet, c, podIP, m.dialHook)
 	case h.Sleep != nil:
 		select {
 		case <-ctx.Done():
@@ -49,19 +50,25 @@ func (m *Manager) runHook(ctx context.Context, h *v1.LifecycleHandler, id string
 	return fmt.Errorf("lifecycle handler has no action")
 }
 
+// dialFunc opens a connection, as net.Dialer.DialContext.
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // hookUserAgent is the kubelet's User-Agent for HTTP hooks.
 const hookUserAgent = "kube-lifecycle/1.37"
 
 // httpHook sends the hook's GET; any status below 400 is success, as the
 // kubelet's hook runner has it.
-func httpHook(ctx context.Context, g *v1.HTTPGetAction, c *v1.Container, podIP string) error {
+func httpHook(ctx context.Context, g *v1.HTTPGetAction, c *v1.Container, podIP string, dial dialFunc) error {
 	req, err := httpget.NewRequest(ctx, *g, c, podIP, hookUserAgent)
 	if err != nil {
 		return fmt.Errorf("http hook: %w", err)
 	}
 	client := &http.Client{Transport: &http.Transport{
+		DialContext:       dial,
 		DisableKeepAlives: true,
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the kubelet does not verify hook targets
+		// The body is never read; the headers are bounded.
+		MaxResponseHeaderBytes: httpget.MaxResponseHeaderBytes,
+		TLSClientConfig:        &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the kubelet does not verify hook targets
 	}}
 	resp, err := client.Do(req)
 	if err != nil {

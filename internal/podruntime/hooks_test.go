@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/httpget"
 )
 
 // stopRecorder records the order in which containers are stopped.
@@ -215,11 +218,78 @@ func TestHTTPHook(t *testing.T) {
 	port, _ := strconv.Atoi(u.Port())
 	c := &v1.Container{Name: "c", Ports: []v1.ContainerPort{{Name: "web", ContainerPort: int32(port)}}}
 	hook := &v1.HTTPGetAction{Path: "/started", Port: intstr.FromString("web")}
-	if err := httpHook(context.Background(), hook, c, u.Hostname()); err != nil || gotPath != "/started" || gotAgent != hookUserAgent {
+	if err := httpHook(context.Background(), hook, c, u.Hostname(), (&net.Dialer{}).DialContext); err != nil || gotPath != "/started" || gotAgent != hookUserAgent {
 		t.Fatalf("hook: %v path %q agent %q", err, gotPath, gotAgent)
 	}
 	hook.Path = "/fail"
-	if err := httpHook(context.Background(), hook, c, u.Hostname()); err == nil || !strings.Contains(err.Error(), "503") {
+	if err := httpHook(context.Background(), hook, c, u.Hostname(), (&net.Dialer{}).DialContext); err == nil || !strings.Contains(err.Error(), "503") {
 		t.Fatalf("failing hook: %v", err)
 	}
+}
+
+// An httpGet hook reads at most a bounded response: a server sending
+// endless headers fails the hook with a message naming the bound, after
+// at most the budget and a buffer were read.
+func TestHTTPHookBoundsResponseHeaders(t *testing.T) {
+	const readSlack = 64 << 10 // one read buffer; for TLS a record and the handshake
+	for _, tls := range []bool{false, true} {
+		t.Run("tls="+strconv.FormatBool(tls), func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				conn, _, err := w.(http.Hijacker).Hijack()
+				if err != nil {
+					return
+				}
+				defer conn.Close()
+				if _, err := conn.Write([]byte("HTTP/1.1 200 OK\r\nX-Endless: ")); err != nil {
+					return
+				}
+				chunk := []byte(strings.Repeat("a", 32<<10))
+				for sent := 0; sent < 32<<20; sent += len(chunk) {
+					if _, err := conn.Write(chunk); err != nil {
+						return
+					}
+				}
+			}))
+			if tls {
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
+			defer srv.Close()
+			u, _ := url.Parse(srv.URL)
+			port, _ := strconv.Atoi(u.Port())
+			hook := &v1.HTTPGetAction{Path: "/", Port: intstr.FromInt(port)}
+			if tls {
+				hook.Scheme = v1.URISchemeHTTPS
+			}
+			var read atomic.Int64
+			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				return countingConn{Conn: c, n: &read}, nil
+			}
+			err := httpHook(t.Context(), hook, &v1.Container{Name: "c"}, u.Hostname(), dial)
+			want := "response headers exceeded " + strconv.Itoa(httpget.MaxResponseHeaderBytes) + " bytes"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("hook error %v, want one saying %q", err, want)
+			}
+			if n := read.Load(); n > httpget.MaxResponseHeaderBytes+readSlack {
+				t.Errorf("read %d bytes, want at most %d", n, httpget.MaxResponseHeaderBytes+readSlack)
+			}
+		})
+	}
+}
+
+// countingConn counts the bytes read from the connection.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }

@@ -8,6 +8,7 @@ package podruntime
 import (
 	"context"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -133,9 +134,12 @@ type Manager struct {
 	volumes  Volumes
 
 	pulls *imagePuller
+	// dialHook opens the connections of httpGet lifecycle hooks.
+	dialHook dialFunc
 
 	mu       sync.Mutex
 	previous map[types.UID]*v1.PodStatus // last status generated per pod
+	startups map[types.UID]*startup      // start-up steps recorded per pod
 }
 
 // New returns a Manager.
@@ -166,7 +170,9 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 	return &Manager{
 		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
+		dialHook: (&net.Dialer{}).DialContext,
 		previous: map[types.UID]*v1.PodStatus{},
+		startups: map[types.UID]*startup{},
 	}
 }
 

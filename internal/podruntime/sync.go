@@ -38,6 +38,8 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 	if exceeded := m.deadlineExceeded(pod); exceeded != nil {
 		return m.failPod(ctx, pod, obs, exceeded, log)
 	}
+	start := m.startupOf(pod, obs)
+	m.initContainersDone(pod, start, obs)
 	actions := plan.Compute(plan.Input{
 		Pod: pod, Status: obs, Now: m.clock.Now(),
 		LivenessFailed: m.livenessFailures(obs), StartupDone: m.startupDone(obs),
@@ -52,7 +54,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
 		}
 	}
-	execErr := m.execute(ctx, pod, obs, actions, waiting, log)
+	execErr := m.execute(ctx, pod, obs, actions, waiting, start, log)
 	if changesRuntime(actions) {
 		if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
 			obs = fresh
@@ -63,12 +65,13 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 		failed = &status.Rejection{Reason: "InitContainerFailed", Message: "an init container failed and the pod's restartPolicy is Never"}
 	}
 	st := m.publish(pod, obs, waiting, failed)
+	m.podReady(pod, start, st)
 	return st, execErr
 }
 
 // execute carries out actions; start failures are recorded in waiting with
 // the kubelet's reason.
-func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions, waiting map[string]plan.Waiting, log *slog.Logger) error {
+func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions, waiting map[string]plan.Waiting, start *startup, log *slog.Logger) error {
 	// Step 1-2: kills.
 	if err := m.killContainers(ctx, pod, firstIP(obs), actions.ContainersToKill, log); err != nil {
 		return err
@@ -115,24 +118,25 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	podIPs := obs.IPs
 	if actions.CreateSandbox {
 		podIPs, _ = m.sandboxIPs(ctx, sandboxID)
+		m.sandboxReady(pod, start, podIPs)
 	}
 	podIP := ""
 	if len(podIPs) > 0 {
 		podIP = podIPs[0]
 	}
-	start := func(c *v1.Container, s plan.Start) error {
+	run := func(c *v1.Container, s plan.Start) error {
 		return m.startContainer(ctx, startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs}, waiting, log)
 	}
 	// Step 4: init containers, in order; the first failure stops the rest.
 	for _, s := range actions.InitContainersToStart {
-		if err := start(&pod.Spec.InitContainers[s.Index], s); err != nil {
+		if err := run(&pod.Spec.InitContainers[s.Index], s); err != nil {
 			return err
 		}
 	}
 	// Step 5: containers; one failing does not hold back the others.
 	var errs []error
 	for _, s := range actions.ContainersToStart {
-		errs = append(errs, start(&pod.Spec.Containers[s.Index], s))
+		errs = append(errs, run(&pod.Spec.Containers[s.Index], s))
 	}
 	return errors.Join(errs...)
 }
@@ -307,6 +311,7 @@ func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[stri
 func (m *Manager) Forget(pod *v1.Pod) {
 	m.mu.Lock()
 	delete(m.previous, pod.UID)
+	delete(m.startups, pod.UID)
 	m.mu.Unlock()
 }
 

@@ -35,6 +35,16 @@ const (
 // body), as the kubelet does: 10 KiB.
 const maxOutput = 10 << 10
 
+// maxBodyRead bounds what a plain-HTTP probe reads of a body on the wire:
+// maxOutput of content in chunks as small as one byte (6 bytes each on the
+// wire) with room to spare. Past it the body is cut where it is: it is only
+// output.
+const maxBodyRead = 8 * maxOutput
+
+// errHeadersTooLarge fails a probe whose response headers do not end within
+// httpget.MaxResponseHeaderBytes; its text matches net/http's for HTTPS.
+var errHeadersTooLarge = fmt.Errorf("response headers exceeded %d bytes", httpget.MaxResponseHeaderBytes)
+
 // userAgent is sent by HTTP probes unless the probe sets one: applications
 // recognise the kubelet's "kube-probe/<major>.<minor>".
 const userAgent = "kube-probe/1.37"
@@ -145,19 +155,27 @@ type httpHandler struct {
 	container *v1.Container
 	transport *http.Transport
 	client    *http.Client
+	// dial opens every connection of the probe, plain or TLS (the
+	// probeDialer; tests wrap it to count the bytes read).
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func newHTTPHandler(action v1.HTTPGetAction, c *v1.Container, timeout time.Duration) *httpHandler {
-	tr := &http.Transport{
-		DialContext:       probeDialer().DialContext,
+	h := &httpHandler{action: action, container: c, dial: probeDialer().DialContext}
+	h.transport = &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return h.dial(ctx, network, addr)
+		},
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, // probes never verify, as the kubelet
 		DisableKeepAlives: true,
 		ForceAttemptHTTP2: true,
+		// Status line and headers; HTTP/2 advertises it as
+		// SETTINGS_MAX_HEADER_LIST_SIZE. The body is read through
+		// io.LimitReader.
+		MaxResponseHeaderBytes: httpget.MaxResponseHeaderBytes,
 	}
-	return &httpHandler{
-		action: action, container: c, transport: tr,
-		client: &http.Client{Transport: tr, Timeout: timeout, CheckRedirect: checkRedirect},
-	}
+	h.client = &http.Client{Transport: h.transport, Timeout: timeout, CheckRedirect: checkRedirect}
+	return h
 }
 
 // checkRedirect follows redirects to the same host only, at most 10; a
@@ -207,7 +225,7 @@ var errReadBody = errors.New("read response body")
 // HTTPS) goes through the client.
 func (h *httpHandler) do(ctx context.Context, req *http.Request, timeout time.Duration) (int, []byte, error) {
 	for hops := 0; req.URL.Scheme == "http"; hops++ {
-		status, header, body, err := roundTripPlain(ctx, req, timeout)
+		status, header, body, err := h.roundTripPlain(ctx, req, timeout)
 		if err != nil || status < http.StatusMultipleChoices || status >= http.StatusBadRequest || header.Get("Location") == "" {
 			return status, body, err
 		}
@@ -237,11 +255,14 @@ func (h *httpHandler) do(ctx context.Context, req *http.Request, timeout time.Du
 }
 
 // roundTripPlain sends one plain-HTTP request on a fresh connection that
-// it closes, within timeout.
-func roundTripPlain(ctx context.Context, req *http.Request, timeout time.Duration) (int, http.Header, []byte, error) {
+// it closes, within timeout. It reads at most a budget of the connection:
+// httpget.MaxResponseHeaderBytes for the status line and headers, then
+// maxBodyRead more for the body (which closing the body would otherwise
+// drain to its end).
+func (h *httpHandler) roundTripPlain(ctx context.Context, req *http.Request, timeout time.Duration) (int, http.Header, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := probeDialer().DialContext(ctx, "tcp", req.URL.Host)
+	conn, err := h.dial(ctx, "tcp", req.URL.Host)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("get %q: %w", req.URL.Redacted(), err)
 	}
@@ -253,16 +274,44 @@ func roundTripPlain(ctx context.Context, req *http.Request, timeout time.Duratio
 	if err := req.Write(conn); err != nil {
 		return 0, nil, nil, fmt.Errorf("get %q: %w", req.URL.Redacted(), err)
 	}
-	res, err := http.ReadResponse(bufio.NewReaderSize(conn, 4096), req)
+	budget := &budgetReader{r: conn, left: httpget.MaxResponseHeaderBytes}
+	res, err := http.ReadResponse(bufio.NewReaderSize(budget, 4096), req)
+	if budget.spent {
+		return 0, nil, nil, fmt.Errorf("get %q: %w", req.URL.Redacted(), errHeadersTooLarge)
+	}
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("get %q: %w", req.URL.Redacted(), err)
 	}
+	budget.left += maxBodyRead
 	defer func() { _ = res.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(res.Body, maxOutput))
-	if err != nil {
+	if err != nil && !budget.spent {
 		return 0, nil, nil, fmt.Errorf("%w from %s: %w", errReadBody, req.URL.Redacted(), err)
 	}
 	return res.StatusCode, res.Header, b, nil
+}
+
+// budgetReader reads at most left bytes of r; past them it fails, and
+// spent tells that it did.
+type budgetReader struct {
+	r     io.Reader
+	left  int64
+	spent bool
+}
+
+var errBudgetSpent = errors.New("response read budget spent")
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		b.spent = true
+		return 0, errBudgetSpent
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // request builds the probe's GET request to the pod IP unless the action

@@ -37,22 +37,57 @@ type atomicWriter struct {
 	dir     string
 	clock   clock.PassiveClock
 	fsGroup *int64 // applied to every write when set (read-only mask)
+	// afterStep, when set, is called after each step of a write that
+	// changes the disk: tests crash the writer there (by panicking) to
+	// check that the next write repairs whatever it left.
+	afterStep func(writeStep)
+}
+
+// writeStep names a point of a write where a crash leaves the volume
+// consistent (see write).
+type writeStep string
+
+const (
+	stepWroteTsDir        writeStep = "wrote the timestamped directory"
+	stepLinkedUserVisible writeStep = "created the user-visible links"
+	stepCreatedTmpLink    writeStep = "created ..data_tmp"
+	stepRenamedData       writeStep = "renamed ..data_tmp over ..data"
+	stepRemovedStaleLinks writeStep = "removed stale user-visible links"
+	stepRemovedOldTsDirs  writeStep = "removed old timestamped directories"
+)
+
+func (w *atomicWriter) done(s writeStep) {
+	if w.afterStep != nil {
+		w.afterStep(s)
+	}
 }
 
 // write projects payload into w.dir and reports whether anything changed
 // on disk. The steps:
 //
-//  1. validate the payload (relative paths, no "..", nothing reserved);
+//  1. validate the payload: relative paths, no "..", nothing reserved,
+//     before and after cleaning; no two keys naming one file;
 //  2. read "..data" to find the current timestamped directory;
-//  3. find the user-visible paths the payload no longer has;
+//  3. find the paths of the current directory the payload no longer has;
 //  4. compare the payload (content, mode, group) with the current files:
-//     nothing to do when equal and nothing is to be removed;
+//     when equal and nothing is to be removed, only tidy up (below);
 //  5. write the payload to a new timestamped directory, apply fsGroup;
-//  6. point a new "..data_tmp" symlink at it and rename(2) it over
-//     "..data": readers switch to the new content at once;
-//  7. create the missing user-visible symlinks "name -> ..data/name";
-//  8. remove the user-visible symlinks of paths that are gone;
-//  9. remove the old timestamped directory (and any left by a crash).
+//  6. create the missing user-visible symlinks "name -> ..data/name": a
+//     new name dangles (reads as absent) until "..data" moves;
+//  7. point a new "..data_tmp" symlink at the new directory and
+//  8. rename(2) it over "..data": readers switch to the new content at
+//     once, and the links of names the payload dropped dangle;
+//  9. remove the user-visible symlinks of names the payload does not have;
+//  10. remove every timestamped directory but the new one, and any stale
+//     "..data_tmp".
+//
+// A crash after any step leaves readers seeing the whole old payload
+// (before step 8) or the whole new one (after it), and the next write,
+// whatever its payload, finishes or undoes what was left: steps 6, 9 and
+// 10 are also the tidy-up of a write with nothing to change. As with the
+// kubelet, an open(2) whose path walk resolved "..data" just before step 8
+// and reaches the old directory after step 10 removed it fails with
+// ENOENT; it never sees a mix of versions.
 func (w *atomicWriter) write(payload map[string]fileProjection) (changed bool, err error) {
 	// Step 1.
 	clean, err := validatePayload(payload)
@@ -67,10 +102,10 @@ func (w *atomicWriter) write(payload map[string]fileProjection) (changed bool, e
 	}
 
 	// Steps 3 and 4.
-	var stale []string
 	if oldTs != "" {
 		oldPath := filepath.Join(w.dir, oldTs)
-		if stale, err = pathsToRemove(clean, oldPath); err != nil {
+		stale, err := pathsToRemove(clean, oldPath)
+		if err != nil {
 			return false, err
 		}
 		should, err := w.shouldWrite(clean, oldPath)
@@ -78,7 +113,7 @@ func (w *atomicWriter) write(payload map[string]fileProjection) (changed bool, e
 			return false, err
 		}
 		if !should && len(stale) == 0 {
-			return false, nil
+			return false, w.tidy(clean, oldTs)
 		}
 	}
 
@@ -103,36 +138,78 @@ func (w *atomicWriter) write(payload map[string]fileProjection) (changed bool, e
 			return false, err
 		}
 	}
+	w.done(stepWroteTsDir)
 
 	// Step 6.
+	if err := w.createUserVisible(clean); err != nil {
+		return false, err
+	}
+	w.done(stepLinkedUserVisible)
+
+	// Steps 7 and 8.
 	if err := w.swapData(filepath.Base(tsDir)); err != nil {
 		return false, err
 	}
 
-	// Steps 7 to 9: the new content is in place; what fails now is
+	// Steps 9 and 10: the new content is in place; what fails now is
 	// repaired by the next write.
-	var errs []error
-	errs = append(errs, w.createUserVisible(clean))
-	errs = append(errs, w.removeUserVisible(stale))
-	errs = append(errs, w.removeOldTsDirs(filepath.Base(tsDir)))
-	return true, errors.Join(errs...)
+	return true, w.removeStale(clean, filepath.Base(tsDir))
 }
 
-// validatePayload checks every path and returns the payload keyed by
-// cleaned paths.
+// tidy finishes what an interrupted write left, when the payload is
+// already in current: user-visible links missing or stale, timestamped
+// directories and "..data_tmp" left over.
+func (w *atomicWriter) tidy(payload map[string]fileProjection, current string) error {
+	return errors.Join(w.createUserVisible(payload), w.removeStale(payload, current))
+}
+
+// removeStale removes the user-visible links the payload does not have
+// (step 9), then every timestamped directory but current and a stale
+// "..data_tmp" (step 10).
+func (w *atomicWriter) removeStale(payload map[string]fileProjection, current string) error {
+	linksErr := w.removeUserVisible(payload)
+	w.done(stepRemovedStaleLinks)
+	dirsErr := w.removeOldTsDirs(current)
+	w.done(stepRemovedOldTsDirs)
+	return errors.Join(linksErr, dirsErr)
+}
+
+// validatePayload checks every path, as given and cleaned, and returns the
+// payload keyed by cleaned paths. Two keys that clean to one path, or a
+// path that is both a file and another's directory, are refused: one of
+// them would be lost.
 func validatePayload(payload map[string]fileProjection) (map[string]fileProjection, error) {
 	clean := make(map[string]fileProjection, len(payload))
+	given := make(map[string]string, len(payload)) // cleaned → as given
 	for p, f := range payload {
 		if err := validatePath(p); err != nil {
 			return nil, err
 		}
-		clean[filepath.Clean(p)] = f
+		c := filepath.Clean(p)
+		if c != p {
+			if err := validatePath(c); err != nil {
+				return nil, fmt.Errorf("invalid path %q (%q once cleaned): %w", p, c, err)
+			}
+		}
+		if other, dup := given[c]; dup {
+			return nil, fmt.Errorf("invalid paths %q and %q: both name %q", min(p, other), max(p, other), c)
+		}
+		given[c] = p
+		clean[c] = f
+	}
+	for c := range clean {
+		for d := filepath.Dir(c); d != "."; d = filepath.Dir(d) {
+			if _, file := clean[d]; file {
+				return nil, fmt.Errorf("invalid paths %q and %q: %q is a file and a directory", given[d], given[c], d)
+			}
+		}
 	}
 	return clean, nil
 }
 
 // validatePath rejects an empty, absolute or over-long path, a path with a
-// ".." element or over-long element, and one starting with "..".
+// ".." element or over-long element, one starting with "..", and one
+// naming the volume itself.
 func validatePath(p string) error {
 	switch {
 	case p == "":
@@ -338,7 +415,7 @@ func writeNewFile(path string, data []byte, mode fs.FileMode) error {
 	return f.Close()
 }
 
-// swapData points "..data" at tsName atomically.
+// swapData points "..data" at tsName atomically (steps 7 and 8).
 func (w *atomicWriter) swapData(tsName string) error {
 	tmp := filepath.Join(w.dir, newDataDirName)
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -347,10 +424,12 @@ func (w *atomicWriter) swapData(tsName string) error {
 	if err := os.Symlink(tsName, tmp); err != nil {
 		return fmt.Errorf("creating %s: %w", newDataDirName, err)
 	}
+	w.done(stepCreatedTmpLink)
 	if err := os.Rename(tmp, filepath.Join(w.dir, dataDirName)); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("renaming %s over %s: %w", newDataDirName, dataDirName, err)
 	}
+	w.done(stepRenamedData)
 	return nil
 }
 
@@ -370,23 +449,39 @@ func (w *atomicWriter) createUserVisible(payload map[string]fileProjection) erro
 	return nil
 }
 
-// removeUserVisible removes the user-visible symlinks among the stale
-// paths (those without a "/": the top level).
-func (w *atomicWriter) removeUserVisible(stale []string) error {
+// removeUserVisible removes the user-visible links ("name -> ..data/name")
+// whose name is the top element of no path of the payload. It reads the
+// directory, not the old timestamped one, so that it also removes the
+// links an interrupted write left.
+func (w *atomicWriter) removeUserVisible(payload map[string]fileProjection) error {
+	keep := map[string]bool{}
+	for p := range payload {
+		name, _, _ := strings.Cut(p, "/")
+		keep[name] = true
+	}
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		return fmt.Errorf("listing user-visible links: %w", err)
+	}
 	var errs []error
-	for _, p := range stale {
-		if strings.Contains(p, "/") {
+	for _, e := range entries {
+		name := e.Name()
+		if keep[name] || strings.HasPrefix(name, "..") || e.Type()&fs.ModeSymlink == 0 {
 			continue
 		}
-		if err := os.Remove(filepath.Join(w.dir, p)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("removing the old user-visible link %s: %w", p, err))
+		if target, err := os.Readlink(filepath.Join(w.dir, name)); err != nil || target != filepath.Join(dataDirName, name) {
+			continue // not one of ours
+		}
+		if err := os.Remove(filepath.Join(w.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing the old user-visible link %s: %w", name, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// removeOldTsDirs removes every timestamped directory but current: the
-// previous one and any left behind by an interrupted write.
+// removeOldTsDirs removes every timestamped directory but current (the
+// previous one and any left behind by an interrupted write) and a
+// "..data_tmp" an interrupted write left.
 func (w *atomicWriter) removeOldTsDirs(current string) error {
 	entries, err := os.ReadDir(w.dir)
 	if err != nil {
@@ -399,6 +494,9 @@ func (w *atomicWriter) removeOldTsDirs(current string) error {
 				errs = append(errs, fmt.Errorf("removing old data directory %s: %w", name, err))
 			}
 		}
+	}
+	if err := os.Remove(filepath.Join(w.dir, newDataDirName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("removing a stale %s: %w", newDataDirName, err))
 	}
 	return errors.Join(errs...)
 }
