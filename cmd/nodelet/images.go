@@ -44,7 +44,7 @@ that name them pull them through the local registry as from any registry.`,
 }
 
 func importImages(cmd *cobra.Command, rootDir, archive string) error {
-	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir))
+	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), nil)
 	if err != nil {
 		return err
 	}
@@ -73,7 +73,7 @@ func importImages(cmd *cobra.Command, rootDir, archive string) error {
 }
 
 func listImages(out io.Writer, rootDir string) error {
-	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir))
+	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), nil)
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func ImageStoreDir(rootDir string) string { return filepath.Join(rootDir, "image
 // then containerd with the registry as its mirror. Both stop when ctx ends.
 func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
 	log := a.deps.Log
-	store, err := registry.OpenStore(ImageStoreDir(a.cfg.RootDir))
+	store, err := registry.OpenStore(ImageStoreDir(a.cfg.RootDir), log.With("component", "image-store"))
 	if err != nil {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}

@@ -78,7 +78,7 @@ func TestServerServesStoredImages(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	reopened, err := OpenStore(dir)
+	reopened, err := OpenStore(dir, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func setUp(e *env) error {
 	}
 	e.rootDir = filepath.Join(e.work, "rt")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := registry.OpenStore(agent.ImageStoreDir(e.rootDir))
+	store, err := registry.OpenStore(agent.ImageStoreDir(e.rootDir), log)
 	if err != nil {
 		return err
 	}
