@@ -1,12 +1,10 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"os"
+	"log/slog"
 	"runtime/debug"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -19,10 +17,12 @@ func newImagesCommand(rootDir *string) *cobra.Command {
 	images := &cobra.Command{Use: "images", Short: "Manage the node's local images (air-gapped machines)"}
 	images.AddCommand(&cobra.Command{
 		Use:   "import FILE.tar",
-		Short: "Load a docker-save or OCI archive into the local registry",
+		Short: "Load a docker-save or OCI archive into the local image store",
 		Long: `Load the images of a 'docker save' or OCI image-layout archive into nodelet's
-image store under --root-dir. A running nodelet serves them at once; pods
-that name them pull them through the local registry as from any registry.`,
+image store under --root-dir. It writes the store directly (it needs the
+rights of the user nodelet runs as); a running nodelet serves the images at
+once, and pods that name them pull them through the local registry as from
+any registry.`,
 		Args:          cobra.ExactArgs(1),
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -44,7 +44,8 @@ that name them pull them through the local registry as from any registry.`,
 }
 
 func importImages(cmd *cobra.Command, rootDir, archive string) error {
-	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), nil)
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), log)
 	if err != nil {
 		return err
 	}
@@ -55,19 +56,6 @@ func importImages(cmd *cobra.Command, rootDir, archive string) error {
 	out := cmd.OutOrStdout()
 	for _, ref := range refs {
 		fmt.Fprintln(out, "imported", ref)
-	}
-	addr, err := os.ReadFile(agent.RegistryAddressFile(rootDir))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // no nodelet has run here yet; the next one serves them
-	}
-	if err != nil {
-		return err
-	}
-	for _, ref := range refs {
-		if err := registry.PublishTo(cmd.Context(), store, strings.TrimSpace(string(addr)), ref); err != nil {
-			fmt.Fprintf(out, "note: no running nodelet registry took %s (%v); it is served from the next start\n", ref, err)
-			return nil
-		}
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/nodelet/nodelet/internal/containerd"
@@ -16,12 +15,6 @@ type managed struct {
 	endpoint   string
 	containerd *containerd.Manager
 	registry   *registry.Server
-}
-
-// RegistryAddressFile is where the running registry's address is written,
-// so that `nodelet images import` can publish into it.
-func RegistryAddressFile(rootDir string) string {
-	return filepath.Join(rootDir, "registry", "address")
 }
 
 // ImageStoreDir is the OCI layout holding the node's local images.
@@ -42,10 +35,6 @@ func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
 	if err := reg.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start image registry: %w", err)
 	}
-	if err := writeFile(RegistryAddressFile(a.cfg.RootDir), reg.Addr()+"\n"); err != nil {
-		_ = reg.Close()
-		return nil, err
-	}
 	cfg := a.cfg.Managed.Containerd
 	cfg.Dir = filepath.Join(a.cfg.RootDir, "containerd")
 	cfg.Mirror = reg.Addr()
@@ -64,14 +53,4 @@ func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
 func (m *managed) wait() {
 	<-m.containerd.Done()
 	_ = m.registry.Close()
-}
-
-func writeFile(path, content string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -3,9 +3,10 @@
 // internet access, so in managed mode it keeps the images pods need in an OCI
 // image layout under its root directory (Store), fills it from the host
 // (Seed: the pause and busybox images) and from archives (Import), and serves
-// it to containerd over the registry protocol on a loopback address (Server),
-// which containerd's hosts.toml names as the mirror for docker.io and
-// registry.k8s.io.
+// it read-only to containerd over the registry protocol on a loopback address
+// (Server), which containerd's hosts.toml names as the mirror for docker.io,
+// registry.k8s.io and every other registry. Only writers on the file system
+// (nodelet itself, `nodelet images import`) add images.
 package registry
 
 import (
