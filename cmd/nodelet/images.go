@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,21 +16,28 @@ import (
 // newImagesCommand is `nodelet images`: the node's local image store.
 func newImagesCommand(rootDir *string) *cobra.Command {
 	images := &cobra.Command{Use: "images", Short: "Manage the node's local images (air-gapped machines)"}
-	images.AddCommand(&cobra.Command{
+	var maxSize string
+	importCmd := &cobra.Command{
 		Use:   "import FILE.tar",
 		Short: "Load a docker-save or OCI archive into the local image store",
 		Long: `Load the images of a 'docker save' or OCI image-layout archive into nodelet's
 image store under --root-dir. It writes the store directly (it needs the
 rights of the user nodelet runs as); a running nodelet serves the images at
 once, and pods that name them pull them through the local registry as from
-any registry.`,
+any registry. Archives over --max-archive-size are refused.`,
 		Args:          cobra.ExactArgs(1),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return importImages(cmd, *rootDir, args[0])
+			limit, err := parseSize(maxSize)
+			if err != nil || limit <= 0 {
+				return fmt.Errorf("--max-archive-size %q: want a positive size such as 8Gi", maxSize)
+			}
+			return importImages(cmd, *rootDir, args[0], limit)
 		},
-	})
+	}
+	importCmd.Flags().StringVar(&maxSize, "max-archive-size", "8Gi", "Largest archive to import")
+	images.AddCommand(importCmd)
 	images.AddCommand(&cobra.Command{
 		Use:           "list",
 		Short:         "List the images in the local store",
@@ -43,13 +51,18 @@ any registry.`,
 	return images
 }
 
-func importImages(cmd *cobra.Command, rootDir, archive string) error {
+func importImages(cmd *cobra.Command, rootDir, archive string, maxBytes int64) error {
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), log)
 	if err != nil {
 		return err
 	}
-	refs, err := registry.Import(store, archive)
+	limits := registry.DefaultImportLimits()
+	limits.MaxArchiveBytes = maxBytes
+	refs, err := registry.Import(store, archive, limits)
+	if errors.Is(err, registry.ErrArchiveTooLarge) {
+		return fmt.Errorf("%w (raise --max-archive-size to import it)", err)
+	}
 	if err != nil {
 		return err
 	}
