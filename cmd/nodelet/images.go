@@ -4,9 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"log/slog"
 	"runtime/debug"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -17,19 +16,28 @@ import (
 // newImagesCommand is `nodelet images`: the node's local image store.
 func newImagesCommand(rootDir *string) *cobra.Command {
 	images := &cobra.Command{Use: "images", Short: "Manage the node's local images (air-gapped machines)"}
-	images.AddCommand(&cobra.Command{
+	var maxSize string
+	importCmd := &cobra.Command{
 		Use:   "import FILE.tar",
-		Short: "Load a docker-save or OCI archive into the local registry",
+		Short: "Load a docker-save or OCI archive into the local image store",
 		Long: `Load the images of a 'docker save' or OCI image-layout archive into nodelet's
-image store under --root-dir. A running nodelet serves them at once; pods
-that name them pull them through the local registry as from any registry.`,
+image store under --root-dir. It writes the store directly (it needs the
+rights of the user nodelet runs as); a running nodelet serves the images at
+once, and pods that name them pull them through the local registry as from
+any registry. Archives over --max-archive-size are refused.`,
 		Args:          cobra.ExactArgs(1),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return importImages(cmd, *rootDir, args[0])
+			limit, err := parseSize(maxSize)
+			if err != nil || limit <= 0 {
+				return fmt.Errorf("--max-archive-size %q: want a positive size such as 8Gi", maxSize)
+			}
+			return importImages(cmd, *rootDir, args[0], limit)
 		},
-	})
+	}
+	importCmd.Flags().StringVar(&maxSize, "max-archive-size", "8Gi", "Largest archive to import")
+	images.AddCommand(importCmd)
 	images.AddCommand(&cobra.Command{
 		Use:           "list",
 		Short:         "List the images in the local store",
@@ -43,12 +51,18 @@ that name them pull them through the local registry as from any registry.`,
 	return images
 }
 
-func importImages(cmd *cobra.Command, rootDir, archive string) error {
-	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir))
+func importImages(cmd *cobra.Command, rootDir, archive string, maxBytes int64) error {
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), log)
 	if err != nil {
 		return err
 	}
-	refs, err := registry.Import(store, archive)
+	limits := registry.DefaultImportLimits()
+	limits.MaxArchiveBytes = maxBytes
+	refs, err := registry.Import(store, archive, limits)
+	if errors.Is(err, registry.ErrArchiveTooLarge) {
+		return fmt.Errorf("%w (raise --max-archive-size to import it)", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -56,24 +70,11 @@ func importImages(cmd *cobra.Command, rootDir, archive string) error {
 	for _, ref := range refs {
 		fmt.Fprintln(out, "imported", ref)
 	}
-	addr, err := os.ReadFile(agent.RegistryAddressFile(rootDir))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil // no nodelet has run here yet; the next one serves them
-	}
-	if err != nil {
-		return err
-	}
-	for _, ref := range refs {
-		if err := registry.PublishTo(cmd.Context(), store, strings.TrimSpace(string(addr)), ref); err != nil {
-			fmt.Fprintf(out, "note: no running nodelet registry took %s (%v); it is served from the next start\n", ref, err)
-			return nil
-		}
-	}
 	return nil
 }
 
 func listImages(out io.Writer, rootDir string) error {
-	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir))
+	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), nil)
 	if err != nil {
 		return err
 	}

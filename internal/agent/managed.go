@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/nodelet/nodelet/internal/containerd"
@@ -18,12 +17,6 @@ type managed struct {
 	registry   *registry.Server
 }
 
-// RegistryAddressFile is where the running registry's address is written,
-// so that `nodelet images import` can publish into it.
-func RegistryAddressFile(rootDir string) string {
-	return filepath.Join(rootDir, "registry", "address")
-}
-
 // ImageStoreDir is the OCI layout holding the node's local images.
 func ImageStoreDir(rootDir string) string { return filepath.Join(rootDir, "images") }
 
@@ -31,7 +24,7 @@ func ImageStoreDir(rootDir string) string { return filepath.Join(rootDir, "image
 // then containerd with the registry as its mirror. Both stop when ctx ends.
 func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
 	log := a.deps.Log
-	store, err := registry.OpenStore(ImageStoreDir(a.cfg.RootDir))
+	store, err := registry.OpenStore(ImageStoreDir(a.cfg.RootDir), log.With("component", "image-store"))
 	if err != nil {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}
@@ -41,10 +34,6 @@ func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
 	reg := registry.NewServer(store, a.cfg.Managed.RegistryAddress, log)
 	if err := reg.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start image registry: %w", err)
-	}
-	if err := writeFile(RegistryAddressFile(a.cfg.RootDir), reg.Addr()+"\n"); err != nil {
-		_ = reg.Close()
-		return nil, err
 	}
 	cfg := a.cfg.Managed.Containerd
 	cfg.Dir = filepath.Join(a.cfg.RootDir, "containerd")
@@ -66,14 +55,4 @@ func (m *managed) stop(cancel context.CancelFunc) {
 	cancel()
 	<-m.containerd.Done()
 	_ = m.registry.Close()
-}
-
-func writeFile(path, content string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -39,7 +39,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 func openTestStore(t *testing.T) (*Store, string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "images")
-	s, err := OpenStore(dir)
+	s, err := OpenStore(dir, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,9 @@
 package registry
 
 import (
-	"archive/tar"
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -28,17 +23,18 @@ const containerdNameAnnotation = "io.containerd.image.name"
 // manifest.json RepoTags name the images) or a tar of an OCI image layout
 // (its index.json descriptors are named by the io.containerd.image.name or
 // org.opencontainers.image.ref.name annotation). An archive that names no
-// image is an error.
-func Import(store *Store, archivePath string) (refs []string, err error) {
-	kind, err := archiveKind(archivePath)
+// image, or that breaks limits, is an error.
+func Import(store *Store, archivePath string, limits ImportLimits) (refs []string, err error) {
+	a, err := openArchive(archivePath, limits)
 	if err != nil {
 		return nil, fmt.Errorf("importing %s: %w", archivePath, err)
 	}
-	switch kind {
+	defer a.f.Close()
+	switch a.kind {
 	case dockerArchive:
-		refs, err = importDocker(store, archivePath)
+		refs, err = importDocker(store, a)
 	default:
-		refs, err = importOCI(store, archivePath)
+		refs, err = importOCI(store, a)
 	}
 	if err != nil {
 		return refs, fmt.Errorf("importing %s: %w", archivePath, err)
@@ -46,55 +42,20 @@ func Import(store *Store, archivePath string) (refs []string, err error) {
 	return refs, nil
 }
 
-type archiveFormat int
-
-const (
-	dockerArchive archiveFormat = iota
-	ociArchive
-)
-
-// archiveKind tells a docker save archive (manifest.json; Docker 25 and
-// later also write index.json, the RepoTags are the better names) from an
-// OCI layout archive (index.json and oci-layout).
-func archiveKind(archivePath string) (archiveFormat, error) {
-	f, err := os.Open(archivePath)
-	if err != nil {
-		return 0, fmt.Errorf("opening archive: %w", err)
+func importDocker(store *Store, a *archive) ([]string, error) {
+	opener := a.open
+	if err := a.checkJSON("manifest.json"); err != nil {
+		return nil, err
 	}
-	defer f.Close()
-	br := bufio.NewReader(f)
-	if magic, _ := br.Peek(2); bytes.Equal(magic, []byte{0x1f, 0x8b}) {
-		return 0, errors.New("archive is gzip-compressed; decompress it first")
-	}
-	seen := map[string]bool{}
-	tr := tar.NewReader(br)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return 0, fmt.Errorf("reading archive: %w", err)
-		}
-		seen[path.Clean(hdr.Name)] = true
-	}
-	switch {
-	case seen["manifest.json"]:
-		return dockerArchive, nil
-	case seen["index.json"] && seen["oci-layout"]:
-		return ociArchive, nil
-	}
-	return 0, errors.New("archive is neither a docker save archive (no manifest.json) nor an OCI image layout (no index.json and oci-layout)")
-}
-
-func importDocker(store *Store, archivePath string) ([]string, error) {
-	opener := func() (io.ReadCloser, error) { return os.Open(archivePath) }
 	manifest, err := tarball.LoadManifest(opener)
 	if err != nil {
 		return nil, fmt.Errorf("reading manifest.json: %w", err)
 	}
 	var refs []string
 	for _, entry := range manifest {
+		if err := a.checkJSON(entry.Config); err != nil {
+			return refs, err
+		}
 		for _, repoTag := range entry.RepoTags {
 			ref, err := importDockerTag(store, opener, repoTag)
 			if err != nil {
@@ -132,13 +93,19 @@ func putImported(store *Store, ref string, img v1.Image) (string, error) {
 	return full, nil
 }
 
-func importOCI(store *Store, archivePath string) ([]string, error) {
+func importOCI(store *Store, a *archive) ([]string, error) {
+	if err := a.checkJSON("index.json"); err != nil {
+		return nil, err
+	}
 	dir, err := os.MkdirTemp(store.Dir(), ".import-")
 	if err != nil {
 		return nil, fmt.Errorf("creating extraction directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	if err := extractTar(archivePath, dir); err != nil {
+	if err := a.extract(dir); err != nil {
+		return nil, err
+	}
+	if err := checkLayoutFile(filepath.Join(dir, "index.json")); err != nil {
 		return nil, err
 	}
 	index, err := layout.Path(dir).ImageIndex()
@@ -155,7 +122,7 @@ func importOCI(store *Store, archivePath string) ([]string, error) {
 		if ref == "" {
 			continue
 		}
-		img, err := ociImage(index, desc)
+		img, err := ociImage(dir, index, desc)
 		if err != nil {
 			return refs, fmt.Errorf("reading image %s: %w", ref, err)
 		}
@@ -186,89 +153,80 @@ func ociRefName(desc v1.Descriptor) string {
 }
 
 // ociImage returns the image desc points at; for an image index, the
-// linux image for the host architecture.
-func ociImage(index v1.ImageIndex, desc v1.Descriptor) (v1.Image, error) {
+// linux image for the host architecture. The layout in dir reads
+// manifests, indexes and configs into memory whole, so each is checked
+// against maxJSONBytes first.
+func ociImage(dir string, index v1.ImageIndex, desc v1.Descriptor) (v1.Image, error) {
+	if err := checkLayoutJSON(dir, desc.Digest); err != nil {
+		return nil, err
+	}
 	switch {
 	case desc.MediaType.IsImage():
-		return index.Image(desc.Digest)
+		return layoutImage(dir, index, desc.Digest)
 	case desc.MediaType.IsIndex():
 		child, err := index.ImageIndex(desc.Digest)
 		if err != nil {
 			return nil, err
 		}
-		return hostPlatformImage(child)
+		return hostPlatformImage(dir, child)
 	}
 	return nil, fmt.Errorf("unsupported media type %s", desc.MediaType)
 }
 
-func hostPlatformImage(index v1.ImageIndex) (v1.Image, error) {
+func hostPlatformImage(dir string, index v1.ImageIndex) (v1.Image, error) {
 	im, err := index.IndexManifest()
 	if err != nil {
 		return nil, fmt.Errorf("reading image index: %w", err)
 	}
 	for _, d := range im.Manifests {
 		if d.MediaType.IsImage() && d.Platform != nil && d.Platform.OS == "linux" && d.Platform.Architecture == runtime.GOARCH {
-			return index.Image(d.Digest)
+			if err := checkLayoutJSON(dir, d.Digest); err != nil {
+				return nil, err
+			}
+			return layoutImage(dir, index, d.Digest)
 		}
 	}
 	return nil, fmt.Errorf("image index has no linux/%s image", runtime.GOARCH)
 }
 
-// extractTar unpacks the regular files and directories of archivePath into
-// dir, refusing entries that would land outside it.
-func extractTar(archivePath, dir string) error {
-	f, err := os.Open(archivePath)
+// layoutImage returns the image h of index after checking the size of its
+// config.
+func layoutImage(dir string, index v1.ImageIndex, h v1.Hash) (v1.Image, error) {
+	img, err := index.Image(h)
 	if err != nil {
-		return fmt.Errorf("opening archive: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading archive: %w", err)
-		}
-		if err := extractEntry(tr, hdr, dir); err != nil {
-			return err
-		}
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading manifest %s: %w", h, err)
 	}
+	if err := checkLayoutJSON(dir, m.Config.Digest); err != nil {
+		return nil, err
+	}
+	return img, nil
 }
 
-func extractEntry(r io.Reader, hdr *tar.Header, dir string) error {
-	rel := path.Clean(strings.TrimPrefix(hdr.Name, "/"))
-	if rel == "." {
-		return nil
+// checkLayoutJSON refuses a blob of the extracted layout in dir that is
+// over maxJSONBytes or not a regular file.
+func checkLayoutJSON(dir string, h v1.Hash) error {
+	if !validDigest(h) {
+		return fmt.Errorf("unsupported digest %q", h.String())
 	}
-	if rel == ".." || strings.HasPrefix(rel, "../") {
-		return fmt.Errorf("archive entry %q leaves the archive", hdr.Name)
-	}
-	target := filepath.Join(dir, filepath.FromSlash(rel))
-	switch hdr.Typeflag {
-	case tar.TypeDir:
-		return os.MkdirAll(target, 0o755)
-	case tar.TypeReg:
-		return extractFile(r, target)
-	}
-	return nil
+	return checkLayoutFile(filepath.Join(dir, "blobs", h.Algorithm, h.Hex))
 }
 
-func extractFile(r io.Reader, target string) error {
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-		return fmt.Errorf("extracting %s: %w", target, err)
-	}
-	out, err := os.OpenFile(target, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+// checkLayoutFile refuses a file of the extracted layout that is read
+// into memory whole when it is over maxJSONBytes or not a regular file.
+func checkLayoutFile(path string) error {
+	fi, err := os.Lstat(path)
 	if err != nil {
-		return fmt.Errorf("extracting %s: %w", target, err)
+		return err
 	}
-	_, err = io.Copy(out, r)
-	if cerr := out.Close(); err == nil {
-		err = cerr
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file", filepath.Base(path))
 	}
-	if err != nil {
-		return fmt.Errorf("extracting %s: %w", target, err)
+	if fi.Size() > maxJSONBytes {
+		return fmt.Errorf("%s is %d bytes, over the limit of %d bytes for a JSON document", filepath.Base(path), fi.Size(), maxJSONBytes)
 	}
 	return nil
 }

@@ -33,7 +33,7 @@ func TestImportDockerArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := openTestStore(t)
-	got, err := Import(s, archive)
+	got, err := Import(s, archive, DefaultImportLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestImportOCIArchive(t *testing.T) {
 	archive := tarDir(t, dir)
 
 	s, _ := openTestStore(t)
-	got, err := Import(s, archive)
+	got, err := Import(s, archive, DefaultImportLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestImportRefusesEscapingEntries(t *testing.T) {
 func assertImportFails(t *testing.T, archive, want string) {
 	t.Helper()
 	s, _ := openTestStore(t)
-	refs, err := Import(s, archive)
+	refs, err := Import(s, archive, DefaultImportLimits())
 	if err == nil {
 		t.Fatalf("Import = %q, want an error", refs)
 	}

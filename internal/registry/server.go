@@ -8,29 +8,27 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
-// Server is the loopback registry containerd uses as its mirror. Blobs are
-// served straight from the store's blobs directory; manifests live in
-// memory, so Start publishes every stored image into it.
+// Server is the loopback registry containerd uses as its mirror. It serves
+// the pull side of the registry protocol (GET and HEAD of manifests and
+// blobs) straight from the store, so an image written to the store, by
+// this process or by `nodelet images import`, is served at once. It has no
+// write path at all: every other method is refused, so no local user or
+// hostNetwork pod can replace or delete an image that containerd runs.
 //
 // Each image is served twice: under its mirror path ("library/busybox", as
 // containerd asks a mirror) and under its registry-qualified path
 // ("docker.io/library/busybox"). A request carrying containerd's ?ns=
-// parameter is routed to the qualified path, so images of different
-// registries with the same repository path do not shadow each other.
+// parameter is answered only from images of that registry, so images of
+// different registries with the same repository path do not shadow each
+// other.
 type Server struct {
-	store     *Store
-	addr      string
-	log       *slog.Logger
-	transport *http.Transport
+	store *Store
+	addr  string
+	log   *slog.Logger
 
 	mu       sync.Mutex
 	srv      *http.Server
@@ -42,14 +40,21 @@ type Server struct {
 // NewServer returns a server for store that will listen on addr (a
 // loopback IP and port, e.g. "127.0.0.1:5050" or "127.0.0.1:0").
 func NewServer(store *Store, addr string, log *slog.Logger) *Server {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil
-	return &Server{store: store, addr: addr, log: log, transport: t}
+	return &Server{store: store, addr: addr, log: log}
 }
 
-// Start listens, serves in the background until ctx is done or Close is
-// called, and publishes every stored image. It returns once publishing is
-// over; if that fails the server is closed again.
+// Limits of the server's connections. Requests are small (no bodies); a
+// response may be a large layer, so the write timeout is generous.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 15 * time.Minute
+	idleTimeout       = 2 * time.Minute
+	maxHeaderBytes    = 64 << 10
+)
+
+// Start listens and serves in the background until ctx is done or Close
+// is called.
 func (s *Server) Start(ctx context.Context) error {
 	if err := checkLoopback(s.addr); err != nil {
 		return err
@@ -62,17 +67,19 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	s.log.Info("image registry listening", "addr", ln.Addr().String())
-	if err := s.publishAll(ctx); err != nil {
-		return errors.Join(err, s.Close())
-	}
+	s.warnShadowed()
 	return nil
 }
 
 // serve starts serving on ln in a goroutine.
 func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
-		Handler:           withNamespace(s.handler()),
-		ReadHeaderTimeout: 30 * time.Second,
+		Handler:           &handler{store: s.store, log: s.log},
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	done := make(chan struct{})
@@ -91,13 +98,6 @@ func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 		}
 	}()
 	return nil
-}
-
-func (s *Server) handler() http.Handler {
-	return ggcrregistry.New(
-		ggcrregistry.WithBlobHandler(ggcrregistry.NewDiskBlobHandler(s.store.BlobsDir())),
-		ggcrregistry.Logger(slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)),
-	)
 }
 
 // Addr is the address the server listens on ("127.0.0.1:PORT") once
@@ -123,116 +123,36 @@ func (s *Server) Close() error {
 	unwatch()
 	err := srv.Close()
 	<-done
-	s.transport.CloseIdleConnections()
 	if err != nil {
 		return fmt.Errorf("closing the image registry: %w", err)
 	}
 	return nil
 }
 
-// Publish pushes the stored image ref into the running server over the
-// registry protocol. Its blobs are already on disk, so only the manifest
-// travels.
-func (s *Server) Publish(ctx context.Context, ref string) error {
-	if !s.started() {
-		return fmt.Errorf("publishing %s: the image registry is not started", ref)
-	}
-	return publish(ctx, s.store, s.Addr(), ref, s.transport)
-}
-
-// PublishTo pushes the stored image ref into a registry Server that another
-// process (a running nodelet sharing the store) serves at addr, so that it
-// serves an image imported while it runs. addr must be a loopback address.
-func PublishTo(ctx context.Context, store *Store, addr, ref string) error {
-	if err := checkLoopback(addr); err != nil {
-		return err
-	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.Proxy = nil
-	defer t.CloseIdleConnections()
-	return publish(ctx, store, addr, ref, t)
-}
-
-func publish(ctx context.Context, store *Store, addr, ref string, t http.RoundTripper) error {
-	img, err := store.Image(ref)
-	if err != nil {
-		return fmt.Errorf("publishing %s: %w", ref, err)
-	}
-	targets, err := mirrorTargets(addr, ref)
-	if err != nil {
-		return fmt.Errorf("publishing %s: %w", ref, err)
-	}
-	for _, target := range targets {
-		if err := remote.Write(target, img, remote.WithContext(ctx), remote.WithTransport(t)); err != nil {
-			return fmt.Errorf("publishing %s as %s: %w", ref, target, err)
-		}
-	}
-	return nil
-}
-
-func (s *Server) started() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.srv != nil
-}
-
-// publishAll publishes every stored image, warning when two of them share
-// a mirror path (the later one wins for requests without ?ns=).
-func (s *Server) publishAll(ctx context.Context) error {
+// warnShadowed warns when two stored images share a mirror path: requests
+// without ?ns= get the later one.
+func (s *Server) warnShadowed() {
 	entries, err := s.store.List()
 	if err != nil {
-		return fmt.Errorf("publishing stored images: %w", err)
+		s.log.Warn("listing stored images", "err", err)
+		return
 	}
 	byPath := map[string]string{}
 	for _, e := range entries {
-		if repo, tag, err := MirrorRepository(e.Ref); err == nil {
-			if other, ok := byPath[repo+":"+tag]; ok {
-				s.log.Warn("images share a mirror path; requests without ?ns= get the later one", "path", repo+":"+tag, "ref", e.Ref, "shadowed", other)
-			}
-			byPath[repo+":"+tag] = e.Ref
-		}
-		if err := s.Publish(ctx, e.Ref); err != nil {
-			return err
-		}
-		s.log.Debug("published image", "ref", e.Ref, "digest", e.Digest.String())
-	}
-	return nil
-}
-
-// mirrorTargets are the references on the server at addr that the stored
-// image ref is published under: its mirror path and, when the registry host
-// can be a path component (no port), its registry-qualified path.
-func mirrorTargets(addr, ref string) ([]name.Reference, error) {
-	full, err := NormalizeRef(ref)
-	if err != nil {
-		return nil, err
-	}
-	r, err := name.ParseReference(full)
-	if err != nil {
-		return nil, fmt.Errorf("parsing image reference %q: %w", full, err)
-	}
-	sep := ":"
-	if _, ok := r.(name.Digest); ok {
-		sep = "@"
-	}
-	repo := r.Context().RepositoryStr()
-	paths := []string{repo}
-	if reg := registryOf(r); pathSafeHost(reg) {
-		paths = append(paths, reg+"/"+repo)
-	}
-	var targets []name.Reference
-	for _, path := range paths {
-		t, err := name.ParseReference(addr+"/"+path+sep+r.Identifier(), name.Insecure)
+		repo, tag, err := MirrorRepository(e.Ref)
 		if err != nil {
-			return nil, fmt.Errorf("naming %s on the mirror: %w", full, err)
+			continue
 		}
-		targets = append(targets, t)
+		if other, ok := byPath[repo+":"+tag]; ok {
+			s.log.Warn("images share a mirror path; requests without ?ns= get the later one", "path", repo+":"+tag, "ref", e.Ref, "shadowed", other)
+		}
+		byPath[repo+":"+tag] = e.Ref
 	}
-	return targets, nil
 }
 
 // checkLoopback refuses addresses whose host is not a loopback IP: the
-// registry accepts pushes and must not be reachable from the network.
+// registry serves every stored image without authentication and must not
+// be reachable from the network.
 func checkLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -243,55 +163,4 @@ func checkLoopback(addr string) error {
 		return fmt.Errorf("refusing image registry address %q: the host must be a loopback IP such as 127.0.0.1", addr)
 	}
 	return nil
-}
-
-// withNamespace routes requests that carry containerd's ?ns=<registry>
-// parameter to the registry-qualified repository path.
-func withNamespace(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rest, ok := strings.CutPrefix(r.URL.Path, "/v2/")
-		ns := namespace(r.URL.Query().Get("ns"))
-		if ok && rest != "" && ns != "" {
-			r = r.Clone(r.Context())
-			r.URL.Path = "/v2/" + ns + "/" + rest
-			r.URL.RawPath = ""
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// namespace normalizes a ?ns= value to the registry host the qualified
-// paths use, or returns "" for a value that is not a registry host.
-func namespace(ns string) string {
-	if ns == "" || strings.Contains(ns, "/") {
-		return ""
-	}
-	reg, err := name.NewRegistry(ns)
-	if err != nil {
-		return ""
-	}
-	host := reg.RegistryStr()
-	switch host {
-	case name.DefaultRegistry, "registry-1.docker.io":
-		return dockerHub
-	}
-	if !pathSafeHost(host) {
-		return ""
-	}
-	return host
-}
-
-// pathSafeHost reports whether a registry host can serve as the first
-// component of a repository path: lower-case letters, digits, dots and
-// dashes, so no port.
-func pathSafeHost(host string) bool {
-	if host == "" {
-		return false
-	}
-	for _, c := range host {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '-' {
-			return false
-		}
-	}
-	return true
 }

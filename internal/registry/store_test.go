@@ -68,7 +68,7 @@ func TestStoreSurvivesReopen(t *testing.T) {
 	if _, err := s.Put("example.com/app:v1", img); err != nil {
 		t.Fatal(err)
 	}
-	reopened, err := OpenStore(dir)
+	reopened, err := OpenStore(dir, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

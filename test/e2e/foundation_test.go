@@ -23,7 +23,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
 )
@@ -191,6 +190,12 @@ func TestManagedRuntime(t *testing.T) {
 	pid := readPID(t, cfg.PIDFile())
 	workload := containerPID(t, before.Id)
 
+	// The registry is read-only to a local user; `nodelet images import`
+	// makes a new image runnable without a restart.
+	regAddr := managedRegistryAddr(t, cfg)
+	checkRegistryReadOnly(t, regAddr, root)
+	checkImportWhileRunning(t, root, manifests, rt)
+
 	// SIGKILL containerd: nodelet starts a new one, the pod is untouched.
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -212,7 +217,6 @@ func TestManagedRuntime(t *testing.T) {
 
 	// Ctrl-C: nodelet exits 0, its containerd and registry are gone, the
 	// workload process is still alive.
-	regAddr, _ := os.ReadFile(agent.RegistryAddressFile(root))
 	newPID := readPIDMaybe(cfg.PIDFile())
 	if err := n.stop(t); err != nil {
 		t.Fatalf("nodelet exit after SIGINT: %v\n%s", err, n.stderr.String())
@@ -220,7 +224,7 @@ func TestManagedRuntime(t *testing.T) {
 	if alive(newPID) {
 		t.Errorf("managed containerd (pid %d) still running after nodelet exited", newPID)
 	}
-	if conn, err := net.DialTimeout("tcp", strings.TrimSpace(string(regAddr)), time.Second); err == nil {
+	if conn, err := net.DialTimeout("tcp", regAddr, time.Second); err == nil {
 		conn.Close()
 		t.Errorf("registry at %s still answers after nodelet exited", regAddr)
 	}

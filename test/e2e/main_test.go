@@ -41,6 +41,10 @@ type env struct {
 var shared env
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(registryClientEnv); addr != "" {
+		// Re-executed as an unprivileged user by TestManagedRuntime.
+		os.Exit(registryClient(addr))
+	}
 	os.Exit(run(m))
 }
 
@@ -78,7 +82,7 @@ func setUp(e *env) error {
 	}
 	e.rootDir = filepath.Join(e.work, "rt")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := registry.OpenStore(agent.ImageStoreDir(e.rootDir))
+	store, err := registry.OpenStore(agent.ImageStoreDir(e.rootDir), log)
 	if err != nil {
 		return err
 	}
@@ -90,12 +94,6 @@ func setUp(e *env) error {
 	e.stopRuntime = cancel
 	e.registry = registry.NewServer(store, "127.0.0.1:0", log)
 	if err := e.registry.Start(ctx); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(agent.RegistryAddressFile(e.rootDir)), 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(agent.RegistryAddressFile(e.rootDir), []byte(e.registry.Addr()+"\n"), 0o644); err != nil {
 		return err
 	}
 	cfg := containerd.DefaultConfig(e.rootDir)
