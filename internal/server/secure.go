@@ -184,7 +184,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	}
 	authn := &requestAuthenticator{clientCA: cfg.ClientCA, anonymous: cfg.AnonymousAuth, clock: deps.Clock}
 	if len(cfg.Tokens) > 0 {
-		authn.tokens = append(authn.tokens, StaticTokens(cfg.Tokens))
+		authn.tokens = append(authn.tokens, NewStaticTokens(cfg.Tokens))
 	}
 	if cfg.TokenReview != nil {
 		authn.tokens = append(authn.tokens, cfg.TokenReview)
