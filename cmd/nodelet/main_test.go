@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"testing"
 )
 
@@ -17,5 +18,20 @@ func TestExitCodePrintsOneLine(t *testing.T) {
 	out.Reset()
 	if code := exitCode(&out, nil); code != 0 || out.Len() != 0 {
 		t.Errorf("nil error: code %d, printed %q", code, out.String())
+	}
+}
+
+// The API authorizes by default: admins (system:masters) do anything,
+// authenticated clients only read.
+func TestAuthorizationDefaults(t *testing.T) {
+	f := newRootCommand(io.Discard, io.Discard).Flags()
+	for name, want := range map[string]string{
+		"authorization-mode":       "NodeletGroups",
+		"authorization-read-group": "system:authenticated",
+		"anonymous-auth":           "false",
+	} {
+		if got := f.Lookup(name).DefValue; got != want {
+			t.Errorf("--%s defaults to %q, want %q", name, got, want)
+		}
 	}
 }

@@ -49,11 +49,12 @@ func (p *pipeline) secureAPI() (server.Config, server.Deps, error) {
 		}
 	}
 	if cfg.AuthorizationMode == server.AuthorizationWebhook {
-		return server.Config{}, server.Deps{}, errors.New("--authorization-mode=Webhook needs an API server (cluster mode); use AlwaysAllow standalone")
+		return server.Config{}, server.Deps{}, errors.New("--authorization-mode=Webhook needs an API server (cluster mode); use NodeletGroups standalone")
 	}
 	scfg := server.Config{
 		Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)), TLS: cert, ClientCA: pool,
-		AnonymousAuth: cfg.AnonymousAuth, Tokens: tokens, AuthorizationMode: cfg.AuthorizationMode, NodeName: cfg.NodeName,
+		AnonymousAuth: cfg.AnonymousAuth, Tokens: tokens, AuthorizationMode: cfg.AuthorizationMode, ReadGroup: cfg.AuthorizationReadGroup,
+		NodeName: cfg.NodeName,
 	}
 	deps := server.Deps{
 		Pods:        podsWithStatus{p},

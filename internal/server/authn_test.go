@@ -65,7 +65,10 @@ func TestBearerTokens(t *testing.T) {
 	}
 	deps, _, _ := testDeps()
 	for _, anonymous := range []bool{false, true} {
-		s := newTestServer(t, Config{Tokens: tokens, AnonymousAuth: anonymous, AuthorizationMode: AuthorizationAlwaysAllow}, deps)
+		s := newTestServer(t, Config{Tokens: tokens, AuthorizationMode: AuthorizationAlwaysAllow}, deps)
+		if anonymous {
+			anonymousAlwaysAllowed(s)
+		}
 		bearer := func(v string) http.Header { return http.Header{"Authorization": {v}} }
 		if code, _ := do(t, s, "GET", "/pods", bearer("Bearer abc123")); code != 200 {
 			t.Errorf("anonymous=%v valid token: %d", anonymous, code)
@@ -103,7 +106,7 @@ func TestAuthenticatorUsers(t *testing.T) {
 		Tokens:            map[string]UserInfo{"static": {Name: "alice", Groups: []string{"g"}}},
 		TokenReview:       reviewer{"reviewed": {Name: "system:serviceaccount:kube-system:metrics", UID: "u"}},
 		AnonymousAuth:     true,
-		AuthorizationMode: AuthorizationAlwaysAllow,
+		AuthorizationMode: AuthorizationNodeletGroups,
 	}, deps)
 	for _, c := range []struct {
 		auth string

@@ -68,8 +68,13 @@ type Config struct {
 	// TokenReview, when set, resolves bearer tokens not in Tokens
 	// (cluster mode: a TokenReview client).
 	TokenReview TokenAuthenticator
-	// AuthorizationMode is AuthorizationAlwaysAllow or AuthorizationWebhook.
+	// AuthorizationMode is AuthorizationNodeletGroups,
+	// AuthorizationWebhook or AuthorizationAlwaysAllow (which refuses
+	// AnonymousAuth; see CheckAuthorization).
 	AuthorizationMode string
+	// ReadGroup may read in NodeletGroups mode (see groupAuthorizer);
+	// empty is system:authenticated. AdminGroup may do anything.
+	ReadGroup string
 	// SAR sends SubjectAccessReviews in Webhook mode; nil otherwise.
 	SAR kubernetes.Interface
 	// NodeName is the name of nodes/<name> that requests are authorized
@@ -167,10 +172,19 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
+	if err := CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth); err != nil {
+		return nil, err
+	}
 	var authz Authorizer
 	switch cfg.AuthorizationMode {
 	case AuthorizationAlwaysAllow:
 		authz = alwaysAllow{}
+	case AuthorizationNodeletGroups:
+		g := groupAuthorizer{adminGroup: AdminGroup, readGroup: cfg.ReadGroup}
+		if g.readGroup == "" {
+			g.readGroup = AuthenticatedGroup
+		}
+		authz = g
 	case AuthorizationWebhook:
 		if cfg.SAR == nil {
 			return nil, errors.New("authorization mode Webhook needs an API server client")
@@ -179,8 +193,6 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 			return nil, errors.New("authorization mode Webhook needs the node name")
 		}
 		authz = webhookAuthorizer{client: cfg.SAR}
-	default:
-		return nil, fmt.Errorf("authorization mode %q: want %s or %s", cfg.AuthorizationMode, AuthorizationAlwaysAllow, AuthorizationWebhook)
 	}
 	authn := &requestAuthenticator{clientCA: cfg.ClientCA, anonymous: cfg.AnonymousAuth, clock: deps.Clock}
 	if len(cfg.Tokens) > 0 {
@@ -240,9 +252,10 @@ func (s *secureServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var authzErr error
+	var reason string
 	for _, sub := range subresources {
 		a := Attributes{User: u, Verb: verb, Resource: "nodes", Name: s.nodeName, Subresource: sub, Path: r.URL.Path}
-		allowed, _, err := s.authz.Authorize(r.Context(), a)
+		allowed, why, err := s.authz.Authorize(r.Context(), a)
 		if err != nil {
 			authzErr = errors.Join(authzErr, err)
 			continue
@@ -251,6 +264,9 @@ func (s *secureServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.mux.ServeHTTP(w, r)
 			return
 		}
+		if why != "" {
+			reason = why
+		}
 	}
 	attrs := fmt.Sprintf("user=%s, verb=%s, resource=nodes, subresource=%s", u.Name, verb, strings.Join(subresources, "|"))
 	if authzErr != nil {
@@ -258,7 +274,7 @@ func (s *secureServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Authorization error ("+attrs+")", http.StatusInternalServerError)
 		return
 	}
-	s.log.Debug("forbidden", "user", u.Name, "verb", verb, "subresources", subresources, "path", r.URL.Path)
+	s.log.Debug("forbidden", "user", u.Name, "verb", verb, "subresources", subresources, "path", r.URL.Path, "reason", reason)
 	http.Error(w, "Forbidden ("+attrs+")", http.StatusForbidden)
 }
 
