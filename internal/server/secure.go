@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"os"
 	"path"
 	"regexp"
 	"strconv"
@@ -111,8 +113,12 @@ type Deps struct {
 	Metrics Metrics
 	// Health are the checks of /healthz.
 	Health []HealthCheck
-	// Configz is served at /configz as {"kubeletconfig": Configz}.
-	Configz any
+	// Configz is served at /configz as {"kubeletconfig": Configz}, its
+	// secrets redacted; nil answers 404.
+	Configz *KubeletConfiguration
+	// Args is the command line /debug/pprof/cmdline shows, the values of
+	// flags that hold secrets redacted (RedactArgs); nil is os.Args.
+	Args []string
 	// Streaming serves /exec, /attach and /portForward; nil answers 501.
 	Streaming StreamingRuntime
 	Log       *slog.Logger
@@ -220,7 +226,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	s.handle(containerLogsPattern, http.HandlerFunc(s.getContainerLogs))
 	s.handle("GET /events", http.HandlerFunc(s.getEvents))
 	s.handle("GET /configz", http.HandlerFunc(s.getConfigz))
-	s.handle(pprofPattern, http.HandlerFunc(servePprof))
+	s.handle(pprofPattern, http.HandlerFunc(s.servePprof))
 	for _, p := range streamingPatterns {
 		s.handle(p, http.HandlerFunc(s.serveStreaming))
 	}
@@ -456,14 +462,21 @@ func (s *secureServer) getConfigz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "configz is not available", http.StatusNotFound)
 		return
 	}
-	writeJSON(w, map[string]any{"kubeletconfig": s.deps.Configz}, s.log)
+	writeJSON(w, map[string]any{"kubeletconfig": s.deps.Configz.redacted()}, s.log)
 }
 
 // servePprof serves /debug/pprof/: the index, and the named profiles.
-func servePprof(w http.ResponseWriter, r *http.Request) {
+func (s *secureServer) servePprof(w http.ResponseWriter, r *http.Request) {
 	switch strings.TrimPrefix(r.URL.Path, "/debug/pprof/") {
 	case "cmdline":
-		pprof.Cmdline(w, r)
+		// As pprof.Cmdline, with the secrets redacted.
+		args := s.deps.Args
+		if args == nil {
+			args = os.Args
+		}
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, strings.Join(RedactArgs(args), "\x00"))
 	case "profile":
 		pprof.Profile(w, r)
 	case "symbol":

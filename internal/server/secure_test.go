@@ -125,7 +125,7 @@ func testDeps() (Deps, *fakeLogs, *fakeStats) {
 			Cadvisor: registry("cadvisor_test_total"),
 		},
 		Health:  []HealthCheck{{Name: "pleg", Check: func() error { return nil }}},
-		Configz: map[string]any{"kind": "KubeletConfiguration", "port": 10250},
+		Configz: &KubeletConfiguration{Kind: "KubeletConfiguration", APIVersion: "kubelet.config.k8s.io/v1beta1", Port: 10250},
 	}, logs, stats
 }
 
