@@ -40,7 +40,8 @@ func (f *clientFlags) client() (*cli.Client, error) {
 		return nil, fmt.Errorf("no admin credentials in %s: has nodelet run with --root-dir %s?", dir, *f.rootDir)
 	}
 	return cli.NewClient(cli.Config{Server: f.server, Timeout: f.timeout,
-		CAFile: server.ServingCertPath(dir), CertFile: admin.ClientCert, KeyFile: admin.ClientKey})
+		CAFile: server.ServingCertPath(dir), CertFile: admin.ClientCert, KeyFile: admin.ClientKey,
+		TrustHint: "pass the --root-dir that nodelet runs with, or the --server of the nodelet that uses " + *f.rootDir})
 }
 
 // findPod returns the pod named name in the flags' namespace.
