@@ -362,16 +362,12 @@ func gathererHandler(g prometheus.Gatherer) http.Handler {
 }
 
 func (s *secureServer) getContainerLogs(w http.ResponseWriter, r *http.Request) {
-	ns, pod, ctr := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
-	if err := validateNames(ns, pod, ctr, ""); err != nil {
+	req, err := parseContainerLogsRequest(r)
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	opts, err := parseLogOptions(r.URL.Query())
-	if err != nil {
-		http.Error(w, fmt.Sprintf("invalid log options: %v", err), http.StatusBadRequest)
-		return
-	}
+	ns, pod, ctr, opts := req.namespace, req.pod, req.container, req.options
 	if s.deps.Logs == nil {
 		http.Error(w, "container logs are not available", http.StatusNotFound)
 		return

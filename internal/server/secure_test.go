@@ -129,7 +129,7 @@ func testDeps() (Deps, *fakeLogs, *fakeStats) {
 	}, logs, stats
 }
 
-func newTestServer(t *testing.T, cfg Config, deps Deps) *secureServer {
+func newTestServer(t testing.TB, cfg Config, deps Deps) *secureServer {
 	t.Helper()
 	s, err := newSecureServer(cfg, deps)
 	if err != nil {
@@ -139,7 +139,7 @@ func newTestServer(t *testing.T, cfg Config, deps Deps) *secureServer {
 }
 
 // open is an anonymous, always-allowed server for handler tests.
-func open(t *testing.T, deps Deps) *secureServer {
+func open(t testing.TB, deps Deps) *secureServer {
 	return anonymousAlwaysAllowed(newTestServer(t, Config{AuthorizationMode: AuthorizationAlwaysAllow, NodeName: "node-a"}, deps))
 }
 
