@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,13 +35,13 @@ func (f *clientFlags) add(cmd *cobra.Command) {
 
 func (f *clientFlags) client() (*cli.Client, error) {
 	dir := agent.PKIDir(*f.rootDir)
-	creds := cli.Config{Server: f.server, Timeout: f.timeout,
-		CAFile:   filepath.Join(dir, server.ServingCertFile),
-		CertFile: filepath.Join(dir, "admin.crt"), KeyFile: filepath.Join(dir, "admin.key")}
-	if _, err := os.Stat(creds.CertFile); err != nil {
+	admin, err := server.AdminCredentials(dir)
+	if err != nil {
 		return nil, fmt.Errorf("no admin credentials in %s: has nodelet run with --root-dir %s?", dir, *f.rootDir)
 	}
-	return cli.NewClient(creds)
+	return cli.NewClient(cli.Config{Server: f.server, Timeout: f.timeout,
+		CAFile: server.ServingCertPath(dir), CertFile: admin.ClientCert, KeyFile: admin.ClientKey,
+		TrustHint: "pass the --root-dir that nodelet runs with, or the --server of the nodelet that uses " + *f.rootDir})
 }
 
 // findPod returns the pod named name in the flags' namespace.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
@@ -54,6 +55,21 @@ func TestSuggestNodeName(t *testing.T) {
 		}
 		if err := agent.ValidateNodeName(got); err != nil {
 			t.Errorf("suggestion %q is not valid: %v", got, err)
+		}
+	}
+}
+
+// The API authorizes by default: admins (system:masters) do anything,
+// authenticated clients only read.
+func TestAuthorizationDefaults(t *testing.T) {
+	f := newRootCommand(io.Discard, io.Discard).Flags()
+	for name, want := range map[string]string{
+		"authorization-mode":       "NodeletGroups",
+		"authorization-read-group": "system:authenticated",
+		"anonymous-auth":           "false",
+	} {
+		if got := f.Lookup(name).DefValue; got != want {
+			t.Errorf("--%s defaults to %q, want %q", name, got, want)
 		}
 	}
 }

@@ -75,7 +75,9 @@ a local image registry under --root-dir.`,
 	f.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "CA bundle that client certificates are verified against (the local admin CA is always trusted)")
 	f.StringVar(&cfg.TokenAuthFile, "token-auth-file", "", "Static bearer tokens: token,user,uid,\"group1,group2\" per line")
 	f.BoolVar(&cfg.AnonymousAuth, "anonymous-auth", false, "Let requests without credentials in as system:anonymous")
-	f.StringVar(&cfg.AuthorizationMode, "authorization-mode", cfg.AuthorizationMode, "AlwaysAllow or Webhook")
+	f.StringVar(&cfg.AuthorizationMode, "authorization-mode", cfg.AuthorizationMode,
+		"NodeletGroups (system:masters may do anything, --authorization-read-group may read), Webhook (needs an API server) or AlwaysAllow (any authenticated client may do anything; refused with --anonymous-auth)")
+	f.StringVar(&cfg.AuthorizationReadGroup, "authorization-read-group", "system:authenticated", "Group that may use the read-only paths (/pods, /stats, /metrics, /containerLogs, ...) in NodeletGroups mode")
 	f.StringVar(&cfg.HealthzBindAddress, "healthz-bind-address", cfg.HealthzBindAddress, "Address of the healthz endpoint")
 	f.IntVar(&cfg.HealthzPort, "healthz-port", cfg.HealthzPort, "Port of the healthz endpoint (0 disables it)")
 	f.StringVar(&cfg.Address, "address", cfg.Address, "Address of the read-only port")

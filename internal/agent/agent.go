@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/registry"
+	"github.com/nodelet/nodelet/internal/server"
 )
 
 // Config is everything the agent is told, already parsed from flags.
@@ -71,8 +72,13 @@ type Config struct {
 	// AnonymousAuth lets requests without credentials in as
 	// system:anonymous.
 	AnonymousAuth bool
-	// AuthorizationMode is AlwaysAllow or Webhook.
+	// AuthorizationMode is NodeletGroups (the default), Webhook or
+	// AlwaysAllow (refused with AnonymousAuth).
 	AuthorizationMode string
+	// AuthorizationReadGroup may use the read-only paths in NodeletGroups
+	// mode (--authorization-read-group; empty is system:authenticated);
+	// system:masters may do anything.
+	AuthorizationReadGroup string
 	// HealthzBindAddress:HealthzPort serves /healthz (0 disables).
 	HealthzBindAddress string
 	HealthzPort        int
@@ -114,7 +120,7 @@ func DefaultConfig(rootDir string) Config {
 		PLEGRelistPeriod:     time.Second,
 		MaxPods:              110,
 		Port:                 10250,
-		AuthorizationMode:    "AlwaysAllow",
+		AuthorizationMode:    server.AuthorizationNodeletGroups,
 		HealthzBindAddress:   "127.0.0.1",
 		CgroupRoot:           "/sys/fs/cgroup",
 		HealthzPort:          10248,
@@ -152,6 +158,9 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 	}
 	if cfg.FileCheckFrequency <= 0 || cfg.HTTPCheckFrequency <= 0 || cfg.SyncFrequency <= 0 || cfg.PLEGRelistPeriod <= 0 {
 		return nil, errors.New("--file-check-frequency, --http-check-frequency and --sync-frequency must be positive")
+	}
+	if err := server.CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth); err != nil {
+		return nil, err
 	}
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}

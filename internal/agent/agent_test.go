@@ -16,6 +16,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"no node name":  func(c *Config) { c.NodeName = "" },
 		"zero period":   func(c *Config) { c.FileCheckFrequency = 0 },
 		"zero relist":   func(c *Config) { c.PLEGRelistPeriod = 0 },
+		"anonymous with AlwaysAllow": func(c *Config) {
+			c.AnonymousAuth, c.AuthorizationMode = true, "AlwaysAllow"
+		},
+		"unknown authorization mode": func(c *Config) { c.AuthorizationMode = "RBAC" },
 	} {
 		cfg := DefaultConfig("/var/lib/nodelet")
 		cfg.NodeName = "n"
@@ -28,6 +32,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	cfg.NodeName = "n"
 	if _, err := New(cfg, Deps{}); err != nil {
 		t.Errorf("defaults rejected: %v", err)
+	}
+	// Anonymous requests are fine with a mode that authorizes.
+	cfg.AnonymousAuth = true
+	if _, err := New(cfg, Deps{}); err != nil {
+		t.Errorf("anonymous with %s rejected: %v", cfg.AuthorizationMode, err)
 	}
 }
 

@@ -11,7 +11,10 @@ import (
 	"strconv"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/logs"
@@ -49,11 +52,12 @@ func (p *pipeline) secureAPI() (server.Config, server.Deps, error) {
 		}
 	}
 	if cfg.AuthorizationMode == server.AuthorizationWebhook {
-		return server.Config{}, server.Deps{}, errors.New("--authorization-mode=Webhook needs an API server (cluster mode); use AlwaysAllow standalone")
+		return server.Config{}, server.Deps{}, errors.New("--authorization-mode=Webhook needs an API server (cluster mode); use NodeletGroups standalone")
 	}
 	scfg := server.Config{
 		Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)), TLS: cert, ClientCA: pool,
-		AnonymousAuth: cfg.AnonymousAuth, Tokens: tokens, AuthorizationMode: cfg.AuthorizationMode, NodeName: cfg.NodeName,
+		AnonymousAuth: cfg.AnonymousAuth, Tokens: tokens, AuthorizationMode: cfg.AuthorizationMode, ReadGroup: cfg.AuthorizationReadGroup,
+		NodeName: cfg.NodeName,
 	}
 	deps := server.Deps{
 		Pods:        podsWithStatus{p},
@@ -63,11 +67,37 @@ func (p *pipeline) secureAPI() (server.Config, server.Deps, error) {
 		Streaming:   streamingRuntime{p},
 		Stats:       p.stats,
 		Metrics:     server.Metrics{Kubelet: p.registry, Probes: p.probeRegistry, Resource: p.resourceRegistry},
-		Configz:     cfg,
+		Configz:     configz(cfg),
 		Log:         p.log,
 		Clock:       p.clock,
 	}
 	return scfg, deps, nil
+}
+
+// configz is /configz: the settings the kubelet has too, by its names;
+// nothing of the environment, and the server redacts the manifest URL's
+// credentials and headers.
+func configz(cfg Config) *server.KubeletConfiguration {
+	c := server.NewKubeletConfiguration()
+	c.StaticPodPath, c.StaticPodURL, c.StaticPodURLHeader = cfg.PodManifestPath, cfg.ManifestURL, cfg.ManifestURLHeader
+	c.SyncFrequency = metav1.Duration{Duration: cfg.SyncFrequency}
+	c.FileCheckFrequency = metav1.Duration{Duration: cfg.FileCheckFrequency}
+	c.HTTPCheckFrequency = metav1.Duration{Duration: cfg.HTTPCheckFrequency}
+	c.Address, c.Port, c.ReadOnlyPort = cfg.Address, int32(cfg.Port), int32(cfg.ReadOnlyPort)
+	c.HealthzPort, c.HealthzBindAddress = ptr.To(int32(cfg.HealthzPort)), cfg.HealthzBindAddress
+	c.TLSCertFile, c.TLSPrivateKeyFile = cfg.TLSCertFile, cfg.TLSPrivateKeyFile
+	c.Authentication.X509.ClientCAFile = cfg.ClientCAFile
+	c.Authentication.Anonymous.Enabled = ptr.To(cfg.AnonymousAuth)
+	c.Authorization.Mode = cfg.AuthorizationMode
+	c.MaxPods, c.PodCIDR, c.CgroupRoot, c.PodLogsDir = int32(cfg.MaxPods), cfg.Managed.Containerd.PodCIDR, cfg.CgroupRoot, cfg.PodLogsDir
+	c.ContainerLogMaxSize = resource.NewQuantity(cfg.ContainerLogMaxSize, resource.BinarySI).String()
+	c.ContainerLogMaxFiles = ptr.To(int32(cfg.ContainerLogMaxFiles))
+	c.ContainerLogMonitorInterval = &metav1.Duration{Duration: cfg.ContainerLogMonitorInterval}
+	c.ContainerRuntimeEndpoint = cfg.RuntimeEndpoint
+	if c.ContainerRuntimeEndpoint == "" {
+		c.ContainerRuntimeEndpoint = cfg.Managed.Containerd.Endpoint()
+	}
+	return c
 }
 
 // podsWithStatus is /pods: the pods the sources define, with their status.

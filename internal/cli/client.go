@@ -48,13 +48,18 @@ type Config struct {
 	// Timeout bounds a whole request for Pods and Events, and the wait
 	// for the response headers of Logs (a followed log stream is not cut).
 	Timeout time.Duration
+	// TrustHint tells the user what to do when the server's certificate
+	// is not signed by CAFile, e.g. which --root-dir to pass.
+	TrustHint string
 }
 
 // Client talks to one nodelet.
 type Client struct {
-	server  *url.URL
-	http    *http.Client
-	timeout time.Duration
+	server    *url.URL
+	http      *http.Client
+	timeout   time.Duration
+	caFile    string
+	trustHint string
 }
 
 // LogOptions are the query parameters of /containerLogs.
@@ -147,7 +152,31 @@ func NewClient(cfg Config) (*Client, error) {
 		MaxIdleConns:          4,
 		IdleConnTimeout:       90 * time.Second,
 	}
-	return &Client{server: u, http: &http.Client{Transport: transport}, timeout: timeout}, nil
+	return &Client{server: u, http: &http.Client{Transport: transport}, timeout: timeout, caFile: cfg.CAFile, trustHint: cfg.TrustHint}, nil
+}
+
+// explainTrust turns a server certificate that CAFile does not vouch for
+// into an error that says so and what to do; other errors are returned
+// as they are.
+func (c *Client) explainTrust(err error) error {
+	var unknown x509.UnknownAuthorityError
+	var cause error
+	switch {
+	case errors.As(err, &unknown):
+		cause = unknown
+	case strings.Contains(err.Error(), "certificate signed by unknown authority"):
+		cause = err // client-go's SPDY dialer passes the TLS error on as text
+	default:
+		return err
+	}
+	msg := fmt.Sprintf("the nodelet at %s presented a certificate not signed by the CA in %s", c.server, c.caFile)
+	if c.caFile == "" {
+		msg = fmt.Sprintf("the nodelet at %s presented a certificate not signed by a CA this machine trusts", c.server)
+	}
+	if c.trustHint != "" {
+		msg += ": " + c.trustHint
+	}
+	return fmt.Errorf("%s (%w)", msg, cause)
 }
 
 // Pods returns the node's pods with their status.
@@ -288,6 +317,9 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) (*http.Resp
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("server %s refused the connection: is nodelet running? (--port): %w", c.server, err)
+		}
+		if explained := c.explainTrust(err); explained != err {
+			return nil, explained
 		}
 		return nil, fmt.Errorf("server %s: %w", c.server, err)
 	}

@@ -297,13 +297,27 @@ func TestUnauthorized(t *testing.T) {
 	}
 }
 
+// A server certificate the CA file does not vouch for is explained, with
+// the hint, for plain requests and for the streaming ones.
 func TestUnknownServerCertificate(t *testing.T) {
 	cfg := newTestServer(t, http.NotFoundHandler())
 	other := selfSigned(t, "other", true)
 	cfg.CAFile = writeFile(t, t.TempDir(), "other.crt", other.certPEM)
-	_, err := newTestClient(t, cfg).Pods(t.Context())
-	if err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("got %v", err)
+	cfg.TrustHint = "pass the right --root-dir"
+	c := newTestClient(t, cfg)
+	want := "the nodelet at " + cfg.Server + " presented a certificate not signed by the CA in " + cfg.CAFile + ": pass the right --root-dir"
+	_, err := c.Pods(t.Context())
+	var unknown x509.UnknownAuthorityError
+	if err == nil || !strings.Contains(err.Error(), want) || !errors.As(err, &unknown) {
+		t.Errorf("pods: got %v, want it to contain %q", err, want)
+	}
+	err = c.Exec(t.Context(), "default", "web", "app", []string{"true"}, nil, io.Discard, nil, false)
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("exec: got %v, want it to contain %q", err, want)
+	}
+	cfg.CAFile = ""
+	if _, err := newTestClient(t, cfg).Pods(t.Context()); err == nil || !strings.Contains(err.Error(), "not signed by a CA this machine trusts") {
+		t.Errorf("system roots: got %v", err)
 	}
 }
 

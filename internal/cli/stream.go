@@ -45,7 +45,7 @@ func (c *Client) Exec(ctx context.Context, namespace, pod, container string, com
 		if errors.As(err, &exit) {
 			return err
 		}
-		return fmt.Errorf("exec in pod %s/%s container %q: %w", namespace, pod, container, err)
+		return fmt.Errorf("exec in pod %s/%s container %q: %w", namespace, pod, container, c.explainTrust(err))
 	}
 	return nil
 }
@@ -69,7 +69,7 @@ func (c *Client) PortForward(ctx context.Context, namespace, pod string, ports [
 		return fmt.Errorf("port-forward to pod %s/%s: %w", namespace, pod, err)
 	}
 	if err := fw.ForwardPorts(); err != nil {
-		return fmt.Errorf("port-forward to pod %s/%s: %w", namespace, pod, err)
+		return fmt.Errorf("port-forward to pod %s/%s: %w", namespace, pod, c.explainTrust(err))
 	}
 	return nil
 }

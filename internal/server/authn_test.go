@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"crypto/subtle"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -62,7 +65,10 @@ func TestBearerTokens(t *testing.T) {
 	}
 	deps, _, _ := testDeps()
 	for _, anonymous := range []bool{false, true} {
-		s := newTestServer(t, Config{Tokens: tokens, AnonymousAuth: anonymous, AuthorizationMode: AuthorizationAlwaysAllow}, deps)
+		s := newTestServer(t, Config{Tokens: tokens, AuthorizationMode: AuthorizationAlwaysAllow}, deps)
+		if anonymous {
+			anonymousAlwaysAllowed(s)
+		}
 		bearer := func(v string) http.Header { return http.Header{"Authorization": {v}} }
 		if code, _ := do(t, s, "GET", "/pods", bearer("Bearer abc123")); code != 200 {
 			t.Errorf("anonymous=%v valid token: %d", anonymous, code)
@@ -100,7 +106,7 @@ func TestAuthenticatorUsers(t *testing.T) {
 		Tokens:            map[string]UserInfo{"static": {Name: "alice", Groups: []string{"g"}}},
 		TokenReview:       reviewer{"reviewed": {Name: "system:serviceaccount:kube-system:metrics", UID: "u"}},
 		AnonymousAuth:     true,
-		AuthorizationMode: AuthorizationAlwaysAllow,
+		AuthorizationMode: AuthorizationNodeletGroups,
 	}, deps)
 	for _, c := range []struct {
 		auth string
@@ -118,5 +124,50 @@ func TestAuthenticatorUsers(t *testing.T) {
 		if err != nil || !ok || u.Name != c.want.Name || u.UID != c.want.UID || !slices.Equal(u.Groups, c.want.Groups) {
 			t.Errorf("%q: %+v %v %v, want %+v", c.auth, u, ok, err, c.want)
 		}
+	}
+}
+
+func TestStaticTokensCompareEveryEntry(t *testing.T) {
+	tokens := NewStaticTokens(map[string]UserInfo{
+		"abc123":         {Name: "alice"},
+		"s3cr3t-longer":  {Name: "bob"},
+		"x":              {Name: "carol"},
+		"0123456789abcd": {Name: "dave"},
+	})
+	compared := 0
+	tokens.equal = func(a, b []byte) int {
+		compared++
+		if len(a) != len(b) {
+			t.Errorf("compared %d bytes with %d: lengths must not depend on the tokens", len(a), len(b))
+		}
+		return subtle.ConstantTimeCompare(a, b)
+	}
+	for _, c := range []struct {
+		token string
+		want  string // "" is no user
+	}{
+		{"abc123", "alice"},
+		{"s3cr3t-longer", "bob"},
+		{"x", "carol"},
+		{"0123456789abcd", "dave"},
+		{"abc12", ""},   // a prefix
+		{"abc1234", ""}, // an extension
+		{"ABC123", ""},
+		{"s3cr3t", ""},
+		{"", ""},
+		{"nope", ""},
+	} {
+		compared = 0
+		u, ok, err := tokens.AuthenticateToken(t.Context(), c.token)
+		if err != nil || ok != (c.want != "") || u.Name != c.want {
+			t.Errorf("%q: %+v %v %v, want user %q", c.token, u, ok, err, c.want)
+		}
+		// Hit or miss, first entry or last: every entry is compared.
+		if compared != 4 {
+			t.Errorf("%q: %d comparisons, want 4 (one per token)", c.token, compared)
+		}
+	}
+	if s := fmt.Sprintf("%+v", tokens); strings.Contains(s, "abc123") || strings.Contains(s, "s3cr3t") {
+		t.Errorf("the tokens are kept in the clear: %s", s)
 	}
 }

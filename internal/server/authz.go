@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -11,11 +13,34 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Authorization modes (--authorization-mode).
+// Authorization modes (--authorization-mode). AlwaysAllow and Webhook are
+// the kubelet's; NodeletGroups is nodelet's own, for nodes without an API
+// server to ask (see groupAuthorizer). Its name starts with "Nodelet" so
+// that it cannot be taken for one of the API server's modes (AlwaysAllow,
+// AlwaysDeny, ABAC, RBAC, Node, Webhook), and a kubelet given it refuses
+// it instead of reading something else into it.
 const (
-	AuthorizationAlwaysAllow = "AlwaysAllow"
-	AuthorizationWebhook     = "Webhook"
+	AuthorizationAlwaysAllow   = "AlwaysAllow"
+	AuthorizationWebhook       = "Webhook"
+	AuthorizationNodeletGroups = "NodeletGroups"
 )
+
+// CheckAuthorization refuses a mode nodelet does not know, and anonymous
+// requests with AlwaysAllow: anyone who can reach the port could then run
+// commands in every pod.
+func CheckAuthorization(mode string, anonymous bool) error {
+	switch mode {
+	case AuthorizationAlwaysAllow:
+		if anonymous {
+			return errors.New("--anonymous-auth with --authorization-mode=AlwaysAllow would let anyone who reaches the port exec into every pod: " +
+				"use --authorization-mode=" + AuthorizationNodeletGroups + " (or Webhook), or drop --anonymous-auth")
+		}
+		return nil
+	case AuthorizationWebhook, AuthorizationNodeletGroups:
+		return nil
+	}
+	return fmt.Errorf("--authorization-mode %q: want %s, %s or %s", mode, AuthorizationNodeletGroups, AuthorizationWebhook, AuthorizationAlwaysAllow)
+}
 
 // Attributes describe a request to the kubelet API as the API server's
 // authorizer sees it: a verb on a subresource of this node.
@@ -40,6 +65,52 @@ type alwaysAllow struct{}
 
 func (alwaysAllow) Authorize(context.Context, Attributes) (bool, string, error) {
 	return true, "", nil
+}
+
+// groupAuthorizer is the NodeletGroups mode: members of the admin group
+// (system:masters, which the local admin certificate carries) may do
+// anything; members of the read group (system:authenticated unless
+// configured) may only get the read-only paths; everyone else, anonymous
+// requests included, nothing.
+type groupAuthorizer struct {
+	adminGroup, readGroup string
+}
+
+// readOnlyPaths answer a GET without changing the node or running
+// anything on it, and cost little to serve:
+//
+//   - /healthz: whether nodelet is healthy.
+//   - /pods, /runningpods/: the pods' specs and status, as the manifests
+//     (which the reader could be given anyway) and the runtime have them.
+//   - /stats/: resource usage of the node, pods and containers.
+//   - /metrics, /metrics/*: Prometheus metrics.
+//   - /containerLogs/: what containers printed (kubectl's "pods/log" is a
+//     read permission too).
+//   - /events: the pod events nodelet recorded.
+//   - /configz: the configuration, with its secrets redacted.
+//
+// Not read-only: /exec, /attach, /portForward and /run run commands in
+// or connect to pods (whatever the method: WebSocket upgrades are GETs,
+// and requestAuthorization makes them "create"), and /debug/pprof/ shows
+// the command line and can keep the CPU busy for a profile or a trace.
+var readOnlyPaths = []string{healthzPath, podsPath, runningPodsPath, statsPath, metricsPath, containerLogsPath, eventsPath, configzPath}
+
+func (g groupAuthorizer) Authorize(_ context.Context, a Attributes) (bool, string, error) {
+	if slices.Contains(a.User.Groups, g.adminGroup) {
+		return true, "", nil
+	}
+	if !slices.Contains(a.User.Groups, g.readGroup) {
+		return false, fmt.Sprintf("%s is in neither %s nor %s", a.User.Name, g.adminGroup, g.readGroup), nil
+	}
+	if a.Verb != "get" {
+		return false, fmt.Sprintf("%s may only read (%s): %s is for %s", a.User.Name, g.readGroup, a.Verb, g.adminGroup), nil
+	}
+	for _, p := range readOnlyPaths {
+		if isSubpath(a.Path, p) {
+			return true, "", nil
+		}
+	}
+	return false, fmt.Sprintf("%s is not a read-only path: it is for %s", a.Path, g.adminGroup), nil
 }
 
 // webhookAuthorizer asks the API server with a SubjectAccessReview.
@@ -89,6 +160,9 @@ const (
 	metricsPath     = "/metrics"
 	logsPath        = "/logs/"
 	checkpointPath  = "/checkpoint/"
+	// Subresource proxy, named for the read-only paths.
+	containerLogsPath = "/containerLogs/"
+	eventsPath        = "/events"
 )
 
 // streamingPaths run or attach to processes in containers: they need

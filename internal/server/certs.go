@@ -12,11 +12,9 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/big"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -24,13 +22,9 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// File names under the certificate directory.
+// File names of the local admin credentials (see certStore for the
+// layout of the certificate directory).
 const (
-	// ServingCertFile and ServingKeyFile hold the self-signed serving
-	// certificate when no --tls-cert-file/--tls-private-key-file is given.
-	ServingCertFile = "nodelet.crt"
-	ServingKeyFile  = "nodelet.key"
-
 	adminCACertFile = "ca.crt"
 	adminCAKeyFile  = "ca.key"
 	adminCertFile   = "admin.crt"
@@ -54,9 +48,9 @@ const (
 // LoadOrCreateServingCert returns the certificate the secure port serves.
 // When certFile and keyFile are given it loads them (both or neither must
 // be set). Otherwise it uses the self-signed certificate persisted under
-// dir, generating it first (ECDSA P-256, valid one year, SANs for hosts,
-// 127.0.0.1 and localhost) when it is missing, expired or lacks one of
-// hosts.
+// dir (see certStore), generating it first (ECDSA P-256, valid one year,
+// SANs for hosts, 127.0.0.1 and localhost) when it is missing, expired or
+// lacks one of hosts. dir is made 0700.
 func LoadOrCreateServingCert(dir, certFile, keyFile string, hosts []string, clk clock.PassiveClock) (tls.Certificate, error) {
 	if certFile != "" || keyFile != "" {
 		if certFile == "" || keyFile == "" {
@@ -68,21 +62,41 @@ func LoadOrCreateServingCert(dir, certFile, keyFile string, hosts []string, clk 
 		}
 		return cert, nil
 	}
-	names := servingNames(hosts)
-	certPath, keyPath := filepath.Join(dir, ServingCertFile), filepath.Join(dir, ServingKeyFile)
-	if cert, err := tls.LoadX509KeyPair(certPath, keyPath); err == nil {
-		if leaf := cert.Leaf; leaf != nil && validAt(leaf, clk.Now()) && coversNames(leaf, names) {
-			return cert, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return tls.Certificate{}, fmt.Errorf("load self-signed serving certificate %s: %w", certPath, err)
-	}
+	return (&certStore{dir: dir, clock: clk}).servingCert(hosts)
+}
 
+func (s *certStore) servingCert(hosts []string) (tls.Certificate, error) {
+	if err := s.prepare(); err != nil {
+		return tls.Certificate{}, err
+	}
+	names := servingNames(hosts)
+	pair, legacy, err := s.loadServing()
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	if pair == nil || !usable(&pair.cert, s.clock.Now()) || !coversNames(pair.cert.Leaf, names) {
+		if pair, err = newServingPair(names, s.clock.Now()); err != nil {
+			return tls.Certificate{}, err
+		}
+		legacy = true // not installed yet
+	}
+	if legacy {
+		if err := s.installServing(pair.data); err != nil {
+			return tls.Certificate{}, err
+		}
+	}
+	if err := s.cleanServing(); err != nil {
+		return tls.Certificate{}, err
+	}
+	return pair.cert, nil
+}
+
+// newServingPair makes a self-signed serving certificate for names.
+func newServingPair(names []string, now time.Time) (*servingPEM, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("generate serving key: %w", err)
+		return nil, fmt.Errorf("generate serving key: %w", err)
 	}
-	now := clk.Now()
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{CommonName: names[0] + "@" + strconv.FormatInt(now.Unix(), 10)},
 		NotBefore:             now.Add(-backdate),
@@ -100,20 +114,18 @@ func LoadOrCreateServingCert(dir, certFile, keyFile string, hosts []string, clk 
 	}
 	certPEM, err := signCert(tmpl, key, nil, key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("self-sign serving certificate: %w", err)
+		return nil, fmt.Errorf("self-sign serving certificate: %w", err)
 	}
 	keyPEM, err := encodeKey(key)
 	if err != nil {
-		return tls.Certificate{}, err
+		return nil, err
 	}
-	if err := writePair(dir, certPath, certPEM, keyPath, keyPEM); err != nil {
-		return tls.Certificate{}, err
-	}
-	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	data := append(certPEM, keyPEM...)
+	cert, err := tls.X509KeyPair(data, data)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("parse generated serving certificate: %w", err)
+		return nil, fmt.Errorf("parse generated serving certificate: %w", err)
 	}
-	return cert, nil
+	return &servingPEM{data: data, cert: cert}, nil
 }
 
 // servingNames is hosts plus 127.0.0.1 and localhost, without empties or
@@ -153,48 +165,56 @@ type Credentials struct {
 	ClientKey  string
 }
 
-// EnsureAdminCredentials makes, once, a local admin CA under dir (ca.crt,
-// ca.key; ten years) and an admin client certificate signed by it
-// (admin.crt, admin.key; CN nodelet-admin, O system:masters; one year).
-// Existing files are kept; the admin certificate is reissued from the
-// existing CA when it is missing or expired, and everything is remade when
-// the CA is missing or expired.
+// EnsureAdminCredentials makes, once, a local admin CA under dir (ten
+// years) and an admin client certificate signed by it (CN nodelet-admin,
+// O system:masters; one year), as one unit (see certStore). An existing
+// unit is kept; the admin certificate is reissued from the existing CA
+// when it is missing or expired, and everything is remade when the CA is
+// missing or expired. The paths returned are those of the current unit.
 func EnsureAdminCredentials(dir string, clk clock.PassiveClock) (Credentials, error) {
-	creds := Credentials{
-		CACert:     filepath.Join(dir, adminCACertFile),
-		CAKey:      filepath.Join(dir, adminCAKeyFile),
-		ClientCert: filepath.Join(dir, adminCertFile),
-		ClientKey:  filepath.Join(dir, adminKeyFile),
+	return (&certStore{dir: dir, clock: clk}).adminCredentials()
+}
+
+func (s *certStore) adminCredentials() (Credentials, error) {
+	if err := s.prepare(); err != nil {
+		return Credentials{}, err
 	}
-	now := clk.Now()
-	ca, caErr := tls.LoadX509KeyPair(creds.CACert, creds.CAKey)
-	switch {
-	case caErr == nil && ca.Leaf != nil && ca.Leaf.IsCA && validAt(ca.Leaf, now):
-		admin, err := tls.LoadX509KeyPair(creds.ClientCert, creds.ClientKey)
-		if err == nil && admin.Leaf != nil && validAt(admin.Leaf, now) && admin.Leaf.CheckSignatureFrom(ca.Leaf) == nil {
-			return creds, nil
+	u, unitDir, legacy, err := s.loadAdmin()
+	if err != nil {
+		return Credentials{}, err
+	}
+	now := s.clock.Now()
+	caOK := u != nil && u.ca.Leaf.IsCA && usable(u.ca, now)
+	if !caOK || !usable(u.admin, now) {
+		if !caOK {
+			if u, err = newAdminCA(now); err != nil {
+				return Credentials{}, err
+			}
 		}
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return Credentials{}, fmt.Errorf("load admin client certificate %s: %w", creds.ClientCert, err)
+		if err := u.issueAdmin(now); err != nil {
+			return Credentials{}, err
 		}
-	case caErr != nil && !errors.Is(caErr, fs.ErrNotExist):
-		return Credentials{}, fmt.Errorf("load admin CA %s: %w", creds.CACert, caErr)
-	default:
-		var err error
-		if ca, err = createAdminCA(dir, creds, now); err != nil {
+		legacy = true // not installed yet
+	}
+	if legacy {
+		if unitDir, err = s.installAdmin(u.pem); err != nil {
 			return Credentials{}, err
 		}
 	}
-	if err := issueAdminCert(dir, creds, ca, now); err != nil {
+	if err := s.linkAdminFiles(); err != nil {
 		return Credentials{}, err
 	}
-	return creds, nil
+	if err := s.cleanAdmin(); err != nil {
+		return Credentials{}, err
+	}
+	return credentialsIn(unitDir), nil
 }
 
-func createAdminCA(dir string, creds Credentials, now time.Time) (tls.Certificate, error) {
+// newAdminCA makes a unit with a new CA and no admin certificate.
+func newAdminCA(now time.Time) (*adminUnit, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("generate admin CA key: %w", err)
+		return nil, fmt.Errorf("generate admin CA key: %w", err)
 	}
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{CommonName: "nodelet-admin-ca@" + strconv.FormatInt(now.Unix(), 10)},
@@ -207,30 +227,28 @@ func createAdminCA(dir string, creds Credentials, now time.Time) (tls.Certificat
 	}
 	certPEM, err := signCert(tmpl, key, nil, key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("self-sign admin CA: %w", err)
+		return nil, fmt.Errorf("self-sign admin CA: %w", err)
 	}
 	keyPEM, err := encodeKey(key)
 	if err != nil {
-		return tls.Certificate{}, err
+		return nil, err
 	}
-	if err := writePair(dir, creds.CACert, certPEM, creds.CAKey, keyPEM); err != nil {
-		return tls.Certificate{}, err
+	u := &adminUnit{pem: map[string][]byte{adminCACertFile: certPEM, adminCAKeyFile: keyPEM}}
+	if u.ca, err = u.pair(adminCACertFile, adminCAKeyFile); err != nil {
+		return nil, fmt.Errorf("parse generated admin CA: %w", err)
 	}
-	ca, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("parse generated admin CA: %w", err)
-	}
-	return ca, nil
+	return u, nil
 }
 
-func issueAdminCert(dir string, creds Credentials, ca tls.Certificate, now time.Time) error {
+// issueAdmin signs a new admin client certificate with the unit's CA.
+func (u *adminUnit) issueAdmin(now time.Time) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fmt.Errorf("generate admin client key: %w", err)
 	}
-	signer, ok := ca.PrivateKey.(crypto.Signer)
+	signer, ok := u.ca.PrivateKey.(crypto.Signer)
 	if !ok {
-		return fmt.Errorf("admin CA key %s cannot sign", creds.CAKey)
+		return errors.New("admin CA key cannot sign")
 	}
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: AdminUser, Organization: []string{AdminGroup}},
@@ -239,7 +257,7 @@ func issueAdminCert(dir string, creds Credentials, ca tls.Certificate, now time.
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	certPEM, err := signCert(tmpl, key, ca.Leaf, signer)
+	certPEM, err := signCert(tmpl, key, u.ca.Leaf, signer)
 	if err != nil {
 		return fmt.Errorf("sign admin client certificate: %w", err)
 	}
@@ -247,7 +265,11 @@ func issueAdminCert(dir string, creds Credentials, ca tls.Certificate, now time.
 	if err != nil {
 		return err
 	}
-	return writePair(dir, creds.ClientCert, certPEM, creds.ClientKey, keyPEM)
+	u.pem[adminCertFile], u.pem[adminKeyFile] = certPEM, keyPEM
+	if u.admin, err = u.pair(adminCertFile, adminKeyFile); err != nil {
+		return fmt.Errorf("parse generated admin client certificate: %w", err)
+	}
+	return nil
 }
 
 // signCert signs tmpl for key with parent (nil: self-signed) and returns
@@ -274,46 +296,6 @@ func encodeKey(key *ecdsa.PrivateKey) ([]byte, error) {
 		return nil, fmt.Errorf("encode private key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-// writePair writes a certificate (0644) and its key (0600), key first so
-// that a certificate on disk always has its key.
-func writePair(dir, certPath string, certPEM []byte, keyPath string, keyPEM []byte) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("create certificate directory: %w", err)
-	}
-	if err := writeFileAtomic(keyPath, keyPEM, 0o600); err != nil {
-		return err
-	}
-	return writeFileAtomic(certPath, certPEM, 0o644)
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // after a successful rename this fails harmlessly
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // LoadCertPool reads PEM CA bundles (e.g. --client-ca-file and the admin

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,12 +43,12 @@ func TestServingCertGeneratedPersistedAndReloaded(t *testing.T) {
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
 		t.Errorf("ext key usage = %v", leaf.ExtKeyUsage)
 	}
-	st, err := os.Stat(filepath.Join(dir, ServingKeyFile))
+	st, err := os.Stat(filepath.Join(dir, ServingCurrentFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Mode().Perm() != 0o600 {
-		t.Errorf("key mode = %v", st.Mode().Perm())
+		t.Errorf("certificate and key file mode = %v", st.Mode().Perm())
 	}
 
 	c2, err := LoadOrCreateServingCert(dir, "", "", hosts, clk)
@@ -86,7 +87,7 @@ func TestServingCertFromFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := t.TempDir()
-	got, err := LoadOrCreateServingCert(other, filepath.Join(gen, ServingCertFile), filepath.Join(gen, ServingKeyFile), []string{"ignored"}, clk)
+	got, err := LoadOrCreateServingCert(other, ServingCertPath(gen), ServingCertPath(gen), []string{"ignored"}, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestServingCertFromFiles(t *testing.T) {
 	if entries, _ := os.ReadDir(other); len(entries) != 0 {
 		t.Errorf("wrote %d files although files were given", len(entries))
 	}
-	if _, err := LoadOrCreateServingCert(other, filepath.Join(gen, ServingCertFile), "", nil, clk); err == nil {
+	if _, err := LoadOrCreateServingCert(other, ServingCertPath(gen), "", nil, clk); err == nil {
 		t.Error("a certificate without its key was accepted")
 	}
 	if _, err := LoadOrCreateServingCert(other, filepath.Join(other, "missing.crt"), filepath.Join(other, "missing.key"), nil, clk); err == nil {
@@ -125,12 +126,22 @@ func TestAdminCredentialsCreatedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	unit := filepath.Dir(creds.CACert)
 	want := Credentials{
-		CACert: filepath.Join(dir, "ca.crt"), CAKey: filepath.Join(dir, "ca.key"),
-		ClientCert: filepath.Join(dir, "admin.crt"), ClientKey: filepath.Join(dir, "admin.key"),
+		CACert: filepath.Join(unit, "ca.crt"), CAKey: filepath.Join(unit, "ca.key"),
+		ClientCert: filepath.Join(unit, "admin.crt"), ClientKey: filepath.Join(unit, "admin.key"),
 	}
-	if creds != want {
+	if creds != want || filepath.Dir(unit) != dir || !strings.HasPrefix(filepath.Base(unit), "admin-") {
 		t.Fatalf("credentials = %+v", creds)
+	}
+	if found, err := AdminCredentials(dir); err != nil || found != creds {
+		t.Errorf("AdminCredentials = %+v, %v; want %+v", found, err, creds)
+	}
+	// The stable names are the same files.
+	for _, name := range []string{"ca.crt", "admin.crt", "admin.key"} {
+		if !bytes.Equal(readAll(t, filepath.Join(dir, name))[0], readAll(t, filepath.Join(unit, name))[0]) {
+			t.Errorf("%s is not the current unit's", name)
+		}
 	}
 	first := readAll(t, creds.CACert, creds.CAKey, creds.ClientCert, creds.ClientKey)
 
@@ -158,7 +169,7 @@ func TestAdminCredentialsCreatedOnce(t *testing.T) {
 
 	// An expired admin certificate is reissued from the same CA.
 	clk.SetTime(now.Add(400 * 24 * time.Hour))
-	if _, err := EnsureAdminCredentials(dir, clk); err != nil {
+	if creds, err = EnsureAdminCredentials(dir, clk); err != nil {
 		t.Fatal(err)
 	}
 	after := readAll(t, creds.CACert, creds.ClientCert)

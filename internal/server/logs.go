@@ -40,6 +40,32 @@ type LogStreamer interface {
 	ContainerLogs(ctx context.Context, namespace, pod, container string, opts LogOptions, w io.Writer) error
 }
 
+// containerLogsRequest is what a /containerLogs request asks for.
+type containerLogsRequest struct {
+	namespace, pod, container string
+	options                   LogOptions
+}
+
+// parseContainerLogsRequest reads a request routed by containerLogsPattern:
+// the mux has split the path on "/" and unescaped each segment, which must
+// be a DNS name (never a path: no "/", "..", NUL or empty); the query holds
+// the options.
+func parseContainerLogsRequest(r *http.Request) (containerLogsRequest, error) {
+	req := containerLogsRequest{namespace: r.PathValue("namespace"), pod: r.PathValue("pod"), container: r.PathValue("container")}
+	if req.container == "" {
+		return containerLogsRequest{}, errors.New("container name is empty")
+	}
+	if err := validateNames(req.namespace, req.pod, req.container, ""); err != nil {
+		return containerLogsRequest{}, err
+	}
+	opts, err := parseLogOptions(r.URL.Query())
+	if err != nil {
+		return containerLogsRequest{}, fmt.Errorf("invalid log options: %w", err)
+	}
+	req.options = opts
+	return req, nil
+}
+
 // parseLogOptions decodes the query of /containerLogs as the kubelet
 // decodes v1.PodLogOptions, and validates it.
 func parseLogOptions(q url.Values) (LogOptions, error) {

@@ -8,9 +8,9 @@
 // yet), all behind the kubelet's authentication (client certificates
 // against --client-ca-file and a local admin CA, bearer tokens from
 // --token-auth-file or a TokenReview client, optional anonymous) and
-// authorization (AlwaysAllow, or SubjectAccessReviews on subresources of
-// nodes/<name>). It also makes the serving certificate and the local admin
-// credentials.
+// authorization (NodeletGroups: admins and readers by group; Webhook:
+// SubjectAccessReviews on subresources of nodes/<name>; AlwaysAllow). It
+// also makes the serving certificate and the local admin credentials.
 package server
 
 import (

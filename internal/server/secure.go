@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"os"
 	"path"
 	"regexp"
 	"strconv"
@@ -68,8 +70,13 @@ type Config struct {
 	// TokenReview, when set, resolves bearer tokens not in Tokens
 	// (cluster mode: a TokenReview client).
 	TokenReview TokenAuthenticator
-	// AuthorizationMode is AuthorizationAlwaysAllow or AuthorizationWebhook.
+	// AuthorizationMode is AuthorizationNodeletGroups,
+	// AuthorizationWebhook or AuthorizationAlwaysAllow (which refuses
+	// AnonymousAuth; see CheckAuthorization).
 	AuthorizationMode string
+	// ReadGroup may read in NodeletGroups mode (see groupAuthorizer);
+	// empty is system:authenticated. AdminGroup may do anything.
+	ReadGroup string
 	// SAR sends SubjectAccessReviews in Webhook mode; nil otherwise.
 	SAR kubernetes.Interface
 	// NodeName is the name of nodes/<name> that requests are authorized
@@ -106,8 +113,12 @@ type Deps struct {
 	Metrics Metrics
 	// Health are the checks of /healthz.
 	Health []HealthCheck
-	// Configz is served at /configz as {"kubeletconfig": Configz}.
-	Configz any
+	// Configz is served at /configz as {"kubeletconfig": Configz}, its
+	// secrets redacted; nil answers 404.
+	Configz *KubeletConfiguration
+	// Args is the command line /debug/pprof/cmdline shows, the values of
+	// flags that hold secrets redacted (RedactArgs); nil is os.Args.
+	Args []string
 	// Streaming serves /exec, /attach and /portForward; nil answers 501.
 	Streaming StreamingRuntime
 	Log       *slog.Logger
@@ -167,10 +178,19 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
+	if err := CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth); err != nil {
+		return nil, err
+	}
 	var authz Authorizer
 	switch cfg.AuthorizationMode {
 	case AuthorizationAlwaysAllow:
 		authz = alwaysAllow{}
+	case AuthorizationNodeletGroups:
+		g := groupAuthorizer{adminGroup: AdminGroup, readGroup: cfg.ReadGroup}
+		if g.readGroup == "" {
+			g.readGroup = AuthenticatedGroup
+		}
+		authz = g
 	case AuthorizationWebhook:
 		if cfg.SAR == nil {
 			return nil, errors.New("authorization mode Webhook needs an API server client")
@@ -179,12 +199,10 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 			return nil, errors.New("authorization mode Webhook needs the node name")
 		}
 		authz = webhookAuthorizer{client: cfg.SAR}
-	default:
-		return nil, fmt.Errorf("authorization mode %q: want %s or %s", cfg.AuthorizationMode, AuthorizationAlwaysAllow, AuthorizationWebhook)
 	}
 	authn := &requestAuthenticator{clientCA: cfg.ClientCA, anonymous: cfg.AnonymousAuth, clock: deps.Clock}
 	if len(cfg.Tokens) > 0 {
-		authn.tokens = append(authn.tokens, StaticTokens(cfg.Tokens))
+		authn.tokens = append(authn.tokens, NewStaticTokens(cfg.Tokens))
 	}
 	if cfg.TokenReview != nil {
 		authn.tokens = append(authn.tokens, cfg.TokenReview)
@@ -208,7 +226,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	s.handle(containerLogsPattern, http.HandlerFunc(s.getContainerLogs))
 	s.handle("GET /events", http.HandlerFunc(s.getEvents))
 	s.handle("GET /configz", http.HandlerFunc(s.getConfigz))
-	s.handle(pprofPattern, http.HandlerFunc(servePprof))
+	s.handle(pprofPattern, http.HandlerFunc(s.servePprof))
 	for _, p := range streamingPatterns {
 		s.handle(p, http.HandlerFunc(s.serveStreaming))
 	}
@@ -240,9 +258,10 @@ func (s *secureServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var authzErr error
+	var reason string
 	for _, sub := range subresources {
 		a := Attributes{User: u, Verb: verb, Resource: "nodes", Name: s.nodeName, Subresource: sub, Path: r.URL.Path}
-		allowed, _, err := s.authz.Authorize(r.Context(), a)
+		allowed, why, err := s.authz.Authorize(r.Context(), a)
 		if err != nil {
 			authzErr = errors.Join(authzErr, err)
 			continue
@@ -251,6 +270,9 @@ func (s *secureServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.mux.ServeHTTP(w, r)
 			return
 		}
+		if why != "" {
+			reason = why
+		}
 	}
 	attrs := fmt.Sprintf("user=%s, verb=%s, resource=nodes, subresource=%s", u.Name, verb, strings.Join(subresources, "|"))
 	if authzErr != nil {
@@ -258,7 +280,7 @@ func (s *secureServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Authorization error ("+attrs+")", http.StatusInternalServerError)
 		return
 	}
-	s.log.Debug("forbidden", "user", u.Name, "verb", verb, "subresources", subresources, "path", r.URL.Path)
+	s.log.Debug("forbidden", "user", u.Name, "verb", verb, "subresources", subresources, "path", r.URL.Path, "reason", reason)
 	http.Error(w, "Forbidden ("+attrs+")", http.StatusForbidden)
 }
 
@@ -340,16 +362,12 @@ func gathererHandler(g prometheus.Gatherer) http.Handler {
 }
 
 func (s *secureServer) getContainerLogs(w http.ResponseWriter, r *http.Request) {
-	ns, pod, ctr := r.PathValue("namespace"), r.PathValue("pod"), r.PathValue("container")
-	if err := validateNames(ns, pod, ctr, ""); err != nil {
+	req, err := parseContainerLogsRequest(r)
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	opts, err := parseLogOptions(r.URL.Query())
-	if err != nil {
-		http.Error(w, fmt.Sprintf("invalid log options: %v", err), http.StatusBadRequest)
-		return
-	}
+	ns, pod, ctr, opts := req.namespace, req.pod, req.container, req.options
 	if s.deps.Logs == nil {
 		http.Error(w, "container logs are not available", http.StatusNotFound)
 		return
@@ -440,14 +458,21 @@ func (s *secureServer) getConfigz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "configz is not available", http.StatusNotFound)
 		return
 	}
-	writeJSON(w, map[string]any{"kubeletconfig": s.deps.Configz}, s.log)
+	writeJSON(w, map[string]any{"kubeletconfig": s.deps.Configz.redacted()}, s.log)
 }
 
 // servePprof serves /debug/pprof/: the index, and the named profiles.
-func servePprof(w http.ResponseWriter, r *http.Request) {
+func (s *secureServer) servePprof(w http.ResponseWriter, r *http.Request) {
 	switch strings.TrimPrefix(r.URL.Path, "/debug/pprof/") {
 	case "cmdline":
-		pprof.Cmdline(w, r)
+		// As pprof.Cmdline, with the secrets redacted.
+		args := s.deps.Args
+		if args == nil {
+			args = os.Args
+		}
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, strings.Join(RedactArgs(args), "\x00"))
 	case "profile":
 		pprof.Profile(w, r)
 	case "symbol":

@@ -125,11 +125,11 @@ func testDeps() (Deps, *fakeLogs, *fakeStats) {
 			Cadvisor: registry("cadvisor_test_total"),
 		},
 		Health:  []HealthCheck{{Name: "pleg", Check: func() error { return nil }}},
-		Configz: map[string]any{"kind": "KubeletConfiguration", "port": 10250},
+		Configz: &KubeletConfiguration{Kind: "KubeletConfiguration", APIVersion: "kubelet.config.k8s.io/v1beta1", Port: 10250},
 	}, logs, stats
 }
 
-func newTestServer(t *testing.T, cfg Config, deps Deps) *secureServer {
+func newTestServer(t testing.TB, cfg Config, deps Deps) *secureServer {
 	t.Helper()
 	s, err := newSecureServer(cfg, deps)
 	if err != nil {
@@ -139,8 +139,15 @@ func newTestServer(t *testing.T, cfg Config, deps Deps) *secureServer {
 }
 
 // open is an anonymous, always-allowed server for handler tests.
-func open(t *testing.T, deps Deps) *secureServer {
-	return newTestServer(t, Config{AnonymousAuth: true, AuthorizationMode: AuthorizationAlwaysAllow, NodeName: "node-a"}, deps)
+func open(t testing.TB, deps Deps) *secureServer {
+	return anonymousAlwaysAllowed(newTestServer(t, Config{AuthorizationMode: AuthorizationAlwaysAllow, NodeName: "node-a"}, deps))
+}
+
+// anonymousAlwaysAllowed lets anonymous requests into s, which NewSecure
+// refuses with AlwaysAllow: for tests of what is behind authorization.
+func anonymousAlwaysAllowed(s *secureServer) *secureServer {
+	s.authn.(*requestAuthenticator).anonymous = true
+	return s
 }
 
 func do(t *testing.T, h http.Handler, method, target string, header http.Header) (int, string) {
@@ -158,37 +165,47 @@ func do(t *testing.T, h http.Handler, method, target string, header http.Header)
 type authzCase struct {
 	verb         string
 	subresources []string
+	// access is who may use the route in NodeletGroups mode: readers
+	// (the read group) or admins only.
+	access access
 }
+
+type access int
+
+const (
+	readers access = iota
+	admins
+)
 
 // routeAuthz is how every registered route must be authorized. A route
 // registered without a case here fails TestEveryRouteHasAnAuthorizationCase.
 var routeAuthz = map[string]authzCase{
-	"GET /healthz":                                     {"get", []string{"healthz", "proxy"}},
-	"GET /pods":                                        {"get", []string{"pods", "proxy"}},
-	"GET /runningpods/{$}":                             {"get", []string{"pods", "proxy"}},
-	"GET /stats/summary":                               {"get", []string{"stats"}},
-	"GET /metrics":                                     {"get", []string{"metrics"}},
-	"GET /metrics/probes":                              {"get", []string{"metrics"}},
-	"GET /metrics/resource":                            {"get", []string{"metrics"}},
-	"GET /metrics/cadvisor":                            {"get", []string{"metrics"}},
-	containerLogsPattern:                               {"get", []string{"proxy"}},
-	"GET /events":                                      {"get", []string{"proxy"}},
-	"GET /configz":                                     {"get", []string{"configz", "proxy"}},
-	pprofPattern:                                       {"get", []string{"proxy"}},
-	"GET /exec/{namespace}/{pod}/{container}":          {"create", []string{"proxy"}},
-	"POST /exec/{namespace}/{pod}/{container}":         {"create", []string{"proxy"}},
-	"GET /exec/{namespace}/{pod}/{uid}/{container}":    {"create", []string{"proxy"}},
-	"POST /exec/{namespace}/{pod}/{uid}/{container}":   {"create", []string{"proxy"}},
-	"GET /attach/{namespace}/{pod}/{container}":        {"create", []string{"proxy"}},
-	"POST /attach/{namespace}/{pod}/{container}":       {"create", []string{"proxy"}},
-	"GET /attach/{namespace}/{pod}/{uid}/{container}":  {"create", []string{"proxy"}},
-	"POST /attach/{namespace}/{pod}/{uid}/{container}": {"create", []string{"proxy"}},
-	"GET /portForward/{namespace}/{pod}":               {"create", []string{"proxy"}},
-	"POST /portForward/{namespace}/{pod}":              {"create", []string{"proxy"}},
-	"GET /portForward/{namespace}/{pod}/{uid}":         {"create", []string{"proxy"}},
-	"POST /portForward/{namespace}/{pod}/{uid}":        {"create", []string{"proxy"}},
-	"POST /run/{namespace}/{pod}/{container}":          {"create", []string{"proxy"}},
-	"POST /run/{namespace}/{pod}/{uid}/{container}":    {"create", []string{"proxy"}},
+	"GET /healthz":                                     {"get", []string{"healthz", "proxy"}, readers},
+	"GET /pods":                                        {"get", []string{"pods", "proxy"}, readers},
+	"GET /runningpods/{$}":                             {"get", []string{"pods", "proxy"}, readers},
+	"GET /stats/summary":                               {"get", []string{"stats"}, readers},
+	"GET /metrics":                                     {"get", []string{"metrics"}, readers},
+	"GET /metrics/probes":                              {"get", []string{"metrics"}, readers},
+	"GET /metrics/resource":                            {"get", []string{"metrics"}, readers},
+	"GET /metrics/cadvisor":                            {"get", []string{"metrics"}, readers},
+	containerLogsPattern:                               {"get", []string{"proxy"}, readers},
+	"GET /events":                                      {"get", []string{"proxy"}, readers},
+	"GET /configz":                                     {"get", []string{"configz", "proxy"}, readers},
+	pprofPattern:                                       {"get", []string{"proxy"}, admins},
+	"GET /exec/{namespace}/{pod}/{container}":          {"create", []string{"proxy"}, admins},
+	"POST /exec/{namespace}/{pod}/{container}":         {"create", []string{"proxy"}, admins},
+	"GET /exec/{namespace}/{pod}/{uid}/{container}":    {"create", []string{"proxy"}, admins},
+	"POST /exec/{namespace}/{pod}/{uid}/{container}":   {"create", []string{"proxy"}, admins},
+	"GET /attach/{namespace}/{pod}/{container}":        {"create", []string{"proxy"}, admins},
+	"POST /attach/{namespace}/{pod}/{container}":       {"create", []string{"proxy"}, admins},
+	"GET /attach/{namespace}/{pod}/{uid}/{container}":  {"create", []string{"proxy"}, admins},
+	"POST /attach/{namespace}/{pod}/{uid}/{container}": {"create", []string{"proxy"}, admins},
+	"GET /portForward/{namespace}/{pod}":               {"create", []string{"proxy"}, admins},
+	"POST /portForward/{namespace}/{pod}":              {"create", []string{"proxy"}, admins},
+	"GET /portForward/{namespace}/{pod}/{uid}":         {"create", []string{"proxy"}, admins},
+	"POST /portForward/{namespace}/{pod}/{uid}":        {"create", []string{"proxy"}, admins},
+	"POST /run/{namespace}/{pod}/{container}":          {"create", []string{"proxy"}, admins},
+	"POST /run/{namespace}/{pod}/{uid}/{container}":    {"create", []string{"proxy"}, admins},
 }
 
 var wildcardRE = regexp.MustCompile(`\{[a-z]+\}`)
@@ -388,7 +405,7 @@ func TestEveryRouteServesTheAdminOverTLS(t *testing.T) {
 
 func TestForeignClientCertificateRejected(t *testing.T) {
 	deps, _, _ := testDeps()
-	f := startTLS(t, Config{AnonymousAuth: true, AuthorizationMode: AuthorizationAlwaysAllow, NodeName: "node-a"}, deps)
+	f := startTLS(t, Config{AnonymousAuth: true, AuthorizationMode: AuthorizationNodeletGroups, ReadGroup: UnauthenticatedGroup, NodeName: "node-a"}, deps)
 	// Another admin CA, not trusted by the server.
 	otherCreds, err := EnsureAdminCredentials(t.TempDir(), testingclock.NewFakePassiveClock(time.Now()))
 	if err != nil {
@@ -406,7 +423,7 @@ func TestForeignClientCertificateRejected(t *testing.T) {
 
 	// The authenticator checks again, whatever the TLS layer let through,
 	// and an invalid certificate is never anonymous.
-	s := newTestServer(t, Config{ClientCA: f.srv.TLS.ClientCAs, AnonymousAuth: true, AuthorizationMode: AuthorizationAlwaysAllow}, deps)
+	s := newTestServer(t, Config{ClientCA: f.srv.TLS.ClientCAs, AnonymousAuth: true, AuthorizationMode: AuthorizationNodeletGroups, ReadGroup: UnauthenticatedGroup}, deps)
 	r := httptest.NewRequest("GET", "/pods", nil)
 	r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{other.Leaf}}
 	rec := httptest.NewRecorder()
@@ -524,11 +541,115 @@ func TestWebhookAllowsAndFallsBackToProxy(t *testing.T) {
 	}
 }
 
+// groupTokens are a user of each kind, by bearer token.
+var groupTokens = map[string]UserInfo{
+	"admin-token":  {Name: "root", Groups: []string{AdminGroup}},
+	"reader-token": {Name: "alice"},
+	"viewer-token": {Name: "vic", Groups: []string{"nodelet:viewers"}},
+}
+
+func bearer(token string) http.Header {
+	if token == "" {
+		return nil
+	}
+	return http.Header{"Authorization": {"Bearer " + token}}
+}
+
+func TestNodeletGroupsAuthorizesEveryRoute(t *testing.T) {
+	deps, _, _ := testDeps()
+	for _, readGroup := range []string{"", "nodelet:viewers"} {
+		s := newTestServer(t, Config{Tokens: groupTokens, AnonymousAuth: true, AuthorizationMode: AuthorizationNodeletGroups,
+			ReadGroup: readGroup, NodeName: "node-a"}, deps)
+		reader := "reader-token" // in system:authenticated
+		if readGroup != "" {
+			reader = "viewer-token"
+		}
+		for _, p := range s.patterns {
+			method, target := sample(p)
+			c := routeAuthz[p]
+			for _, u := range []struct {
+				token   string
+				allowed bool
+			}{
+				{"admin-token", true},
+				{reader, c.access == readers},
+				{"", false}, // anonymous: in system:unauthenticated only
+			} {
+				code, body := do(t, s, method, target, bearer(u.token))
+				if denied := code == http.StatusForbidden; denied == u.allowed || code == http.StatusUnauthorized {
+					t.Errorf("read group %q, token %q: %s %s: %d %q, allowed %v", readGroup, u.token, method, target, code, body, u.allowed)
+				}
+			}
+		}
+		if readGroup != "" {
+			// Authenticated but not in the read group: nothing.
+			if code, _ := do(t, s, "GET", "/pods", bearer("reader-token")); code != http.StatusForbidden {
+				t.Errorf("authenticated user outside %s: GET /pods %d, want 403", readGroup, code)
+			}
+		}
+		// Readers never write, and unrouted paths are not theirs.
+		for _, c := range []struct{ method, target string }{
+			{"POST", "/pods"}, {"DELETE", "/pods"}, {"PUT", "/configz"},
+			{"GET", "/debug/flags/v"}, {"GET", "/logs/syslog"}, {"GET", "/podsx"},
+		} {
+			if code, body := do(t, s, c.method, c.target, bearer(reader)); code != http.StatusForbidden {
+				t.Errorf("reader %s %s: %d %q, want 403", c.method, c.target, code, body)
+			}
+		}
+		if code, _ := do(t, s, "HEAD", "/pods", bearer(reader)); code != http.StatusOK {
+			t.Errorf("reader HEAD /pods: %d, want 200", code)
+		}
+	}
+}
+
+// Readers may be anonymous only when the read group says so.
+func TestNodeletGroupsAnonymousReaders(t *testing.T) {
+	deps, _, _ := testDeps()
+	s := newTestServer(t, Config{AnonymousAuth: true, AuthorizationMode: AuthorizationNodeletGroups, ReadGroup: UnauthenticatedGroup, NodeName: "node-a"}, deps)
+	for target, want := range map[string]int{"/pods": 200, "/healthz": 200, "/debug/pprof/cmdline": 403} {
+		if code, _ := do(t, s, "GET", target, nil); code != want {
+			t.Errorf("anonymous GET %s: %d, want %d", target, code, want)
+		}
+	}
+	if code, _ := do(t, s, "POST", "/exec/default/web-0/app", nil); code != http.StatusForbidden {
+		t.Errorf("anonymous exec: %d, want 403", code)
+	}
+}
+
+func TestAnonymousWithAlwaysAllowRefused(t *testing.T) {
+	deps, _, _ := testDeps()
+	_, err := NewSecure(Config{AnonymousAuth: true, AuthorizationMode: AuthorizationAlwaysAllow, NodeName: "node-a"}, deps)
+	if err == nil {
+		t.Fatal("anonymous requests with AlwaysAllow accepted")
+	}
+	if msg := err.Error(); strings.Contains(msg, "\n") || !strings.Contains(msg, "--anonymous-auth") || !strings.Contains(msg, "--authorization-mode="+AuthorizationNodeletGroups) {
+		t.Errorf("error %q: want one line naming --anonymous-auth and the mode to use", msg)
+	}
+	for _, c := range []struct {
+		mode      string
+		anonymous bool
+		ok        bool
+	}{
+		{AuthorizationAlwaysAllow, false, true},
+		{AuthorizationAlwaysAllow, true, false},
+		{AuthorizationNodeletGroups, true, true},
+		{AuthorizationNodeletGroups, false, true},
+		{AuthorizationWebhook, true, true},
+		{"RBAC", false, false},
+		{"", false, false},
+	} {
+		if err := CheckAuthorization(c.mode, c.anonymous); (err == nil) != c.ok {
+			t.Errorf("mode %q anonymous %v: %v, want ok %v", c.mode, c.anonymous, err, c.ok)
+		}
+	}
+}
+
 func TestNewSecureRejectsBadConfig(t *testing.T) {
 	deps, _, _ := testDeps()
 	for _, cfg := range []Config{
 		{AuthorizationMode: ""},
 		{AuthorizationMode: "RBAC"},
+		{AuthorizationMode: AuthorizationAlwaysAllow, AnonymousAuth: true},
 		{AuthorizationMode: AuthorizationWebhook, NodeName: "node-a"},
 		{AuthorizationMode: AuthorizationWebhook, SAR: fake.NewClientset()},
 	} {

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodelet/nodelet/internal/server"
+)
+
+// /configz serves the settings by the kubelet's names, and no secret a
+// user can give nodelet: not the environment (the managed containerd's,
+// which is nodelet's own), not the manifest URL's credentials or query,
+// not the manifest URL's header values.
+func TestConfigzHasNoSecrets(t *testing.T) {
+	cfg := DefaultConfig("/var/lib/nodelet")
+	cfg.NodeName = "node-a"
+	cfg.PodManifestPath = "/etc/nodelet/manifests"
+	cfg.ManifestURL = "https://urluser:urlpass@manifests.example/node-a.yaml?sig=querysecret"
+	cfg.ManifestURLHeader = map[string][]string{"Authorization": {"Bearer hdrsecret"}, "X-Api-Key": {"hdrsecret2"}}
+	cfg.Managed.Containerd.Env = []string{"AWS_SECRET_ACCESS_KEY=envsecret", "PATH=/usr/bin"}
+	cfg.ContainerLogMonitorInterval = 10 * time.Second
+	h, err := server.NewSecure(server.Config{
+		AuthorizationMode: server.AuthorizationNodeletGroups, NodeName: cfg.NodeName,
+		Tokens: map[string]server.UserInfo{"admin": {Name: "root", Groups: []string{server.AdminGroup}}},
+	}, server.Deps{Configz: configz(cfg)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("GET", "/configz", nil)
+	req.Header.Set("Authorization", "Bearer admin")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	body, _ := io.ReadAll(rec.Result().Body)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("/configz: %d %s", rec.Code, body)
+	}
+	for _, secret := range []string{"envsecret", "AWS_SECRET", "urluser", "urlpass", "querysecret", "hdrsecret", "hdrsecret2"} {
+		if strings.Contains(string(body), secret) {
+			t.Errorf("/configz shows %q:\n%s", secret, body)
+		}
+	}
+	var got struct {
+		KC map[string]any `json:"kubeletconfig"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]any{
+		"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
+		"staticPodPath": "/etc/nodelet/manifests", "staticPodURL": "https://<redacted>@manifests.example/node-a.yaml?<redacted>",
+		"syncFrequency": "1m0s", "fileCheckFrequency": "20s", "httpCheckFrequency": "20s",
+		"address": "0.0.0.0", "port": 10250.0, "healthzPort": 10248.0, "healthzBindAddress": "127.0.0.1",
+		"maxPods": 110.0, "podCIDR": cfg.Managed.Containerd.PodCIDR, "containerLogMaxSize": "10Mi", "containerLogMaxFiles": 5.0,
+		"containerLogMonitorInterval": "10s", "containerRuntimeEndpoint": "unix:///var/lib/nodelet/containerd/containerd.sock",
+		"podLogsDir": "/var/log/pods", "cgroupRoot": "/sys/fs/cgroup",
+	} {
+		if got.KC[name] != want {
+			t.Errorf("%s = %v, want %v", name, got.KC[name], want)
+		}
+	}
+	if authz, _ := got.KC["authorization"].(map[string]any); authz["mode"] != "NodeletGroups" {
+		t.Errorf("authorization = %v", got.KC["authorization"])
+	}
+	if hdr, _ := got.KC["staticPodURLHeader"].(map[string]any); len(hdr) != 2 {
+		t.Errorf("staticPodURLHeader = %v", got.KC["staticPodURLHeader"])
+	}
+}
