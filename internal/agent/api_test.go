@@ -52,7 +52,7 @@ func TestConfigzHasNoSecrets(t *testing.T) {
 	}
 	for name, want := range map[string]any{
 		"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
-		"staticPodPath": "/etc/nodelet/manifests", "staticPodURL": "https://<redacted>@manifests.example/node-a.yaml?<redacted>",
+		"staticPodPath": "/etc/nodelet/manifests", "staticPodURL": "https://REDACTED:REDACTED@manifests.example/node-a.yaml?sig=REDACTED",
 		"syncFrequency": "1m0s", "fileCheckFrequency": "20s", "httpCheckFrequency": "20s",
 		"address": "0.0.0.0", "port": 10250.0, "healthzPort": 10248.0, "healthzBindAddress": "127.0.0.1",
 		"maxPods": 110.0, "podCIDR": cfg.Managed.Containerd.PodCIDR, "containerLogMaxSize": "10Mi", "containerLogMaxFiles": 5.0,

@@ -12,6 +12,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/redact"
 )
 
 // httpTimeout bounds one fetch of the manifest URL.
@@ -83,9 +85,9 @@ func NewHTTPSource(rawURL string, header http.Header, nodeName string, period ti
 func parseManifestURL(raw string) (*url.URL, string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, redactString(raw), errors.New("the manifest URL does not parse; want http[s]://[user:password@]host[:port]/path")
+		return nil, redact.String(raw), errors.New("the manifest URL does not parse; want http[s]://[user:password@]host[:port]/path")
 	}
-	display := redactURL(u)
+	display := redact.URL(u)
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
 		return nil, display, fmt.Errorf("the manifest URL must be an absolute http or https URL, not scheme %q", u.Scheme)
 	}
@@ -217,7 +219,7 @@ func (s *HTTPSource) checkRedirect(req *http.Request, via []*http.Request) error
 	req.Header.Del("Referer")
 	for _, prev := range via {
 		if prev.URL.Scheme == "https" && req.URL.Scheme != "https" {
-			return &redirectError{fmt.Sprintf("refused a redirect from https to %s (%s): it would be sent in clear text", req.URL.Scheme, redactURL(req.URL))}
+			return &redirectError{fmt.Sprintf("refused a redirect from https to %s (%s): it would be sent in clear text", req.URL.Scheme, redact.URL(req.URL))}
 		}
 	}
 	first := via[0].URL
@@ -257,5 +259,5 @@ func redactError(err error) error {
 	if !ok {
 		return err
 	}
-	return &url.Error{Op: ue.Op, URL: redactString(ue.URL), Err: ue.Err}
+	return &url.Error{Op: ue.Op, URL: redact.String(ue.URL), Err: ue.Err}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodelet/nodelet/internal/redact"
 )
 
 // secrets are put wherever a user can put one in the configuration or on
@@ -42,10 +44,10 @@ func TestConfigzRedactsSecrets(t *testing.T) {
 	if kc.Kind != "KubeletConfiguration" || kc.APIVersion != "kubelet.config.k8s.io/v1beta1" || kc.Port != 10250 || kc.StaticPodPath != "/etc/nodelet/manifests" {
 		t.Errorf("kubeletconfig: %+v", kc)
 	}
-	if want := "https://<redacted>@manifests.example:8443/pods/node-a.yaml?<redacted>"; kc.StaticPodURL != want {
+	if want := "https://REDACTED:REDACTED@manifests.example:8443/pods/node-a.yaml?token=REDACTED"; kc.StaticPodURL != want {
 		t.Errorf("staticPodURL %q, want %q", kc.StaticPodURL, want)
 	}
-	if h := kc.StaticPodURLHeader; !slices.Equal(h["Authorization"], []string{Redacted}) || !slices.Equal(h["X-Key"], []string{Redacted, Redacted}) {
+	if h := kc.StaticPodURLHeader; !slices.Equal(h["Authorization"], []string{redact.Marker}) || !slices.Equal(h["X-Key"], []string{redact.Marker, redact.Marker}) {
 		t.Errorf("staticPodURLHeader %v", h)
 	}
 	// The configuration itself is left as it was.
@@ -56,70 +58,6 @@ func TestConfigzRedactsSecrets(t *testing.T) {
 		if !strings.Contains(body, name) {
 			t.Errorf("/configz lacks %s:\n%s", name, body)
 		}
-	}
-}
-
-func TestRedactURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"":                                  "",
-		"https://example.com/pods.yaml":     "https://example.com/pods.yaml",
-		"http://u:p@example.com:80/a%20b":   "http://<redacted>@example.com:80/a%20b",
-		"https://tok@example.com/":          "https://<redacted>@example.com/",
-		"https://example.com/x?sig=abc&e=1": "https://example.com/x?<redacted>",
-		"https://example.com/x?":            "https://example.com/x?<redacted>",
-		"https://example.com/x#frag":        "https://example.com/x",
-		"mailto:secret@example.com":         Redacted,
-		"example.com/secret":                Redacted,
-		"https://u:p%zz@example.com/":       Redacted, // does not parse
-		"::not a url":                       Redacted,
-	} {
-		if got := RedactURL(in); got != want {
-			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestRedactArgs(t *testing.T) {
-	args := []string{
-		"/usr/bin/nodelet",
-		"--root-dir", "/var/lib/nodelet",
-		"--manifest-url=https://urluser:urlpass@h/p?token=querysecret",
-		"--manifest-url-header", "Authorization:Bearer hdrsecret,X-Key:hdrsecret2",
-		"--manifest-url-header=X-Other:hdrsecret",
-		"--manifest-url", "https://h/p#fragsecret",
-		"-bootstrap-token=tokvalue",
-		"--registry-password", "pwvalue",
-		"--token-auth-file", "/etc/nodelet/tokens.csv",
-		"--v=2",
-	}
-	got := RedactArgs(args)
-	joined := strings.Join(got, " ")
-	for _, s := range secrets {
-		if strings.Contains(joined, s) {
-			t.Errorf("RedactArgs left %q: %q", s, got)
-		}
-	}
-	want := []string{
-		"/usr/bin/nodelet",
-		"--root-dir", "/var/lib/nodelet",
-		"--manifest-url=https://<redacted>@h/p?<redacted>",
-		"--manifest-url-header", "Authorization:<redacted>,X-Key:<redacted>",
-		"--manifest-url-header=X-Other:<redacted>",
-		"--manifest-url", "https://h/p",
-		"-bootstrap-token=<redacted>",
-		"--registry-password", "<redacted>",
-		"--token-auth-file", "/etc/nodelet/tokens.csv",
-		"--v=2",
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("RedactArgs:\n got %q\nwant %q", got, want)
-	}
-	if args[3] != "--manifest-url=https://urluser:urlpass@h/p?token=querysecret" {
-		t.Error("RedactArgs changed its argument")
-	}
-	// A secret flag at the end, without its value, is left alone.
-	if got := RedactArgs([]string{"nodelet", "--manifest-url"}); !slices.Equal(got, []string{"nodelet", "--manifest-url"}) {
-		t.Errorf("dangling flag: %q", got)
 	}
 }
 
@@ -135,7 +73,7 @@ func TestPprofCmdlineRedacts(t *testing.T) {
 			t.Errorf("/debug/pprof/cmdline shows %q: %q", s, body)
 		}
 	}
-	want := "nodelet\x00--manifest-url\x00https://<redacted>@h/p\x00--manifest-url-header=Authorization:<redacted>\x00--port\x0010250"
+	want := "nodelet\x00--manifest-url\x00https://REDACTED:REDACTED@h/p\x00--manifest-url-header=Authorization:REDACTED\x00--port\x0010250"
 	if body != want {
 		t.Errorf("cmdline %q, want %q", body, want)
 	}

@@ -31,6 +31,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/redact"
 )
 
 // PodLister lists the node's pods, each with its status.
@@ -117,7 +118,7 @@ type Deps struct {
 	// secrets redacted; nil answers 404.
 	Configz *KubeletConfiguration
 	// Args is the command line /debug/pprof/cmdline shows, the values of
-	// flags that hold secrets redacted (RedactArgs); nil is os.Args.
+	// flags that hold secrets redacted (redact.Args); nil is os.Args.
 	Args []string
 	// Streaming serves /exec, /attach and /portForward; nil answers 501.
 	Streaming StreamingRuntime
@@ -472,7 +473,7 @@ func (s *secureServer) servePprof(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, strings.Join(RedactArgs(args), "\x00"))
+		_, _ = io.WriteString(w, strings.Join(redact.Args(args), "\x00"))
 	case "profile":
 		pprof.Profile(w, r)
 	case "symbol":
