@@ -209,12 +209,20 @@ func checkName(name string) error {
 func pathError(op, path string, err error) error {
 	switch {
 	case errors.Is(err, unix.ELOOP):
-		err = fmt.Errorf("%w: %w", ErrSymlink, err)
+		err = explained{ErrSymlink, err}
 	case errors.Is(err, unix.EXDEV):
-		err = fmt.Errorf("%w: %w", ErrOutside, err)
+		err = explained{ErrOutside, err}
 	}
 	return &fs.PathError{Op: op, Path: path, Err: err}
 }
+
+// explained is an errno that reads as what it means below a Dir (ELOOP's
+// "too many levels of symbolic links" would mislead when any symlink is
+// refused) and matches both.
+type explained struct{ meaning, errno error }
+
+func (e explained) Error() string   { return e.meaning.Error() }
+func (e explained) Unwrap() []error { return []error{e.meaning, e.errno} }
 
 func procFD(fd int) string {
 	return "/proc/self/fd/" + strconv.Itoa(fd)
