@@ -62,7 +62,7 @@ func (p *pipeline) secureAPI() (server.Config, server.Deps, error) {
 	deps := server.Deps{
 		Pods:        podsWithStatus{p},
 		RunningPods: runningPods{p},
-		Logs:        logStreamer{logs.NewStreamer(logResolver{p}, p.clock, p.log)},
+		Logs:        logStreamer{logs.NewStreamer(logResolver{p}, cfg.PodLogsDir, p.clock, p.log)},
 		Events:      p.events,
 		Streaming:   streamingRuntime{p},
 		Stats:       p.stats,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/beneath"
 	"github.com/nodelet/nodelet/internal/cri"
 )
 
@@ -110,36 +112,34 @@ func (c *Collector) removeContainer(ctx context.Context, ctr *runtimeapi.Contain
 }
 
 // removeContainerLogs deletes a log file and its rotations, if it is under
-// the pod logs directory.
+// the pod logs directory, in the log's directory opened without following
+// any symlink (a symlink entry is removed itself, never its target).
 func (c *Collector) removeContainerLogs(path string) error {
 	if path == "" {
 		return nil
 	}
-	if !c.underPodLogsDir(path) {
-		c.log.Debug("container log outside the pod logs directory left alone", "path", path)
+	dir, name, err := c.openLogDir(path)
+	switch {
+	case errors.Is(err, beneath.ErrOutside):
+		c.log.Warn("container log outside the pod logs directory left alone", "path", path, "podLogsDir", c.policy.PodLogsDir)
 		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("remove container log %s: %w", path, err)
 	}
-	rotated, err := rotatedLogs(path)
+	defer dir.Close()
+	rotated, err := rotatedLogs(dir, name)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, p := range append(rotated, path) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, n := range append(rotated, name) {
+		if err := dir.Remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("remove container log: %w", err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// underPodLogsDir reports whether path is an absolute path strictly inside
-// the pod logs directory.
-func (c *Collector) underPodLogsDir(path string) bool {
-	if !filepath.IsAbs(path) {
-		return false
-	}
-	rel, err := filepath.Rel(c.policy.PodLogsDir, filepath.Clean(path))
-	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // podRef names a pod whose log directory can go.

@@ -16,6 +16,7 @@ import (
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/beneath"
 	"github.com/nodelet/nodelet/internal/cri"
 )
 
@@ -253,5 +254,62 @@ func TestCollectContainersLeavesLogsOutsidePodLogsDir(t *testing.T) {
 	w.expectLeft([]string{"l2"}, []string{"sl"})
 	if !exist(t, outside) {
 		t.Error("a log outside the pod logs directory was removed")
+	}
+}
+
+// TestCollectContainersRemovesNothingThroughSymlinks: the log directory
+// of a dead container replaced by a symlink to a directory outside
+// holding files named like its log and rotations: the container goes,
+// the files outside stay, and the error says why. A rotation that is a
+// symlink is removed itself, not its target.
+func TestCollectContainersRemovesNothingThroughSymlinks(t *testing.T) {
+	w := newWorld(t)
+	w.set([]*runtimeapi.PodSandbox{sbx("sl", "live", true, time.Hour)},
+		[]*runtimeapi.Container{
+			ctr("l1", "sl", "live", "app", exited, 3*time.Hour),
+			ctr("l2", "sl", "live", "app", exited, 2*time.Hour),
+			ctr("l3", "sl", "live", "app", exited, time.Hour),
+		})
+	outside := t.TempDir()
+	for _, name := range []string{"l1.log", "l1.log.20250101-000000.gz", "target"} {
+		if err := os.WriteFile(filepath.Join(outside, name), []byte("keep"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// l1 and l2 share the directory app: l1's log path goes through a
+	// symlink put in its place, l2's rotation is a symlink.
+	ctrDir := filepath.Join(w.podDir("live"), "app")
+	if err := os.Rename(ctrDir, ctrDir+".real"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, ctrDir); err != nil {
+		t.Fatal(err)
+	}
+	w.rs.Lock()
+	w.rs.Containers["l2"].LogPath = filepath.Join(w.podDir("live"), "app.real", "l2.log")
+	w.rs.Unlock()
+	rotation := filepath.Join(ctrDir+".real", "l2.log.20250101-000000.gz")
+	if err := os.Remove(rotation); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(outside, "target"), rotation); err != nil {
+		t.Fatal(err)
+	}
+
+	err := w.gc.CollectContainers(context.Background(), activeSet("live"))
+	w.expectLeft([]string{"l3"}, []string{"sl"})
+	for _, name := range []string{"l1.log", "l1.log.20250101-000000.gz", "target"} {
+		if b, err := os.ReadFile(filepath.Join(outside, name)); err != nil || string(b) != "keep" {
+			t.Errorf("outside %s: %q, %v", name, b, err)
+		}
+	}
+	if !errors.Is(err, beneath.ErrSymlink) {
+		t.Fatalf("error = %v, want the symlinked log directory refused", err)
+	}
+	t.Logf("refused: %v", err)
+	for _, p := range []string{rotation, filepath.Join(ctrDir+".real", "l2.log")} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left: %v", p, err)
+		}
 	}
 }

@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/beneath"
 	"github.com/nodelet/nodelet/internal/cri"
 )
 
@@ -30,6 +31,12 @@ const (
 // but the newest are gzipped and the oldest beyond LogPolicy.MaxFiles-1 are
 // deleted. If the runtime cannot reopen, the file is renamed back. A
 // failure on one container does not stop the others.
+//
+// The pod logs directory is writable by pods that mount it, so nothing in
+// it is trusted: a log path outside it is refused, the log's directory is
+// opened without following any symlink and every rename, unlink and
+// creation happens relative to it; only regular files are rotated or
+// read for compression (a symlink or a FIFO in their place is an error).
 func (c *Collector) RotateLogs(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -68,50 +75,86 @@ func (c *Collector) rotateLog(ctx context.Context, id string) error {
 		return nil // a stopped container cannot reopen its log
 	}
 	path := resp.GetStatus().GetLogPath()
-	if path == "" || !c.underPodLogsDir(path) {
+	if path == "" {
 		return nil
 	}
-	info, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
+	dir, name, err := c.openLogDir(path)
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("log %s not rotated: %w", path, err)
+	}
+	defer dir.Close()
+	info, err := dir.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("log %s not rotated: %w", path, err)
+	}
+	switch {
+	case info.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("log %s not rotated: %w: the log is a symlink", path, beneath.ErrSymlink)
+	case !info.Mode().IsRegular():
+		return fmt.Errorf("log %s not rotated: %w: its mode is %s", path, beneath.ErrNotRegular, info.Mode())
 	}
 	if info.Size() < c.logPolicy.MaxSize {
 		return nil
 	}
 
-	rotated := path + "." + c.clk.Now().Format(rotationTimeFormat)
-	if exists(rotated) || exists(rotated+gzSuffix) {
+	rotated := name + "." + c.clk.Now().Format(rotationTimeFormat)
+	if exists(dir, rotated) || exists(dir, rotated+gzSuffix) {
 		return nil // rotated less than a second ago: next time
 	}
-	if err := os.Rename(path, rotated); err != nil {
+	if err := dir.Rename(name, rotated); err != nil {
 		return err
 	}
 	if err := c.rt.ReopenContainerLog(ctx, id); err != nil {
 		// The runtime still writes to the renamed file: give it its name
 		// back.
-		if rerr := os.Rename(rotated, path); rerr != nil {
+		if rerr := dir.Rename(rotated, name); rerr != nil {
 			return errors.Join(err, fmt.Errorf("restore log file: %w", rerr))
 		}
 		return err
 	}
 	c.log.Info("rotated container log", "container", id, "path", path, "rotated", rotated, "size", info.Size())
-	return c.pruneRotated(path)
+	return c.pruneRotated(dir, name)
 }
 
-// pruneRotated keeps the newest MaxFiles-1 rotations of the log at path,
-// compresses all of them but the newest and removes leftovers of an
+// openLogDir opens the directory of the log file at path, below the pod
+// logs directory and without following any symlink, and returns it with
+// the file's name. Everything done to the log then happens relative to
+// that directory. A path outside the pod logs directory is refused
+// (beneath.ErrOutside), so is a symlink on the way (beneath.ErrSymlink).
+func (c *Collector) openLogDir(path string) (*beneath.Dir, string, error) {
+	rel, err := beneath.Rel(c.policy.PodLogsDir, path)
+	if err != nil {
+		return nil, "", err
+	}
+	root, err := beneath.OpenRoot(c.policy.PodLogsDir)
+	if err != nil {
+		return nil, "", err
+	}
+	defer root.Close()
+	dir, err := root.OpenDir(filepath.Dir(rel))
+	if err != nil {
+		return nil, "", err
+	}
+	return dir, filepath.Base(rel), nil
+}
+
+// pruneRotated keeps the newest MaxFiles-1 rotations of the log name in
+// dir, compresses all of them but the newest and removes leftovers of an
 // interrupted compression.
-func (c *Collector) pruneRotated(path string) error {
-	files, err := rotatedLogs(path)
+func (c *Collector) pruneRotated(dir *beneath.Dir, name string) error {
+	files, err := rotatedLogs(dir, name)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	remove := func(p string) {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+	remove := func(f string) {
+		if err := dir.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
@@ -142,36 +185,38 @@ func (c *Collector) pruneRotated(path string) error {
 		if i == len(rotations)-1 || strings.HasSuffix(f, gzSuffix) {
 			continue // the newest stays plain, as the kubelet does
 		}
-		if err := compress(f); err != nil {
+		if err := compress(dir, f); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// rotatedLogs lists the files beside the log at path named <log>.<...>:
-// its rotations, compressed or not, and temporary files.
-func rotatedLogs(path string) ([]string, error) {
-	dir, base := filepath.Split(path)
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
+// rotatedLogs lists the entries of dir named <name>.<...>, directories
+// aside: the log's rotations, compressed or not, and temporary files.
+func rotatedLogs(dir *beneath.Dir, name string) ([]string, error) {
+	names, err := dir.Names()
 	if err != nil {
 		return nil, fmt.Errorf("list rotated logs: %w", err)
 	}
 	var out []string
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasPrefix(e.Name(), base+".") {
-			out = append(out, filepath.Join(dir, e.Name()))
+	for _, n := range names {
+		if !strings.HasPrefix(n, name+".") {
+			continue
 		}
+		if fi, err := dir.Lstat(n); err != nil || fi.IsDir() {
+			continue
+		}
+		out = append(out, n)
 	}
 	return out, nil
 }
 
-// compress replaces path with path.gz, written through a temporary file.
-func compress(path string) (err error) {
-	in, err := os.Open(path)
+// compress replaces the rotated log name in dir with name.gz, written
+// through a temporary file that is synced before it is renamed. Only a
+// regular file is read; a symlink or a FIFO in its place is an error.
+func compress(dir *beneath.Dir, name string) (err error) {
+	in, err := dir.OpenFile(name)
 	if err != nil {
 		return fmt.Errorf("compress log: %w", err)
 	}
@@ -180,37 +225,50 @@ func compress(path string) (err error) {
 	if err != nil {
 		return fmt.Errorf("compress log: %w", err)
 	}
-	tmp := path + gzSuffix + tmpSuffix
-	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, info.Mode().Perm())
+	tmp := name + gzSuffix + tmpSuffix
+	if err := dir.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("compress log: %w", err)
+	}
+	out, err := dir.Create(tmp, info.Mode().Perm())
 	if err != nil {
 		return fmt.Errorf("compress log: %w", err)
 	}
+	closed := false
 	defer func() {
 		if err != nil {
-			_ = out.Close()
-			_ = os.Remove(tmp)
+			if !closed {
+				_ = out.Close()
+			}
+			_ = dir.Remove(tmp)
 		}
 	}()
 	zw := gzip.NewWriter(out)
 	if _, err := io.Copy(zw, in); err != nil {
-		return fmt.Errorf("compress log %s: %w", path, err)
+		return fmt.Errorf("compress log %s: %w", in.Name(), err)
 	}
 	if err := zw.Close(); err != nil {
-		return fmt.Errorf("compress log %s: %w", path, err)
+		return fmt.Errorf("compress log %s: %w", in.Name(), err)
 	}
+	if err := out.Sync(); err != nil {
+		return fmt.Errorf("compress log %s: %w", in.Name(), err)
+	}
+	closed = true
 	if err := out.Close(); err != nil {
-		return fmt.Errorf("compress log %s: %w", path, err)
+		return fmt.Errorf("compress log %s: %w", in.Name(), err)
 	}
-	if err := os.Rename(tmp, path+gzSuffix); err != nil {
+	if err := dir.Rename(tmp, name+gzSuffix); err != nil {
 		return fmt.Errorf("compress log: %w", err)
 	}
-	if err := os.Remove(path); err != nil {
+	if err := dir.Sync(); err != nil {
+		return fmt.Errorf("compress log: %w", err)
+	}
+	if err := dir.Remove(name); err != nil {
 		return fmt.Errorf("compress log: %w", err)
 	}
 	return nil
 }
 
-func exists(path string) bool {
-	_, err := os.Lstat(path)
+func exists(dir *beneath.Dir, name string) bool {
+	_, err := dir.Lstat(name)
 	return err == nil
 }

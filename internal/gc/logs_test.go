@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,9 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/beneath"
 )
 
 // logRuntime is a runtime double for log rotation: running containers
@@ -214,16 +218,171 @@ func TestRotateLogsFailedReopenRestoresFile(t *testing.T) {
 	}
 }
 
-func TestRotateLogsOutsidePodLogsDirLeftAlone(t *testing.T) {
+// TestRotateLogsOutsidePodLogsDirRefused: a log path the runtime reports
+// outside the pod logs directory is left alone, with an error naming it.
+func TestRotateLogsOutsidePodLogsDirRefused(t *testing.T) {
 	r := newRotation(t, 5)
 	outside := filepath.Join(t.TempDir(), "0.log")
 	r.rt.logs["c1"] = outside
-	write(t, outside, maxSize*2)
-	if err := r.gc.RotateLogs(context.Background()); err != nil {
-		t.Fatal(err)
+	data := write(t, outside, maxSize*2)
+	err := r.gc.RotateLogs(context.Background())
+	if !errors.Is(err, beneath.ErrOutside) || !strings.Contains(err.Error(), outside) {
+		t.Fatalf("error = %v, want one naming %s as outside", err, outside)
 	}
 	if len(r.rt.reopened) != 0 {
 		t.Errorf("reopened %v", r.rt.reopened)
+	}
+	if got := read(t, outside); !bytes.Equal(got, data) {
+		t.Error("the log outside changed")
+	}
+}
+
+// liveness bounds how long a rotation may take before the test declares
+// it hung (blocked on a FIFO, say); generous on purpose.
+const liveness = 30 * time.Second
+
+// rotate runs RotateLogs and fails the test if it does not return.
+func (r *rotation) rotate(t *testing.T) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.gc.RotateLogs(context.Background()) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(liveness):
+		t.Fatal("RotateLogs did not return: it blocks")
+		return nil
+	}
+}
+
+// snapshot maps every entry below dir to its content (a file) or target
+// (a symlink), to check that nothing outside the pod logs directory
+// changed.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		switch {
+		case d.Type()&os.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			m[p] = "-> " + target
+			return err
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			m[p] = string(b)
+			return err
+		default:
+			m[p] = d.Type().String()
+			return nil
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func symlink(t *testing.T, target, name string) {
+	t.Helper()
+	if err := os.Symlink(target, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRotateLogsRefusesSymlinkedLog: 0.log, or a directory on the way to
+// it, replaced by a symlink to something outside the pod logs directory
+// holding an over-size 0.log: nothing is renamed, the runtime is not asked
+// to reopen, nothing outside changes and the error says why.
+func TestRotateLogsRefusesSymlinkedLog(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		target string // below the outside directory
+		link   string // below the pod logs directory
+	}{
+		{"log is a symlink", "app/0.log", "ns_p_p/app/0.log"},
+		{"container directory is a symlink", "app", "ns_p_p/app"},
+		{"pod directory is a symlink", "", "ns_p_p"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRotation(t, 2)
+			outside := t.TempDir()
+			write(t, mkdirs(t, filepath.Join(outside, "app/0.log")), maxSize*2)
+			write(t, filepath.Join(outside, "app/0.log.20250101-000000"), maxSize)
+			link := filepath.Join(r.dir, tc.link)
+			if err := os.RemoveAll(link); err != nil {
+				t.Fatal(err)
+			}
+			symlink(t, filepath.Join(outside, tc.target), link)
+			before := snapshot(t, outside)
+
+			err := r.rotate(t)
+			if len(r.rt.reopened) != 0 {
+				t.Errorf("runtime asked to reopen %v", r.rt.reopened)
+			}
+			if after := snapshot(t, outside); !maps.Equal(before, after) {
+				t.Errorf("outside changed:\nbefore %v\nafter  %v", keys(before), keys(after))
+			}
+			if !errors.Is(err, beneath.ErrSymlink) {
+				t.Fatalf("error = %v, want a refused symlink", err)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}
+
+func mkdirs(t *testing.T, file string) string {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func keys(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// TestRotateLogsRefusesUnsafeRotations: rotated files replaced by a
+// symlink to a file outside, or by a FIFO. Compression refuses them (it
+// neither copies the target into the pod logs directory nor blocks), the
+// excess one is removed as a link, never through it, and the regular
+// rotations are still handled.
+func TestRotateLogsRefusesUnsafeRotations(t *testing.T) {
+	r := newRotation(t, 5) // live log + 4 rotations
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	write(t, secret, maxSize)
+	before := snapshot(t, outside)
+	base := r.path + "."
+	symlink(t, secret, base+"20250101-000000")                         // the oldest: pruned
+	symlink(t, secret, base+"20250102-000000")                         // to compress
+	if err := unix.Mkfifo(base+"20250103-000000", 0o600); err != nil { // to compress
+		t.Fatal(err)
+	}
+	plain := write(t, base+"20250104-000000", 10) // to compress
+	write(t, r.path, maxSize)
+
+	err := r.rotate(t)
+	if !errors.Is(err, beneath.ErrSymlink) || !errors.Is(err, beneath.ErrNotRegular) {
+		t.Fatalf("error = %v, want the symlink and the FIFO refused", err)
+	}
+	t.Logf("refused: %v", err)
+	newest := "0.log." + now.Format("20060102-150405")
+	want := []string{"0.log", "0.log.20250102-000000", "0.log.20250103-000000", "0.log.20250104-000000.gz", newest}
+	if got := r.files(t); !slices.Equal(got, want) {
+		t.Fatalf("files: got %v, want %v", got, want)
+	}
+	if got := read(t, base+"20250104-000000.gz"); !bytes.Equal(got, plain) {
+		t.Error("the regular rotation was not compressed")
+	}
+	if fi, err := os.Lstat(base + "20250102-000000"); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("symlinked rotation: %v, %v", fi, err)
+	}
+	if after := snapshot(t, outside); !maps.Equal(before, after) {
+		t.Errorf("outside changed: %v", keys(after))
 	}
 }
 

@@ -4,6 +4,14 @@
 // previous — and following the file across rotation until the container
 // exits or the request ends. It never derives a file path from a request:
 // the path comes from a Resolver backed by known pods and the runtime.
+//
+// The pod logs directory (/var/log/pods) is writable by pods that mount
+// it and by whoever owns a directory in it, so nothing in it is trusted: a
+// log path must lie below it, and it is opened with internal/beneath, never
+// through a symlink and only if it is a regular file (a FIFO or a device
+// planted as 0.log is refused, not read). A follow holds the directory of
+// the log open and watches it through that descriptor, so renaming it or a
+// parent away and putting a symlink in its place leads nowhere.
 package logs
 
 import (
@@ -16,15 +24,27 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/beneath"
 )
 
-// ErrNotFound is returned (wrapped) when the pod, container or container
-// instance is unknown. Resolvers wrap it too.
-var ErrNotFound = errors.New("not found")
+var (
+	// ErrNotFound is returned (wrapped) when the pod, container or
+	// container instance is unknown. Resolvers wrap it too.
+	ErrNotFound = errors.New("not found")
+	// ErrTooManyFollows is returned (wrapped) by a follow when the
+	// Streamer already serves its maximum of concurrent follows; the
+	// client may retry later (HTTP 429).
+	ErrTooManyFollows = errors.New("too many concurrent log follows")
+	// ErrUnsafeLogPath is returned (wrapped) when the runtime reports a
+	// log path outside the pod logs directory.
+	ErrUnsafeLogPath = errors.New("log path outside the pod logs directory")
+)
 
 // Options select which part of a container's log is returned, as the
 // kubelet's PodLogOptions do.
@@ -63,6 +83,15 @@ type Resolver interface {
 	Running(ctx context.Context, containerID string) (bool, error)
 }
 
+// DefaultMaxFollows is how many follows a Streamer serves at once. Each
+// holds an inotify instance, and the kernel allows 128 per user by default
+// (fs.inotify.max_user_instances), shared by every process of that user —
+// nodelet runs as root, beside containerd, systemd and the rest — and
+// nodelet needs its own for manifests: 64 leaves half of them to the rest
+// of the machine. A client past the cap gets ErrTooManyFollows rather than
+// a follow that silently degrades to polling.
+const DefaultMaxFollows = 64
+
 const (
 	// defaultCheckPeriod is how often a follow asks whether the container
 	// still runs, and how long it waits at most without a file event.
@@ -77,17 +106,34 @@ const (
 // Streamer serves container logs.
 type Streamer struct {
 	resolver    Resolver
+	podLogsDir  string
 	clk         clock.Clock
 	log         *slog.Logger
 	checkPeriod time.Duration
+	maxFollows  int64
+	follows     atomic.Int64 // follows being served
 }
 
-// NewStreamer returns a Streamer that finds log files through r.
-func NewStreamer(r Resolver, clk clock.Clock, log *slog.Logger) *Streamer {
+// Option changes a Streamer's defaults.
+type Option func(*Streamer)
+
+// WithMaxFollows sets how many follows are served at once (default
+// DefaultMaxFollows; at least 1).
+func WithMaxFollows(n int) Option {
+	return func(s *Streamer) { s.maxFollows = int64(max(n, 1)) }
+}
+
+// NewStreamer returns a Streamer that finds log files through r and reads
+// them only below podLogsDir (the kubelet's /var/log/pods).
+func NewStreamer(r Resolver, podLogsDir string, clk clock.Clock, log *slog.Logger, opts ...Option) *Streamer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Streamer{resolver: r, clk: clk, log: log, checkPeriod: defaultCheckPeriod}
+	s := &Streamer{resolver: r, podLogsDir: podLogsDir, clk: clk, log: log, checkPeriod: defaultCheckPeriod, maxFollows: DefaultMaxFollows}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // ContainerLogs writes the log lines of a container to w, honouring opts,
@@ -107,16 +153,30 @@ func NewStreamer(r Resolver, clk clock.Clock, log *slog.Logger) *Streamer {
 //     reads the old file to its end and continues at the start of the new
 //     one. It returns once the Resolver says the container is not running
 //     and the file is drained, or with the context's error when ctx ends.
+//     At most WithMaxFollows follows run at once; one more fails at once
+//     with ErrTooManyFollows.
+//
+// The log path the Resolver gives must be below the pod logs directory
+// (else ErrUnsafeLogPath), and is opened there without following any
+// symlink; only a regular file is read.
 //
 // w is flushed after each batch of writes if it has a Flush method (as
 // http.Flusher). Reaching LimitBytes is not an error.
 func (s *Streamer) ContainerLogs(ctx context.Context, namespace, pod, container string, opts Options, w io.Writer) error {
+	if opts.Follow {
+		if n := s.follows.Add(1); n > s.maxFollows {
+			s.follows.Add(-1)
+			return fmt.Errorf("follow log of container %s/%s/%s: %w (%d)", namespace, pod, container, ErrTooManyFollows, s.maxFollows)
+		}
+		defer s.follows.Add(-1)
+	}
 	path, id, err := s.resolver.LogPath(ctx, namespace, pod, container, opts.Previous)
 	if err != nil {
 		return fmt.Errorf("find log of container %s/%s/%s: %w", namespace, pod, container, err)
 	}
-	if path == "" || !filepath.IsAbs(path) {
-		return fmt.Errorf("log of container %s/%s/%s: runtime gave no absolute log path %q", namespace, pod, container, path)
+	rel, err := beneath.Rel(s.podLogsDir, path)
+	if err != nil {
+		return fmt.Errorf("log of container %s/%s/%s: runtime log path %q refused: %w: %w", namespace, pod, container, path, ErrUnsafeLogPath, err)
 	}
 	path = filepath.Clean(path)
 	log := s.log.With("namespace", namespace, "pod", pod, "container", container, "containerID", id, "path", path)
@@ -140,12 +200,15 @@ func (s *Streamer) ContainerLogs(ctx context.Context, namespace, pod, container 
 		s:    s,
 		ctx:  ctx,
 		id:   id,
-		path: path,
+		name: filepath.Base(rel),
 		log:  log,
 		out:  newOutput(w, opts, since, log),
 	}
 	defer f.close()
 
+	if err := f.openDir(filepath.Dir(rel)); err != nil {
+		return err
+	}
 	// Watch before opening, so that no change after the open is missed.
 	if opts.Follow {
 		f.watch()
@@ -169,15 +232,17 @@ func (s *Streamer) ContainerLogs(ctx context.Context, namespace, pod, container 
 	return err
 }
 
-// follower reads one log file, and its successors at the same path.
+// follower reads one log file, and its successors under the same name in
+// the same directory.
 type follower struct {
 	s    *Streamer
 	ctx  context.Context
 	id   string
-	path string
+	name string // of the log file in dir
 	log  *slog.Logger
 	out  *output
 
+	dir     *beneath.Dir // the directory of the log, held open
 	file    *os.File
 	br      *bufio.Reader
 	carry   []byte // an unterminated line read so far
@@ -192,8 +257,24 @@ type follower struct {
 	emptySince time.Time
 }
 
+// openDir opens the directory of the log, rel below the pod logs
+// directory, following no symlink.
+func (f *follower) openDir(rel string) error {
+	root, err := beneath.OpenRoot(f.s.podLogsDir)
+	if err != nil {
+		return fmt.Errorf("open pod logs directory: %w", err)
+	}
+	defer root.Close()
+	dir, err := root.OpenDir(rel)
+	if err != nil {
+		return fmt.Errorf("open container log directory: %w", err)
+	}
+	f.dir = dir
+	return nil
+}
+
 func (f *follower) open() error {
-	file, err := os.Open(f.path)
+	file, err := f.dir.OpenFile(f.name)
 	if err != nil {
 		return fmt.Errorf("open container log: %w", err)
 	}
@@ -209,18 +290,22 @@ func (f *follower) close() {
 	if f.watcher != nil {
 		_ = f.watcher.Close()
 	}
+	if f.dir != nil {
+		_ = f.dir.Close()
+	}
 }
 
 // watch sets up file events for the log's directory (which sees writes,
-// renames and the creation of the new file at the path). Without them,
-// following falls back to polling every check period.
+// renames and the creation of the new file at the path), the one held
+// open. Without them, following falls back to polling every check
+// period.
 func (f *follower) watch() {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		f.log.Warn("Cannot watch log file, polling it", "err", err)
 		return
 	}
-	if err := w.Add(filepath.Dir(f.path)); err != nil {
+	if err := w.Add(f.dir.ProcPath()); err != nil {
 		_ = w.Close()
 		f.log.Warn("Cannot watch log file, polling it", "err", err)
 		return
@@ -343,7 +428,7 @@ func (f *follower) checkRotation(stopping bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("stat container log: %w", err)
 	}
-	fi, err := os.Stat(f.path)
+	fi, err := f.dir.Lstat(f.name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil // renamed; the new file is not there yet
 	}
@@ -364,7 +449,7 @@ func (f *follower) checkRotation(stopping bool) (bool, error) {
 				return false, nil
 			}
 		}
-		next, err := os.Open(f.path)
+		next, err := f.dir.OpenFile(f.name)
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil
 		}

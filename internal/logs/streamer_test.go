@@ -88,7 +88,7 @@ func newHarness(t *testing.T) *harness {
 	res.running.Store(true)
 	clk := clocktesting.NewFakeClock(t0.Add(time.Hour))
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	return &harness{t: t, dir: dir, res: res, clk: clk, s: NewStreamer(res, clk, log)}
+	return &harness{t: t, dir: dir, res: res, clk: clk, s: NewStreamer(res, dir, clk, log)}
 }
 
 func (h *harness) write(path, s string) {

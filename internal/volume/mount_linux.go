@@ -12,6 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/beneath"
 )
 
 // ensureTmpfs mounts a tmpfs on dir unless one is mounted there already,
@@ -144,7 +146,7 @@ func unescapeMountInfo(s string) string {
 // with RESOLVE_NO_SYMLINKS and unmounted through its /proc/self/fd link.
 // A busy mount is detached.
 func unmountBelow(dirFD int, rel string) error {
-	fd, err := openBeneath(dirFD, rel, true)
+	fd, err := beneath.Open(dirFD, rel, beneath.NoSymlinks)
 	if err != nil {
 		return fmt.Errorf("opening mount point %s: %w", rel, err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelet/nodelet/internal/beneath"
 )
 
 // bindSubPath resolves subPath below the volume at volPath (creating the
@@ -38,7 +40,7 @@ func bindSubPath(volPath, subPath, target string) (string, error) {
 // missing parents as directories with the mode of root when it does not
 // exist.
 func openSubPath(root int, subPath string) (int, error) {
-	fd, err := openBeneath(root, subPath, false)
+	fd, err := beneath.Open(root, subPath, beneath.FollowSymlinks)
 	if errors.Is(err, unix.ENOENT) {
 		var st unix.Stat_t
 		if err := unix.Fstat(root, &st); err != nil {
@@ -47,7 +49,7 @@ func openSubPath(root int, subPath string) (int, error) {
 		if err := safeMakeDirs(root, subPath, st.Mode&0o7777); err != nil {
 			return -1, fmt.Errorf("creating subPath directory %q: %w", subPath, err)
 		}
-		fd, err = openBeneath(root, subPath, false)
+		fd, err = beneath.Open(root, subPath, beneath.FollowSymlinks)
 	}
 	if err != nil {
 		return -1, subPathError(subPath, err)
@@ -74,7 +76,7 @@ func subPathError(subPath string, err error) error {
 func safeMakeDirs(root int, rel string, perm uint32) error {
 	els := splitPath(rel)
 	for i := range els {
-		fd, err := openBeneath(root, strings.Join(els[:i+1], "/"), false)
+		fd, err := beneath.Open(root, strings.Join(els[:i+1], "/"), beneath.FollowSymlinks)
 		if err == nil {
 			unix.Close(fd)
 			continue
@@ -82,7 +84,7 @@ func safeMakeDirs(root int, rel string, perm uint32) error {
 		if !errors.Is(err, unix.ENOENT) {
 			return err
 		}
-		parent, err := openBeneath(root, strings.Join(els[:i], "/"), false)
+		parent, err := beneath.Open(root, strings.Join(els[:i], "/"), beneath.FollowSymlinks)
 		if err != nil {
 			return err
 		}
@@ -202,4 +204,16 @@ func makeTarget(target string, isDir bool) (bool, error) {
 		return false, fmt.Errorf("creating subPath mount target: %w", err)
 	}
 	return true, f.Close()
+}
+
+// splitPath splits a slash-separated path into its elements, dropping
+// empty and "." ones.
+func splitPath(p string) []string {
+	var out []string
+	for _, el := range strings.Split(p, "/") {
+		if el != "" && el != "." {
+			out = append(out, el)
+		}
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package volume
+package beneath
 
 import (
 	"errors"
@@ -8,25 +8,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxSymlinkHops bounds symlink expansion in walkBeneath (the kernel's
-// limit).
+// Symlinks says what a resolution does with symlinks.
+type Symlinks int
+
+const (
+	// FollowSymlinks follows symlinks as long as they stay below the root.
+	FollowSymlinks Symlinks = iota
+	// NoSymlinks fails with ELOOP at any symlink, the last element's too.
+	NoSymlinks
+)
+
+// maxSymlinkHops bounds symlink expansion in walk (the kernel's limit).
 const maxSymlinkHops = 40
 
-// openBeneath opens rel below the directory open as root and returns an
-// O_PATH descriptor of the file it names. Resolution never leaves root:
-// ".." cannot climb above it, an absolute symlink or one that climbs
-// above it fails with EXDEV, magic links (/proc/self/fd/...) fail, and
-// with noSymlinks every symlink fails with ELOOP. A final symlink is
-// followed (below root). The kernel checks all of this atomically
-// (openat2 with RESOLVE_BENEATH); without openat2, walkBeneath does the
-// same walk one O_NOFOLLOW step at a time, which a concurrent rename
-// cannot trick either.
-func openBeneath(root int, rel string, noSymlinks bool) (int, error) {
+// Open opens rel below the directory open as root and returns an O_PATH
+// descriptor of the file it names. Resolution never leaves root: ".."
+// cannot climb above it, an absolute symlink or one that climbs above it
+// fails with EXDEV, magic links (/proc/self/fd/...) fail and with
+// NoSymlinks every symlink fails with ELOOP. With FollowSymlinks a final
+// symlink is followed (below root). An empty rel names root itself.
+func Open(root int, rel string, symlinks Symlinks) (int, error) {
 	if rel == "" {
 		rel = "."
 	}
 	resolve := uint64(unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS)
-	if noSymlinks {
+	if symlinks == NoSymlinks {
 		resolve |= unix.RESOLVE_NO_SYMLINKS
 	}
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: resolve}
@@ -40,7 +46,7 @@ func openBeneath(root int, rel string, noSymlinks bool) (int, error) {
 			// guess; try again.
 			continue
 		case errors.Is(err, unix.ENOSYS):
-			return walkBeneath(root, rel, noSymlinks)
+			return walk(root, rel, symlinks, nil)
 		default:
 			return -1, err
 		}
@@ -48,12 +54,17 @@ func openBeneath(root int, rel string, noSymlinks bool) (int, error) {
 	return -1, unix.EAGAIN
 }
 
-// walkBeneath is openBeneath without openat2: it keeps a stack of O_PATH
-// descriptors from root to the current directory, opens each element with
-// O_NOFOLLOW relative to the top one, expands symlinks itself (relative
-// ones only) and climbs ".." by popping the stack, so what it returns is
-// always reached from root through directories it held open.
-func walkBeneath(root int, rel string, noSymlinks bool) (int, error) {
+// walk is Open without openat2: it keeps a stack of O_PATH descriptors
+// from root to the current directory, opens each element with O_NOFOLLOW
+// relative to the top one, expands symlinks itself (relative ones only)
+// and climbs ".." by popping the stack, so what it returns is always
+// reached from root through directories it held open.
+//
+// The only step that consults a name (and so the only one a concurrent
+// rename can influence) is the openat of an element; step, if not nil, is
+// called right before each, so that tests can change the tree at every
+// point where it matters.
+func walk(root int, rel string, symlinks Symlinks, step func()) (int, error) {
 	start, err := unix.Openat(root, ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, err
@@ -78,6 +89,9 @@ func walkBeneath(root int, rel string, noSymlinks bool) (int, error) {
 			stack = stack[:len(stack)-1]
 			continue
 		}
+		if step != nil {
+			step()
+		}
 		fd, err := unix.Openat(stack[len(stack)-1], el, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return -1, err
@@ -94,7 +108,7 @@ func walkBeneath(root int, rel string, noSymlinks bool) (int, error) {
 			switch {
 			case err != nil:
 				return -1, err
-			case noSymlinks:
+			case symlinks == NoSymlinks:
 				return -1, unix.ELOOP
 			case hops >= maxSymlinkHops:
 				return -1, unix.ELOOP
