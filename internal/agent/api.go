@@ -143,8 +143,11 @@ type logStreamer struct{ s *logs.Streamer }
 
 func (l logStreamer) ContainerLogs(ctx context.Context, namespace, pod, container string, opts server.LogOptions, w io.Writer) error {
 	err := l.s.ContainerLogs(ctx, namespace, pod, container, logs.Options(opts), w)
-	if errors.Is(err, logs.ErrNotFound) {
+	switch {
+	case errors.Is(err, logs.ErrNotFound):
 		return fmt.Errorf("%w: %w", server.ErrNotFound, err)
+	case errors.Is(err, logs.ErrTooManyFollows):
+		return fmt.Errorf("%w: %w", server.ErrTooManyRequests, err)
 	}
 	return err
 }

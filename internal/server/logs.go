@@ -21,6 +21,10 @@ import (
 // not exist (fs.ErrNotExist and a NotFound API error are understood too).
 var ErrNotFound = errors.New("not found")
 
+// ErrTooManyRequests is what a LogStreamer wraps when it serves as many
+// followed logs as it may at once; the client gets 429 and may retry.
+var ErrTooManyRequests = errors.New("too many requests")
+
 // LogOptions are the kubelet's v1.PodLogOptions for one container's log.
 type LogOptions struct {
 	Follow       bool

@@ -155,6 +155,12 @@ func TestContainerLogsErrors(t *testing.T) {
 	if code, body := do(t, s, "GET", "/containerLogs/default/web-0/app", nil); code != 500 || !strings.Contains(body, "runtime exploded") {
 		t.Errorf("error before data: %d %q", code, body)
 	}
+	logs.stream = func(context.Context, io.Writer) error {
+		return fmt.Errorf("follow: %w: 64 logs are followed already", ErrTooManyRequests)
+	}
+	if code, body := do(t, s, "GET", "/containerLogs/default/web-0/app?follow=true", nil); code != http.StatusTooManyRequests || !strings.Contains(body, "64 logs are followed already") {
+		t.Errorf("too many follows: %d %q, want 429", code, body)
+	}
 	logs.stream = func(_ context.Context, w io.Writer) error {
 		io.WriteString(w, "partial\n")
 		return errors.New("cut")

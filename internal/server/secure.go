@@ -387,6 +387,9 @@ func (s *secureServer) getContainerLogs(w http.ResponseWriter, r *http.Request) 
 		w.WriteHeader(http.StatusOK)
 	case isNotFound(err):
 		http.Error(w, err.Error(), http.StatusNotFound)
+	case errors.Is(err, ErrTooManyRequests):
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, err.Error(), http.StatusTooManyRequests)
 	case r.Context().Err() != nil:
 		// The client went away.
 	default:
