@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 const (
@@ -43,7 +45,7 @@ func startProcess(c Config) (process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(c.PIDFile(), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+	if err := atomicfile.Write(c.PIDFile(), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("write pid file: %w", err)

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/podnet"
 	"github.com/nodelet/nodelet/internal/podresources"
@@ -135,10 +136,7 @@ func (m *Manager) hostsFile(pod *v1.Pod, c *v1.Container, podIPs []string) (*run
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, false, fmt.Errorf("write hosts file: %w", err)
 	}
-	if err := os.WriteFile(path+".tmp", content, 0o644); err != nil {
-		return nil, false, fmt.Errorf("write hosts file: %w", err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
+	if err := atomicfile.Write(path, content, 0o644); err != nil {
 		return nil, false, fmt.Errorf("write hosts file: %w", err)
 	}
 	return &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: path}, true, nil

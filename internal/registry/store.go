@@ -26,6 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // ErrNotFound is returned (wrapped) when the store holds no image under a
@@ -149,7 +151,7 @@ func createIfMissing(path string, content func() ([]byte, error)) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, data)
+	return atomicfile.Write(path, data, 0o600)
 }
 
 // withLock runs fn holding the store's cross-process lock.
@@ -279,7 +281,7 @@ func (s *Store) writeIndex(index *v1.IndexManifest) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(s.dir, indexFile), data)
+	return atomicfile.Write(filepath.Join(s.dir, indexFile), data, 0o600)
 }
 
 func encodeIndex(index *v1.IndexManifest) ([]byte, error) {
@@ -476,7 +478,7 @@ func (s *Store) writeBlob(h v1.Hash, r io.Reader) error {
 	if err == nil && got != h {
 		err = fmt.Errorf("content has digest %s", got)
 	}
-	if err := commitTemp(tmp, path, err); err != nil {
+	if err := atomicfile.Commit(tmp, path, err); err != nil {
 		return fmt.Errorf("writing blob %s: %w", h, err)
 	}
 	return nil

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
 // The certificate directory (<root-dir>/pki, mode 0700) holds two units,
@@ -144,7 +146,7 @@ func (s *certStore) installServing(pemData []byte) error {
 	if err := s.step("write " + filepath.Base(f.Name())); err != nil {
 		return err
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := atomicfile.SyncDir(s.dir); err != nil {
 		return err
 	}
 	if err := s.step("sync " + s.dir); err != nil {
@@ -266,7 +268,7 @@ func (s *certStore) installAdmin(pem map[string][]byte) (string, error) {
 		}
 	}
 	for _, d := range []string{dir, s.dir} {
-		if err := syncDir(d); err != nil {
+		if err := atomicfile.SyncDir(d); err != nil {
 			return "", err
 		}
 		if err := s.step("sync " + d); err != nil {
@@ -330,7 +332,7 @@ func (s *certStore) swapLink(name, target string) error {
 	if err := s.step("rename " + name); err != nil {
 		return err
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := atomicfile.SyncDir(s.dir); err != nil {
 		return err
 	}
 	return s.step("sync " + name)
@@ -358,7 +360,7 @@ func (s *certStore) removeWhere(match func(fs.DirEntry) bool) error {
 	if !removed {
 		return nil
 	}
-	return syncDir(s.dir)
+	return atomicfile.SyncDir(s.dir)
 }
 
 // isTempOf reports whether name is a temporary file or link of one of
@@ -386,21 +388,6 @@ func writeSynced(f *os.File, data []byte, mode os.FileMode) error {
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", f.Name(), err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }
