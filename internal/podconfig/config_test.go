@@ -1,11 +1,9 @@
 package podconfig
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,38 +12,22 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 const waitLimit = 10 * time.Second
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
 
 type harness struct {
 	t    *testing.T
 	cfg  *Config
 	clk  *testingclock.FakeClock
 	in   chan podsource.Update
-	logs *syncBuffer
+	logs *testutil.SyncBuffer
 }
 
 func start(t *testing.T, sources ...string) *harness {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	h := &harness{
 		t:    t,
 		clk:  testingclock.NewFakeClock(t0),
@@ -161,7 +143,7 @@ func TestConfigPodsAcrossSources(t *testing.T) {
 	if d := describeState(State{"all": podMap(pods)}); d["all"] != "other(h2)@t0 web(f1)@t1" {
 		t.Errorf("pods %s, want the file source's web, seen when first merged", d["all"])
 	}
-	if n := h.logs.count("pod defined by two sources"); n != 1 {
+	if n := strings.Count(h.logs.String(), "pod defined by two sources"); n != 1 {
 		t.Errorf("conflict logged %d times, want 1", n)
 	}
 	pods[0].Name = "changed" // the caller owns the pods
@@ -177,7 +159,7 @@ func TestConfigPodsAcrossSources(t *testing.T) {
 	if d := describeState(State{"all": podMap(h.cfg.Pods())}); d["all"] != "other(h2)@t0 web(h1)@t0" {
 		t.Errorf("pods %s", d["all"])
 	}
-	if n := h.logs.count("pod defined by two sources"); n != 1 {
+	if n := strings.Count(h.logs.String(), "pod defined by two sources"); n != 1 {
 		t.Errorf("conflict logged %d times, want 1", n)
 	}
 }
@@ -189,8 +171,8 @@ func TestConfigIgnoresUnknownSource(t *testing.T) {
 	if got := h.recvAll(1); got[0] != "ADD file:" {
 		t.Errorf("got %q", got)
 	}
-	if len(h.cfg.Pods()) != 0 || h.logs.count("not configured") != 1 {
-		t.Errorf("pods %v, unknown source logged %d times", h.cfg.Pods(), h.logs.count("not configured"))
+	if len(h.cfg.Pods()) != 0 || strings.Count(h.logs.String(), "not configured") != 1 {
+		t.Errorf("pods %v, unknown source logged %d times", h.cfg.Pods(), strings.Count(h.logs.String(), "not configured"))
 	}
 }
 

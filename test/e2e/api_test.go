@@ -18,6 +18,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // The kubelet API over HTTPS with the local admin credentials, through the
@@ -185,7 +187,7 @@ spec:
 	}
 	local := freePort(t)
 	pf := exec.Command(shared.nodelet, "port-forward", "streamer-e2e", local+":8080", "--root-dir", root, "--server", server)
-	pfOut := &lockedBuffer{}
+	pfOut := &testutil.SyncBuffer{}
 	pf.Stdout, pf.Stderr = pfOut, pfOut
 	if err := pf.Start(); err != nil {
 		t.Fatal(err)
@@ -221,7 +223,7 @@ spec:
 	// this pod's container answers).
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out := &lockedBuffer{}
+	out := &testutil.SyncBuffer{}
 	var follow *exec.Cmd
 	eventually(t, 30*time.Second, "following counter", func() error {
 		out.Reset()

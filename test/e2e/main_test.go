@@ -21,6 +21,7 @@ import (
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/registry"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // env is the shared test environment.
@@ -190,7 +191,7 @@ func runningContainer(ctx context.Context, rt *cri.Client, podName, container st
 // nodeletProc is a nodelet started by a test.
 type nodeletProc struct {
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *testutil.SyncBuffer
 	done   chan struct{}
 	err    error
 }
@@ -199,7 +200,7 @@ type nodeletProc struct {
 // when the test fails.
 func startNodelet(t testing.TB, args ...string) *nodeletProc {
 	t.Helper()
-	p := &nodeletProc{cmd: exec.Command(shared.nodelet, args...), stderr: &lockedBuffer{}, done: make(chan struct{})}
+	p := &nodeletProc{cmd: exec.Command(shared.nodelet, args...), stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout = io.Discard
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
