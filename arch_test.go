@@ -69,6 +69,28 @@ func is(names ...string) func(string) bool {
 
 func not(f func(string) bool) func(string) bool { return func(p string) bool { return !f(p) } }
 
+// kubernetesAllowed are the only k8s.io/kubernetes packages that
+// apivalidation imports directly (see its doc comment): the internal core
+// types, their v1 defaults and conversions, core validation, and the pod
+// validation options.
+var kubernetesAllowed = []string{
+	"k8s.io/kubernetes/pkg/apis/core",
+	"k8s.io/kubernetes/pkg/apis/core/v1",
+	"k8s.io/kubernetes/pkg/apis/core/validation",
+	"k8s.io/kubernetes/pkg/api/pod",
+}
+
+// kubernetesOutsideAllowed matches a k8s.io/kubernetes package that is not
+// one of kubernetesAllowed (exactly: their subpackages are not allowed).
+func kubernetesOutsideAllowed(p string) bool {
+	for _, a := range kubernetesAllowed {
+		if p == a {
+			return false
+		}
+	}
+	return is("k8s.io/kubernetes")(p)
+}
+
 func rules() []rule {
 	grpc := is("google.golang.org/grpc")
 	return []rule{
@@ -98,6 +120,16 @@ func rules() []rule {
 			Name:      "5: production code never imports testing or httptest",
 			From:      func(p string) bool { return strings.HasPrefix(p, module) },
 			Forbidden: is("testing", "net/http/httptest", "testing/quick", "testing/fstest", "testing/iotest"),
+		},
+		{
+			Name:      "k8s.io/kubernetes: only apivalidation imports it",
+			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("apivalidation"))(p) },
+			Forbidden: is("k8s.io/kubernetes"),
+		},
+		{
+			Name:      "k8s.io/kubernetes: apivalidation imports only core, core/v1, core/validation and api/pod",
+			From:      is(internal("apivalidation")),
+			Forbidden: kubernetesOutsideAllowed,
 		},
 	}
 }
@@ -139,6 +171,11 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		{ImportPath: internal("podworker"), Deps: []string{internal("cri")}},
 		{ImportPath: internal("server"), Imports: []string{internal("agent")}},
 		{ImportPath: internal("status"), Imports: []string{"testing"}},
+		{ImportPath: internal("podsource"), Imports: []string{"k8s.io/kubernetes/pkg/apis/core/validation"}},
+		{ImportPath: internal("apivalidation"), Imports: []string{
+			"k8s.io/kubernetes/pkg/apis/core", // allowed
+			"k8s.io/kubernetes/pkg/apis/core/helper",
+		}},
 	}
 	got := violations(bad, rules())
 	if len(got) != len(bad) {
