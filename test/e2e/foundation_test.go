@@ -165,22 +165,10 @@ func TestImagesImport(t *testing.T) {
 // containerd itself, survives containerd being SIGKILLed, and leaves nothing
 // behind but the pods when it stops.
 func TestManagedRuntime(t *testing.T) {
-	root := filepath.Join(shared.work, "m")
-	manifests := filepath.Join(shared.work, "manifests-managed")
+	m := startManaged(t, "managed", "nle2e1", "10.44.0.0/24")
+	n, root, manifests, cfg, rt := m.n, m.root, m.manifests, m.cfg, m.rt
 	writeManifest(t, manifests, "sleeper.yaml", fmt.Sprintf(sleeperPod, "managed"))
-	n := startNodelet(t, "--root-dir", root, "--pod-manifest-path", manifests, "--hostname-override", "e2e",
-		"--cni-bridge-name", "nle2e1", "--pod-cidr", "10.44.0.0/24", "--pause-binary", shared.pause,
-		"--pod-logs-dir", filepath.Join(shared.work, "pod-logs-managed"))
-	t.Cleanup(func() { cleanUpManagedAt(t, root, "nle2e1", "10.44.0.0/24") })
-	cfg := containerd.DefaultConfig(root)
-
 	ctx := context.Background()
-	var rt *cri.Client
-	eventually(t, 60*time.Second, "managed containerd answers", func() (err error) {
-		rt, err = cri.Dial(ctx, cfg.Endpoint(), cri.DefaultTimeouts(), nil)
-		return err
-	})
-	defer rt.Close()
 	var before *runtimeapi.Container
 	eventually(t, 90*time.Second, "pod running in managed runtime", func() (err error) {
 		before, err = runningContainer(ctx, rt, "managed-e2e", "main")
@@ -230,6 +218,41 @@ func TestManagedRuntime(t *testing.T) {
 	if !alive(workload) {
 		t.Errorf("workload process %d died with nodelet; pods must keep running", workload)
 	}
+}
+
+// managedNode is a nodelet in managed mode that a test started, with a CRI
+// client to its containerd.
+type managedNode struct {
+	n         *nodeletProc
+	args      []string // to start it again
+	root      string
+	manifests string
+	cfg       containerd.Config
+	rt        *cri.Client
+}
+
+// startManaged starts nodelet in managed mode under shared.work/name, with
+// its own bridge and pod CIDR and the extra flags, and waits until its
+// containerd answers. When the test ends the pods and the bridge are
+// removed.
+func startManaged(t *testing.T, name, bridge, cidr string, extra ...string) *managedNode {
+	t.Helper()
+	m := &managedNode{root: filepath.Join(shared.work, name), manifests: filepath.Join(shared.work, "manifests-"+name)}
+	if err := os.MkdirAll(m.manifests, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.args = append([]string{"--root-dir", m.root, "--pod-manifest-path", m.manifests, "--hostname-override", "e2e",
+		"--cni-bridge-name", bridge, "--pod-cidr", cidr, "--pause-binary", shared.pause,
+		"--pod-logs-dir", filepath.Join(shared.work, "pod-logs-"+name)}, extra...)
+	m.n = startNodelet(t, m.args...)
+	t.Cleanup(func() { cleanUpManagedAt(t, m.root, bridge, cidr) })
+	m.cfg = containerd.DefaultConfig(m.root)
+	eventually(t, 60*time.Second, "managed containerd answers", func() (err error) {
+		m.rt, err = cri.Dial(context.Background(), m.cfg.Endpoint(), cri.DefaultTimeouts(), nil)
+		return err
+	})
+	t.Cleanup(func() { m.rt.Close() })
+	return m
 }
 
 // cleanUpManagedAt starts the managed containerd of root (with its bridge

@@ -16,7 +16,6 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
 )
 
@@ -29,29 +28,14 @@ func TestRestartTenTimesKeepsWorking(t *testing.T) {
 	const (
 		restarts   = 10
 		healthPort = "10258"
-		bridge     = "nle2e2"
-		cidr       = "10.45.0.0/24"
 	)
-	root := filepath.Join(shared.work, "restart")
-	manifests := filepath.Join(shared.work, "manifests-restart")
+	m := startManaged(t, "restart", "nle2e2", "10.45.0.0/24", "--file-check-frequency", "2s",
+		"--healthz-port", healthPort, "--port", "0")
+	n, manifests, rt := m.n, m.manifests, m.rt
 	for i := range 5 {
 		writeManifest(t, manifests, fmt.Sprintf("keep%d.yaml", i), fmt.Sprintf(sleeperPod, fmt.Sprintf("keep%d", i)))
 	}
-	args := []string{"--root-dir", root, "--pod-manifest-path", manifests, "--hostname-override", "e2e",
-		"--cni-bridge-name", bridge, "--pod-cidr", cidr, "--pause-binary", shared.pause,
-		"--pod-logs-dir", filepath.Join(shared.work, "pod-logs-restart"), "--file-check-frequency", "2s",
-		"--healthz-port", healthPort, "--port", "0"}
-	n := startNodelet(t, args...)
-	t.Cleanup(func() { cleanUpManagedAt(t, root, bridge, cidr) })
-
 	ctx := context.Background()
-	cfg := containerd.DefaultConfig(root)
-	var rt *cri.Client
-	eventually(t, 60*time.Second, "managed containerd answers", func() (err error) {
-		rt, err = cri.Dial(ctx, cfg.Endpoint(), cri.DefaultTimeouts(), nil)
-		return err
-	})
-	defer rt.Close()
 	kept := map[string]string{}
 	eventually(t, 120*time.Second, "5 pods running", func() error {
 		for i := range 5 {
@@ -70,7 +54,7 @@ func TestRestartTenTimesKeepsWorking(t *testing.T) {
 		if err := n.signalAndWait(t, syscall.SIGTERM, 60*time.Second); err != nil {
 			t.Fatalf("restart %d: nodelet exit after SIGTERM: %v\n%s", i, err, n.stderr.String())
 		}
-		n = startNodelet(t, args...)
+		n = startNodelet(t, m.args...)
 		eventually(t, 60*time.Second, fmt.Sprintf("restart %d: /healthz answers", i), func() error {
 			return healthz("http://127.0.0.1:" + healthPort + "/healthz")
 		})

@@ -19,9 +19,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nodelet/nodelet/internal/containerd"
-	"github.com/nodelet/nodelet/internal/cri"
 )
 
 // maxRSSMiB bounds nodelet's resident memory while it is attacked.
@@ -33,13 +30,7 @@ const maxRSSMiB = 150
 // maxRSSMiB, the pods that were running keep their containers, and at the
 // end a new pod still runs.
 func TestSecurity(t *testing.T) {
-	const bridge, cidr = "nle2e3", "10.46.0.0/24"
-	root := filepath.Join(shared.work, "sec")
-	manifests := filepath.Join(shared.work, "manifests-sec")
 	podLogs := filepath.Join(shared.work, "pod-logs-sec")
-	for i := range 2 {
-		writeManifest(t, manifests, fmt.Sprintf("victim%d.yaml", i), fmt.Sprintf(sleeperPod, fmt.Sprintf("victim%d", i)))
-	}
 	tokens := filepath.Join(shared.work, "sec-tokens.csv")
 	if err := os.WriteFile(tokens, []byte("readertoken,reader,1001\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -53,23 +44,16 @@ func TestSecurity(t *testing.T) {
 	bomb := headerBombServer(t)
 	port := freePort(t)
 	api := "https://127.0.0.1:" + port
-	n := startNodelet(t, "--root-dir", root, "--pod-manifest-path", manifests, "--hostname-override", "e2e",
-		"--cni-bridge-name", bridge, "--pod-cidr", cidr, "--pause-binary", shared.pause,
-		"--pod-logs-dir", podLogs, "--file-check-frequency", "1s", "--healthz-port", "0",
+	m := startManaged(t, "sec", "nle2e3", "10.46.0.0/24", "--file-check-frequency", "1s", "--healthz-port", "0",
 		"--port", port, "--address", "127.0.0.1", "--node-ip", "127.0.0.1",
 		"--anonymous-auth", "--token-auth-file", tokens,
 		"--manifest-url", manifestURL, "--manifest-url-header", "X-Key:hdrsecret", "--http-check-frequency", "2s")
-	t.Cleanup(func() { cleanUpManagedAt(t, root, bridge, cidr) })
+	n, root, manifests, cfg, rt := m.n, m.root, m.manifests, m.cfg, m.rt
+	for i := range 2 {
+		writeManifest(t, manifests, fmt.Sprintf("victim%d.yaml", i), fmt.Sprintf(sleeperPod, fmt.Sprintf("victim%d", i)))
+	}
 	rss := watchRSS(n.cmd.Process.Pid)
-
 	ctx := context.Background()
-	cfg := containerd.DefaultConfig(root)
-	var rt *cri.Client
-	eventually(t, 60*time.Second, "managed containerd answers", func() (err error) {
-		rt, err = cri.Dial(ctx, cfg.Endpoint(), cri.DefaultTimeouts(), nil)
-		return err
-	})
-	defer rt.Close()
 	victims := map[string]string{}
 	eventually(t, 120*time.Second, "victims running", func() error {
 		for i := range 2 {
