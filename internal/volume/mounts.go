@@ -81,8 +81,14 @@ func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *
 	if vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly == v1.RecursiveReadOnlyEnabled {
 		return nil, errors.New("recursiveReadOnly: Enabled is not supported by nodelet")
 	}
+	containerPath := vm.MountPath
+	if !strings.HasPrefix(containerPath, "/") {
+		// The API server accepts a relative mountPath; the kubelet mounts
+		// it below the container's root.
+		containerPath = "/" + containerPath
+	}
 	return &runtimeapi.Mount{
-		ContainerPath:  vm.MountPath,
+		ContainerPath:  containerPath,
 		HostPath:       hostPath,
 		Readonly:       vm.ReadOnly || mustReadOnly,
 		SelinuxRelabel: false,

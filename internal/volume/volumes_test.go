@@ -550,6 +550,7 @@ func TestMountsOptions(t *testing.T) {
 		{Name: "data", MountPath: "/data"},
 		{Name: "data", MountPath: "/ro", ReadOnly: true, MountPropagation: prop(v1.MountPropagationNone)},
 		{Name: "host", MountPath: "/logs", MountPropagation: prop(v1.MountPropagationHostToContainer), BindMountOptions: []string{"noexec"}},
+		{Name: "data", MountPath: "relative/dir"}, // valid for the API server; the kubelet makes it absolute
 	}}
 	mounts, err := e.m.Mounts(pod, c, nil)
 	if err != nil {
@@ -560,6 +561,10 @@ func TestMountsOptions(t *testing.T) {
 		{ContainerPath: "/data", HostPath: data, Propagation: runtimeapi.MountPropagation_PROPAGATION_PRIVATE},
 		{ContainerPath: "/ro", HostPath: data, Readonly: true, Propagation: runtimeapi.MountPropagation_PROPAGATION_PRIVATE},
 		{ContainerPath: "/logs", HostPath: "/var/log", Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER, MountOptions: []string{"noexec"}},
+		{ContainerPath: "/relative/dir", HostPath: data, Propagation: runtimeapi.MountPropagation_PROPAGATION_PRIVATE},
+	}
+	if len(mounts) != len(want) {
+		t.Fatalf("%d mounts, want %d", len(mounts), len(want))
 	}
 	for i := range want {
 		if mounts[i].String() != want[i].String() {
