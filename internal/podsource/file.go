@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/apivalidation"
 )
 
 // FileError is a manifest file (or, for the HTTP source, the URL) that
@@ -124,8 +126,8 @@ func parseManifests(data []byte, allowList bool, objects *Objects, lim limits, n
 		if err := checkContainers(p); err != nil {
 			return nil, errorClass(err, ReasonValidate), err
 		}
-		if err := Validate(p); err != nil {
-			return nil, ReasonValidate, fmt.Errorf("pod %q: %w", p.Name, err)
+		if p.Name == "" {
+			return nil, ReasonValidate, errors.New("a pod has no metadata.name: a name is needed for the pod")
 		}
 		sp, err := StaticPod(p, nodeName, source)
 		if err != nil {
@@ -134,6 +136,11 @@ func parseManifests(data []byte, allowList bool, objects *Objects, lim limits, n
 		// Set after the UID is computed: moving a file does not make a
 		// new pod.
 		sp.Annotations[AnnotationConfigFile] = origin
+		// As the kubelet: the API server's own validation of the pod as
+		// this node runs it (named <name>-<node>, with its annotations).
+		if err := apivalidation.Pod(sp); err != nil {
+			return nil, ReasonValidate, fmt.Errorf("pod %q: %w", p.Name, err)
+		}
 		pods = append(pods, sp)
 	}
 	return pods, "", nil

@@ -148,7 +148,7 @@ func TestFileSourceBrokenFileNextToGoodOnes(t *testing.T) {
 	if n := h.metrics.get(ReasonNotPod); n != 1 {
 		t.Errorf("not_pod errors counted %d times, want 1", n)
 	}
-	if lines := h.logs.lines("c.yaml", "image is required"); len(lines) != 1 {
+	if lines := h.logs.lines("c.yaml", "spec.containers[0].image: Required value"); len(lines) != 1 {
 		t.Errorf("c.yaml logged %d times, want once: %q", len(lines), lines)
 	}
 }

@@ -7,7 +7,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nodelet/nodelet/internal/apivalidation"
 )
 
 // Objects are the ConfigMaps and Secrets of a manifest file. In standalone
@@ -18,29 +19,26 @@ type Objects struct {
 	Secrets    []*v1.Secret
 }
 
-// validate defaults the namespace and checks the names.
+// validate defaults the namespace of every object and checks it with the
+// API server's own validation, then folds a Secret's stringData into data
+// as the API server does (stringData is write-only in the API).
 func (o Objects) validate() error {
 	var msgs []string
-	check := func(kind, name string, meta *string) {
-		if *meta == "" {
-			*meta = v1.NamespaceDefault
-		}
-		for _, m := range validation.IsDNS1123Subdomain(name) {
-			msgs = append(msgs, fmt.Sprintf("%s %q: metadata.name: %s", kind, name, m))
-		}
-	}
 	for _, cm := range o.ConfigMaps {
-		check("configmap", cm.Name, &cm.Namespace)
-		for k := range cm.Data {
-			if _, dup := cm.BinaryData[k]; dup {
-				msgs = append(msgs, fmt.Sprintf("configmap %q: key %q is in both data and binaryData", cm.Name, k))
-			}
+		if cm.Namespace == "" {
+			cm.Namespace = v1.NamespaceDefault
+		}
+		if err := apivalidation.ConfigMap(cm); err != nil {
+			msgs = append(msgs, fmt.Sprintf("configmap %q: %v", cm.Name, err))
 		}
 	}
 	for _, s := range o.Secrets {
-		check("secret", s.Name, &s.Namespace)
-		// stringData is write-only in the API: fold it into data as the
-		// API server does.
+		if s.Namespace == "" {
+			s.Namespace = v1.NamespaceDefault
+		}
+		if err := apivalidation.Secret(s); err != nil {
+			msgs = append(msgs, fmt.Sprintf("secret %q: %v", s.Name, err))
+		}
 		for k, v := range s.StringData {
 			if s.Data == nil {
 				s.Data = map[string][]byte{}

@@ -1,12 +1,14 @@
 package podsource
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 const goodPod = `apiVersion: v1
@@ -50,7 +52,9 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
+// A manifest gets the API server's verdict, with its field paths and
+// words, on one line; what the API server accepts (and defaults) runs.
+func TestValidateWithAPIServerRules(t *testing.T) {
 	base := func() *v1.Pod {
 		pods, err := Decode([]byte(goodPod))
 		if err != nil {
@@ -63,26 +67,59 @@ func TestValidate(t *testing.T) {
 		err    string
 	}{
 		"valid":              {func(*v1.Pod) {}, ""},
-		"bad name":           {func(p *v1.Pod) { p.Name = "Web_1" }, "metadata.name"},
-		"bad namespace":      {func(p *v1.Pod) { p.Namespace = "a.b" }, "metadata.namespace"},
-		"no containers":      {func(p *v1.Pod) { p.Spec.Containers = nil }, "at least one container"},
-		"duplicate names":    {func(p *v1.Pod) { p.Spec.InitContainers = []v1.Container{{Name: "app", Image: "x"}} }, "duplicate container name"},
-		"empty image":        {func(p *v1.Pod) { p.Spec.Containers[0].Image = "" }, "image is required"},
-		"bad restart policy": {func(p *v1.Pod) { p.Spec.RestartPolicy = "Sometimes" }, "spec.restartPolicy"},
+		"no name":            {func(p *v1.Pod) { p.Name = "" }, "a name is needed for the pod"},
+		"bad name":           {func(p *v1.Pod) { p.Name = "Web_1" }, `metadata.name: Invalid value: "Web_1-node1": a lowercase RFC 1123 subdomain`},
+		"bad namespace":      {func(p *v1.Pod) { p.Namespace = "a.b" }, `metadata.namespace: Invalid value: "a.b"`},
+		"no containers":      {func(p *v1.Pod) { p.Spec.Containers = nil }, "spec.containers: Required value"},
+		"duplicate names":    {func(p *v1.Pod) { p.Spec.InitContainers = []v1.Container{{Name: "app", Image: "x"}} }, `spec.initContainers[0].name: Duplicate value: "app"`},
+		"empty image":        {func(p *v1.Pod) { p.Spec.Containers[0].Image = "" }, "spec.containers[0].image: Required value"},
+		"bad restart policy": {func(p *v1.Pod) { p.Spec.RestartPolicy = "Sometimes" }, `spec.restartPolicy: Unsupported value: "Sometimes"`},
+		"container port -5":  {func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: -5}} }, "spec.containers[0].ports[0].containerPort: Invalid value: -5: must be between 1 and 65535, inclusive"},
+		"host port 99999":    {func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, HostPort: 99999}} }, "spec.containers[0].ports[0].hostPort: Invalid value: 99999"},
+		"protocol FOO":       {func(p *v1.Pod) { p.Spec.Containers[0].Ports = []v1.ContainerPort{{ContainerPort: 80, Protocol: "FOO"}} }, `spec.containers[0].ports[0].protocol: Unsupported value: "FOO"`},
+		"env name A=B":       {func(p *v1.Pod) { p.Spec.Containers[0].Env = []v1.EnvVar{{Name: "A=B", Value: "x"}} }, `spec.containers[0].env[0].name: Invalid value: "A=B"`},
+		"duplicate volumes":  {func(p *v1.Pod) { p.Spec.Volumes = []v1.Volume{emptyDir("v"), emptyDir("v")} }, `spec.volumes[1].name: Duplicate value: "v"`},
+		"negative quantity": {func(p *v1.Pod) {
+			p.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("-1")}
+		}, "spec.containers[0].resources.requests[cpu]: Invalid value: \"-1\": must be greater than or equal to 0"},
+		"negative grace": {func(p *v1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptrTo(int64(-100)) }, ""},
+		"relative mount path": {func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{emptyDir("v")}
+			p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "v", MountPath: "data"}}
+		}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := base()
 			tc.mutate(p)
-			err := Validate(p)
-			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
-				t.Fatalf("Validate = %v, want %q", err, tc.err)
+			data, err := json.Marshal(p)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if err != nil && strings.Contains(err.Error(), "\n") {
+			pods, class, err := parseManifests(data, false, &Objects{}, fileLimits, "node1", SourceFile, "/etc/manifests/web.yaml")
+			if tc.err == "" {
+				if err != nil || len(pods) != 1 {
+					t.Fatalf("refused (%s): %v", class, err)
+				}
+				if g := pods[0].Spec.TerminationGracePeriodSeconds; g == nil || *g < 0 {
+					t.Errorf("grace period %v runs as it was given", g)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) || class != ReasonValidate {
+				t.Fatalf("error %v (%s), want %q (%s)", err, class, tc.err, ReasonValidate)
+			}
+			if strings.Contains(err.Error(), "\n") {
 				t.Errorf("error spans lines: %q", err)
 			}
 		})
 	}
 }
+
+func emptyDir(name string) v1.Volume {
+	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 func TestStaticPodIdentity(t *testing.T) {
 	pods, _ := Decode([]byte(goodPod))

@@ -78,8 +78,14 @@ func ApplyDefaults(p *v1.Pod) {
 	if s.DNSPolicy == "" {
 		s.DNSPolicy = v1.DNSClusterFirst
 	}
-	if s.TerminationGracePeriodSeconds == nil {
+	switch {
+	case s.TerminationGracePeriodSeconds == nil:
 		grace := int64(v1.DefaultTerminationGracePeriodSeconds)
+		s.TerminationGracePeriodSeconds = &grace
+	case *s.TerminationGracePeriodSeconds < 0:
+		// The API server's default for a pod (not for a pod template):
+		// a negative grace period is 1 second.
+		grace := int64(1)
 		s.TerminationGracePeriodSeconds = &grace
 	}
 	if s.SchedulerName == "" {
