@@ -17,13 +17,13 @@ import (
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
-// notInitialized is what containerd's CRI plugin answers (as gRPC Unknown)
+// errNotInitialized is what containerd's CRI plugin answers (as gRPC Unknown)
 // until it has restored its sandboxes after a start.
-var notInitialized = errors.New("server is not initialized yet")
+var errNotInitialized = errors.New("server is not initialized yet")
 
 // dialStepping runs dialWith on a fake clock, stepping the clock whenever
 // the dial waits on it, and returns its outcome and log.
-func dialStepping(t *testing.T, ep string, tm Timeouts) (*Client, error, string) {
+func dialStepping(t *testing.T, ep string, tm Timeouts) (*Client, string, error) {
 	t.Helper()
 	var logBuf testutil.SyncBuffer
 	log := slog.New(slog.NewTextHandler(&logBuf, nil))
@@ -43,7 +43,7 @@ func dialStepping(t *testing.T, ep string, tm Timeouts) (*Client, error, string)
 			if r.c != nil {
 				t.Cleanup(func() { _ = r.c.Close() })
 			}
-			return r.c, r.err, logBuf.String()
+			return r.c, logBuf.String(), r.err
 		default:
 		}
 		if clk.HasWaiters() {
@@ -58,9 +58,9 @@ func dialStepping(t *testing.T, ep string, tm Timeouts) (*Client, error, string)
 func TestDialWaitsForRuntimeThatIsStarting(t *testing.T) {
 	f, ep := startFakeRuntime(t)
 	for range 3 {
-		f.RuntimeService.InjectError("Version", notInitialized)
+		f.RuntimeService.InjectError("Version", errNotInitialized)
 	}
-	c, err, log := dialStepping(t, ep, DefaultTimeouts())
+	c, log, err := dialStepping(t, ep, DefaultTimeouts())
 	if err != nil {
 		t.Fatalf("Dial: %v\nlog:\n%s", err, log)
 	}
@@ -99,7 +99,7 @@ func TestDialWaitsForRuntimeReadyCondition(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	_, err, log := dialStepping(t, ep, DefaultTimeouts())
+	_, log, err := dialStepping(t, ep, DefaultTimeouts())
 	if err != nil {
 		t.Fatalf("Dial: %v\nlog:\n%s", err, log)
 	}
@@ -113,11 +113,11 @@ func TestDialWaitsForRuntimeReadyCondition(t *testing.T) {
 func TestDialGivesUpOnRuntimeNeverReady(t *testing.T) {
 	f, ep := startFakeRuntime(t)
 	for range 1000 {
-		f.RuntimeService.InjectError("Version", notInitialized)
+		f.RuntimeService.InjectError("Version", errNotInitialized)
 	}
 	tm := DefaultTimeouts()
 	tm.Ready = 10 * time.Second
-	_, err, log := dialStepping(t, ep, tm)
+	_, log, err := dialStepping(t, ep, tm)
 	if err == nil {
 		t.Fatal("Dial succeeded")
 	}
@@ -140,7 +140,7 @@ func TestDialGivesUpOnRuntimeNeverReady(t *testing.T) {
 func TestDialDoesNotWaitOnPermanentErrors(t *testing.T) {
 	f, ep := startFakeRuntime(t)
 	f.RuntimeService.InjectError("Version", status.Error(codes.Unimplemented, "unknown service runtime.v1.RuntimeService"))
-	_, err, log := dialStepping(t, ep, DefaultTimeouts())
+	_, log, err := dialStepping(t, ep, DefaultTimeouts())
 	if !IsUnimplemented(err) {
 		t.Errorf("Dial: %v, want class %v", err, ErrUnimplemented)
 	}
@@ -152,7 +152,7 @@ func TestDialDoesNotWaitOnPermanentErrors(t *testing.T) {
 func TestDialCanceledWhileWaiting(t *testing.T) {
 	f, ep := startFakeRuntime(t)
 	for range 1000 {
-		f.RuntimeService.InjectError("Version", notInitialized)
+		f.RuntimeService.InjectError("Version", errNotInitialized)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	clk := testingclock.NewFakeClock(time.Now())
