@@ -118,7 +118,7 @@ func rules() []rule {
 		},
 		{
 			Name:      "5: production code never imports testing or httptest",
-			From:      func(p string) bool { return strings.HasPrefix(p, module) },
+			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("testutil"))(p) },
 			Forbidden: is("testing", "net/http/httptest", "testing/quick", "testing/fstest", "testing/iotest"),
 		},
 		{
@@ -130,6 +130,11 @@ func rules() []rule {
 			Name:      "k8s.io/kubernetes: apivalidation imports only core, core/v1, core/validation and api/pod",
 			From:      is(internal("apivalidation")),
 			Forbidden: kubernetesOutsideAllowed,
+		},
+		{
+			Name:      "testutil: only tests import it",
+			From:      func(p string) bool { return strings.HasPrefix(p, module) },
+			Forbidden: is(internal("testutil")),
 		},
 	}
 }
@@ -176,6 +181,7 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 			"k8s.io/kubernetes/pkg/apis/core", // allowed
 			"k8s.io/kubernetes/pkg/apis/core/helper",
 		}},
+		{ImportPath: internal("logs"), Imports: []string{internal("testutil")}},
 	}
 	got := violations(bad, rules())
 	if len(got) != len(bad) {

@@ -5,15 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 func mustWrite(t *testing.T, path, content string) {
@@ -151,9 +149,26 @@ type swap struct {
 
 func (s swap) do(t *testing.T) {
 	t.Helper()
-	if err := unix.Renameat2(s.dir, s.name, s.dir, s.link, unix.RENAME_EXCHANGE); err != nil {
-		t.Errorf("exchange %s: %v", s.name, err)
+	if err := s.exchange(); err != nil {
+		t.Error(err)
 	}
+}
+
+// exchange swaps name and link once.
+func (s swap) exchange() error {
+	if err := unix.Renameat2(s.dir, s.name, s.dir, s.link, unix.RENAME_EXCHANGE); err != nil {
+		return fmt.Errorf("exchange %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// startAttackers keeps exchanging every swap's names, out and back.
+func startAttackers(t *testing.T, swaps []swap) *testutil.Attackers {
+	attacks := make([]func() error, len(swaps))
+	for i, s := range swaps {
+		attacks[i] = s.exchange
+	}
+	return testutil.StartAttackers(t, attacks...)
 }
 
 func newRaceWorld(t *testing.T) *raceWorld {
@@ -262,70 +277,6 @@ func TestWalkSymlinkRace(t *testing.T) {
 	}
 }
 
-// attackers keeps exchanging entries concurrently with the code under
-// test. A walk is only started once every attacker has made progress
-// since the previous one (waitProgress): that the attackers run is a
-// precondition the test waits for, not something it hopes for.
-type attackers struct {
-	t     *testing.T
-	done  chan struct{}
-	wg    sync.WaitGroup
-	count []atomic.Int64
-	seen  []int64
-}
-
-// startAttackers starts one goroutine per swap that keeps exchanging its
-// names, out and back; Stop ends them.
-func startAttackers(t *testing.T, swaps []swap) *attackers {
-	a := &attackers{t: t, done: make(chan struct{}), count: make([]atomic.Int64, len(swaps)), seen: make([]int64, len(swaps))}
-	for i, s := range swaps {
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			for {
-				select {
-				case <-a.done:
-					return
-				default:
-				}
-				s.do(t)
-				a.count[i].Add(1)
-				// Let the code under test run, even on one CPU.
-				runtime.Gosched()
-			}
-		}()
-	}
-	t.Cleanup(a.Stop)
-	return a
-}
-
-// waitProgress returns once every attacker has made an exchange since the
-// last call. The bound only catches attackers that are stuck.
-func (a *attackers) waitProgress() {
-	a.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for i := range a.count {
-		for a.count[i].Load() == a.seen[i] {
-			if time.Now().After(deadline) {
-				a.t.Fatalf("attacker %d made no exchange in a minute", i)
-			}
-			runtime.Gosched()
-		}
-		a.seen[i] = a.count[i].Load()
-	}
-}
-
-// Stop ends the attackers and waits for them.
-func (a *attackers) Stop() {
-	select {
-	case <-a.done:
-		return
-	default:
-	}
-	close(a.done)
-	a.wg.Wait()
-}
-
 // TestOpenSymlinkRace attacks openat2 and the walk concurrently, the
 // attackers having made progress before each resolution.
 func TestOpenSymlinkRace(t *testing.T) {
@@ -339,7 +290,7 @@ func TestOpenSymlinkRace(t *testing.T) {
 			const calls = 500
 			ok := 0
 			for i := range calls {
-				att.waitProgress()
+				att.WaitProgress()
 				fd, err := open(w.root, "a/b/marker", FollowSymlinks)
 				if err != nil {
 					continue

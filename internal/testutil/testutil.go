@@ -1,5 +1,6 @@
 // Package testutil is beside the pipeline, for tests only: small helpers
-// that several packages' tests share. Production code does not import it.
+// that several packages' tests share. Production code does not import it
+// (arch_test.go checks), so it may import testing.
 package testutil
 
 import (

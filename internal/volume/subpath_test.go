@@ -4,15 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // subPathWorld is a pod with an emptyDir "vol" whose directory holds:
@@ -233,7 +231,7 @@ func TestSubPathSymlinkRace(t *testing.T) {
 	const calls = 1000
 	var ok, refused int
 	for i := range calls {
-		att.waitProgress()
+		att.WaitProgress()
 		c := w.container(fmt.Sprintf("c%d", i), v1.VolumeMount{SubPath: "a/b"})
 		mounts, err := w.m.Mounts(w.pod, c, nil)
 		if err != nil {
@@ -252,7 +250,7 @@ func TestSubPathSymlinkRace(t *testing.T) {
 			t.Fatalf("call %d: %s escaped the volume (content %q)", i, mounts[0].HostPath, mustRead(t, marker))
 		}
 	}
-	att.stop()
+	att.Stop()
 	t.Logf("%d calls under attack: %d safe mounts, %d refused, 0 escaped", calls, ok, refused)
 	// Which state each call met is up to the scheduler, so neither count
 	// is asserted; the states themselves are covered one by one here.
@@ -305,77 +303,25 @@ func setSwapped(t *testing.T, dir int, name, link string, swapped bool) {
 	}
 }
 
-// attackers keeps exchanging (renameat2 RENAME_EXCHANGE) pairs of names
-// concurrently with the code under test, which is only called once every
-// attacker has made progress since the previous call (waitProgress): that
-// the attackers run is a precondition the test waits for, not something it
-// hopes the scheduler grants. (internal/beneath has the same helper for
-// its own race tests.)
-type attackers struct {
-	t     *testing.T
-	done  chan struct{}
-	wg    sync.WaitGroup
-	count []atomic.Int64
-	seen  []int64
-}
-
 // swapPair is one exchange: name and link in the directory open as dir.
 type swapPair struct {
 	dir        int
 	name, link string
 }
 
-func startAttackers(t *testing.T, pairs []swapPair) *attackers {
-	a := &attackers{t: t, done: make(chan struct{}), count: make([]atomic.Int64, len(pairs)), seen: make([]int64, len(pairs))}
+// startAttackers keeps exchanging (renameat2 RENAME_EXCHANGE) every pair's
+// names, out and back.
+func startAttackers(t *testing.T, pairs []swapPair) *testutil.Attackers {
+	attacks := make([]func() error, len(pairs))
 	for i, p := range pairs {
-		a.wg.Add(1)
-		go func() {
-			defer a.wg.Done()
-			for {
-				select {
-				case <-a.done:
-					return
-				default:
-				}
-				if err := unix.Renameat2(p.dir, p.name, p.dir, p.link, unix.RENAME_EXCHANGE); err != nil {
-					t.Errorf("exchange %s: %v", p.name, err)
-					return
-				}
-				a.count[i].Add(1)
-				// Let the code under test run, even on one CPU.
-				runtime.Gosched()
+		attacks[i] = func() error {
+			if err := unix.Renameat2(p.dir, p.name, p.dir, p.link, unix.RENAME_EXCHANGE); err != nil {
+				return fmt.Errorf("exchange %s: %w", p.name, err)
 			}
-		}()
-	}
-	t.Cleanup(a.stop)
-	return a
-}
-
-// waitProgress returns once every attacker has made an exchange since the
-// last call; the bound only catches attackers that are stuck.
-func (a *attackers) waitProgress() {
-	a.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for i := range a.count {
-		for a.count[i].Load() == a.seen[i] {
-			if time.Now().After(deadline) {
-				a.t.Fatalf("attacker %d made no exchange in a minute", i)
-			}
-			runtime.Gosched()
+			return nil
 		}
-		a.seen[i] = a.count[i].Load()
 	}
-}
-
-// stop ends the attackers, leaving each pair in one of its two states.
-func (a *attackers) stop() {
-	select {
-	case <-a.done:
-		return
-	default:
-	}
-	close(a.done)
-	a.wg.Wait()
+	return testutil.StartAttackers(t, attacks...)
 }
 
 // TestHostPathSubPath: a subPath of a hostPath volume is created with the
