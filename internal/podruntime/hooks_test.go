@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/httpget"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // stopRecorder records the order in which containers are stopped.
@@ -234,22 +235,7 @@ func TestHTTPHookBoundsResponseHeaders(t *testing.T) {
 	const readSlack = 64 << 10 // one read buffer; for TLS a record and the handshake
 	for _, tls := range []bool{false, true} {
 		t.Run("tls="+strconv.FormatBool(tls), func(t *testing.T) {
-			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				conn, _, err := w.(http.Hijacker).Hijack()
-				if err != nil {
-					return
-				}
-				defer conn.Close()
-				if _, err := conn.Write([]byte("HTTP/1.1 200 OK\r\nX-Endless: ")); err != nil {
-					return
-				}
-				chunk := []byte(strings.Repeat("a", 32<<10))
-				for sent := 0; sent < 32<<20; sent += len(chunk) {
-					if _, err := conn.Write(chunk); err != nil {
-						return
-					}
-				}
-			}))
+			srv := httptest.NewUnstartedServer(testutil.HeaderBomb{Total: 32 << 20})
 			if tls {
 				srv.StartTLS()
 			} else {
@@ -263,13 +249,7 @@ func TestHTTPHookBoundsResponseHeaders(t *testing.T) {
 				hook.Scheme = v1.URISchemeHTTPS
 			}
 			var read atomic.Int64
-			dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-				if err != nil {
-					return nil, err
-				}
-				return countingConn{Conn: c, n: &read}, nil
-			}
+			dial := testutil.CountingDial(&read, (&net.Dialer{}).DialContext)
 			err := httpHook(t.Context(), hook, &v1.Container{Name: "c"}, u.Hostname(), dial)
 			want := "response headers exceeded " + strconv.Itoa(httpget.MaxResponseHeaderBytes) + " bytes"
 			if err == nil || !strings.Contains(err.Error(), want) {
@@ -280,16 +260,4 @@ func TestHTTPHookBoundsResponseHeaders(t *testing.T) {
 			}
 		})
 	}
-}
-
-// countingConn counts the bytes read from the connection.
-type countingConn struct {
-	net.Conn
-	n *atomic.Int64
-}
-
-func (c countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.n.Add(int64(n))
-	return n, err
 }

@@ -1,9 +1,6 @@
 package prober
 
 import (
-	"bytes"
-	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -17,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodelet/nodelet/internal/httpget"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // hostileTotal is how much a hostile server sends before it gives up: far
@@ -29,35 +27,7 @@ const hostileTotal = 32 << 20
 // or an endless list of short headers ("list"). It returns the port.
 func hostileServer(t *testing.T, tls bool, kind string) int {
 	t.Helper()
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			return
-		}
-		defer func() { _ = conn.Close() }()
-		var chunk []byte
-		switch kind {
-		case "line":
-			if _, err := conn.Write([]byte("HTTP/1.1 200 OK\r\nX-Endless: ")); err != nil {
-				return
-			}
-			chunk = bytes.Repeat([]byte("a"), 32<<10)
-		case "list":
-			if _, err := conn.Write([]byte("HTTP/1.1 200 OK\r\n")); err != nil {
-				return
-			}
-			var b bytes.Buffer
-			for i := 0; b.Len() < 32<<10; i++ {
-				b.WriteString("X-H" + strconv.Itoa(i) + ": v\r\n")
-			}
-			chunk = b.Bytes()
-		}
-		for sent := 0; sent < hostileTotal; sent += len(chunk) {
-			if _, err := conn.Write(chunk); err != nil {
-				return // the prober hung up: what the bound is for
-			}
-		}
-	})
+	h := testutil.HeaderBomb{List: kind == "list", Total: hostileTotal}
 	srv := httptest.NewUnstartedServer(h)
 	if tls {
 		srv.StartTLS()
@@ -74,29 +44,6 @@ func hostileServer(t *testing.T, tls bool, kind string) int {
 		t.Fatal(err)
 	}
 	return port
-}
-
-// countingConn counts the bytes read from the connection.
-type countingConn struct {
-	net.Conn
-	n *atomic.Int64
-}
-
-func (c countingConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-// countingDial wraps dial so that every byte read is counted in n.
-func countingDial(n *atomic.Int64, dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		return countingConn{Conn: c, n: n}, nil
-	}
 }
 
 // An HTTP probe reads at most a bounded response: a server sending endless
@@ -129,7 +76,7 @@ func TestHTTPProbeBoundsResponseHeaders(t *testing.T) {
 			h := newHTTPHandler(action, &v1.Container{Name: "c"}, wait)
 			defer h.close()
 			var read atomic.Int64
-			h.dial = countingDial(&read, h.dial)
+			h.dial = testutil.CountingDial(&read, h.dial)
 
 			var before, after runtime.MemStats
 			runtime.GC()
@@ -174,7 +121,7 @@ func TestHTTPProbeBoundsBody(t *testing.T) {
 	h := newHTTPHandler(v1.HTTPGetAction{Path: "/", Port: intstr.FromInt(port)}, &v1.Container{Name: "c"}, wait)
 	defer h.close()
 	var read atomic.Int64
-	h.dial = countingDial(&read, h.dial)
+	h.dial = testutil.CountingDial(&read, h.dial)
 	got, out, err := h.probe(t.Context(), target{host: "127.0.0.1"}, wait)
 	if err != nil || got != outcomeSuccess {
 		t.Fatalf("probe = %v, %v", got, err)

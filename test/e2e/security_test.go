@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // maxRSSMiB bounds nodelet's resident memory while it is attacked.
@@ -341,27 +342,8 @@ func headerBombServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer conn.Close()
-				w := bufio.NewWriter(conn)
-				if _, err := w.WriteString("HTTP/1.1 200 OK\r\n"); err != nil {
-					return
-				}
-				line := "X-Bomb: " + strings.Repeat("a", 1<<10) + "\r\n"
-				for range 1 << 20 {
-					if _, err := w.WriteString(line); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	srv := &http.Server{Handler: testutil.HeaderBomb{Total: 1 << 30}}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
 	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
 }
