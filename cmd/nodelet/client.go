@@ -13,7 +13,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	utilexec "k8s.io/client-go/util/exec"
 
-	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/cli"
 	"github.com/nodelet/nodelet/internal/server"
 )
@@ -34,7 +33,7 @@ func (f *clientFlags) add(cmd *cobra.Command) {
 }
 
 func (f *clientFlags) client() (*cli.Client, error) {
-	dir := agent.PKIDir(*f.rootDir)
+	dir := server.PKIDir(*f.rootDir)
 	admin, err := server.AdminCredentials(dir)
 	if err != nil {
 		return nil, fmt.Errorf("no admin credentials in %s: has nodelet run with --root-dir %s?", dir, *f.rootDir)

@@ -9,7 +9,6 @@ import (
 
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/server"
 )
 
@@ -17,7 +16,7 @@ import (
 // makes under rootDir.
 func startNodeletAPI(t *testing.T, rootDir string) string {
 	t.Helper()
-	dir := agent.PKIDir(rootDir)
+	dir := server.PKIDir(rootDir)
 	clk := testingclock.NewFakePassiveClock(time.Now())
 	cert, err := server.LoadOrCreateServingCert(dir, "", "", []string{"node-a"}, clk)
 	if err != nil {

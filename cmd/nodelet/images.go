@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/registry"
 )
 
@@ -53,7 +52,7 @@ any registry. Archives over --max-archive-size are refused.`,
 
 func importImages(cmd *cobra.Command, rootDir, archive string, maxBytes int64) error {
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), log)
+	store, err := registry.OpenStore(registry.StoreDir(rootDir), log)
 	if err != nil {
 		return err
 	}
@@ -74,7 +73,7 @@ func importImages(cmd *cobra.Command, rootDir, archive string, maxBytes int64) e
 }
 
 func listImages(out io.Writer, rootDir string) error {
-	store, err := registry.OpenStore(agent.ImageStoreDir(rootDir), nil)
+	store, err := registry.OpenStore(registry.StoreDir(rootDir), nil)
 	if err != nil {
 		return err
 	}

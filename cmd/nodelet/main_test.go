@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodelet/nodelet/internal/agent"
+	"github.com/nodelet/nodelet/internal/nodeconfig"
 )
 
 func TestExitCodePrintsOneLine(t *testing.T) {
@@ -53,7 +53,7 @@ func TestSuggestNodeName(t *testing.T) {
 		if got != want {
 			t.Errorf("suggestNodeName(%q) = %q, want %q", in, got, want)
 		}
-		if err := agent.ValidateNodeName(got); err != nil {
+		if err := nodeconfig.ValidateNodeName(got); err != nil {
 			t.Errorf("suggestion %q is not valid: %v", got, err)
 		}
 	}

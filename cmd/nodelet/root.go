@@ -14,13 +14,14 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/agent"
+	"github.com/nodelet/nodelet/internal/nodeconfig"
 )
 
 const defaultRootDir = "/var/lib/nodelet"
 
 // newRootCommand is `nodelet`: run the node agent in the foreground.
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
-	cfg := agent.DefaultConfig(defaultRootDir)
+	cfg := nodeconfig.DefaultConfig(defaultRootDir)
 	var (
 		hostnameOverride string
 		verbosity        int
@@ -102,9 +103,9 @@ a local image registry under --root-dir.`,
 	return cmd
 }
 
-// completeConfig fills in what comes from the machine: the node name and
-// where the binaries are.
-func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) error {
+// completeConfig fills in what comes from the machine: the node name,
+// where the binaries are, the node's resources, resolv.conf and hosts.
+func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary string) error {
 	cfg.NodeName = strings.ToLower(strings.TrimSpace(hostnameOverride))
 	from := "--hostname-override"
 	if cfg.NodeName == "" {
@@ -114,7 +115,7 @@ func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) err
 		}
 		cfg.NodeName, from = strings.ToLower(host), "the hostname"
 	}
-	if err := agent.ValidateNodeName(cfg.NodeName); err != nil {
+	if err := nodeconfig.ValidateNodeName(cfg.NodeName); err != nil {
 		return fmt.Errorf("%w (from %s); set --hostname-override to a valid name such as %q", err, from, suggestNodeName(cfg.NodeName))
 	}
 	cfg.Managed.Containerd.Dir = filepath.Join(cfg.RootDir, "containerd")
@@ -128,7 +129,28 @@ func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) err
 		return err
 	}
 	cfg.Allocatable, cfg.MemoryCapacity = alloc, capacity
+	// Missing files: the runtime's defaults, as the kubelet.
+	cfg.HostResolvConf, _ = readSmallFile("/etc/resolv.conf")
+	cfg.HostHosts, _ = readSmallFile("/etc/hosts")
 	return nil
+}
+
+// readSmallFile reads a machine file of at most 1 MiB (more is an error).
+func readSmallFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	const limit = 1 << 20
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, nil
 }
 
 // suggestNodeName turns name into a valid node name: characters other

@@ -6,135 +6,13 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"path/filepath"
-	"strings"
-	"time"
 
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/registry"
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/nodeconfig"
 )
-
-// Config is everything the agent is told, already parsed from flags.
-type Config struct {
-	// RootDir holds nodelet's state (--root-dir).
-	RootDir string
-	// PodManifestPath is a manifest directory or file (--pod-manifest-path).
-	PodManifestPath string
-	// RuntimeEndpoint is the CRI endpoint (--container-runtime-endpoint);
-	// empty means nodelet runs its own containerd.
-	RuntimeEndpoint string
-	// NodeName is this node's name (--hostname-override or the hostname).
-	NodeName string
-	// PodLogsDir is where container logs go (/var/log/pods).
-	PodLogsDir string
-	// FileCheckFrequency is how often the manifest path is re-read.
-	FileCheckFrequency time.Duration
-	// ManifestURL is polled for pods every HTTPCheckFrequency
-	// (--manifest-url), with ManifestURLHeader (--manifest-url-header).
-	ManifestURL        string
-	ManifestURLHeader  map[string][]string
-	HTTPCheckFrequency time.Duration
-	// SyncFrequency is how often every pod is synced even with no change.
-	SyncFrequency time.Duration
-	// PLEGRelistPeriod is how often the runtime is relisted (1s).
-	PLEGRelistPeriod time.Duration
-	// NodeIP is reported as the pods' hostIP.
-	NodeIP string
-	// MaxPods and Allocatable are what admission checks new pods against.
-	MaxPods     int
-	Allocatable v1.ResourceList
-	// MemoryCapacity is the node's memory in bytes (OOM scores).
-	MemoryCapacity int64
-	// CgroupRoot is where the cgroup v1 hierarchies are mounted; pod
-	// cgroups go under kubepods there. "" disables pod cgroups.
-	CgroupRoot string
-	// MaxPerPodContainer dead instances are kept per container (1).
-	MaxPerPodContainer int
-	// Port serves the authenticated kubelet API over HTTPS (0 disables).
-	Port int
-	// TLSCertFile and TLSPrivateKeyFile are the serving certificate; a
-	// self-signed one is generated under the root dir when unset.
-	TLSCertFile, TLSPrivateKeyFile string
-	// ClientCAFile verifies client certificates (the local admin CA is
-	// always trusted too).
-	ClientCAFile string
-	// TokenAuthFile holds static bearer tokens (token,user,uid,"groups").
-	TokenAuthFile string
-	// AnonymousAuth lets requests without credentials in as
-	// system:anonymous.
-	AnonymousAuth bool
-	// AuthorizationMode is NodeletGroups (the default), Webhook or
-	// AlwaysAllow (refused with AnonymousAuth).
-	AuthorizationMode string
-	// AuthorizationReadGroup may use the read-only paths in NodeletGroups
-	// mode (--authorization-read-group; empty is system:authenticated);
-	// system:masters may do anything.
-	AuthorizationReadGroup string
-	// HealthzBindAddress:HealthzPort serves /healthz (0 disables).
-	HealthzBindAddress string
-	HealthzPort        int
-	// Address:ReadOnlyPort serves /healthz and /metrics without
-	// authentication (0, the default, disables it).
-	Address      string
-	ReadOnlyPort int
-	// ContainerLogMaxSize and ContainerLogMaxFiles rotate container logs.
-	ContainerLogMaxSize  int64
-	ContainerLogMaxFiles int
-	// ContainerLogMonitorInterval is how often logs are checked for
-	// rotation (10s).
-	ContainerLogMonitorInterval time.Duration
-
-	// Managed holds the settings of the managed runtime.
-	Managed ManagedConfig
-}
-
-// ManagedConfig configures the containerd and registry nodelet runs itself
-// when no runtime endpoint is given.
-type ManagedConfig struct {
-	// Containerd is the managed containerd's configuration; Dir and Mirror
-	// are filled in by the agent.
-	Containerd containerd.Config
-	// RegistryAddress is the loopback address of the image registry.
-	RegistryAddress string
-	// Images are the binaries the built-in images are made from.
-	Images registry.SeedSpec
-}
-
-// DefaultConfig returns the defaults of every setting under rootDir.
-func DefaultConfig(rootDir string) Config {
-	return Config{
-		RootDir:              rootDir,
-		PodLogsDir:           "/var/log/pods",
-		FileCheckFrequency:   20 * time.Second,
-		HTTPCheckFrequency:   20 * time.Second,
-		SyncFrequency:        time.Minute,
-		PLEGRelistPeriod:     time.Second,
-		MaxPods:              110,
-		Port:                 10250,
-		AuthorizationMode:    server.AuthorizationNodeletGroups,
-		HealthzBindAddress:   "127.0.0.1",
-		CgroupRoot:           "/sys/fs/cgroup",
-		HealthzPort:          10248,
-		Address:              "0.0.0.0",
-		MaxPerPodContainer:   1,
-		ContainerLogMaxSize:  10 << 20,
-		ContainerLogMaxFiles: 5,
-		Managed: ManagedConfig{
-			Containerd:      containerd.DefaultConfig(rootDir),
-			RegistryAddress: "127.0.0.1:0",
-			Images:          registry.SeedSpec{BusyboxBinary: "/bin/busybox"},
-		},
-	}
-}
 
 // Deps are the agent's outside-world dependencies.
 type Deps struct {
@@ -144,22 +22,13 @@ type Deps struct {
 
 // Agent is a running node agent.
 type Agent struct {
-	cfg  Config
+	cfg  nodeconfig.Config
 	deps Deps
 }
 
 // New checks cfg and returns an agent. It starts nothing.
-func New(cfg Config, deps Deps) (*Agent, error) {
-	if cfg.RootDir == "" || !filepath.IsAbs(cfg.RootDir) {
-		return nil, fmt.Errorf("--root-dir %q must be an absolute path", cfg.RootDir)
-	}
-	if err := ValidateNodeName(cfg.NodeName); err != nil {
-		return nil, err
-	}
-	if cfg.FileCheckFrequency <= 0 || cfg.HTTPCheckFrequency <= 0 || cfg.SyncFrequency <= 0 || cfg.PLEGRelistPeriod <= 0 {
-		return nil, errors.New("--file-check-frequency, --http-check-frequency and --sync-frequency must be positive")
-	}
-	if err := server.CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth); err != nil {
+func New(cfg nodeconfig.Config, deps Deps) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if deps.Clock == nil {
@@ -169,20 +38,6 @@ func New(cfg Config, deps Deps) (*Agent, error) {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Agent{cfg: cfg, deps: deps}, nil
-}
-
-// ValidateNodeName checks a node name as the API server checks the name of
-// a Node: a lowercase RFC 1123 subdomain. Static pods are named
-// <name>-<node> and their log directories <namespace>_<pod>_<uid>, so a
-// name the API server would refuse (one with "_", say) breaks every pod.
-func ValidateNodeName(name string) error {
-	if name == "" {
-		return errors.New("node name is empty: set --hostname-override")
-	}
-	if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
-		return fmt.Errorf("node name %q is not valid: %s", name, strings.Join(msgs, "; "))
-	}
-	return nil
 }
 
 // Run brings up the runtime (managed or given), connects to it over CRI and
@@ -208,7 +63,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer rt.Close()
-	a.newPipeline(rt).run(ctx)
+	a.wire(rt).run(ctx)
 	a.deps.Log.Info("stopped; pods keep running")
 	return nil
 }

@@ -17,14 +17,11 @@ type managed struct {
 	registry   *registry.Server
 }
 
-// ImageStoreDir is the OCI layout holding the node's local images.
-func ImageStoreDir(rootDir string) string { return filepath.Join(rootDir, "images") }
-
 // startManaged seeds the image store, starts the registry on loopback and
 // then containerd with the registry as its mirror. Both stop when ctx ends.
 func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
 	log := a.deps.Log
-	store, err := registry.OpenStore(ImageStoreDir(a.cfg.RootDir), log.With("component", "image-store"))
+	store, err := registry.OpenStore(registry.StoreDir(a.cfg.RootDir), log.With("component", "image-store"))
 	if err != nil {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/nodeconfig"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
@@ -72,7 +73,7 @@ func TestRunReturnsStartupErrorInManagedMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	cfg := DefaultConfig(root)
+	cfg := nodeconfig.DefaultConfig(root)
 	cfg.NodeName = "n"
 	cfg.Port, cfg.HealthzPort = 0, 0
 	cfg.Managed.Containerd.Dir = filepath.Join(root, "containerd")

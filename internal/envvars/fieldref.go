@@ -109,3 +109,26 @@ func formatMap(m map[string]string) string {
 	}
 	return b.String()
 }
+
+// Downward resolves downward API fields with the node's facts only (no pod
+// IPs): what volumes need, which are set up before the pod has an IP.
+type Downward struct {
+	NodeName    string
+	HostIP      string // "" when unknown
+	Allocatable v1.ResourceList
+}
+
+// FieldRef resolves fieldPath of pod (see the function FieldRef).
+func (d Downward) FieldRef(pod *v1.Pod, fieldPath string) (string, error) {
+	facts := PodFacts{NodeName: d.NodeName, NodeAllocatable: d.Allocatable}
+	if d.HostIP != "" {
+		facts.HostIPs = []string{d.HostIP}
+	}
+	return FieldRef(pod, fieldPath, facts)
+}
+
+// ResourceRef resolves a resourceFieldRef of the named container (see the
+// function ResourceRef).
+func (d Downward) ResourceRef(pod *v1.Pod, container string, ref *v1.ResourceFieldSelector) (string, error) {
+	return ResourceRef(pod, container, ref, d.Allocatable)
+}

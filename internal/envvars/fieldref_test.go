@@ -116,3 +116,17 @@ func TestResourceRef(t *testing.T) {
 		t.Error("nil selector: no error")
 	}
 }
+
+func TestDownwardUsesNodeFacts(t *testing.T) {
+	d := Downward{NodeName: "node1", HostIP: "10.0.0.5"}
+	pod := &v1.Pod{}
+	if got, err := d.FieldRef(pod, "spec.nodeName"); err != nil || got != "node1" {
+		t.Errorf("spec.nodeName = %q, %v", got, err)
+	}
+	if got, err := d.FieldRef(pod, "status.hostIP"); err != nil || got != "10.0.0.5" {
+		t.Errorf("status.hostIP = %q, %v", got, err)
+	}
+	if _, err := (Downward{}).FieldRef(pod, "status.hostIP"); err == nil {
+		t.Error("status.hostIP without a host IP resolved")
+	}
+}

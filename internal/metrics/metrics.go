@@ -29,6 +29,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
 const subsystem = "kubelet"
@@ -257,6 +259,32 @@ func (m *Metrics) ObserveRuntimeOp(op string, start time.Time, err error) {
 	if err != nil {
 		m.RuntimeOperationsErrors.WithLabelValues(op).Inc()
 	}
+}
+
+// ObserveRuntimeCall records a CRI call that took took and ended with err
+// (a cri.Observer).
+func (m *Metrics) ObserveRuntimeCall(op string, took time.Duration, err error) {
+	m.RuntimeOperations.WithLabelValues(op).Inc()
+	m.RuntimeOperationsDuration.WithLabelValues(op).Observe(took.Seconds())
+	if err != nil {
+		m.RuntimeOperationsErrors.WithLabelValues(op).Inc()
+	}
+}
+
+// ObservePodWorker records one pod worker call (a podworker.Metrics):
+// kubelet_pod_worker_duration_seconds with the kubelet's operation_type
+// for the reason.
+func (m *Metrics) ObservePodWorker(reason podupdate.Reason, took time.Duration) {
+	op := PodWorkerSync
+	switch reason {
+	case podupdate.Add:
+		op = PodWorkerCreate
+	case podupdate.Update:
+		op = PodWorkerUpdate
+	case podupdate.Kill, podupdate.Remove, podupdate.Delete:
+		op = PodWorkerKill
+	}
+	m.PodWorkerDuration.WithLabelValues(op).Observe(took.Seconds())
 }
 
 // runningCollector serves kubelet_running_pods and

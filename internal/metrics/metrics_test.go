@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
@@ -232,4 +233,24 @@ func TestNewTwiceOnOneRegistry(t *testing.T) {
 	}
 	// A nil registry leaves everything unregistered but usable.
 	New(nil, nil).ObserveRuntimeOp(OpVersion, time.Now(), nil)
+}
+
+func TestObservePodWorkerLabelsByReason(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg, nil)
+	count := func(op string) uint64 {
+		var d dto.Metric
+		if err := m.PodWorkerDuration.WithLabelValues(op).(prometheus.Metric).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.GetHistogram().GetSampleCount()
+	}
+	for r, want := range map[podupdate.Reason]string{podupdate.Add: PodWorkerCreate, podupdate.Update: PodWorkerUpdate,
+		podupdate.Resync: PodWorkerSync, podupdate.Kill: PodWorkerKill} {
+		before := count(want)
+		m.ObservePodWorker(r, time.Second)
+		if count(want) != before+1 {
+			t.Errorf("%s: no observation under operation_type=%s", r, want)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package agent
+package nodeconfig
 
 import (
 	"encoding/json"
@@ -27,7 +27,7 @@ func TestConfigzHasNoSecrets(t *testing.T) {
 	h, err := server.NewSecure(server.Config{
 		AuthorizationMode: server.AuthorizationNodeletGroups, NodeName: cfg.NodeName,
 		Tokens: map[string]server.UserInfo{"admin": {Name: "root", Groups: []string{server.AdminGroup}}},
-	}, server.Deps{Configz: configz(cfg)})
+	}, server.Deps{Configz: Configz(cfg)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@
 package podconfig
 
 import (
-	"fmt"
 	"maps"
 	"reflect"
 	"sort"
@@ -20,46 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podupdate"
 )
-
-// Op is what a PodUpdate does to its pods, named as in the kubelet.
-type Op int
-
-const (
-	// ADD: pods new to their source; start them.
-	ADD Op = iota + 1
-	// UPDATE: pods whose spec, labels or annotations changed, UID unchanged.
-	// (For static pods the UID is a hash of the content, so an edited
-	// manifest shows as REMOVE of the old pod and ADD of the new one.)
-	UPDATE
-	// REMOVE: pods their source no longer has; stop them.
-	REMOVE
-	// RECONCILE: pods of which only the status changed.
-	RECONCILE
-	// DELETE: pods marked for graceful deletion (a deletion timestamp was
-	// set); stop them with their grace period.
-	DELETE
-)
-
-func (o Op) String() string {
-	switch o {
-	case ADD:
-		return "ADD"
-	case UPDATE:
-		return "UPDATE"
-	case REMOVE:
-		return "REMOVE"
-	case RECONCILE:
-		return "RECONCILE"
-	case DELETE:
-		return "DELETE"
-	}
-	return fmt.Sprintf("Op(%d)", int(o))
-}
 
 // PodUpdate is one operation on pods of one source. The receiver owns Pods.
 type PodUpdate struct {
-	Op     Op
+	Op     podupdate.Reason
 	Pods   []*v1.Pod
 	Source string
 }
@@ -158,19 +123,19 @@ func Merge(state State, u podsource.Update, now time.Time) (State, []PodUpdate) 
 	newState[u.Source] = next
 
 	var ops []PodUpdate
-	add := func(op Op, pods []*v1.Pod) {
+	add := func(op podupdate.Reason, pods []*v1.Pod) {
 		if len(pods) > 0 {
 			ops = append(ops, PodUpdate{Op: op, Pods: copySorted(pods), Source: u.Source})
 		}
 	}
-	add(REMOVE, removes)
-	add(ADD, adds)
-	add(UPDATE, updates)
-	add(DELETE, deletes)
+	add(podupdate.Remove, removes)
+	add(podupdate.Add, adds)
+	add(podupdate.Update, updates)
+	add(podupdate.Delete, deletes)
 	if !seenBefore && len(adds)+len(updates)+len(deletes) == 0 {
-		ops = append(ops, PodUpdate{Op: ADD, Pods: []*v1.Pod{}, Source: u.Source})
+		ops = append(ops, PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{}, Source: u.Source})
 	}
-	add(RECONCILE, reconciles)
+	add(podupdate.Reconcile, reconciles)
 	return newState, ops
 }
 

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
 var (
@@ -238,7 +239,7 @@ func TestMerge(t *testing.T) {
 func TestMergeUpdateCarriesNewContent(t *testing.T) {
 	s := state(podsource.SourceFile, stored(podsource.SourceFile, t0, pod("a", "1", withStatus)))
 	_, ops := Merge(s, podsource.Update{Source: podsource.SourceFile, Pods: []*v1.Pod{pod("a", "1", withLabel)}}, t1)
-	if len(ops) != 1 || ops[0].Op != UPDATE {
+	if len(ops) != 1 || ops[0].Op != podupdate.Update {
 		t.Fatalf("ops %q", describe(ops))
 	}
 	p := ops[0].Pods[0]
@@ -247,14 +248,6 @@ func TestMergeUpdateCarriesNewContent(t *testing.T) {
 	}
 	if p.Annotations[podsource.AnnotationConfigSeen] != t0.Format(time.RFC3339Nano) {
 		t.Errorf("seen %q, want the first one", p.Annotations[podsource.AnnotationConfigSeen])
-	}
-}
-
-func TestOpString(t *testing.T) {
-	for op, want := range map[Op]string{ADD: "ADD", UPDATE: "UPDATE", REMOVE: "REMOVE", RECONCILE: "RECONCILE", DELETE: "DELETE", 0: "Op(0)"} {
-		if op.String() != want {
-			t.Errorf("%d: %s", int(op), op)
-		}
 	}
 }
 
@@ -282,7 +275,7 @@ func TestMergeSetsCreationTimestampOnce(t *testing.T) {
 	changed := pod.DeepCopy()
 	changed.Labels = map[string]string{"a": "b"}
 	_, ops = Merge(state, podsource.Update{Source: "file", Pods: []*v1.Pod{changed}}, first.Add(time.Hour))
-	if len(ops) != 1 || ops[0].Op != UPDATE || !ops[0].Pods[0].CreationTimestamp.Time.Equal(first) {
+	if len(ops) != 1 || ops[0].Op != podupdate.Update || !ops[0].Pods[0].CreationTimestamp.Time.Equal(first) {
 		t.Fatalf("update ops %+v", ops)
 	}
 }

@@ -200,6 +200,12 @@ func (m *Manager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error) {
 	return parent, nil
 }
 
+// CgroupParent is the cgroup parent of the pod's sandbox, as EnsurePod
+// creates it ("/kubepods/burstable/pod<uid>").
+func (m *Manager) CgroupParent(pod *v1.Pod) string {
+	return cgroupfsName(m.top, status.QOSClass(pod), pod.UID)
+}
+
 // RemovePod removes the pod's cgroup, with whatever the runtime left under
 // it, deepest first, from every hierarchy, once no process is left in any
 // of them; else it removes nothing and returns an error wrapping

@@ -27,13 +27,11 @@ func DeadlineRemaining(pod *v1.Pod, st v1.PodStatus, now time.Time) (remaining t
 // deadlineExceeded says why the pod must fail when it ran past its
 // activeDeadlineSeconds, as the kubelet's active deadline handler does.
 func (m *Manager) deadlineExceeded(pod *v1.Pod) *status.Rejection {
-	m.mu.Lock()
-	prev := m.previous[pod.UID]
-	m.mu.Unlock()
-	if prev == nil || prev.Phase == v1.PodSucceeded || prev.Phase == v1.PodFailed {
+	prev, ok := m.status.Get(pod.UID)
+	if !ok || prev.Phase == v1.PodSucceeded || prev.Phase == v1.PodFailed {
 		return nil
 	}
-	if left, ok := DeadlineRemaining(pod, *prev, m.clock.Now()); !ok || left > 0 {
+	if left, ok := DeadlineRemaining(pod, prev, m.clock.Now()); !ok || left > 0 {
 		return nil
 	}
 	return &status.Rejection{Reason: "DeadlineExceeded", Message: "Pod was active on the node longer than the specified deadline"}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/httpget"
+	"github.com/nodelet/nodelet/internal/statusmanager"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
@@ -79,7 +80,7 @@ func newHookFixture(t *testing.T) (*Manager, *critest.FakeRuntimeService, *stopR
 	rec := &stopRecorder{Client: cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), names: map[string]string{}}
 	events := &eventLog{}
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-	return New(rec, Options{}, Deps{Clock: clk, Log: log, Recorder: events}), rs, rec, events, clk
+	return New(rec, Options{}, Deps{Clock: clk, Log: log, Recorder: events, Status: statusmanager.New(nil)}), rs, rec, events, clk
 }
 
 func hookPod() *v1.Pod {
@@ -107,7 +108,7 @@ func hookPod() *v1.Pod {
 func runUntilAllStarted(t *testing.T, m *Manager, rs *critest.FakeRuntimeService, rec *stopRecorder, pod *v1.Pod) {
 	t.Helper()
 	for i := 0; i < 5; i++ {
-		if _, err := m.SyncPod(context.Background(), pod); err != nil {
+		if _, err := m.syncPod(context.Background(), pod, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -165,7 +166,7 @@ func TestFailedPostStartKillsContainer(t *testing.T) {
 	pod.Spec.Containers = []v1.Container{{Name: "app", Image: "i:1",
 		Lifecycle: &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"false"}}}}}}
 	rs.InjectError("ExecSync", errors.New("exit 1"))
-	_, err := m.SyncPod(context.Background(), pod)
+	_, err := m.syncPod(context.Background(), pod, nil)
 	if err == nil || !strings.Contains(err.Error(), "postStart") {
 		t.Fatalf("err = %v", err)
 	}
@@ -184,7 +185,7 @@ func TestActiveDeadline(t *testing.T) {
 	pod.Spec.Containers = pod.Spec.Containers[1:]
 	deadline := int64(30)
 	pod.Spec.ActiveDeadlineSeconds = &deadline
-	st, err := m.SyncPod(context.Background(), pod)
+	st, err := m.syncPod(context.Background(), pod, nil)
 	if err != nil || st.Phase != v1.PodRunning {
 		t.Fatalf("phase %s err %v", st.Phase, err)
 	}
@@ -197,7 +198,7 @@ func TestActiveDeadline(t *testing.T) {
 	}
 	rs.Unlock()
 	clk.Step(31 * time.Second)
-	st, err = m.SyncPod(context.Background(), pod)
+	st, err = m.syncPod(context.Background(), pod, nil)
 	if err != nil || st.Phase != v1.PodFailed || st.Reason != "DeadlineExceeded" {
 		t.Fatalf("phase %s reason %s err %v", st.Phase, st.Reason, err)
 	}

@@ -19,7 +19,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/envvars"
-	"github.com/nodelet/nodelet/internal/observed"
 )
 
 // Runtime is what the manager needs of the CRI client.
@@ -48,33 +47,42 @@ type ProbeResults interface {
 	Ready(containerID string) (ready, known bool)
 }
 
-// StatusSink receives every pod status the manager computes.
-type StatusSink interface {
+// Statuses is the status cache (statusmanager.Manager): the manager sets
+// every pod status it computes there, and reads the last one back (a
+// pod's startTime and conditions carry over from it).
+type Statuses interface {
 	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
+	Get(uid types.UID) (v1.PodStatus, bool)
 }
+
+// Observer observes one value of a histogram (a prometheus.Observer).
+type Observer interface{ Observe(float64) }
 
 // Recorder records pod events with the kubelet's reasons.
 type Recorder interface {
 	Event(pod *v1.Pod, eventType, reason, message string)
 }
 
-// Deps are the manager's collaborators; all but Clock and Log may be nil.
+// Deps are the manager's collaborators; Status is required, and all but
+// Clock and Log may be nil.
 type Deps struct {
 	Clock    clock.Clock
 	Log      *slog.Logger
 	Probes   ProbeResults
-	Status   StatusSink
+	Status   Statuses
 	Recorder Recorder
+	// PodStartDuration, when set, observes once per pod the seconds from
+	// its config.seen annotation to the first status with phase Running
+	// (kubelet_pod_start_duration_seconds).
+	PodStartDuration Observer
 	// Objects are the ConfigMaps and Secrets env refers to.
 	Objects envvars.Objects
-	// Cgroups, when set, gives every pod a cgroup under the QoS tiers.
+	// Cgroups, when set, names the pod cgroup a sandbox goes under (the
+	// pod cgroup hook creates it before the sync).
 	Cgroups PodCgroups
-	// Volumes, when set, sets up pod volumes.
+	// Volumes, when set, gives containers their volume mounts (the
+	// volumes hook sets the volumes up before the sync).
 	Volumes Volumes
-	// Observed, when set, is told what runs of every pod right after each
-	// observation and before planning (the prober binds its workers to
-	// the running container instances with it).
-	Observed func(pod *v1.Pod, obs *observed.PodStatus)
 }
 
 // Options tune the manager.
@@ -108,15 +116,14 @@ type Options struct {
 	NodeMemoryCapacity int64
 }
 
-// Volumes sets up a pod's volumes and gives each container its mounts.
+// Volumes gives each container its mounts of the pod's volumes.
 type Volumes interface {
-	SetUp(ctx context.Context, pod *v1.Pod) error
 	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error)
 }
 
-// PodCgroups creates pod cgroups under the QoS hierarchy.
+// PodCgroups names pod cgroups under the QoS hierarchy.
 type PodCgroups interface {
-	EnsurePod(pod *v1.Pod) (cgroupParent string, err error)
+	CgroupParent(pod *v1.Pod) string
 }
 
 // Manager creates, restarts and removes pods in the runtime.
@@ -126,9 +133,9 @@ type Manager struct {
 	clock    clock.Clock
 	log      *slog.Logger
 	probes   ProbeResults
-	status   StatusSink
+	status   Statuses
 	recorder Recorder
-	observed func(*v1.Pod, *observed.PodStatus)
+	podStart Observer
 	objects  envvars.Objects
 	cgroups  PodCgroups
 	volumes  Volumes
@@ -138,8 +145,7 @@ type Manager struct {
 	dialHook dialFunc
 
 	mu       sync.Mutex
-	previous map[types.UID]*v1.PodStatus // last status generated per pod
-	startups map[types.UID]*startup      // start-up steps recorded per pod
+	startups map[types.UID]*startup // start-up steps recorded per pod
 }
 
 // New returns a Manager.
@@ -168,10 +174,9 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, observed: deps.Observed, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		dialHook: (&net.Dialer{}).DialContext,
-		previous: map[types.UID]*v1.PodStatus{},
 		startups: map[types.UID]*startup{},
 	}
 }

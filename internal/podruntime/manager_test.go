@@ -14,7 +14,10 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podupdate"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/securitycontext"
+	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
 type fixture struct {
@@ -33,7 +36,7 @@ func newFixture(t *testing.T) *fixture {
 	f.is.SetFakeImageSize(1)
 	log := slog.New(slog.DiscardHandler)
 	c := cri.New(f.rs, f.is, "fake", cri.DefaultTimeouts(), log)
-	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: f.clock, Log: log})
+	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: f.clock, Log: log, Status: statusmanager.New(nil)})
 	return f
 }
 
@@ -88,7 +91,7 @@ func containerByName(f *fixture, name string) *critest.FakeContainer {
 
 func TestSyncPodCreatesSandboxAndContainers(t *testing.T) {
 	f := newFixture(t)
-	st, err := f.m.SyncPod(context.Background(), testPod())
+	st, err := f.m.syncPod(context.Background(), testPod(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +117,12 @@ func TestSyncPodCreatesSandboxAndContainers(t *testing.T) {
 func TestSyncPodIsIdempotent(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if _, err := f.m.SyncPod(ctx, testPod()); err != nil {
+	if _, err := f.m.syncPod(ctx, testPod(), nil); err != nil {
 		t.Fatal(err)
 	}
 	f.mutations()
 	f.imageCalls()
-	if _, err := f.m.SyncPod(ctx, testPod()); err != nil {
+	if _, err := f.m.syncPod(ctx, testPod(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.mutations(); got != "" {
@@ -137,7 +140,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 	ctx := context.Background()
 	pod := testPod()
 	pod.Spec.Containers = pod.Spec.Containers[:1]
-	if _, err := f.m.SyncPod(ctx, pod); err != nil {
+	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
 		t.Fatal(err)
 	}
 	exit := func() {
@@ -149,7 +152,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 	}
 	exit()
 	f.mutations()
-	if _, err := f.m.SyncPod(ctx, pod); err != nil {
+	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.mutations(); got != "CreateContainer,StartContainer" {
@@ -160,7 +163,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 		t.Errorf("restarted instance annotations %v log %q", second.Annotations, second.LogPath)
 	}
 	exit()
-	st, _ := f.m.SyncPod(ctx, pod)
+	st, _ := f.m.syncPod(ctx, pod, nil)
 	if got := f.mutations(); got != "" {
 		t.Fatalf("restarted inside the back-off: %s", got)
 	}
@@ -168,7 +171,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 		t.Errorf("status state %+v, want CrashLoopBackOff", st.ContainerStatuses[0].State)
 	}
 	f.clock.Step(11 * time.Second)
-	if _, err := f.m.SyncPod(ctx, pod); err != nil {
+	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.mutations(); got != "CreateContainer,StartContainer" {
@@ -184,7 +187,7 @@ func TestSyncPodImagePullBackoff(t *testing.T) {
 	pod := testPod()
 	pod.Spec.Containers = pod.Spec.Containers[1:]
 	f.is.InjectError("PullImage", errors.New("registry down"))
-	st, err := f.m.SyncPod(ctx, pod)
+	st, err := f.m.syncPod(ctx, pod, nil)
 	if err == nil || !strings.Contains(err.Error(), "registry down") {
 		t.Fatalf("err = %v", err)
 	}
@@ -192,7 +195,7 @@ func TestSyncPodImagePullBackoff(t *testing.T) {
 		t.Fatalf("state %+v, want ErrImagePull", st.ContainerStatuses[0].State)
 	}
 	f.imageCalls()
-	st, _ = f.m.SyncPod(ctx, pod)
+	st, _ = f.m.syncPod(ctx, pod, nil)
 	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "ImagePullBackOff" {
 		t.Fatalf("state %+v, want ImagePullBackOff", st.ContainerStatuses[0].State)
 	}
@@ -200,7 +203,7 @@ func TestSyncPodImagePullBackoff(t *testing.T) {
 		t.Error("pulled again inside the back-off")
 	}
 	f.clock.Step(11 * time.Second)
-	if _, err := f.m.SyncPod(ctx, pod); err != nil {
+	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
 		t.Fatalf("after the back-off: %v", err)
 	}
 }
@@ -210,7 +213,7 @@ func TestPullNeverWithoutImage(t *testing.T) {
 	pod := testPod()
 	pod.Spec.Containers = pod.Spec.Containers[:1]
 	pod.Spec.Containers[0].ImagePullPolicy = v1.PullNever
-	st, err := f.m.SyncPod(context.Background(), pod)
+	st, err := f.m.syncPod(context.Background(), pod, nil)
 	if err == nil || st.ContainerStatuses[0].State.Waiting.Reason != "ErrImageNeverPull" {
 		t.Fatalf("err = %v, state %+v", err, st.ContainerStatuses[0].State)
 	}
@@ -239,7 +242,7 @@ func TestHostNetworkPodHasNoHostname(t *testing.T) {
 func TestSyncTerminatingPodStopsContainersThenSandbox(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if _, err := f.m.SyncPod(ctx, testPod()); err != nil {
+	if _, err := f.m.syncPod(ctx, testPod(), nil); err != nil {
 		t.Fatal(err)
 	}
 	f.mutations()
@@ -258,7 +261,7 @@ func TestSyncTerminatingPodStopsContainersThenSandbox(t *testing.T) {
 func TestSyncTerminatingPodKeepsSandboxWhenAContainerWillNotStop(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if _, err := f.m.SyncPod(ctx, testPod()); err != nil {
+	if _, err := f.m.syncPod(ctx, testPod(), nil); err != nil {
 		t.Fatal(err)
 	}
 	f.mutations()
@@ -279,7 +282,7 @@ func TestEnvConfigError(t *testing.T) {
 	pod.Spec.Containers = pod.Spec.Containers[:1]
 	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "GREETING", ValueFrom: &v1.EnvVarSource{
 		ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, Key: "greeting"}}}}
-	st, err := f.m.SyncPod(context.Background(), pod)
+	st, err := f.m.syncPod(context.Background(), pod, nil)
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -289,5 +292,51 @@ func TestEnvConfigError(t *testing.T) {
 	}
 	if strings.Contains(f.mutations(), "CreateContainer") {
 		t.Error("container created although its config failed")
+	}
+}
+
+// A pod its hooks could not prepare gets nothing started, still has its
+// status published (pending) and fails the sync with the hook's reason.
+func TestSyncPodUnpreparedStartsNothing(t *testing.T) {
+	f := newFixture(t)
+	notMounted := errors.New("configmap \"settings\" not found")
+	pod := testPod()
+	res, err := f.m.SyncPod(context.Background(), podworker.SyncRequest{Reason: podupdate.Add, Pod: pod, Unprepared: notMounted})
+	if !errors.Is(err, notMounted) {
+		t.Fatalf("SyncPod = %v, want the hook's error", err)
+	}
+	if got := f.mutations(); got != "" {
+		t.Errorf("runtime calls = %s, want none", got)
+	}
+	if res.Terminal {
+		t.Error("an unprepared pod reported terminal")
+	}
+	if st, ok := f.m.status.Get(pod.UID); !ok || st.Phase != v1.PodPending {
+		t.Errorf("status %v (known %v), want Pending", st.Phase, ok)
+	}
+}
+
+// The result asks for a sync when activeDeadlineSeconds runs out, and says
+// terminal once the pod failed it.
+func TestSyncPodResultFollowsTheDeadline(t *testing.T) {
+	f := newFixture(t)
+	pod := testPod()
+	deadline := int64(30)
+	pod.Spec.ActiveDeadlineSeconds = &deadline
+	res, err := f.m.SyncPod(context.Background(), podworker.SyncRequest{Reason: podupdate.Add, Pod: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// startTime has whole seconds; the sync is asked for a second after.
+	if res.Terminal || res.RequeueAfter < 30*time.Second || res.RequeueAfter > 32*time.Second {
+		t.Errorf("result %+v, want a requeue about 31s ahead", res)
+	}
+	f.clock.Step(40 * time.Second)
+	res, err = f.m.SyncPod(context.Background(), podworker.SyncRequest{Reason: podupdate.Resync, Pod: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Terminal || res.RequeueAfter != 0 {
+		t.Errorf("result after the deadline %+v, want terminal", res)
 	}
 }

@@ -23,8 +23,8 @@ type configError struct{ err error }
 func (e *configError) Error() string { return e.err.Error() }
 func (e *configError) Unwrap() error { return e.err }
 
-// sandboxNet computes the pod's hostname, DNS config, cgroup parent
-// (creating the pod cgroup) and security context; warnings are for events.
+// sandboxNet computes the pod's hostname, DNS config, cgroup parent and
+// security context; warnings are for events.
 func (m *Manager) sandboxNet(pod *v1.Pod) (sandboxNet, []string, error) {
 	hostname, _, err := podnet.Hostname(pod, m.opts.ClusterDomain)
 	if err != nil {
@@ -36,9 +36,7 @@ func (m *Manager) sandboxNet(pod *v1.Pod) (sandboxNet, []string, error) {
 	}
 	net := sandboxNet{hostname: hostname, dns: dns}
 	if m.cgroups != nil {
-		if net.cgroupParent, err = m.cgroups.EnsurePod(pod); err != nil {
-			return sandboxNet{}, nil, fmt.Errorf("pod cgroup: %w", err)
-		}
+		net.cgroupParent = m.cgroups.CgroupParent(pod)
 	}
 	if net.security, net.sysctls, err = securitycontext.Sandbox(pod, m.opts.SeccompRoot); err != nil {
 		return sandboxNet{}, nil, fmt.Errorf("pod security context: %w", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
 // slowRuntime makes the runtime's slow calls take time on the fake clock:
@@ -67,14 +68,14 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	rt := slowRuntime{Runtime: cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), clock: clk, took: map[string]time.Duration{
 		"RunPodSandbox": 146 * time.Millisecond, "PullImage": 300 * time.Millisecond, "StartContainer": 20 * time.Millisecond,
 	}}
-	m := New(rt, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Recorder: rec})
+	m := New(rt, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Recorder: rec, Status: statusmanager.New(nil)})
 	pod := testPod()
 	pod.Spec.InitContainers = []v1.Container{{Name: "setup", Image: "busybox:1.35", ImagePullPolicy: v1.PullIfNotPresent}}
 	pod.Spec.Containers = []v1.Container{{Name: "web", Image: "nginx:1.27", ImagePullPolicy: v1.PullIfNotPresent}}
 	pod.Spec.DNSPolicy = v1.DNSDefault
 	ctx := context.Background()
 
-	if _, err := m.SyncPod(ctx, pod); err != nil {
+	if _, err := m.syncPod(ctx, pod, nil); err != nil {
 		t.Fatal(err)
 	}
 	// The init container runs for a second and exits 0.
@@ -84,7 +85,7 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	setup.State, setup.FinishedAt, setup.ExitCode = runtimeapi.ContainerState_CONTAINER_EXITED, clk.Now().UnixNano(), 0
 	rs.Unlock()
 	clk.Step(200 * time.Millisecond) // the sync that sees it comes a little later
-	st, err := m.SyncPod(ctx, pod)
+	st, err := m.syncPod(ctx, pod, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	}
 	// Later syncs record nothing again.
 	clk.Step(time.Second)
-	if _, err := m.SyncPod(ctx, pod); err != nil {
+	if _, err := m.syncPod(ctx, pod, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -116,8 +117,8 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	// A manager that finds the pod running (nodelet restarted) does not
 	// know its start-up and records none of it.
 	rec2 := events.New(0, clk, log)
-	m2 := New(rt, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Recorder: rec2})
-	if _, err := m2.SyncPod(ctx, pod); err != nil {
+	m2 := New(rt, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Recorder: rec2, Status: statusmanager.New(nil)})
+	if _, err := m2.syncPod(ctx, pod, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := steps(rec2, pod, t0); got != "" {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,27 +12,40 @@ import (
 
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/plan"
+	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/status"
 )
 
-// SyncPod brings one pod's runtime state to its spec:
+// SyncPod brings one pod's runtime state to its spec (the pod workers'
+// Syncer):
 //
 //  1. observe the pod in the runtime (Observe);
 //  2. plan (plan.Compute, pure);
-//  3. execute the actions in plan.Actions' order (execute);
+//  3. execute the actions in plan.Actions' order (execute); a pod whose
+//     hooks could not prepare it (req.Unprepared) only has what must stop
+//     stopped;
 //  4. observe again and publish the status computed from the facts.
 //
-// The returned status is terminal (Succeeded/Failed) when the pod will
-// never run again. An error means part of the plan failed (a pull, a
-// create); the pod worker retries.
-func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error) {
+// The result is terminal when the pod reached Succeeded or Failed and
+// will never run again, and asks for a sync when its activeDeadlineSeconds
+// runs out. An error means part of the plan failed (a pull, a create); the
+// pod worker retries.
+func (m *Manager) SyncPod(ctx context.Context, req podworker.SyncRequest) (podworker.SyncResult, error) {
+	st, err := m.syncPod(ctx, req.Pod, req.Unprepared)
+	res := podworker.SyncResult{Terminal: st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed}
+	if left, ok := DeadlineRemaining(req.Pod, st, m.clock.Now()); ok && !res.Terminal {
+		res.RequeueAfter = max(left, 0) + time.Second
+	}
+	return res, err
+}
+
+// syncPod is SyncPod returning the status it published.
+func (m *Manager) syncPod(ctx context.Context, pod *v1.Pod, unprepared error) (v1.PodStatus, error) {
 	log := m.log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID)
 	obs, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
 		return v1.PodStatus{}, err
-	}
-	if m.observed != nil {
-		m.observed(pod, obs)
 	}
 	if exceeded := m.deadlineExceeded(pod); exceeded != nil {
 		return m.failPod(ctx, pod, obs, exceeded, log)
@@ -54,7 +66,7 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
 		}
 	}
-	execErr := m.execute(ctx, pod, obs, actions, waiting, start, log)
+	execErr := m.execute(ctx, pod, obs, actions, waiting, start, unprepared, log)
 	if changesRuntime(actions) {
 		if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
 			obs = fresh
@@ -70,8 +82,9 @@ func (m *Manager) SyncPod(ctx context.Context, pod *v1.Pod) (v1.PodStatus, error
 }
 
 // execute carries out actions; start failures are recorded in waiting with
-// the kubelet's reason.
-func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions, waiting map[string]plan.Waiting, start *startup, log *slog.Logger) error {
+// the kubelet's reason. With unprepared set it only stops what must stop.
+func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions, waiting map[string]plan.Waiting,
+	start *startup, unprepared error, log *slog.Logger) error {
 	// Step 1-2: kills.
 	if err := m.killContainers(ctx, pod, firstIP(obs), actions.ContainersToKill, log); err != nil {
 		return err
@@ -84,13 +97,10 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	if actions.PodFailed {
 		return nil
 	}
-	// Volumes first: a pod whose volumes cannot be set up stays Pending
-	// and is retried; their contents are refreshed on every sync.
-	if m.volumes != nil {
-		if err := m.volumes.SetUp(ctx, pod); err != nil {
-			m.recorder.Event(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: "+oneLine(err))
-			return fmt.Errorf("set up volumes: %w", err)
-		}
+	// A pod its hooks could not prepare (its volumes, say) stays as it
+	// is and is retried.
+	if unprepared != nil {
+		return unprepared
 	}
 	// Step 3: sandbox.
 	net, warnings, err := m.sandboxNet(pod)
@@ -290,29 +300,40 @@ func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[stri
 			}
 		}
 	}
-	m.mu.Lock()
-	prev := m.previous[pod.UID]
-	m.mu.Unlock()
+	var prev *v1.PodStatus
+	if p, ok := m.status.Get(pod.UID); ok {
+		prev = &p
+	}
 	st := status.Generate(status.Facts{
 		Pod: pod, Observed: obs, Waiting: waiting, Ready: ready, Started: started,
 		HostIP: m.opts.HostIP, Now: m.clock.Now(), Previous: prev, Failed: failed,
 		RuntimeName: m.opts.RuntimeName,
 	})
-	m.mu.Lock()
-	m.previous[pod.UID] = &st
-	m.mu.Unlock()
-	if m.status != nil {
-		m.status.SetPodStatus(pod, st)
+	if st.Phase == v1.PodRunning && (prev == nil || prev.Phase != v1.PodRunning) {
+		m.observeStart(pod)
 	}
+	m.status.SetPodStatus(pod, st)
 	return st
 }
 
-// Forget drops what the manager remembers of a pod that is gone.
-func (m *Manager) Forget(pod *v1.Pod) {
+// observeStart observes how long the pod took from first seen (its
+// config.seen annotation) to running.
+func (m *Manager) observeStart(pod *v1.Pod) {
+	if m.podStart == nil {
+		return
+	}
+	if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podsource.AnnotationConfigSeen]); err == nil {
+		m.podStart.Observe(m.clock.Since(seen).Seconds())
+	}
+}
+
+// SyncTerminatedPod forgets what the manager recorded of the pod's
+// start-up: it is the last call for the pod.
+func (m *Manager) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
 	m.mu.Lock()
-	delete(m.previous, pod.UID)
 	delete(m.startups, pod.UID)
 	m.mu.Unlock()
+	return nil
 }
 
 // changesRuntime reports whether executing actions touches the runtime; a
@@ -321,6 +342,3 @@ func changesRuntime(a plan.Actions) bool {
 	return a.KillPod || a.CreateSandbox || len(a.ContainersToKill) > 0 ||
 		len(a.InitContainersToStart) > 0 || len(a.ContainersToStart) > 0
 }
-
-// oneLine joins a multi-line error (errors.Join) into one line.
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }

@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -35,7 +37,8 @@ const (
 type call struct {
 	kind       callKind
 	ctx        context.Context
-	updateType UpdateType
+	reason     podupdate.Reason
+	unprepared error
 	pod        *v1.Pod
 	grace      time.Duration
 	at         time.Time // fake clock time of the call
@@ -44,8 +47,9 @@ type call struct {
 }
 
 type result struct {
-	terminal bool
-	err      error
+	terminal     bool
+	requeueAfter time.Duration
+	err          error
 }
 
 func (c call) ok()             { c.reply <- result{} }
@@ -65,25 +69,25 @@ type fakeSyncer struct {
 	stop  chan struct{}
 }
 
-func (f *fakeSyncer) do(ctx context.Context, c call) (bool, error) {
+func (f *fakeSyncer) do(ctx context.Context, c call) (SyncResult, error) {
 	c.ctx = ctx
 	c.at = f.clk.Now()
 	c.reply = make(chan result, 1)
 	select {
 	case f.calls <- c:
 	case <-f.stop:
-		return false, errStopped
+		return SyncResult{}, errStopped
 	}
 	select {
 	case r := <-c.reply:
-		return r.terminal, r.err
+		return SyncResult{Terminal: r.terminal, RequeueAfter: r.requeueAfter}, r.err
 	case <-f.stop:
-		return false, errStopped
+		return SyncResult{}, errStopped
 	}
 }
 
-func (f *fakeSyncer) SyncPod(ctx context.Context, ut UpdateType, pod *v1.Pod) (bool, error) {
-	return f.do(ctx, call{kind: kindSync, updateType: ut, pod: pod})
+func (f *fakeSyncer) SyncPod(ctx context.Context, req SyncRequest) (SyncResult, error) {
+	return f.do(ctx, call{kind: kindSync, reason: req.Reason, pod: req.Pod, unprepared: req.Unprepared})
 }
 
 func (f *fakeSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
@@ -141,7 +145,7 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // newHarness builds workers over a fakeSyncer; run starts them.
-func newHarness(t *testing.T, opts Options) *harness {
+func newHarness(t *testing.T, opts Options, hooks ...Hook) *harness {
 	clk := clocktesting.NewFakeClock(t0)
 	h := &harness{
 		t:     t,
@@ -151,7 +155,7 @@ func newHarness(t *testing.T, opts Options) *harness {
 		exits: make(chan types.UID, 1000),
 		done:  make(chan struct{}),
 	}
-	h.w = New(h.s, clk, testLogger(t), opts)
+	h.w = New(Deps{Syncer: h.s, Hooks: hooks, Clock: clk, Log: testLogger(t)}, opts)
 	h.w.idleHook = h.idles.add
 	h.w.exitHook = func(uid types.UID) { h.exits <- uid }
 	return h
@@ -254,11 +258,11 @@ func testPod(uid types.UID, version string, grace *int64) *v1.Pod {
 
 func secs(n int64) *int64 { return &n }
 
-func update(t UpdateType, pod *v1.Pod) UpdatePodOptions {
-	return UpdatePodOptions{UpdateType: t, Pod: pod}
+func update(r podupdate.Reason, pod *v1.Pod) UpdatePodOptions {
+	return UpdatePodOptions{Reason: r, Pod: pod}
 }
 
 func kill(pod *v1.Pod, override *int64) UpdatePodOptions {
-	return UpdatePodOptions{UpdateType: SyncPodKill, Pod: pod,
+	return UpdatePodOptions{Reason: podupdate.Kill, Pod: pod,
 		KillPodOptions: &KillPodOptions{PodTerminationGracePeriodSecondsOverride: override}}
 }

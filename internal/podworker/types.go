@@ -12,38 +12,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
-// UpdateType says why a pod update was sent (the kubelet's SyncPodType).
-type UpdateType int
-
-const (
-	// SyncPodSync is a periodic or event-driven resync of an unchanged pod.
-	SyncPodSync UpdateType = iota
-	// SyncPodUpdate carries a changed pod spec.
-	SyncPodUpdate
-	// SyncPodCreate is the first update of a pod.
-	SyncPodCreate
-	// SyncPodKill asks for the pod to be terminated.
-	SyncPodKill
-)
-
-func (t UpdateType) String() string {
-	switch t {
-	case SyncPodSync:
-		return "sync"
-	case SyncPodUpdate:
-		return "update"
-	case SyncPodCreate:
-		return "create"
-	case SyncPodKill:
-		return "kill"
-	}
-	return "unknown"
-}
-
-// KillPodOptions qualify a SyncPodKill update.
+// KillPodOptions qualify an update whose reason terminates the pod.
 type KillPodOptions struct {
 	// PodTerminationGracePeriodSecondsOverride, when set, replaces the
 	// pod's grace period if it is the first value requested, and otherwise
@@ -58,11 +31,35 @@ type KillPodOptions struct {
 }
 
 // UpdatePodOptions is one update for one pod. Pod is required; its UID
-// names the worker.
+// names the worker. A Reason that Terminates() requests termination.
 type UpdatePodOptions struct {
-	UpdateType     UpdateType
+	Reason         podupdate.Reason
 	Pod            *v1.Pod
 	KillPodOptions *KillPodOptions
+}
+
+// SyncRequest is one SyncPod call.
+type SyncRequest struct {
+	// Reason is why the pod is synced: Add for its first sync, Update for
+	// a changed spec, Resync or Event otherwise.
+	Reason podupdate.Reason
+	Pod    *v1.Pod
+	// Unprepared, when set, is why a Hook could not prepare the pod for
+	// this sync (a volume that cannot be set up, say). SyncPod must then
+	// still stop what must stop and report the pod's status, but start
+	// nothing, and return an error wrapping it.
+	Unprepared error
+}
+
+// SyncResult is what SyncPod tells the worker to do next.
+type SyncResult struct {
+	// Terminal: the pod reached Succeeded or Failed and must now be
+	// terminated.
+	Terminal bool
+	// RequeueAfter, when positive, asks for the pod to be synced again
+	// that long from now (when its activeDeadlineSeconds runs out, say),
+	// besides the periodic resync.
+	RequeueAfter time.Duration
 }
 
 // Syncer does the work for the pod workers. The calls for one pod are
@@ -73,9 +70,8 @@ type UpdatePodOptions struct {
 // called again with the shorter period). A call that notices should return
 // an error wrapping ctx.Err().
 type Syncer interface {
-	// SyncPod makes the pod run as specified. terminal reports that the
-	// pod has reached Succeeded or Failed and must now be terminated.
-	SyncPod(ctx context.Context, updateType UpdateType, pod *v1.Pod) (terminal bool, err error)
+	// SyncPod makes the pod run as specified.
+	SyncPod(ctx context.Context, req SyncRequest) (SyncResult, error)
 	// SyncTerminatingPod stops all of the pod's containers, giving them
 	// gracePeriod. Once it succeeds no container of the pod runs or will
 	// ever be started again.
@@ -139,15 +135,39 @@ type Options struct {
 	// BackOffPeriod is how long after a failed Sync* call it is retried;
 	// default 10s. An update that arrives meanwhile is handled at once.
 	BackOffPeriod time.Duration
-	// Jitter, when set, maps every resync or back-off delay to the delay
-	// actually used (e.g. wait.Jitter(d, 0.5)); nil means none.
-	Jitter func(time.Duration) time.Duration
-	// WaitForStatus, when set, is called before every Sync* call with the
-	// end time of the pod's previous Sync* call (zero before the first), so
-	// that the call sees a runtime status that reflects its predecessor's
-	// actions (the kubelet's podCache.GetNewerThan). Wire it to
-	// pleg.Cache.WaitNewer. An error counts as a failed sync.
-	WaitForStatus func(ctx context.Context, uid types.UID, after time.Time) error
+}
+
+// Hook is one per-pod resource (volumes, the pod cgroup, probe workers…)
+// that owns both its setup and its teardown. For every pod the workers
+// call, in this order:
+//
+//  1. Prepare of every hook, in the order given to New, before every
+//     SyncPod (the first call sets the resource up, later ones refresh it
+//     with the newest spec: it must be idempotent). The first error stops
+//     the round; SyncPod then runs with SyncRequest.Unprepared set, and the
+//     sync counts as failed (retried after the back-off).
+//  2. SyncPod, SyncTerminatingPod, SyncTerminatedPod (the Syncer).
+//  3. Cleanup of every hook, in reverse order, once SyncTerminatedPod has
+//     succeeded: no container of the pod runs or will run again. Every
+//     hook's Cleanup is called even if one fails; a failure retries all of
+//     them after the back-off, so Cleanup must be idempotent too. The pod
+//     is finished only when every Cleanup has succeeded.
+//
+// Cleanup is called for every pod that reaches termination, prepared or
+// not (a pod killed before its first sync, an orphan left by an earlier
+// nodelet), so that nothing prepared by an earlier process is leaked.
+type Hook interface {
+	// Name names the hook in errors and logs.
+	Name() string
+	Prepare(ctx context.Context, pod *v1.Pod) error
+	Cleanup(ctx context.Context, pod *v1.Pod) error
+}
+
+// Metrics observes how long the Syncer's calls take.
+type Metrics interface {
+	// ObservePodWorker records one SyncPod (with its reason) or, with
+	// podupdate.Kill, one SyncTerminatingPod.
+	ObservePodWorker(reason podupdate.Reason, took time.Duration)
 }
 
 const (

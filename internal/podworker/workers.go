@@ -2,6 +2,7 @@ package podworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
 // Workers runs one goroutine per pod UID. Each pod moves through these
@@ -18,11 +21,12 @@ import (
 //	UpdatePod (first time)
 //	      |
 //	      v
-//	+-----------+  SyncPod ok: again after ResyncInterval
+//	+-----------+  Hooks' Prepare, then SyncPod; ok: again after ResyncInterval
+//	|           |  (or sooner: SyncResult.RequeueAfter)
 //	|  syncing  |  SyncPod error: again after BackOffPeriod
 //	+-----------+  newer update: again at once (newest spec wins)
 //	      |
-//	      | SyncPodKill, DeletionTimestamp, terminal phase in the update,
+//	      | a Remove/Delete/Kill reason, DeletionTimestamp, terminal phase,
 //	      | SyncKnownPods without the UID, or SyncPod reports terminal
 //	      | (an in-flight SyncPod has its context cancelled)
 //	      v
@@ -32,8 +36,8 @@ import (
 //	      |
 //	      | SyncTerminatingPod ok
 //	      v
-//	+------------+  SyncTerminatedPod; error: again after BackOffPeriod
-//	| terminated |
+//	+------------+  SyncTerminatedPod, then every Hook's Cleanup;
+//	| terminated |  error: again after BackOffPeriod
 //	+------------+
 //	      |
 //	      | SyncTerminatedPod ok: the goroutine exits
@@ -64,10 +68,12 @@ import (
 // "restart requested" flag: the same manifest removed and restored while
 // its old worker is still desired stays terminated.)
 type Workers struct {
-	syncer Syncer
-	clk    clock.WithTicker
-	log    *slog.Logger
-	opts   Options
+	syncer  Syncer
+	hooks   []Hook
+	metrics Metrics
+	clk     clock.WithTicker
+	log     *slog.Logger
+	opts    Options
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -95,9 +101,9 @@ type podState struct {
 	// pod is the newest spec received.
 	pod *v1.Pod
 	// pending is true when an update arrived since the worker last took
-	// work; pendingType is its (merged) type.
-	pending     bool
-	pendingType UpdateType
+	// work; pendingReason is its (merged) reason.
+	pending       bool
+	pendingReason podupdate.Reason
 	// wake holds at most one token telling the worker to look at its
 	// state again. Capacity 1 so that senders never block: a token already
 	// there means the same thing as a second one.
@@ -123,8 +129,20 @@ type podState struct {
 	reason           string
 }
 
-// New returns pod workers calling syncer. It starts nothing; call Run.
-func New(syncer Syncer, clk clock.WithTicker, log *slog.Logger, opts Options) *Workers {
+// Deps are what the pod workers call. Syncer, Clock and Log are required.
+type Deps struct {
+	Syncer Syncer
+	// Hooks are the per-pod resources, in the order they are prepared
+	// (see Hook).
+	Hooks   []Hook
+	Metrics Metrics // nil: none
+	Clock   clock.WithTicker
+	Log     *slog.Logger
+}
+
+// New returns pod workers calling deps.Syncer and deps.Hooks. It starts
+// nothing; call Run.
+func New(deps Deps, opts Options) *Workers {
 	if opts.ResyncInterval <= 0 {
 		opts.ResyncInterval = defaultResyncInterval
 	}
@@ -132,11 +150,13 @@ func New(syncer Syncer, clk clock.WithTicker, log *slog.Logger, opts Options) *W
 		opts.BackOffPeriod = defaultBackOffPeriod
 	}
 	return &Workers{
-		syncer: syncer,
-		clk:    clk,
-		log:    log,
-		opts:   opts,
-		pods:   map[types.UID]*podState{},
+		syncer:  deps.Syncer,
+		hooks:   deps.Hooks,
+		metrics: deps.Metrics,
+		clk:     deps.Clock,
+		log:     deps.Log,
+		opts:    opts,
+		pods:    map[types.UID]*podState{},
 	}
 }
 
@@ -191,7 +211,7 @@ func (w *Workers) wakeLocked(ps *podState) {
 func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 	pod := opts.Pod
 	if pod == nil {
-		w.log.Error("podworker: update without a pod ignored", "updateType", opts.UpdateType)
+		w.log.Error("podworker: update without a pod ignored", "reason", opts.Reason)
 		return
 	}
 	uid := pod.UID
@@ -205,7 +225,7 @@ func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 		w.pods[uid] = ps
 	}
 	if ps.finished {
-		log.Debug("pod worker finished, update ignored", "updateType", opts.UpdateType)
+		log.Debug("pod worker finished, update ignored", "reason", opts.Reason)
 		return
 	}
 	now := w.clk.Now()
@@ -213,7 +233,7 @@ func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 	if pod.DeletionTimestamp != nil {
 		ps.deleted = true
 	}
-	if k := opts.KillPodOptions; opts.UpdateType == SyncPodKill && k != nil {
+	if k := opts.KillPodOptions; opts.Reason.Terminates() && k != nil {
 		ps.evicted = ps.evicted || k.Evict
 		if ps.reason == "" {
 			ps.reason = k.Reason
@@ -228,8 +248,8 @@ func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 		case pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed:
 			log.Debug("pod in a terminal phase, terminating", "phase", pod.Status.Phase)
 			becameTerminating = true
-		case opts.UpdateType == SyncPodKill:
-			log.Debug("pod kill requested, terminating")
+		case opts.Reason.Terminates():
+			log.Debug("pod termination requested", "reason", opts.Reason)
 			becameTerminating = true
 		}
 		if becameTerminating {
@@ -239,7 +259,7 @@ func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 	shortened := false
 	if !ps.terminatingAt.IsZero() && ps.terminatedAt.IsZero() {
 		var kill *KillPodOptions
-		if opts.UpdateType == SyncPodKill {
+		if opts.Reason.Terminates() {
 			kill = opts.KillPodOptions
 		}
 		g := effectiveGrace(ps, pod, kill)
@@ -248,10 +268,10 @@ func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 	}
 
 	ps.pod = pod
-	// The newest type wins, except that a create not yet delivered stays
-	// a create (SyncPod has never seen the pod).
-	if !ps.pending || ps.pendingType != SyncPodCreate || opts.UpdateType == SyncPodKill {
-		ps.pendingType = opts.UpdateType
+	// The newest reason wins, except that an Add not yet delivered stays
+	// an Add (SyncPod has never seen the pod).
+	if !ps.pending || ps.pendingReason != podupdate.Add || opts.Reason.Terminates() {
+		ps.pendingReason = opts.Reason
 	}
 	ps.pending = true
 	w.wakeLocked(ps)
@@ -313,7 +333,7 @@ func (w *Workers) SyncKnownPods(desired map[types.UID]bool) {
 		w.log.Debug("pod no longer desired, terminating", "podUID", uid)
 		ps.terminatingAt = now
 		ps.grace, ps.graceSet = effectiveGrace(ps, ps.pod, nil), true
-		ps.pending, ps.pendingType = true, SyncPodKill
+		ps.pending, ps.pendingReason = true, podupdate.Remove
 		w.wakeLocked(ps)
 		if ps.cancel != nil {
 			ps.cancel()
@@ -360,6 +380,15 @@ func (w *Workers) IsPodKnownTerminated(uid types.UID) bool {
 	defer w.mu.Unlock()
 	ps, ok := w.pods[uid]
 	return ok && !ps.terminatedAt.IsZero()
+}
+
+// IsPodActive reports whether the pod is known and not yet terminated:
+// it counts for admission.
+func (w *Workers) IsPodActive(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps, ok := w.pods[uid]
+	return ok && ps.terminatedAt.IsZero()
 }
 
 // CouldHaveRunningContainers reports whether the pod may have running
@@ -448,15 +477,13 @@ func (w *Workers) loop(ctx context.Context, ps *podState) {
 			w.exitHook(ps.uid)
 		}
 	}()
-	var lastEnd time.Time
 	for {
 		wk, syncCtx, cancel, ok := w.next(ctx, ps)
 		if !ok {
 			return
 		}
-		terminal, err := w.call(syncCtx, ps.uid, wk, lastEnd)
-		lastEnd = w.clk.Now()
-		if !w.complete(ctx, ps, wk, syncCtx, cancel, terminal, err, lastEnd) {
+		res, err := w.call(syncCtx, wk)
+		if !w.complete(ctx, ps, wk, syncCtx, cancel, res, err, w.clk.Now()) {
 			return
 		}
 	}
@@ -515,9 +542,9 @@ func (w *Workers) takeLocked(ps *podState, now time.Time) (work, bool) {
 	case <-ps.wake: // this round covers it
 	default:
 	}
-	wk := work{state: ps.state(), updateType: SyncPodSync, pod: ps.pod}
+	wk := work{state: ps.state(), reason: podupdate.Resync, pod: ps.pod}
 	if ps.pending {
-		wk.updateType = ps.pendingType
+		wk.reason = ps.pendingReason
 	}
 	ps.pending = false
 	ps.retryAt = time.Time{}
@@ -534,42 +561,71 @@ func (w *Workers) takeLocked(ps *podState, now time.Time) (work, bool) {
 // work is one Sync* call to make.
 type work struct {
 	state       State
-	updateType  UpdateType
+	reason      podupdate.Reason
 	pod         *v1.Pod
 	gracePeriod time.Duration
 }
 
-// call makes the Sync* call for wk's state.
-func (w *Workers) call(ctx context.Context, uid types.UID, wk work, lastEnd time.Time) (terminal bool, err error) {
-	if w.opts.WaitForStatus != nil {
-		if err := w.opts.WaitForStatus(ctx, uid, lastEnd); err != nil {
-			return false, fmt.Errorf("waiting for a runtime status newer than the last sync: %w", err)
-		}
-	}
+// call makes the Sync* call for wk's state, with the hooks around it.
+func (w *Workers) call(ctx context.Context, wk work) (res SyncResult, err error) {
+	start := w.clk.Now()
 	switch wk.state {
 	case Syncing:
-		terminal, err = w.syncer.SyncPod(ctx, wk.updateType, wk.pod)
+		req := SyncRequest{Reason: wk.reason, Pod: wk.pod, Unprepared: w.prepare(ctx, wk.pod)}
+		res, err = w.syncer.SyncPod(ctx, req)
+		w.observe(wk.reason, start)
 		if err != nil {
-			err = fmt.Errorf("SyncPod (%s): %w", wk.updateType, err)
+			err = fmt.Errorf("SyncPod (%s): %w", wk.reason, err)
 		}
 	case Terminating:
-		if err = w.syncer.SyncTerminatingPod(ctx, wk.pod, wk.gracePeriod); err != nil {
+		err = w.syncer.SyncTerminatingPod(ctx, wk.pod, wk.gracePeriod)
+		w.observe(podupdate.Kill, start)
+		if err != nil {
 			err = fmt.Errorf("SyncTerminatingPod (grace period %s): %w", wk.gracePeriod, err)
 		}
 	case Terminated:
 		if err = w.syncer.SyncTerminatedPod(ctx, wk.pod); err != nil {
 			err = fmt.Errorf("SyncTerminatedPod: %w", err)
+		} else {
+			err = w.cleanup(ctx, wk.pod)
 		}
 	default:
 		err = fmt.Errorf("podworker: no call for state %s", wk.state)
 	}
-	return terminal, err
+	return res, err
+}
+
+// prepare runs every hook's Prepare in order until one fails.
+func (w *Workers) prepare(ctx context.Context, pod *v1.Pod) error {
+	for _, h := range w.hooks {
+		if err := h.Prepare(ctx, pod); err != nil {
+			return fmt.Errorf("prepare %s: %w", h.Name(), err)
+		}
+	}
+	return nil
+}
+
+// cleanup runs every hook's Cleanup, in reverse order, whatever fails.
+func (w *Workers) cleanup(ctx context.Context, pod *v1.Pod) error {
+	var errs []error
+	for i := len(w.hooks) - 1; i >= 0; i-- {
+		if err := w.hooks[i].Cleanup(ctx, pod); err != nil {
+			errs = append(errs, fmt.Errorf("clean up %s: %w", w.hooks[i].Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (w *Workers) observe(reason podupdate.Reason, start time.Time) {
+	if w.metrics != nil {
+		w.metrics.ObservePodWorker(reason, w.clk.Since(start))
+	}
 }
 
 // complete records the outcome of a call made at end and schedules what
 // comes next. It returns false when the goroutine must return.
 func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx context.Context, cancel context.CancelFunc,
-	terminal bool, err error, end time.Time) bool {
+	res SyncResult, err error, end time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// Checked under the lock, before ps.cancel is dropped: only UpdatePod
@@ -587,7 +643,7 @@ func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx c
 		// request left work pending, which runs at once.
 		log.Debug("sync cancelled", "err", err)
 	case err != nil:
-		d := w.jitter(w.opts.BackOffPeriod)
+		d := w.opts.BackOffPeriod
 		log.Error("pod sync failed, will retry", "err", err, "retryIn", d)
 		ps.retryAt = end.Add(d)
 	case wk.state == Terminated:
@@ -598,7 +654,7 @@ func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx c
 		log.Debug("pod terminated")
 		ps.terminatedAt = end
 		ps.retryAt = end
-	case terminal:
+	case res.Terminal:
 		if ps.terminatingAt.IsZero() {
 			log.Debug("pod reached a terminal phase, terminating")
 			ps.terminatingAt = end
@@ -606,14 +662,12 @@ func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx c
 		}
 		ps.retryAt = end
 	default:
-		ps.retryAt = end.Add(w.jitter(w.opts.ResyncInterval))
+		ps.retryAt = end.Add(w.opts.ResyncInterval)
+		if res.RequeueAfter > 0 {
+			if at := end.Add(res.RequeueAfter); ps.requeueAt.IsZero() || at.Before(ps.requeueAt) {
+				ps.requeueAt = at
+			}
+		}
 	}
 	return true
-}
-
-func (w *Workers) jitter(d time.Duration) time.Duration {
-	if w.opts.Jitter == nil {
-		return d
-	}
-	return w.opts.Jitter(d)
 }

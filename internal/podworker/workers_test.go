@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/podupdate"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,23 +21,23 @@ const resync = time.Minute
 // the newest pod.
 func TestLatestUpdateWins(t *testing.T) {
 	h := newHarness(t, Options{ResyncInterval: resync}).run()
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
+	h.w.UpdatePod(update(podupdate.Add, testPod("a", "1", nil)))
 	c := h.expect(kindSync, "a")
-	if c.updateType != SyncPodCreate || c.version() != "1" {
-		t.Fatalf("first sync: %s of version %s, want create of 1", c.updateType, c.version())
+	if c.reason != podupdate.Add || c.version() != "1" {
+		t.Fatalf("first sync: %s of version %s, want create of 1", c.reason, c.version())
 	}
 
-	h.w.UpdatePod(update(SyncPodUpdate, testPod("a", "2", nil)))
-	h.w.UpdatePod(update(SyncPodSync, testPod("a", "3", nil)))
-	h.w.UpdatePod(update(SyncPodUpdate, testPod("a", "4", nil)))
+	h.w.UpdatePod(update(podupdate.Update, testPod("a", "2", nil)))
+	h.w.UpdatePod(update(podupdate.Resync, testPod("a", "3", nil)))
+	h.w.UpdatePod(update(podupdate.Update, testPod("a", "4", nil)))
 	if c.cancelled() {
 		t.Fatal("a plain update cancelled the in-flight sync")
 	}
 	c.ok()
 
 	c = h.expect(kindSync, "a")
-	if c.updateType != SyncPodUpdate || c.version() != "4" {
-		t.Fatalf("second sync: %s of version %s, want update of 4", c.updateType, c.version())
+	if c.reason != podupdate.Update || c.version() != "4" {
+		t.Fatalf("second sync: %s of version %s, want update of 4", c.reason, c.version())
 	}
 	mark := h.idles.mark()
 	c.ok()
@@ -48,12 +49,12 @@ func TestLatestUpdateWins(t *testing.T) {
 // updates received before Run start their worker when Run starts.
 func TestPendingCreateStaysCreate(t *testing.T) {
 	h := newHarness(t, Options{})
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
-	h.w.UpdatePod(update(SyncPodUpdate, testPod("a", "2", nil)))
+	h.w.UpdatePod(update(podupdate.Add, testPod("a", "1", nil)))
+	h.w.UpdatePod(update(podupdate.Update, testPod("a", "2", nil)))
 	h.run()
 	c := h.expect(kindSync, "a")
-	if c.updateType != SyncPodCreate || c.version() != "2" {
-		t.Fatalf("sync: %s of version %s, want create of 2", c.updateType, c.version())
+	if c.reason != podupdate.Add || c.version() != "2" {
+		t.Fatalf("sync: %s of version %s, want create of 2", c.reason, c.version())
 	}
 	c.ok()
 }
@@ -61,10 +62,10 @@ func TestPendingCreateStaysCreate(t *testing.T) {
 func TestKillDuringSyncCancelsAndTerminates(t *testing.T) {
 	h := newHarness(t, Options{}).run()
 	pod := testPod("a", "1", secs(30))
-	h.w.UpdatePod(update(SyncPodCreate, pod))
+	h.w.UpdatePod(update(podupdate.Add, pod))
 	c := h.expect(kindSync, "a")
 
-	h.w.UpdatePod(UpdatePodOptions{UpdateType: SyncPodKill, Pod: pod, KillPodOptions: &KillPodOptions{
+	h.w.UpdatePod(UpdatePodOptions{Reason: podupdate.Kill, Pod: pod, KillPodOptions: &KillPodOptions{
 		PodTerminationGracePeriodSecondsOverride: secs(5), Evict: true, Reason: "node pressure"}})
 	if !c.cancelled() {
 		t.Fatal("the kill did not cancel the in-flight SyncPod")
@@ -100,7 +101,7 @@ func TestKillDuringSyncCancelsAndTerminates(t *testing.T) {
 	}
 
 	// A finished UID is not started again.
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "2", nil)))
+	h.w.UpdatePod(update(podupdate.Add, testPod("a", "2", nil)))
 	h.noCall()
 	if h.info("a").State != Finished {
 		t.Error("update revived a finished pod")
@@ -113,14 +114,14 @@ func TestKillDuringSyncCancelsAndTerminates(t *testing.T) {
 	if _, ok := h.w.Info("a"); ok {
 		t.Fatal("finished pod not forgotten by SyncKnownPods")
 	}
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "3", nil)))
+	h.w.UpdatePod(update(podupdate.Add, testPod("a", "3", nil)))
 	h.expect(kindSync, "a").ok()
 }
 
 func TestGracePeriodOnlyShortens(t *testing.T) {
 	h := newHarness(t, Options{}).run()
 	pod := testPod("a", "1", secs(30))
-	h.w.UpdatePod(update(SyncPodCreate, pod))
+	h.w.UpdatePod(update(podupdate.Add, pod))
 	h.expect(kindSync, "a").ok()
 
 	h.w.UpdatePod(kill(pod, secs(20)))
@@ -132,10 +133,10 @@ func TestGracePeriodOnlyShortens(t *testing.T) {
 	deleted := testPod("a", "2", secs(30))
 	deleted.DeletionTimestamp = &metav1.Time{Time: t0}
 	deleted.DeletionGracePeriodSeconds = secs(25)
-	for _, u := range []UpdatePodOptions{kill(pod, secs(40)), kill(pod, nil), update(SyncPodUpdate, deleted)} {
+	for _, u := range []UpdatePodOptions{kill(pod, secs(40)), kill(pod, nil), update(podupdate.Update, deleted)} {
 		h.w.UpdatePod(u)
 		if c.cancelled() {
-			t.Fatalf("update %s %+v cancelled the terminating call without shortening", u.UpdateType, u.KillPodOptions)
+			t.Fatalf("update %s %+v cancelled the terminating call without shortening", u.Reason, u.KillPodOptions)
 		}
 		if g := h.info("a").GracePeriod; g != 20*time.Second {
 			t.Fatalf("grace period grew to %v", g)
@@ -213,7 +214,7 @@ func TestEffectiveGrace(t *testing.T) {
 
 func TestTerminalSyncTerminates(t *testing.T) {
 	h := newHarness(t, Options{}).run()
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", secs(7))))
+	h.w.UpdatePod(update(podupdate.Add, testPod("a", "1", secs(7))))
 	h.expect(kindSync, "a").terminalResult()
 
 	c := h.expect(kindTerminating, "a")
@@ -244,7 +245,7 @@ func TestTerminationTriggersInUpdates(t *testing.T) {
 		p := testPod("a", "1", secs(30))
 		p.DeletionTimestamp = &metav1.Time{Time: t0}
 		p.DeletionGracePeriodSeconds = secs(8)
-		h.w.UpdatePod(update(SyncPodCreate, p))
+		h.w.UpdatePod(update(podupdate.Add, p))
 		c := h.expect(kindTerminating, "a") // never synced
 		if c.grace != 8*time.Second || !h.info("a").Deleted {
 			t.Errorf("grace %v, Info %+v; want 8s and deleted", c.grace, h.info("a"))
@@ -255,11 +256,11 @@ func TestTerminationTriggersInUpdates(t *testing.T) {
 	})
 	t.Run("terminal phase", func(t *testing.T) {
 		h := newHarness(t, Options{}).run()
-		h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
+		h.w.UpdatePod(update(podupdate.Add, testPod("a", "1", nil)))
 		c := h.expect(kindSync, "a")
 		p := testPod("a", "2", nil)
 		p.Status.Phase = v1.PodSucceeded
-		h.w.UpdatePod(update(SyncPodUpdate, p))
+		h.w.UpdatePod(update(podupdate.Update, p))
 		if !c.cancelled() {
 			t.Error("a terminal phase did not cancel the in-flight SyncPod")
 		}
@@ -273,7 +274,7 @@ func TestTerminationTriggersInUpdates(t *testing.T) {
 	t.Run("kill before the first sync", func(t *testing.T) {
 		h := newHarness(t, Options{})
 		p := testPod("a", "1", secs(3))
-		h.w.UpdatePod(update(SyncPodCreate, p))
+		h.w.UpdatePod(update(podupdate.Add, p))
 		h.w.UpdatePod(kill(p, nil))
 		h.run()
 		if c := h.expect(kindTerminating, "a"); c.grace != 3*time.Second {
@@ -291,15 +292,15 @@ func TestErrorsRetryAfterBackOff(t *testing.T) {
 	boom := errors.New("boom")
 	pod := testPod("a", "1", secs(30))
 
-	h.w.UpdatePod(update(SyncPodCreate, pod))
+	h.w.UpdatePod(update(podupdate.Add, pod))
 	mark := h.idles.mark()
 	h.expect(kindSync, "a").fail(boom)
 	h.waitIdle(mark, "a", t0.Add(backOff))
 	h.clk.Step(backOff - time.Millisecond) // not yet
 	h.clk.Step(time.Millisecond)
 	c := h.expect(kindSync, "a")
-	if !c.at.Equal(t0.Add(backOff)) || c.updateType != SyncPodSync {
-		t.Fatalf("retry at %v as %s, want at %v as sync", c.at, c.updateType, t0.Add(backOff))
+	if !c.at.Equal(t0.Add(backOff)) || c.reason != podupdate.Resync {
+		t.Fatalf("retry at %v as %s, want at %v as sync", c.at, c.reason, t0.Add(backOff))
 	}
 	mark = h.idles.mark()
 	c.ok()
@@ -310,7 +311,7 @@ func TestErrorsRetryAfterBackOff(t *testing.T) {
 	h.w.Requeue("a")
 	h.expect(kindSync, "a").fail(boom)
 	h.waitIdle(mark, "a", t0.Add(2*backOff))
-	h.w.UpdatePod(update(SyncPodUpdate, testPod("a", "2", secs(30))))
+	h.w.UpdatePod(update(podupdate.Update, testPod("a", "2", secs(30))))
 	if c := h.expect(kindSync, "a"); !c.at.Equal(t0.Add(backOff)) {
 		t.Errorf("update during back-off synced at %v, want at once (%v)", c.at, t0.Add(backOff))
 	} else {
@@ -337,33 +338,9 @@ func TestErrorsRetryAfterBackOff(t *testing.T) {
 	h.waitExit("a")
 }
 
-func TestJitter(t *testing.T) {
-	var seen []time.Duration
-	var mu sync.Mutex
-	h := newHarness(t, Options{ResyncInterval: resync, BackOffPeriod: 10 * time.Second, Jitter: func(d time.Duration) time.Duration {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, d)
-		return d + d/2
-	}}).run()
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
-	mark := h.idles.mark()
-	h.expect(kindSync, "a").fail(errors.New("boom"))
-	h.waitIdle(mark, "a", t0.Add(15*time.Second))
-	h.clk.Step(15 * time.Second)
-	mark = h.idles.mark()
-	h.expect(kindSync, "a").ok()
-	h.waitIdle(mark, "a", t0.Add(15*time.Second+90*time.Second))
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 2 || seen[0] != 10*time.Second || seen[1] != resync {
-		t.Errorf("Jitter saw %v, want [10s 1m0s]", seen)
-	}
-}
-
 func TestRequeue(t *testing.T) {
 	h := newHarness(t, Options{ResyncInterval: resync}).run()
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
+	h.w.UpdatePod(update(podupdate.Add, testPod("a", "1", nil)))
 	mark := h.idles.mark()
 	h.expect(kindSync, "a").ok()
 	h.waitIdle(mark, "a", t0.Add(resync))
@@ -376,8 +353,8 @@ func TestRequeue(t *testing.T) {
 	h.waitIdle(mark, "a", t0.Add(5*time.Second))
 	h.clk.Step(5 * time.Second)
 	c := h.expect(kindSync, "a")
-	if !c.at.Equal(t0.Add(5*time.Second)) || c.updateType != SyncPodSync {
-		t.Fatalf("requeued sync at %v as %s", c.at, c.updateType)
+	if !c.at.Equal(t0.Add(5*time.Second)) || c.reason != podupdate.Resync {
+		t.Fatalf("requeued sync at %v as %s", c.at, c.reason)
 	}
 	// A request made during a sync survives it.
 	h.w.RequeueAfter("a", 10*time.Second)
@@ -386,7 +363,7 @@ func TestRequeue(t *testing.T) {
 	h.waitIdle(mark, "a", t0.Add(15*time.Second))
 
 	// A sync for another reason before a requested time does not cancel it.
-	h.w.UpdatePod(update(SyncPodSync, testPod("a", "1", nil)))
+	h.w.UpdatePod(update(podupdate.Resync, testPod("a", "1", nil)))
 	mark = h.idles.mark()
 	h.expect(kindSync, "a").ok()
 	h.waitIdle(mark, "a", t0.Add(15*time.Second))
@@ -404,12 +381,12 @@ func TestSyncKnownPods(t *testing.T) {
 		t.Fatal("before the first SyncKnownPods unknown pods must be treated as possibly running")
 	}
 	for _, uid := range []types.UID{"a", "b"} {
-		h.w.UpdatePod(update(SyncPodCreate, testPod(uid, "1", secs(12))))
+		h.w.UpdatePod(update(podupdate.Add, testPod(uid, "1", secs(12))))
 		mark := h.idles.mark()
 		h.expect(kindSync, uid).ok()
 		h.waitIdle(mark, uid, t0.Add(resync))
 	}
-	h.w.UpdatePod(update(SyncPodCreate, testPod("c", "1", nil)))
+	h.w.UpdatePod(update(podupdate.Add, testPod("c", "1", nil)))
 	inflight := h.expect(kindSync, "c")
 
 	h.w.SyncKnownPods(map[types.UID]bool{"a": true})
@@ -468,58 +445,12 @@ func TestSyncKnownPods(t *testing.T) {
 	h.noCall()
 }
 
-func TestWaitForStatus(t *testing.T) {
-	type wait struct {
-		uid   types.UID
-		after time.Time
-	}
-	var (
-		mu    sync.Mutex
-		waits []wait
-		fail  = true
-	)
-	h := newHarness(t, Options{BackOffPeriod: 10 * time.Second, WaitForStatus: func(ctx context.Context, uid types.UID, after time.Time) error {
-		mu.Lock()
-		defer mu.Unlock()
-		waits = append(waits, wait{uid, after})
-		if fail {
-			fail = false
-			return fmt.Errorf("status unavailable: %w", context.DeadlineExceeded)
-		}
-		return nil
-	}}).run()
-	mark := h.idles.mark()
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
-	h.waitIdle(mark, "a", t0.Add(10*time.Second)) // the failed wait is a failed sync
-	h.noCall()
-	h.clk.Step(10 * time.Second)
-	c := h.expect(kindSync, "a")
-	h.clk.Step(time.Second) // the sync takes a second
-	c.ok()
-	h.w.Requeue("a")
-	h.expect(kindSync, "a").ok()
-
-	mu.Lock()
-	defer mu.Unlock()
-	// Each wait is for a status newer than the end of the previous call,
-	// failed or not; the first has no previous call.
-	want := []wait{{"a", time.Time{}}, {"a", t0}, {"a", t0.Add(11 * time.Second)}}
-	if len(waits) != len(want) {
-		t.Fatalf("waits = %v, want %v", waits, want)
-	}
-	for i := range want {
-		if waits[i].uid != want[i].uid || !waits[i].after.Equal(want[i].after) {
-			t.Errorf("wait %d = %v, want %v", i, waits[i], want[i])
-		}
-	}
-}
-
 func TestRunStopCancelsCalls(t *testing.T) {
 	h := newHarness(t, Options{})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); h.w.Run(ctx) }()
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
+	h.w.UpdatePod(update(podupdate.Add, testPod("a", "1", nil)))
 	c := h.expect(kindSync, "a")
 	cancel()
 	select {
@@ -535,7 +466,7 @@ func TestRunStopCancelsCalls(t *testing.T) {
 	}
 	h.waitExit("a")
 	// After Run, updates start nothing.
-	h.w.UpdatePod(update(SyncPodCreate, testPod("b", "1", nil)))
+	h.w.UpdatePod(update(podupdate.Add, testPod("b", "1", nil)))
 	h.noCall()
 }
 
@@ -551,9 +482,9 @@ func (s *countingSyncer) record(uid types.UID, k callKind) {
 	s.calls[uid] = append(s.calls[uid], k)
 }
 
-func (s *countingSyncer) SyncPod(_ context.Context, _ UpdateType, pod *v1.Pod) (bool, error) {
-	s.record(pod.UID, kindSync)
-	return false, nil
+func (s *countingSyncer) SyncPod(_ context.Context, req SyncRequest) (SyncResult, error) {
+	s.record(req.Pod.UID, kindSync)
+	return SyncResult{}, nil
 }
 
 func (s *countingSyncer) SyncTerminatingPod(_ context.Context, pod *v1.Pod, _ time.Duration) error {
@@ -570,7 +501,7 @@ func (s *countingSyncer) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error
 func TestManyPodsInParallel(t *testing.T) {
 	const n = 100
 	s := &countingSyncer{calls: map[types.UID][]callKind{}}
-	w := New(s, clocktesting.NewFakeClock(t0), testLogger(t), Options{})
+	w := New(Deps{Syncer: s, Clock: clocktesting.NewFakeClock(t0), Log: testLogger(t)}, Options{})
 	// Buffered for all pods so that the hook never blocks.
 	exits := make(chan types.UID, n)
 	w.exitHook = func(uid types.UID) { exits <- uid }
@@ -583,8 +514,8 @@ func TestManyPodsInParallel(t *testing.T) {
 	for i := range n {
 		uid := types.UID(fmt.Sprintf("pod-%03d", i))
 		wg.Go(func() {
-			w.UpdatePod(update(SyncPodCreate, testPod(uid, "1", secs(int64(i%7)))))
-			w.UpdatePod(update(SyncPodUpdate, testPod(uid, "2", secs(int64(i%7)))))
+			w.UpdatePod(update(podupdate.Add, testPod(uid, "1", secs(int64(i%7)))))
+			w.UpdatePod(update(podupdate.Update, testPod(uid, "2", secs(int64(i%7)))))
 			w.RequeueAfter(uid, time.Second)
 			_ = w.CouldHaveRunningContainers(uid)
 			_, _ = w.Info(uid)
@@ -625,13 +556,12 @@ func TestManyPodsInParallel(t *testing.T) {
 
 func TestUpdateWithoutPodIgnored(t *testing.T) {
 	h := newHarness(t, Options{}).run()
-	h.w.UpdatePod(UpdatePodOptions{UpdateType: SyncPodCreate})
+	h.w.UpdatePod(UpdatePodOptions{Reason: podupdate.Add})
 	h.noCall()
 }
 
 func TestStrings(t *testing.T) {
 	for v, want := range map[fmt.Stringer]string{
-		SyncPodSync: "sync", SyncPodUpdate: "update", SyncPodCreate: "create", SyncPodKill: "kill",
 		Syncing: "syncing", Terminating: "terminating", Terminated: "terminated", Finished: "finished",
 	} {
 		if v.String() != want {

@@ -3,6 +3,7 @@ package prober
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -318,6 +319,27 @@ func (m *Manager) RemovePod(pod *v1.Pod) {
 		}
 		m.pending = kept
 	}
+}
+
+// PodStatusChanged binds the pod's probe workers to the container
+// instances st shows running (a statusmanager.Listener): each
+// ContainerStatus with a running state and a "<runtime>://<id>" ID, and
+// st.PodIP (for a host-network pod, the node's IP) as the probes' host.
+// As the kubelet's prober, it counts initialDelaySeconds from the status's
+// startedAt.
+func (m *Manager) PodStatusChanged(pod *v1.Pod, st v1.PodStatus) {
+	running := map[string]RunningContainer{}
+	for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for _, c := range list {
+			if c.State.Running == nil {
+				continue
+			}
+			if _, id, ok := strings.Cut(c.ContainerID, "://"); ok && id != "" {
+				running[c.Name] = RunningContainer{ID: id, StartedAt: c.State.Running.StartedAt.Time}
+			}
+		}
+	}
+	m.SetContainers(pod, st.PodIP, running)
 }
 
 // SetContainers tells the manager, after a sync of pod, which instance of

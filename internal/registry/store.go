@@ -30,6 +30,10 @@ import (
 	"github.com/nodelet/nodelet/internal/atomicfile"
 )
 
+// StoreDir is the OCI layout holding the node's local images under
+// nodelet's root dir.
+func StoreDir(rootDir string) string { return filepath.Join(rootDir, "images") }
+
 // ErrNotFound is returned (wrapped) when the store holds no image under a
 // reference.
 var ErrNotFound = errors.New("image not found")

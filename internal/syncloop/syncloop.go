@@ -14,47 +14,26 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/admission"
+	"github.com/nodelet/nodelet/internal/pleg"
+	"github.com/nodelet/nodelet/internal/podconfig"
+	"github.com/nodelet/nodelet/internal/podupdate"
+	"github.com/nodelet/nodelet/internal/podworker"
 )
 
-// Op is what a config update asks for (the kubelet's PodOperation).
-type Op int
-
-const (
-	// Add: pods new to the node.
-	Add Op = iota
-	// Update: pods whose spec changed.
-	Update
-	// Remove: pods no source wants any more.
-	Remove
-	// Reconcile: pods whose status-only fields changed.
-	Reconcile
-)
-
-// ConfigUpdate is one merged change from the sources.
-type ConfigUpdate struct {
-	Op   Op
-	Pods []*v1.Pod
+// Workers are what the loop hands pods to: the pod workers.
+type Workers interface {
+	// UpdatePod asks for the pod to be synced or, when the reason
+	// terminates, stopped (latest spec wins).
+	UpdatePod(podworker.UpdatePodOptions)
+	// IsPodActive reports whether the workers still hold the pod (not yet
+	// terminated), so that admission counts it.
+	IsPodActive(uid types.UID) bool
 }
 
-// SyncKind says why a pod is being synced.
-type SyncKind int
-
-const (
-	SyncCreate SyncKind = iota
-	SyncUpdate
-	SyncPeriodic
-	SyncEvent
-)
-
-// Dispatcher is what the loop hands pods to: the pod workers.
-type Dispatcher interface {
-	// Sync asks for the pod to be synced (latest spec wins).
-	Sync(pod *v1.Pod, kind SyncKind)
-	// Kill asks for the pod to be terminated.
-	Kill(pod *v1.Pod)
-	// Known reports whether the workers still hold the pod (not yet fully
-	// terminated), so that admission can count it.
-	Active(uid types.UID) bool
+// Housekeeper removes what no source wants any more (orphans) and
+// collects garbage, given the pods the sources want.
+type Housekeeper interface {
+	Housekeep(ctx context.Context, desired map[types.UID]*v1.Pod)
 }
 
 // Rejector records a pod refused by admission: Failed, nothing started.
@@ -72,100 +51,127 @@ type Options struct {
 	Node admission.Node
 }
 
+// Deps are the loop's collaborators; all are required.
+type Deps struct {
+	Workers  Workers
+	Rejector Rejector
+	// Housekeeper runs every HousekeepingPeriod once SourcesReady.
+	Housekeeper Housekeeper
+	// SourcesReady reports whether every source has delivered once;
+	// before that nothing is removed as an orphan.
+	SourcesReady func() bool
+	Clock        clock.WithTicker
+	Log          *slog.Logger
+}
+
+// Inputs are the channels the loop selects over.
+type Inputs struct {
+	// Config carries the merged source updates.
+	Config <-chan podconfig.PodUpdate
+	// PLEG carries the runtime's pod lifecycle events.
+	PLEG <-chan pleg.Event
+	// Pods carries the UIDs of pods to sync now (probe results changed).
+	Pods <-chan types.UID
+	// ResyncAll asks for every pod to be synced (the ConfigMaps or
+	// Secrets they refer to changed).
+	ResyncAll <-chan struct{}
+}
+
 // Loop is the sync loop. Construct with New, start with Run.
 type Loop struct {
-	opts     Options
-	clock    clock.WithTicker
-	log      *slog.Logger
-	workers  Dispatcher
-	rejector Rejector
-	// housekeeping runs every HousekeepingPeriod with the pods the sources
-	// want; it removes what no source wants (orphans) and collects garbage.
-	housekeeping func(ctx context.Context, desired map[types.UID]*v1.Pod)
-	// sourcesReady reports whether every source has delivered once; before
-	// that nothing is removed as an orphan.
-	sourcesReady func() bool
+	opts Options
+	deps Deps
+	log  *slog.Logger
 
 	pods     map[types.UID]*v1.Pod // desired pods by UID (admitted or not)
 	rejected map[types.UID]bool
 }
 
 // New returns a loop. It starts nothing.
-func New(opts Options, clk clock.WithTicker, log *slog.Logger, workers Dispatcher, rejector Rejector,
-	housekeeping func(context.Context, map[types.UID]*v1.Pod), sourcesReady func() bool) *Loop {
+func New(opts Options, deps Deps) *Loop {
 	if opts.SyncFrequency <= 0 {
 		opts.SyncFrequency = time.Minute
 	}
 	if opts.HousekeepingPeriod <= 0 {
 		opts.HousekeepingPeriod = 2 * time.Second
 	}
-	return &Loop{opts: opts, clock: clk, log: log, workers: workers, rejector: rejector,
-		housekeeping: housekeeping, sourcesReady: sourcesReady,
+	return &Loop{opts: opts, deps: deps, log: deps.Log,
 		pods: map[types.UID]*v1.Pod{}, rejected: map[types.UID]bool{}}
 }
 
-// Run selects until ctx ends. config carries merged source updates; pleg
-// and probes carry the UIDs of pods whose runtime state or probe results
-// changed.
-func (l *Loop) Run(ctx context.Context, config <-chan ConfigUpdate, pleg, probes <-chan types.UID) {
-	resync := l.clock.NewTicker(l.opts.SyncFrequency)
+// Run selects over in until ctx ends.
+func (l *Loop) Run(ctx context.Context, in Inputs) {
+	resync := l.deps.Clock.NewTicker(l.opts.SyncFrequency)
 	defer resync.Stop()
-	housekeeping := l.clock.NewTicker(l.opts.HousekeepingPeriod)
+	housekeeping := l.deps.Clock.NewTicker(l.opts.HousekeepingPeriod)
 	defer housekeeping.Stop()
-	for l.iterate(ctx, config, pleg, probes, resync.C(), housekeeping.C()) {
+	for l.iterate(ctx, in, resync.C(), housekeeping.C()) {
 	}
 }
 
 // iterate is one syncLoopIteration; it reports false when the loop ends.
-func (l *Loop) iterate(ctx context.Context, config <-chan ConfigUpdate, pleg, probes <-chan types.UID,
-	resync, housekeeping <-chan time.Time) bool {
+func (l *Loop) iterate(ctx context.Context, in Inputs, resync, housekeeping <-chan time.Time) bool {
 	select {
 	case <-ctx.Done():
 		return false
-	case u, ok := <-config:
+	case u, ok := <-in.Config:
 		if !ok {
 			l.log.Error("config update channel closed; sync loop exits")
 			return false
 		}
 		l.handleConfig(u)
-	case uid := <-pleg:
-		l.syncUID(uid)
-	case uid := <-probes:
-		l.syncUID(uid)
-	case <-resync:
-		for _, pod := range l.pods {
-			if !l.rejected[pod.UID] {
-				l.workers.Sync(pod, SyncPeriodic)
-			}
+	case e := <-in.PLEG:
+		// A removed container changes nothing the pod worker acts on.
+		if e.Type != pleg.ContainerRemoved {
+			l.syncUID(e.PodUID)
 		}
+	case uid := <-in.Pods:
+		l.syncUID(uid)
+	case <-in.ResyncAll:
+		l.syncAll(podupdate.Event)
+	case <-resync:
+		l.syncAll(podupdate.Resync)
 	case <-housekeeping:
-		if l.sourcesReady == nil || l.sourcesReady() {
-			l.housekeeping(ctx, l.desired())
+		if l.deps.SourcesReady == nil || l.deps.SourcesReady() {
+			l.deps.Housekeeper.Housekeep(ctx, l.desired())
 		}
 	}
 	return true
 }
 
-func (l *Loop) handleConfig(u ConfigUpdate) {
+func (l *Loop) sync(pod *v1.Pod, reason podupdate.Reason) {
+	l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: reason, Pod: pod})
+}
+
+func (l *Loop) syncAll(reason podupdate.Reason) {
+	for _, pod := range l.pods {
+		if !l.rejected[pod.UID] {
+			l.sync(pod, reason)
+		}
+	}
+}
+
+func (l *Loop) handleConfig(u podconfig.PodUpdate) {
 	switch u.Op {
-	case Add:
+	case podupdate.Add:
 		for _, pod := range u.Pods {
 			l.add(pod)
 		}
-	case Update:
+	case podupdate.Update:
 		for _, pod := range u.Pods {
 			l.pods[pod.UID] = pod
 			if !l.rejected[pod.UID] {
-				l.workers.Sync(pod, SyncUpdate)
+				l.sync(pod, podupdate.Update)
 			}
 		}
-	case Remove:
+	case podupdate.Remove, podupdate.Delete:
 		for _, pod := range u.Pods {
 			delete(l.pods, pod.UID)
 			delete(l.rejected, pod.UID)
-			l.workers.Kill(pod)
+			l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: u.Op, Pod: pod,
+				KillPodOptions: &podworker.KillPodOptions{Reason: "removed from its source"}})
 		}
-	case Reconcile:
+	case podupdate.Reconcile:
 		for _, pod := range u.Pods {
 			l.pods[pod.UID] = pod
 		}
@@ -178,22 +184,22 @@ func (l *Loop) add(pod *v1.Pod) {
 	l.pods[pod.UID] = pod
 	var active []*v1.Pod
 	for uid, p := range l.pods {
-		if uid != pod.UID && !l.rejected[uid] && l.workers.Active(uid) {
+		if uid != pod.UID && !l.rejected[uid] && l.deps.Workers.IsPodActive(uid) {
 			active = append(active, p)
 		}
 	}
 	if r := admission.Admit(pod, active, l.opts.Node); !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
-		l.rejector.Reject(pod, r.Reason, r.Message)
+		l.deps.Rejector.Reject(pod, r.Reason, r.Message)
 		return
 	}
-	l.workers.Sync(pod, SyncCreate)
+	l.sync(pod, podupdate.Add)
 }
 
 func (l *Loop) syncUID(uid types.UID) {
 	if pod, ok := l.pods[uid]; ok && !l.rejected[uid] {
-		l.workers.Sync(pod, SyncEvent)
+		l.sync(pod, podupdate.Event)
 	}
 }
 

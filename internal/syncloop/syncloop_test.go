@@ -14,18 +14,21 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/admission"
+	"github.com/nodelet/nodelet/internal/pleg"
+	"github.com/nodelet/nodelet/internal/podconfig"
+	"github.com/nodelet/nodelet/internal/podupdate"
+	"github.com/nodelet/nodelet/internal/podworker"
 )
 
-// recorder is a Dispatcher and Rejector that records what it is asked.
+// recorder is the Workers and Rejector; it records what it is asked.
 type recorder struct {
 	calls []string
 }
 
-func (r *recorder) Sync(pod *v1.Pod, kind SyncKind) {
-	r.calls = append(r.calls, fmt.Sprintf("sync %s %d", pod.Name, kind))
+func (r *recorder) UpdatePod(u podworker.UpdatePodOptions) {
+	r.calls = append(r.calls, fmt.Sprintf("%s %s", u.Reason, u.Pod.Name))
 }
-func (r *recorder) Kill(pod *v1.Pod)      { r.calls = append(r.calls, "kill "+pod.Name) }
-func (r *recorder) Active(types.UID) bool { return true }
+func (r *recorder) IsPodActive(types.UID) bool { return true }
 func (r *recorder) Reject(pod *v1.Pod, reason, _ string) {
 	r.calls = append(r.calls, "reject "+pod.Name+" "+reason)
 }
@@ -38,9 +41,10 @@ func pod(name string) *v1.Pod {
 type harness struct {
 	loop     *Loop
 	rec      *recorder
-	config   chan ConfigUpdate
-	pleg     chan types.UID
+	config   chan podconfig.PodUpdate
+	pleg     chan pleg.Event
 	probes   chan types.UID
+	all      chan struct{}
 	resync   chan time.Time
 	hk       chan time.Time
 	ready    bool
@@ -48,36 +52,48 @@ type harness struct {
 }
 
 func newHarness(maxPods int) *harness {
-	h := &harness{rec: &recorder{}, config: make(chan ConfigUpdate, 1), pleg: make(chan types.UID, 1),
-		probes: make(chan types.UID, 1), resync: make(chan time.Time, 1), hk: make(chan time.Time, 1)}
-	h.loop = New(Options{Node: admission.Node{MaxPods: maxPods}}, clocktesting.NewFakeClock(time.Unix(0, 0)),
-		slog.New(slog.DiscardHandler), h.rec, h.rec,
-		func(_ context.Context, desired map[types.UID]*v1.Pod) { h.desiredN = append(h.desiredN, len(desired)) },
-		func() bool { return h.ready })
+	h := &harness{rec: &recorder{}, config: make(chan podconfig.PodUpdate, 1), pleg: make(chan pleg.Event, 1),
+		probes: make(chan types.UID, 1), all: make(chan struct{}, 1), resync: make(chan time.Time, 1), hk: make(chan time.Time, 1)}
+	h.loop = New(Options{Node: admission.Node{MaxPods: maxPods}}, Deps{
+		Workers: h.rec, Rejector: h.rec, Housekeeper: h, SourcesReady: func() bool { return h.ready },
+		Clock: clocktesting.NewFakeClock(time.Unix(0, 0)), Log: slog.New(slog.DiscardHandler),
+	})
 	return h
+}
+
+func (h *harness) Housekeep(_ context.Context, desired map[types.UID]*v1.Pod) {
+	h.desiredN = append(h.desiredN, len(desired))
+}
+
+func (h *harness) inputs() Inputs {
+	return Inputs{Config: h.config, PLEG: h.pleg, Pods: h.probes, ResyncAll: h.all}
 }
 
 // step runs one iteration after queueing one input.
 func (h *harness) step(t *testing.T, send func()) {
 	t.Helper()
 	send()
-	if !h.loop.iterate(context.Background(), h.config, h.pleg, h.probes, h.resync, h.hk) {
+	if !h.loop.iterate(context.Background(), h.inputs(), h.resync, h.hk) {
 		t.Fatal("loop ended")
 	}
 }
 
 func TestLoopDispatches(t *testing.T) {
 	h := newHarness(2)
-	h.step(t, func() { h.config <- ConfigUpdate{Op: Add, Pods: []*v1.Pod{pod("a"), pod("b"), pod("c")}} })
-	h.step(t, func() { h.pleg <- "uid-a" })
-	h.step(t, func() { h.pleg <- "uid-c" }) // rejected pods are never synced
+	h.step(t, func() {
+		h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a"), pod("b"), pod("c")}}
+	})
+	h.step(t, func() { h.pleg <- pleg.Event{PodUID: "uid-a", Type: pleg.ContainerDied} })
+	h.step(t, func() { h.pleg <- pleg.Event{PodUID: "uid-a", Type: pleg.ContainerRemoved} }) // nothing to do
+	h.step(t, func() { h.pleg <- pleg.Event{PodUID: "uid-c", Type: pleg.ContainerStarted} }) // rejected pods are never synced
 	h.step(t, func() { h.probes <- "uid-b" })
-	h.step(t, func() { h.config <- ConfigUpdate{Op: Update, Pods: []*v1.Pod{pod("a")}} })
-	h.step(t, func() { h.config <- ConfigUpdate{Op: Remove, Pods: []*v1.Pod{pod("b")}} })
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Update, Pods: []*v1.Pod{pod("a")}} })
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Remove, Pods: []*v1.Pod{pod("b")}} })
 	h.step(t, func() { h.resync <- time.Time{} })
+	h.step(t, func() { h.all <- struct{}{} })
 	want := []string{
-		"sync a 0", "sync b 0", "reject c OutOfpods",
-		"sync a 3", "sync b 3", "sync a 1", "kill b", "sync a 2",
+		"ADD a", "ADD b", "reject c OutOfpods",
+		"EVENT a", "EVENT b", "UPDATE a", "REMOVE b", "RESYNC a", "EVENT a",
 	}
 	if got := strings.Join(h.rec.calls, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
@@ -86,7 +102,7 @@ func TestLoopDispatches(t *testing.T) {
 
 func TestHousekeepingWaitsForSources(t *testing.T) {
 	h := newHarness(10)
-	h.step(t, func() { h.config <- ConfigUpdate{Op: Add, Pods: []*v1.Pod{pod("a")}} })
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a")}} })
 	h.step(t, func() { h.hk <- time.Time{} })
 	if len(h.desiredN) != 0 {
 		t.Fatal("housekeeping ran before the sources were ready")
@@ -102,7 +118,7 @@ func TestLoopEndsWithContext(t *testing.T) {
 	h := newHarness(10)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if h.loop.iterate(ctx, h.config, h.pleg, h.probes, h.resync, h.hk) {
+	if h.loop.iterate(ctx, h.inputs(), h.resync, h.hk) {
 		t.Error("iterate continued after ctx ended")
 	}
 }

@@ -36,5 +36,5 @@
 // Call order, for each pod: SetUp on every sync (it is idempotent and
 // refreshes configMap, secret, downwardAPI and projected content), Mounts
 // for each container to be created, TearDown once all containers of the pod
-// are gone; CleanupOrphans from housekeeping.
+// are gone; housekeeping tears down the Pods no one holds any more.
 package volume

@@ -231,32 +231,20 @@ func removeAllAt(parent int, name, path string, parentMnt mountKey) error {
 	return nil
 }
 
-// CleanupOrphans tears down every pod directory whose UID is not in active
-// (housekeeping). active must hold every pod that may still be set up or
-// still have containers; the failures of single pods are returned joined,
-// after all pods were tried.
-func (m *Manager) CleanupOrphans(ctx context.Context, active map[types.UID]bool) error {
+// Pods lists the UIDs of the pod directories under <rootDir>/pods
+// (anything there, a symlink included, is treated as a pod directory, so
+// that TearDown removes it), for housekeeping to tear down the orphans.
+func (m *Manager) Pods() ([]types.UID, error) {
 	entries, err := os.ReadDir(m.podsDir())
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("listing pod directories: %w", err)
+		return nil, fmt.Errorf("listing pod directories: %w", err)
 	}
-	var errs []error
+	uids := make([]types.UID, 0, len(entries))
 	for _, e := range entries {
-		uid := types.UID(e.Name())
-		if active[uid] {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, err)
-			break
-		}
-		m.log.Info("Removing volumes of orphaned pod", "podUID", uid)
-		if err := m.TearDown(ctx, uid); err != nil {
-			errs = append(errs, err)
-		}
+		uids = append(uids, types.UID(e.Name()))
 	}
-	return errors.Join(errs...)
+	return uids, nil
 }

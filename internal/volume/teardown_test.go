@@ -41,7 +41,7 @@ func snapshot(t *testing.T, dir string) []string {
 	return out
 }
 
-func TestTearDownAndCleanupOrphans(t *testing.T) {
+func TestTearDownOrphans(t *testing.T) {
 	requireRoot(t)
 	e := newEnv(t)
 	outside := t.TempDir()
@@ -87,8 +87,19 @@ func TestTearDownAndCleanupOrphans(t *testing.T) {
 		t.Fatalf("%d mounts before cleanup, want 9 (a tmpfs and 2 subPath binds per pod)", n)
 	}
 
-	if err := e.m.CleanupOrphans(t.Context(), map[types.UID]bool{keep.UID: true}); err != nil {
+	pods, err := e.m.Pods()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(pods) != 4 {
+		t.Errorf("Pods() = %v, want the 4 pod directories", pods)
+	}
+	for _, uid := range pods {
+		if uid != keep.UID {
+			if err := e.m.TearDown(t.Context(), uid); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 
 	entries, err := os.ReadDir(filepath.Join(e.root, "pods"))

@@ -17,7 +17,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/registry"
@@ -83,7 +82,7 @@ func setUp(e *env) error {
 	}
 	e.rootDir = filepath.Join(e.work, "rt")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	store, err := registry.OpenStore(agent.ImageStoreDir(e.rootDir), log)
+	store, err := registry.OpenStore(registry.StoreDir(e.rootDir), log)
 	if err != nil {
 		return err
 	}

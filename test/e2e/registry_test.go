@@ -27,7 +27,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/registry"
@@ -96,7 +95,7 @@ func checkRegistryReadOnly(t *testing.T, addr, root string) {
 
 func storeEntries(t *testing.T, root string) []registry.Entry {
 	t.Helper()
-	s, err := registry.OpenStore(agent.ImageStoreDir(root), nil)
+	s, err := registry.OpenStore(registry.StoreDir(root), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

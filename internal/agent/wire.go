@@ -1,0 +1,214 @@
+package agent
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodelet/nodelet/internal/admission"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/envvars"
+	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/gc"
+	"github.com/nodelet/nodelet/internal/housekeeping"
+	"github.com/nodelet/nodelet/internal/logs"
+	"github.com/nodelet/nodelet/internal/metrics"
+	"github.com/nodelet/nodelet/internal/nodeconfig"
+	"github.com/nodelet/nodelet/internal/objects"
+	"github.com/nodelet/nodelet/internal/pleg"
+	"github.com/nodelet/nodelet/internal/podconfig"
+	"github.com/nodelet/nodelet/internal/podhooks"
+	"github.com/nodelet/nodelet/internal/podresources"
+	"github.com/nodelet/nodelet/internal/podruntime"
+	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podview"
+	"github.com/nodelet/nodelet/internal/podworker"
+	"github.com/nodelet/nodelet/internal/prober"
+	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/stats"
+	"github.com/nodelet/nodelet/internal/statusmanager"
+	"github.com/nodelet/nodelet/internal/syncloop"
+	"github.com/nodelet/nodelet/internal/volume"
+)
+
+// source is a pod source (podsource.FileSource, HTTPSource).
+type source interface {
+	Run(ctx context.Context, out chan<- podsource.Update)
+}
+
+// pipeline is every part, constructed and connected, not yet started.
+type pipeline struct {
+	a       *Agent
+	sources []source
+	objects *objects.Store
+	config  *podconfig.Config
+	loop    *syncloop.Loop
+	workers *podworker.Workers
+	pleg    *pleg.Generic
+	prober  *prober.Manager
+	gc      *gc.Collector
+	hk      *housekeeping.Housekeeper
+	watcher podruntime.EventWatcher
+	// health are the checks of /healthz; api serves the kubelet API.
+	health []server.HealthCheck
+	api    server.Deps
+	status *statusmanager.Manager
+}
+
+// wire constructs every part over rt and connects them. It starts nothing.
+func (a *Agent) wire(rt *cri.Client) *pipeline {
+	cfg, log, clk := a.cfg, a.deps.Log, a.deps.Clock
+	p := &pipeline{a: a, objects: objects.NewStore(), watcher: podruntime.EventWatcher{Stream: rt}}
+	reg, probeReg, resourceReg := prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()
+
+	// 1-2. Sources and their merge.
+	manifestErrors := podsource.NewManifestErrorsCounter(reg)
+	var names []string
+	if cfg.PodManifestPath != "" {
+		p.sources = append(p.sources, podsource.NewFileSource(cfg.PodManifestPath, cfg.NodeName, cfg.FileCheckFrequency, clk, log, manifestErrors))
+		names = append(names, podsource.SourceFile)
+	}
+	if cfg.ManifestURL != "" {
+		header := http.Header{} // canonical names
+		for k, vs := range cfg.ManifestURLHeader {
+			for _, v := range vs {
+				header.Add(k, v)
+			}
+		}
+		p.sources = append(p.sources, podsource.NewHTTPSource(cfg.ManifestURL, header, cfg.NodeName,
+			cfg.HTTPCheckFrequency, clk, log, manifestErrors))
+		names = append(names, podsource.SourceHTTP)
+	}
+	p.config = podconfig.New(names, clk, log)
+
+	// Beside the pipeline: events, probes, status, metrics, stats.
+	recorder := events.New(events.DefaultMax, clk, log)
+	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: probeReg, Recorder: recorder})
+	p.status = statusmanager.New(log, p.prober)
+	m := metrics.New(reg, p.status.Running, metrics.WithClock(clk))
+	rt.SetObserver(m.ObserveRuntimeCall)
+	statsProvider := stats.New(rt, stats.NewHostMachine(), cfg.NodeName, cfg.RootDir, clk, log,
+		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second))
+	resourceReg.MustRegister(statsProvider.ResourceCollector())
+
+	// 4. The per-pod resources, in the order they are prepared.
+	volumes := volume.New(cfg.RootDir, p.objects, envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}, log)
+	var hooks []podworker.Hook
+	var resources []housekeeping.Resource
+	var cgroups podruntime.PodCgroups
+	if cfg.CgroupRoot != "" {
+		cg := podresources.NewManager(cfg.CgroupRoot, log)
+		if err := cg.EnsureQoS(); err != nil {
+			log.Warn("pods run without pod-level cgroups", "err", err)
+		} else {
+			cgroups = cg
+			hooks = append(hooks, podhooks.Cgroup{Cgroups: cg})
+			resources = append(resources, podhooks.Cgroup{Cgroups: cg})
+		}
+	}
+	volumeHook := podhooks.Volumes{Volumes: volumes, Recorder: recorder}
+	hooks = append(hooks, volumeHook, podhooks.Probes{Prober: p.prober})
+	resources = append(resources, volumeHook)
+
+	// 5. The runtime manager, and 4. the pod workers over it.
+	runtime := podruntime.New(rt, podruntime.Options{
+		PodLogsDir: cfg.PodLogsDir, HostIP: cfg.NodeIP, NodeName: cfg.NodeName, Allocatable: cfg.Allocatable,
+		PodsDir: filepath.Join(cfg.RootDir, "pods"), HostResolvConf: cfg.HostResolvConf, HostHosts: cfg.HostHosts,
+		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), NodeMemoryCapacity: cfg.MemoryCapacity,
+	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Probes: p.prober, Objects: p.objects,
+		Cgroups: cgroups, Volumes: volumes, PodStartDuration: m.PodStartDuration})
+	// The sync loop resyncs every pod each SyncFrequency; the workers' own
+	// resync is only a slow safety net, so pods are not synced twice.
+	p.workers = podworker.New(podworker.Deps{Syncer: runtime, Hooks: hooks, Metrics: m, Clock: clk, Log: log},
+		podworker.Options{ResyncInterval: 10 * cfg.SyncFrequency})
+	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log)
+	p.pleg.RelistObserver = func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }
+	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
+		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
+
+	// 3. Housekeeping and the sync loop.
+	p.hk = housekeeping.New(housekeeping.Deps{Sources: p.config, Workers: p.workers, Runtime: runtime, Statuses: p.status,
+		Resources: resources, Log: log})
+	p.loop = syncloop.New(syncloop.Options{
+		SyncFrequency: cfg.SyncFrequency,
+		Node:          admission.Node{MaxPods: cfg.MaxPods, Allocatable: cfg.Allocatable},
+	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Clock: clk, Log: log})
+
+	// The kubelet API.
+	p.health = []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
+	view := podview.New(podview.Deps{Sources: p.config, Statuses: p.status, Pods: runtime, CRI: rt})
+	p.api = server.Deps{
+		Pods: view, RunningPods: view, Streaming: view, Events: recorder, Stats: statsProvider,
+		Logs:    podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
+		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: resourceReg},
+		Configz: nodeconfig.Configz(cfg), Health: p.health, Log: log, Clock: clk,
+	}
+	return p
+}
+
+// run starts every part and returns when ctx ends and they have stopped.
+func (p *pipeline) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	updates := make(chan podsource.Update) // unbuffered: sources block until merged
+	for _, s := range p.sources {
+		goRun(func() { s.Run(ctx, updates) })
+	}
+	merged := make(chan podsource.Update) // unbuffered, as updates
+	goRun(func() { p.objects.Pass(ctx, updates, merged) })
+	goRun(func() { p.config.Run(ctx, merged) })
+	goRun(func() { p.workers.Run(ctx) })
+	// Relist every PLEGRelistPeriod, or on every container event where the
+	// runtime streams them (then relisting every 5 minutes as a safety net).
+	goRun(func() { p.pleg.RunEvented(ctx, p.watcher, 5*time.Minute) })
+	goRun(func() { p.gc.Run(ctx, 0, p.hk.PodActive) })
+	goRun(func() { p.prober.Run(ctx) })
+	p.serve(ctx, goRun)
+	p.loop.Run(ctx, syncloop.Inputs{Config: p.config.Updates(), PLEG: p.pleg.Events(), Pods: p.prober.Updates(), ResyncAll: p.objects.Changed()})
+	wg.Wait()
+	p.hk.Wait()
+}
+
+// serve starts the HTTP servers that are configured.
+func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
+	cfg, log, clk := p.a.cfg, p.a.deps.Log, p.a.deps.Clock
+	forever := func(addr string, serve func(context.Context) error) {
+		goRun(func() { server.ServeForever(ctx, addr, serve, clk, log) })
+	}
+	if cfg.HealthzPort > 0 {
+		addr := net.JoinHostPort(cfg.HealthzBindAddress, strconv.Itoa(cfg.HealthzPort))
+		h := server.HealthzHandler(p.health)
+		forever(addr, func(ctx context.Context) error { return server.Serve(ctx, addr, h, log) })
+	}
+	if cfg.Port > 0 {
+		settings := server.Settings{RootDir: cfg.RootDir, Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)),
+			NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, TLSCertFile: cfg.TLSCertFile, TLSPrivateKeyFile: cfg.TLSPrivateKeyFile,
+			ClientCAFile: cfg.ClientCAFile, TokenAuthFile: cfg.TokenAuthFile, AnonymousAuth: cfg.AnonymousAuth,
+			AuthorizationMode: cfg.AuthorizationMode, AuthorizationReadGroup: cfg.AuthorizationReadGroup}
+		scfg, err := settings.Load(clk)
+		var h http.Handler
+		if err == nil {
+			h, err = server.NewSecure(scfg, p.api)
+		}
+		if err != nil {
+			log.Error("the kubelet API is off", "err", err)
+		} else {
+			tlsCfg := scfg.TLSConfig()
+			forever(scfg.Addr, func(ctx context.Context) error { return server.ServeTLS(ctx, scfg.Addr, tlsCfg, h, log) })
+		}
+	}
+	if cfg.ReadOnlyPort > 0 {
+		addr := net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.ReadOnlyPort))
+		h := server.ReadOnlyHandler(p.health, p.api.Metrics)
+		forever(addr, func(ctx context.Context) error { return server.Serve(ctx, addr, h, log) })
+	}
+}

@@ -1,0 +1,118 @@
+package agent
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	critest "k8s.io/cri-api/pkg/apis/testing"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/metrics"
+	"github.com/nodelet/nodelet/internal/nodeconfig"
+	"github.com/nodelet/nodelet/internal/podupdate"
+	"github.com/nodelet/nodelet/internal/podworker"
+	"github.com/nodelet/nodelet/internal/testutil"
+)
+
+// testPipeline is the agent's wiring over the cri-api fakes, with the pod
+// workers running.
+func testPipeline(t *testing.T) *pipeline {
+	t.Helper()
+	rs, is := critest.NewFakeRuntimeService(), critest.NewFakeImageService()
+	is.SetFakeImageSize(1)
+	log := slog.New(slog.DiscardHandler)
+	cfg := nodeconfig.DefaultConfig(t.TempDir())
+	cfg.NodeName, cfg.CgroupRoot, cfg.PodLogsDir = "node1", "", t.TempDir()
+	a, err := New(cfg, Deps{Clock: testingclock.NewFakeClock(time.Unix(1_700_000_000, 0)), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log))
+	done := make(chan struct{})
+	go func() { defer close(done); p.workers.Run(t.Context()) }()
+	t.Cleanup(func() { <-done })
+	return p
+}
+
+// gauges reads kubelet_running_pods and kubelet_running_containers
+// (state "running") from the wired registry.
+func gauges(t *testing.T, p *pipeline) (pods, containers float64) {
+	t.Helper()
+	families, err := p.api.Metrics.Kubelet.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "kubelet_running_pods":
+				pods = m.GetGauge().GetValue()
+			case "kubelet_running_containers":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "container_state" && l.GetValue() == metrics.ContainerStateRunning {
+						containers = m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return pods, containers
+}
+
+// A pod removed from its manifest goes the way the sync loop sends it
+// (a Remove to the pod workers, which terminate it, then housekeeping):
+// once it has terminated, its status is forgotten and the running gauges
+// drop it, and /pods shows the others with their status.
+func TestRemovedPodStatusIsForgotten(t *testing.T) {
+	p := testPipeline(t)
+	grace := int64(1)
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-node1", Namespace: "default", UID: "uid-web"},
+		Spec: v1.PodSpec{
+			RestartPolicy: v1.RestartPolicyAlways, TerminationGracePeriodSeconds: &grace,
+			Containers: []v1.Container{{Name: "app", Image: "busybox", ImagePullPolicy: v1.PullIfNotPresent}},
+		},
+	}
+	// A second pod stays in the manifest: its status must stay.
+	other := pod.DeepCopy()
+	other.Name, other.UID = "db-node1", "uid-db"
+	running := func(uid types.UID) bool { st, ok := p.status.Get(uid); return ok && st.Phase == v1.PodRunning }
+	p.workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Add, Pod: pod})
+	p.workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Add, Pod: other})
+	testutil.Eventually(t, "the pods to run", func() bool { return running(pod.UID) && running(other.UID) })
+	if pods, containers := gauges(t, p); pods != 2 || containers != 2 {
+		t.Fatalf("running: %v pods, %v containers; want 2 and 2", pods, containers)
+	}
+
+	// The manifest no longer has the pod: the sync loop removes it.
+	p.workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Remove, Pod: pod})
+	testutil.Eventually(t, "the pod to finish", func() bool {
+		info, ok := p.workers.Info(pod.UID)
+		return ok && info.State == podworker.Finished
+	})
+	p.hk.Housekeep(t.Context(), map[types.UID]*v1.Pod{other.UID: other})
+
+	if st, ok := p.status.Get(pod.UID); ok {
+		t.Errorf("removed pod's status kept: phase %s", st.Phase)
+	}
+	if pods, containers := gauges(t, p); pods != 1 || containers != 1 {
+		t.Errorf("running: %v pods, %v containers; want 1 and 1 (the removed pod still counted)", pods, containers)
+	}
+	if !running(other.UID) {
+		t.Error("the pod still in the manifest lost its status")
+	}
+
+	// A pod admission rejected, then removed, goes the same way.
+	rejected := pod.DeepCopy()
+	rejected.Name, rejected.UID = "big-node1", "uid-big"
+	p.status.Reject(rejected, "OutOfcpu", "Node didn't have enough resource: cpu")
+	p.hk.Housekeep(t.Context(), map[types.UID]*v1.Pod{other.UID: other})
+	if st, ok := p.status.Get(rejected.UID); ok {
+		t.Errorf("removed rejected pod's status kept: phase %s", st.Phase)
+	}
+}

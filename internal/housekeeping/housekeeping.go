@@ -1,0 +1,185 @@
+// Package housekeeping is beside the sync loop (stage 3): the kubelet's
+// HandlePodCleanups. Every round (2 s, once every source has reported) it
+// makes the node hold nothing that no source wants:
+//
+//  1. the pod workers terminate the pods no source wants, and forget the
+//     finished ones (SyncKnownPods);
+//  2. the statuses of pods that are neither wanted nor possibly running
+//     are dropped;
+//  3. pods found running in the runtime that nothing knows (left by an
+//     earlier nodelet) are stopped in the background, each container with
+//     the grace period recorded on it;
+//  4. what the per-pod resources (the pod hooks) hold for a pod that is
+//     not wanted, not held by a pod worker and has nothing left in the
+//     runtime is cleaned up: what an earlier nodelet prepared is never
+//     leaked.
+package housekeeping
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podworker"
+)
+
+// Workers is what housekeeping needs of the pod workers.
+type Workers interface {
+	SyncKnownPods(desired map[types.UID]bool)
+	CouldHaveRunningContainers(uid types.UID) bool
+	Info(uid types.UID) (podworker.Info, bool)
+}
+
+// Runtime lists and stops pods in the runtime.
+type Runtime interface {
+	// RunningPods is every pod with a sandbox or container in the
+	// runtime, running or not.
+	RunningPods(ctx context.Context) (map[types.UID]*observed.PodStatus, error)
+	// KillPod stops a pod nodelet has no spec for.
+	KillPod(ctx context.Context, uid types.UID, name, namespace string) error
+}
+
+// Statuses is the status cache.
+type Statuses interface {
+	RemoveOrphans(keep func(types.UID) bool)
+}
+
+// Resource is a per-pod resource that lists what it holds on the machine
+// (a pod hook).
+type Resource interface {
+	Name() string
+	Holding() ([]types.UID, error)
+	Cleanup(ctx context.Context, pod *v1.Pod) error
+}
+
+// Sources are the merged pod sources.
+type Sources interface {
+	SourcesReady() bool
+	Pods() []*v1.Pod
+}
+
+// Deps are the housekeeper's collaborators; all are required.
+type Deps struct {
+	Sources   Sources
+	Workers   Workers
+	Runtime   Runtime
+	Statuses  Statuses
+	Resources []Resource
+	Log       *slog.Logger
+}
+
+// Housekeeper runs housekeeping rounds. Construct with New.
+type Housekeeper struct {
+	deps Deps
+
+	// orphans are the pods being stopped in the background; background
+	// waits for those goroutines.
+	mu         sync.Mutex
+	orphans    map[types.UID]bool
+	background sync.WaitGroup
+}
+
+// New returns a Housekeeper. It starts nothing.
+func New(deps Deps) *Housekeeper {
+	return &Housekeeper{deps: deps, orphans: map[types.UID]bool{}}
+}
+
+// Housekeep runs one round with the pods the sources want (a
+// syncloop.Housekeeper).
+func (h *Housekeeper) Housekeep(ctx context.Context, desired map[types.UID]*v1.Pod) {
+	want := make(map[types.UID]bool, len(desired))
+	for uid := range desired {
+		want[uid] = true
+	}
+	w := h.deps.Workers
+	w.SyncKnownPods(want)
+	h.deps.Statuses.RemoveOrphans(func(uid types.UID) bool { return want[uid] || w.CouldHaveRunningContainers(uid) })
+	inRuntime, err := h.deps.Runtime.RunningPods(ctx)
+	if err != nil {
+		h.deps.Log.Error("housekeeping: list pods in the runtime", "err", err)
+		return
+	}
+	for uid, st := range inRuntime {
+		if want[uid] || w.CouldHaveRunningContainers(uid) || !hasRunning(st) {
+			continue
+		}
+		h.killOrphan(ctx, uid, st)
+	}
+	for _, r := range h.deps.Resources {
+		held, err := r.Holding()
+		if err != nil {
+			h.deps.Log.Warn("housekeeping: list what a pod resource holds", "resource", r.Name(), "err", err)
+			continue
+		}
+		for _, uid := range held {
+			if _, known := w.Info(uid); known || want[uid] || inRuntime[uid] != nil {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			orphan := &v1.Pod{}
+			orphan.UID = uid
+			if err := r.Cleanup(ctx, orphan); err != nil && ctx.Err() == nil {
+				h.deps.Log.Warn("housekeeping: clean up what a gone pod held (retried)", "resource", r.Name(), "podUID", uid, "err", err)
+			}
+		}
+	}
+}
+
+// PodActive tells garbage collection whether a pod may still run: before
+// every source has reported, all of them; then those a source wants or a
+// pod worker may still run.
+func (h *Housekeeper) PodActive(uid types.UID) bool {
+	if !h.deps.Sources.SourcesReady() {
+		return true
+	}
+	for _, pod := range h.deps.Sources.Pods() {
+		if pod.UID == uid {
+			return true
+		}
+	}
+	return h.deps.Workers.CouldHaveRunningContainers(uid)
+}
+
+// Wait waits for the background orphan kills to return (they end with the
+// context Housekeep was given).
+func (h *Housekeeper) Wait() { h.background.Wait() }
+
+// killOrphan stops, in the background, a pod found in the runtime that no
+// source defines, giving its containers their recorded grace periods; the
+// sync loop does not wait for it. One kill per pod at a time.
+func (h *Housekeeper) killOrphan(ctx context.Context, uid types.UID, st *observed.PodStatus) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.orphans[uid] {
+		return
+	}
+	h.orphans[uid] = true
+	name := st.Namespace + "/" + st.Name
+	h.deps.Log.Info("stopping pod no source defines", "pod", name, "podUID", uid)
+	h.background.Add(1)
+	go func() {
+		defer h.background.Done()
+		if err := h.deps.Runtime.KillPod(ctx, uid, st.Name, st.Namespace); err != nil && ctx.Err() == nil {
+			h.deps.Log.Error("stop orphaned pod", "pod", name, "err", err)
+		}
+		h.mu.Lock()
+		delete(h.orphans, uid)
+		h.mu.Unlock()
+	}()
+}
+
+// hasRunning reports whether anything of the pod runs.
+func hasRunning(st *observed.PodStatus) bool {
+	for _, s := range st.Sandboxes {
+		if s.State == observed.SandboxReady {
+			return true
+		}
+	}
+	return len(st.Running()) > 0
+}

@@ -1,0 +1,126 @@
+package housekeeping
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podworker"
+)
+
+type fakeWorkers struct {
+	known   map[types.UID]bool // held by a worker
+	running map[types.UID]bool // could have running containers
+	synced  map[types.UID]bool
+}
+
+func (w *fakeWorkers) SyncKnownPods(d map[types.UID]bool)            { w.synced = d }
+func (w *fakeWorkers) CouldHaveRunningContainers(uid types.UID) bool { return w.running[uid] }
+func (w *fakeWorkers) Info(uid types.UID) (podworker.Info, bool) {
+	return podworker.Info{}, w.known[uid]
+}
+
+type fakeRuntime struct {
+	pods   map[types.UID]*observed.PodStatus
+	mu     sync.Mutex
+	killed []types.UID
+}
+
+func (r *fakeRuntime) RunningPods(context.Context) (map[types.UID]*observed.PodStatus, error) {
+	return r.pods, nil
+}
+
+func (r *fakeRuntime) KillPod(_ context.Context, uid types.UID, _, _ string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.killed = append(r.killed, uid)
+	return nil
+}
+
+type fakeStatuses struct{ kept map[types.UID]bool }
+
+func (s *fakeStatuses) RemoveOrphans(keep func(types.UID) bool) {
+	for uid := range s.kept {
+		s.kept[uid] = keep(uid)
+	}
+}
+
+type fakeResource struct {
+	held    []types.UID
+	cleaned []types.UID
+}
+
+func (r *fakeResource) Name() string                  { return "fake" }
+func (r *fakeResource) Holding() ([]types.UID, error) { return r.held, nil }
+func (r *fakeResource) Cleanup(_ context.Context, pod *v1.Pod) error {
+	r.cleaned = append(r.cleaned, pod.UID)
+	return nil
+}
+
+func runningPod(name string) *observed.PodStatus {
+	return &observed.PodStatus{Name: name, Namespace: "default",
+		Sandboxes: []observed.Sandbox{{ID: "sb-" + name, State: observed.SandboxReady}}}
+}
+
+// One round: the workers learn the desired pods, statuses of pods neither
+// wanted nor possibly running go, running orphans are stopped, and what
+// the resources hold for pods nobody holds and the runtime no longer has
+// is cleaned up; nothing of a wanted, worked-on or still present pod is.
+func TestHousekeep(t *testing.T) {
+	w := &fakeWorkers{known: map[types.UID]bool{"terminating": true}, running: map[types.UID]bool{"terminating": true}}
+	rt := &fakeRuntime{pods: map[types.UID]*observed.PodStatus{
+		"wanted":      runningPod("wanted"),
+		"terminating": runningPod("terminating"),
+		"orphan":      runningPod("orphan"),
+		"exited":      {Name: "exited", Namespace: "default", Sandboxes: []observed.Sandbox{{ID: "sb", State: observed.SandboxNotReady}}},
+	}}
+	st := &fakeStatuses{kept: map[types.UID]bool{"wanted": true, "terminating": true, "gone": true}}
+	res := &fakeResource{held: []types.UID{"wanted", "terminating", "orphan", "exited", "prepared-before-restart"}}
+	h := New(Deps{Sources: nil, Workers: w, Runtime: rt, Statuses: st, Resources: []Resource{res}, Log: slog.New(slog.DiscardHandler)})
+	h.Housekeep(t.Context(), map[types.UID]*v1.Pod{"wanted": {}})
+	h.Wait()
+
+	if !w.synced["wanted"] || len(w.synced) != 1 {
+		t.Errorf("SyncKnownPods(%v), want only the wanted pod", w.synced)
+	}
+	if !st.kept["wanted"] || !st.kept["terminating"] || st.kept["gone"] {
+		t.Errorf("statuses kept %v; want wanted and terminating, not gone", st.kept)
+	}
+	if !slices.Equal(rt.killed, []types.UID{"orphan"}) {
+		t.Errorf("killed %v, want only the running orphan", rt.killed)
+	}
+	if !slices.Equal(res.cleaned, []types.UID{"prepared-before-restart"}) {
+		t.Errorf("cleaned up %v; want only what no one holds and the runtime no longer has", res.cleaned)
+	}
+}
+
+type fakeSources struct {
+	ready bool
+	pods  []*v1.Pod
+}
+
+func (s fakeSources) SourcesReady() bool { return s.ready }
+func (s fakeSources) Pods() []*v1.Pod    { return s.pods }
+
+func TestPodActive(t *testing.T) {
+	w := &fakeWorkers{running: map[types.UID]bool{"terminating": true}}
+	src := fakeSources{pods: []*v1.Pod{{}}}
+	src.pods[0].UID = "wanted"
+	h := New(Deps{Sources: src, Workers: w})
+	if !h.PodActive("anything") {
+		t.Error("before the sources are ready every pod must count as active")
+	}
+	src.ready = true
+	h = New(Deps{Sources: src, Workers: w})
+	for uid, want := range map[types.UID]bool{"wanted": true, "terminating": true, "gone": false} {
+		if h.PodActive(uid) != want {
+			t.Errorf("PodActive(%s) = %v", uid, !want)
+		}
+	}
+}

@@ -1,0 +1,35 @@
+package nodeconfig
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/server"
+)
+
+// Configz is /configz: the settings the kubelet has too, by its names;
+// nothing of the environment, and the server redacts the manifest URL's
+// credentials and headers.
+func Configz(cfg Config) *server.KubeletConfiguration {
+	c := server.NewKubeletConfiguration()
+	c.StaticPodPath, c.StaticPodURL, c.StaticPodURLHeader = cfg.PodManifestPath, cfg.ManifestURL, cfg.ManifestURLHeader
+	c.SyncFrequency = metav1.Duration{Duration: cfg.SyncFrequency}
+	c.FileCheckFrequency = metav1.Duration{Duration: cfg.FileCheckFrequency}
+	c.HTTPCheckFrequency = metav1.Duration{Duration: cfg.HTTPCheckFrequency}
+	c.Address, c.Port, c.ReadOnlyPort = cfg.Address, int32(cfg.Port), int32(cfg.ReadOnlyPort)
+	c.HealthzPort, c.HealthzBindAddress = ptr.To(int32(cfg.HealthzPort)), cfg.HealthzBindAddress
+	c.TLSCertFile, c.TLSPrivateKeyFile = cfg.TLSCertFile, cfg.TLSPrivateKeyFile
+	c.Authentication.X509.ClientCAFile = cfg.ClientCAFile
+	c.Authentication.Anonymous.Enabled = ptr.To(cfg.AnonymousAuth)
+	c.Authorization.Mode = cfg.AuthorizationMode
+	c.MaxPods, c.PodCIDR, c.CgroupRoot, c.PodLogsDir = int32(cfg.MaxPods), cfg.Managed.Containerd.PodCIDR, cfg.CgroupRoot, cfg.PodLogsDir
+	c.ContainerLogMaxSize = resource.NewQuantity(cfg.ContainerLogMaxSize, resource.BinarySI).String()
+	c.ContainerLogMaxFiles = ptr.To(int32(cfg.ContainerLogMaxFiles))
+	c.ContainerLogMonitorInterval = &metav1.Duration{Duration: cfg.ContainerLogMonitorInterval}
+	c.ContainerRuntimeEndpoint = cfg.RuntimeEndpoint
+	if c.ContainerRuntimeEndpoint == "" {
+		c.ContainerRuntimeEndpoint = cfg.Managed.Containerd.Endpoint()
+	}
+	return c
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// PKIDir holds the serving certificate and the local admin credentials
+// under nodelet's root dir.
+func PKIDir(rootDir string) string { return filepath.Join(rootDir, "pki") }
+
+// Settings are the secure port's flags, as the kubelet names them.
+type Settings struct {
+	// RootDir holds PKIDir.
+	RootDir string
+	// Addr is --address:--port.
+	Addr string
+	// NodeName and NodeIP go into a generated serving certificate.
+	NodeName, NodeIP string
+	// TLSCertFile and TLSPrivateKeyFile are the serving certificate; a
+	// self-signed one is generated under PKIDir when unset.
+	TLSCertFile, TLSPrivateKeyFile string
+	// ClientCAFile verifies client certificates; the local admin CA is
+	// always trusted too.
+	ClientCAFile string
+	// TokenAuthFile holds static bearer tokens.
+	TokenAuthFile string
+	AnonymousAuth bool
+	// AuthorizationMode and AuthorizationReadGroup: see Config.
+	AuthorizationMode      string
+	AuthorizationReadGroup string
+}
+
+// Load reads or creates what the settings name (the serving certificate,
+// the local admin credentials, the client CAs, the token file) into a
+// Config.
+func (s Settings) Load(clk clock.PassiveClock) (Config, error) {
+	if s.AuthorizationMode == AuthorizationWebhook {
+		return Config{}, errors.New("--authorization-mode=Webhook needs an API server (cluster mode); use NodeletGroups standalone")
+	}
+	dir := PKIDir(s.RootDir)
+	hosts := []string{s.NodeName}
+	if s.NodeIP != "" {
+		hosts = append(hosts, s.NodeIP)
+	}
+	cert, err := LoadOrCreateServingCert(dir, s.TLSCertFile, s.TLSPrivateKeyFile, hosts, clk)
+	if err != nil {
+		return Config{}, fmt.Errorf("serving certificate: %w", err)
+	}
+	creds, err := EnsureAdminCredentials(dir, clk)
+	if err != nil {
+		return Config{}, fmt.Errorf("admin credentials: %w", err)
+	}
+	pool, err := LoadCertPool(s.ClientCAFile, creds.CACert)
+	if err != nil {
+		return Config{}, fmt.Errorf("client CA: %w", err)
+	}
+	var tokens map[string]UserInfo
+	if s.TokenAuthFile != "" {
+		if tokens, err = LoadTokenFile(s.TokenAuthFile); err != nil {
+			return Config{}, err
+		}
+	}
+	return Config{
+		Addr: s.Addr, TLS: cert, ClientCA: pool, AnonymousAuth: s.AnonymousAuth, Tokens: tokens,
+		AuthorizationMode: s.AuthorizationMode, ReadGroup: s.AuthorizationReadGroup, NodeName: s.NodeName,
+	}, nil
+}
+
+// ServeForever runs serve until ctx ends; when the port cannot be had it
+// logs why and tries again every 5 s, as the kubelet does: a busy port
+// must not stop the pods.
+func ServeForever(ctx context.Context, addr string, serve func(context.Context) error, clk clock.Clock, log *slog.Logger) {
+	for {
+		err := serve(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		log.Error("HTTP server failed; retrying in 5s", "addr", addr, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-clk.After(5 * time.Second):
+		}
+	}
+}

@@ -1,0 +1,160 @@
+// Package statusmanager is beside the pipeline: the one cache of pod
+// status (the kubelet's status manager). The runtime manager sets a pod's
+// status after every sync, admission sets it for pods it rejects, the API
+// server and the CLI read it, and listeners (the prober, which binds its
+// workers to the running containers) hear of every change.
+//
+// A status lives as long as a source wants its pod or the pod workers
+// may still run something of it; housekeeping drops the others
+// (RemoveOrphans). Cluster mode will add the patches to the API server
+// here.
+package statusmanager
+
+import (
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/metrics"
+	"github.com/nodelet/nodelet/internal/status"
+)
+
+// Listener hears of every status set, in the order they are set for one
+// pod. It must not block.
+type Listener interface {
+	PodStatusChanged(pod *v1.Pod, st v1.PodStatus)
+}
+
+// Manager is the status cache. The zero value is not usable; call New.
+type Manager struct {
+	log       *slog.Logger
+	listeners []Listener
+
+	mu       sync.Mutex
+	statuses map[types.UID]v1.PodStatus
+	summary  map[types.UID]string
+}
+
+// New returns an empty Manager that logs each change of a pod's status in
+// one line and tells listeners.
+func New(log *slog.Logger, listeners ...Listener) *Manager {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Manager{log: log, listeners: listeners, statuses: map[types.UID]v1.PodStatus{}, summary: map[types.UID]string{}}
+}
+
+// SetPodStatus records st as the pod's status.
+func (m *Manager) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
+	sum := summarize(st)
+	m.mu.Lock()
+	m.statuses[pod.UID] = st
+	changed := m.summary[pod.UID] != sum
+	m.summary[pod.UID] = sum
+	m.mu.Unlock()
+	if changed {
+		m.log.Info("pod status", "pod", pod.Namespace+"/"+pod.Name, "phase", st.Phase, "reason", st.Reason,
+			"ready", isReady(st), "ip", st.PodIP, "containers", containerSummary(st))
+	}
+	for _, l := range m.listeners {
+		l.PodStatusChanged(pod, st)
+	}
+}
+
+// Reject records an admission rejection: the pod is Failed with the
+// kubelet's reason and nothing of it runs.
+func (m *Manager) Reject(pod *v1.Pod, reason, message string) {
+	m.SetPodStatus(pod, status.Generate(status.Facts{Pod: pod, Rejected: &status.Rejection{Reason: reason, Message: message}}))
+}
+
+// Get returns the latest status of a pod.
+func (m *Manager) Get(uid types.UID) (v1.PodStatus, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st, ok := m.statuses[uid]
+	return st, ok
+}
+
+// RemoveOrphans drops the status of every pod keep does not keep. keep is
+// asked without the lock held.
+func (m *Manager) RemoveOrphans(keep func(types.UID) bool) {
+	m.mu.Lock()
+	uids := make([]types.UID, 0, len(m.statuses))
+	for uid := range m.statuses {
+		uids = append(uids, uid)
+	}
+	m.mu.Unlock()
+	for _, uid := range uids {
+		if !keep(uid) {
+			m.mu.Lock()
+			delete(m.statuses, uid)
+			delete(m.summary, uid)
+			m.mu.Unlock()
+		}
+	}
+}
+
+// Running counts pods and containers by state for kubelet_running_pods
+// and kubelet_running_containers.
+func (m *Manager) Running() (pods int, containers map[string]int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	containers = map[string]int{}
+	for _, st := range m.statuses {
+		if st.Phase == v1.PodRunning {
+			pods++
+		}
+		for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+			for _, c := range list {
+				switch {
+				case c.State.Running != nil:
+					containers[metrics.ContainerStateRunning]++
+				case c.State.Terminated != nil:
+					containers[metrics.ContainerStateExited]++
+				case c.State.Waiting != nil && c.ContainerID != "":
+					containers[metrics.ContainerStateCreated]++
+				}
+			}
+		}
+	}
+	return pods, containers
+}
+
+func isReady(st v1.PodStatus) bool {
+	for _, c := range st.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func summarize(st v1.PodStatus) string {
+	return fmt.Sprintf("%s|%s|%v|%s|%s", st.Phase, st.Reason, isReady(st), st.PodIP, containerSummary(st))
+}
+
+// containerSummary is "name=state(reason)/restarts" per container.
+func containerSummary(st v1.PodStatus) string {
+	var parts []string
+	for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for _, c := range list {
+			state := "unknown"
+			switch {
+			case c.State.Running != nil:
+				state = "running"
+			case c.State.Terminated != nil:
+				state = "terminated(" + c.State.Terminated.Reason + ")"
+			case c.State.Waiting != nil:
+				state = "waiting(" + c.State.Waiting.Reason + ")"
+			}
+			parts = append(parts, fmt.Sprintf("%s=%s/%d", c.Name, state, c.RestartCount))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}

@@ -1,0 +1,74 @@
+package statusmanager
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/metrics"
+)
+
+type listener struct{ got []string }
+
+func (l *listener) PodStatusChanged(pod *v1.Pod, st v1.PodStatus) {
+	l.got = append(l.got, pod.Name+" "+string(st.Phase))
+}
+
+func running(ip string) v1.PodStatus {
+	return v1.PodStatus{Phase: v1.PodRunning, PodIP: ip,
+		Conditions:        []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}},
+		ContainerStatuses: []v1.ContainerStatus{{Name: "app", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}}
+}
+
+// A pod's status is logged once per change, in one line, and every set
+// reaches the listeners.
+func TestSetLogsChangesAndTellsListeners(t *testing.T) {
+	var buf bytes.Buffer
+	l := &listener{}
+	m := New(slog.New(slog.NewTextHandler(&buf, nil)), l)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-n", Namespace: "default", UID: "u1"}}
+	m.SetPodStatus(pod, running("10.42.0.3"))
+	m.SetPodStatus(pod, running("10.42.0.3"))
+	m.Reject(pod, "OutOfcpu", "Node didn't have enough resource: cpu")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[0], `pod=default/web-n phase=Running reason="" ready=true ip=10.42.0.3 containers="app=running/0"`) {
+		t.Errorf("line 1: %s", lines[0])
+	}
+	if !strings.Contains(lines[1], "phase=Failed reason=OutOfcpu") {
+		t.Errorf("line 2: %s", lines[1])
+	}
+	if st, ok := m.Get("u1"); !ok || st.Phase != v1.PodFailed {
+		t.Errorf("Get = %v %v", st.Phase, ok)
+	}
+	if want := []string{"web-n Running", "web-n Running", "web-n Failed"}; strings.Join(l.got, ",") != strings.Join(want, ",") {
+		t.Errorf("listener heard %q, want %q", l.got, want)
+	}
+}
+
+func TestRemoveOrphansAndRunning(t *testing.T) {
+	m := New(nil)
+	for _, uid := range []types.UID{"a", "b", "c"} {
+		m.SetPodStatus(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: string(uid), UID: uid}}, running(""))
+	}
+	if pods, c := m.Running(); pods != 3 || c[metrics.ContainerStateRunning] != 3 {
+		t.Fatalf("Running = %d pods, %v", pods, c)
+	}
+	m.RemoveOrphans(func(uid types.UID) bool { return uid != "b" })
+	if _, ok := m.Get("b"); ok {
+		t.Error("b's status kept")
+	}
+	if _, ok := m.Get("a"); !ok {
+		t.Error("a's status dropped")
+	}
+	if pods, c := m.Running(); pods != 2 || c[metrics.ContainerStateRunning] != 2 {
+		t.Errorf("Running = %d pods, %v; want 2 and 2", pods, c)
+	}
+}
