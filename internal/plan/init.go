@@ -94,6 +94,7 @@ func (p *planner) planRegularInit(idx int, inst *observed.Container) bool {
 		return true
 	case inst.State == observed.ContainerExited && p.restartPolicy() == v1.RestartPolicyNever:
 		p.a.PodFailed = true
+		p.a.Failure = initContainerFailed
 		p.reason("pod failed: init container %s exited with code %d and restartPolicy=Never", c.Name, inst.ExitCode)
 	case inst.State == observed.ContainerExited:
 		p.start(initContainer, idx, exitedWhy(inst, p.restartPolicy()))

@@ -54,6 +54,15 @@ type planner struct {
 }
 
 func (p *planner) plan() {
+	if deadline, ok := p.deadline(); ok {
+		if !p.in.Now.Before(deadline) {
+			p.fail(ReasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline")
+			p.stopPod(ReasonDeadlineExceeded, p.a.Failure.Message)
+			return
+		}
+		p.requeueAt(deadline.Add(time.Second))
+	}
+	defer p.requeueAfterBackOff()
 	sb := sandboxChange(p.pod, p.st)
 	if sb.create {
 		p.planNewSandbox(sb)
@@ -72,6 +81,47 @@ func (p *planner) plan() {
 	default:
 		if !p.planContainers() {
 			p.upkeepSidecars(sb.id, upkeep)
+		}
+	}
+}
+
+// deadline is when the pod's activeDeadlineSeconds runs out, if it has
+// one: from its startTime, or from now for a pod whose first status (and
+// so its startTime) this sync makes.
+func (p *planner) deadline() (time.Time, bool) {
+	d := p.pod.Spec.ActiveDeadlineSeconds
+	if d == nil {
+		return time.Time{}, false
+	}
+	start := p.in.Now
+	if p.in.StartTime != nil {
+		start = *p.in.StartTime
+	}
+	return start.Add(time.Duration(*d) * time.Second), true
+}
+
+// fail marks the pod failed for good.
+func (p *planner) fail(reason, message string) {
+	p.a.PodFailed = true
+	p.a.Failure = Failure{Reason: reason, Message: message}
+	p.reason("pod failed (%s): %s", reason, message)
+}
+
+// requeueAt asks for a sync at t unless an earlier one is asked already.
+func (p *planner) requeueAt(t time.Time) {
+	d := max(t.Sub(p.in.Now), time.Millisecond)
+	if p.a.RequeueAfter == 0 || d < p.a.RequeueAfter {
+		p.a.RequeueAfter = d
+	}
+}
+
+// requeueAfterBackOff asks for a sync when the first back-off of a
+// waiting container ends, so that it restarts then, not at the next
+// periodic sync.
+func (p *planner) requeueAfterBackOff() {
+	for _, w := range p.a.Waiting {
+		if !w.Until.IsZero() {
+			p.requeueAt(w.Until)
 		}
 	}
 }

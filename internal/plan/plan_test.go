@@ -9,6 +9,7 @@ package plan_test
 //	pod [restart=Always|OnFailure|Never] containers=(app,...) [init=(a,...)]
 //	    [sidecars=(a,...)] [startup=(a,...)] [liveness=(app,...)]
 //	    [probegrace=SECONDS] [grace=SECONDS] [hostNetwork]
+//	    [deadline=SECONDS started=DURATION]
 //	sandbox [id=s1] ready|notready [attempt=N] [hostNetwork] [noip]
 //	    [hash=ok|old|changed|none]
 //	container NAME running|exited|created|unknown [code=N] [restarts=N]
@@ -26,8 +27,12 @@ package plan_test
 // HashVersion, changed a different one of the current version, none "".
 // The pod has IPs when a sandbox is ready and no sandbox line says noip.
 //
-// The output lists KillPod, CreateSandbox, SandboxID and PodFailed, then the
-// kills, starts, waits, the running instances kept, and the reasons.
+// deadline is activeDeadlineSeconds, started how long ago the pod's status
+// startTime is.
+//
+// The output lists KillPod, CreateSandbox, SandboxID, PodFailed (with its
+// failure) and RequeueAfter, then the kills, starts, waits, the running
+// instances kept, and the reasons.
 
 import (
 	"fmt"
@@ -139,6 +144,13 @@ func parseInput(input string) (plan.Input, error) {
 				return in, err
 			}
 			in.Pod = pod
+			if started, ok := a.kv["started"]; ok {
+				d, err := time.ParseDuration(started)
+				if err != nil {
+					return in, err
+				}
+				in.StartTime = ptr.To(now.Add(-d))
+			}
 		}
 	}
 	if in.Pod == nil {
@@ -178,6 +190,13 @@ func parsePod(a args) (*v1.Pod, error) {
 	pod.Name, pod.Namespace, pod.UID = "web", "default", "uid-1"
 	pod.Spec.RestartPolicy = v1.RestartPolicy(a.kv["restart"])
 	pod.Spec.HostNetwork = a.has("hostNetwork")
+	if _, ok := a.kv["deadline"]; ok {
+		d, err := a.int("deadline", 0)
+		if err != nil {
+			return nil, err
+		}
+		pod.Spec.ActiveDeadlineSeconds = ptr.To(int64(d))
+	}
 	if _, ok := a.kv["grace"]; ok {
 		g, err := a.int("grace", 0)
 		if err != nil {
@@ -353,7 +372,10 @@ func render(in plan.Input, a plan.Actions) string {
 		line("use-sandbox %s", a.SandboxID)
 	}
 	if a.PodFailed {
-		line("pod-failed")
+		line("pod-failed %s: %s", a.Failure.Reason, a.Failure.Message)
+	}
+	if a.RequeueAfter > 0 {
+		line("requeue-after %s", a.RequeueAfter)
 	}
 	killed := map[string]bool{}
 	for _, k := range a.ContainersToKill {

@@ -22,6 +22,20 @@ const (
 	ReasonPodCompleted = "PodCompleted"
 )
 
+// Failure.Reason values (and, for DeadlineExceeded, Kill.Reason).
+const (
+	// ReasonDeadlineExceeded: the pod ran longer than its
+	// activeDeadlineSeconds (the kubelet's active deadline handler).
+	ReasonDeadlineExceeded = "DeadlineExceeded"
+	// ReasonInitContainerFailed: an init container failed and the pod's
+	// restartPolicy is Never.
+	ReasonInitContainerFailed = "InitContainerFailed"
+)
+
+// initContainerFailed is the failure of a pod whose init container (or
+// sandbox, before a container ran) is lost under restartPolicy Never.
+var initContainerFailed = Failure{Reason: ReasonInitContainerFailed, Message: "an init container failed and the pod's restartPolicy is Never"}
+
 // Waiting.Reason values.
 const (
 	ReasonCrashLoopBackOff = "CrashLoopBackOff"

@@ -58,6 +58,7 @@ func (p *planner) planNewSandbox(sb sandboxDecision) {
 		p.reason("no new sandbox (%s): %s", sb.why, why)
 		if p.restartPolicy() == v1.RestartPolicyNever && p.neverRanContainer() != "" {
 			p.a.PodFailed = true
+			p.a.Failure = initContainerFailed
 			p.reason("pod failed: sandbox lost under restartPolicy=Never before container %s ran", p.neverRanContainer())
 			p.stopPod(ReasonPodFailed, "the pod has failed")
 			return

@@ -24,6 +24,10 @@ type Input struct {
 	// StartupDone holds the IDs of running containers whose startup probe
 	// has succeeded (or that have none); used for sidecar ordering.
 	StartupDone map[string]bool
+	// StartTime is the pod's status startTime (activeDeadlineSeconds
+	// counts from it); nil before the pod's first status (it starts now)
+	// and once it finished.
+	StartTime *time.Time
 }
 
 // ProbeFailure says which probe failed and why.
@@ -61,10 +65,23 @@ type Actions struct {
 	// Waiting maps a container name to why it is not started now.
 	Waiting map[string]Waiting
 	// PodFailed is set when the pod can never run again (an init container
-	// failed under restartPolicy Never); nothing is started.
+	// failed under restartPolicy Never, or the pod ran past its
+	// activeDeadlineSeconds); nothing is started. Failure says why, with
+	// the kubelet's reason.
 	PodFailed bool
+	Failure   Failure
+	// RequeueAfter, when positive, is when the pod needs its next sync
+	// regardless of events: when a back-off ends, or a second after its
+	// activeDeadlineSeconds runs out.
+	RequeueAfter time.Duration
 	// Reasons explains each decision, one line each, for logs and tests.
 	Reasons []string
+}
+
+// Failure is why a pod failed: its status's reason and message.
+type Failure struct {
+	Reason  string // ReasonDeadlineExceeded, ReasonInitContainerFailed
+	Message string
 }
 
 // Kill is a container to stop.

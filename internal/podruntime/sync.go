@@ -28,34 +28,40 @@ import (
 //  4. observe again and publish the status computed from the facts.
 //
 // The result is terminal when the pod reached Succeeded or Failed and
-// will never run again, and asks for a sync when its activeDeadlineSeconds
-// runs out. An error means part of the plan failed (a pull, a create); the
-// pod worker retries.
+// will never run again, and asks for the sync the plan needs next (when a
+// back-off or the activeDeadlineSeconds runs out). An error means part of
+// the plan failed (a pull, a create); the pod worker retries.
 func (m *Manager) SyncPod(ctx context.Context, req podworker.SyncRequest) (podworker.SyncResult, error) {
-	st, err := m.syncPod(ctx, req.Pod, req.Unprepared)
+	st, requeue, err := m.sync(ctx, req.Pod, req.Unprepared)
 	res := podworker.SyncResult{Terminal: st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed}
-	if left, ok := DeadlineRemaining(req.Pod, st, m.clock.Now()); ok && !res.Terminal {
-		res.RequeueAfter = max(left, 0) + time.Second
+	if !res.Terminal {
+		res.RequeueAfter = requeue
 	}
 	return res, err
 }
 
 // syncPod is SyncPod returning the status it published.
 func (m *Manager) syncPod(ctx context.Context, pod *v1.Pod, unprepared error) (v1.PodStatus, error) {
+	st, _, err := m.sync(ctx, pod, unprepared)
+	return st, err
+}
+
+func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.PodStatus, time.Duration, error) {
 	log := m.log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID)
 	obs, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
-		return v1.PodStatus{}, err
-	}
-	if exceeded := m.deadlineExceeded(pod); exceeded != nil {
-		return m.failPod(ctx, pod, obs, exceeded, log)
+		return v1.PodStatus{}, 0, err
 	}
 	start := m.startupOf(pod, obs)
 	m.initContainersDone(pod, start, obs)
 	actions := plan.Compute(plan.Input{
-		Pod: pod, Status: obs, Now: m.clock.Now(),
+		Pod: pod, Status: obs, Now: m.clock.Now(), StartTime: m.startTime(pod),
 		LivenessFailed: m.livenessFailures(obs), StartupDone: m.startupDone(obs),
 	})
+	if actions.Failure.Reason == plan.ReasonDeadlineExceeded {
+		m.recorder.Event(pod, v1.EventTypeWarning, actions.Failure.Reason, actions.Failure.Message)
+		log.Warn("pod failed", "reason", actions.Failure.Reason, "message", actions.Failure.Message)
+	}
 	for _, r := range actions.Reasons {
 		log.Debug("plan", "reason", r)
 	}
@@ -74,11 +80,22 @@ func (m *Manager) syncPod(ctx context.Context, pod *v1.Pod, unprepared error) (v
 	}
 	var failed *status.Rejection
 	if actions.PodFailed {
-		failed = &status.Rejection{Reason: "InitContainerFailed", Message: "an init container failed and the pod's restartPolicy is Never"}
+		failed = &status.Rejection{Reason: actions.Failure.Reason, Message: actions.Failure.Message}
 	}
 	st := m.publish(pod, obs, waiting, failed)
 	m.podReady(pod, start, st)
-	return st, execErr
+	return st, actions.RequeueAfter, execErr
+}
+
+// startTime is the pod's status startTime while it may still run: what
+// its activeDeadlineSeconds counts from.
+func (m *Manager) startTime(pod *v1.Pod) *time.Time {
+	prev, ok := m.status.Get(pod.UID)
+	if !ok || prev.StartTime == nil || prev.Phase == v1.PodSucceeded || prev.Phase == v1.PodFailed {
+		return nil
+	}
+	t := prev.StartTime.Time
+	return &t
 }
 
 // execute carries out actions; start failures are recorded in waiting with
