@@ -4,19 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/plan"
-)
-
-// Image pull back-off, as the kubelet's: 10 s doubling to 300 s.
-const (
-	pullBackoffInitial = 10 * time.Second
-	pullBackoffMax     = 300 * time.Second
 )
 
 // imagePuller pulls images with a bound on concurrent pulls and a per-image
@@ -26,18 +19,14 @@ type imagePuller struct {
 	sem   chan struct{} // counting semaphore: capacity is the pull limit
 	clock clock.Clock
 
+	// backoff is each image's pull history since its last success: the
+	// facts plan.ImageDecision decides from.
 	mu      sync.Mutex
-	backoff map[string]pullBackoff
-}
-
-type pullBackoff struct {
-	until time.Time
-	delay time.Duration
-	err   string
+	backoff map[string]plan.PullBackOff
 }
 
 func newImagePuller(rt Runtime, limit int, clk clock.Clock) *imagePuller {
-	return &imagePuller{rt: rt, sem: make(chan struct{}, limit), clock: clk, backoff: map[string]pullBackoff{}}
+	return &imagePuller{rt: rt, sem: make(chan struct{}, limit), clock: clk, backoff: map[string]plan.PullBackOff{}}
 }
 
 // pullError is a failed or held-back pull, with the kubelet's reason
@@ -55,26 +44,34 @@ type image struct {
 	status *runtimeapi.Image
 }
 
-// ensure returns the image for c, pulling it when the pull policy asks.
+// ensure returns the image for c, pulling it when plan.ImageDecision says.
 func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig) (image, error) {
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
-	if c.ImagePullPolicy != v1.PullAlways {
+	var present *bool
+	var local *runtimeapi.Image
+	for {
+		step, w := plan.ImageDecision(c, present, p.history(c.Image), p.clock.Now())
+		switch step {
+		case plan.UseLocal:
+			return image{ref: local.GetId(), status: local}, nil
+		case plan.Wait:
+			return image{}, &pullError{w}
+		case plan.Pull:
+			return p.pull(ctx, c, spec, sandboxCfg)
+		}
 		st, err := p.rt.ImageStatus(ctx, spec)
 		if err != nil {
 			return image{}, fmt.Errorf("look up image %q: %w", c.Image, err)
 		}
-		if st.GetImage() != nil {
-			return image{ref: st.GetImage().GetId(), status: st.GetImage()}, nil
-		}
-		if c.ImagePullPolicy == v1.PullNever {
-			return image{}, &pullError{plan.Waiting{Reason: "ErrImageNeverPull",
-				Message: fmt.Sprintf("Container image %q is not present with pull policy of Never", c.Image)}}
-		}
+		local = st.GetImage()
+		found := local != nil
+		present = &found
 	}
-	if b, held := p.heldBack(c.Image); held {
-		return image{}, &pullError{plan.Waiting{Reason: "ImagePullBackOff",
-			Message: fmt.Sprintf("Back-off pulling image %q: %s", c.Image, b.err), Until: b.until}}
-	}
+}
+
+// pull pulls the image within the bound on concurrent pulls and records
+// the outcome in the image's pull history.
+func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeapi.ImageSpec, sandboxCfg *runtimeapi.PodSandboxConfig) (image, error) {
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -82,36 +79,22 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 	}
 	ref, err := p.rt.PullImage(ctx, spec, nil, sandboxCfg)
 	<-p.sem
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if err != nil {
 		if ctx.Err() != nil {
 			return image{}, err
 		}
 		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
-		p.failed(c.Image, msg)
-		return image{}, &pullError{plan.Waiting{Reason: "ErrImagePull", Message: msg}}
+		p.backoff[c.Image] = p.backoff[c.Image].Failed(p.clock.Now(), msg)
+		return image{}, &pullError{plan.Waiting{Reason: plan.ReasonErrImagePull, Message: msg}}
 	}
-	p.succeeded(c.Image)
+	delete(p.backoff, c.Image)
 	return image{ref: ref, pulled: true}, nil
 }
 
-func (p *imagePuller) heldBack(image string) (pullBackoff, bool) {
+func (p *imagePuller) history(image string) plan.PullBackOff {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b, ok := p.backoff[image]
-	return b, ok && p.clock.Now().Before(b.until)
-}
-
-func (p *imagePuller) failed(image, msg string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	b := p.backoff[image]
-	b.delay = min(max(2*b.delay, pullBackoffInitial), pullBackoffMax)
-	b.until, b.err = p.clock.Now().Add(b.delay), msg
-	p.backoff[image] = b
-}
-
-func (p *imagePuller) succeeded(image string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.backoff, image)
+	return p.backoff[image]
 }

@@ -68,7 +68,7 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 	waiting := map[string]plan.Waiting{}
 	for name, w := range actions.Waiting {
 		waiting[name] = w
-		if w.Reason == "CrashLoopBackOff" {
+		if w.Reason == plan.ReasonCrashLoopBackOff {
 			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
 		}
 	}
@@ -253,7 +253,7 @@ func (m *Manager) postStart(ctx context.Context, a startArgs, id string, log *sl
 
 func (m *Manager) pullEvent(pod *v1.Pod, c *v1.Container, pe *pullError) {
 	switch pe.waiting.Reason {
-	case "ImagePullBackOff":
+	case plan.ReasonImagePullBackOff:
 		m.recorder.Event(pod, v1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", c.Image))
 	default:
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", pe.waiting.Message)
