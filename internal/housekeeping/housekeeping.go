@@ -10,7 +10,7 @@
 //     earlier nodelet) are stopped in the background, each container with
 //     the grace period recorded on it;
 //  4. what the per-pod resources (the pod hooks) hold for a pod that is
-//     not wanted, not held by a pod worker and has nothing left in the
+//     not wanted, not held by a pod worker and has nothing running in the
 //     runtime is cleaned up: what an earlier nodelet prepared is never
 //     leaked.
 package housekeeping
@@ -116,7 +116,7 @@ func (h *Housekeeper) Housekeep(ctx context.Context, desired map[types.UID]*v1.P
 			continue
 		}
 		for _, uid := range held {
-			if _, known := w.Info(uid); known || want[uid] || inRuntime[uid] != nil {
+			if _, known := w.Info(uid); known || want[uid] || inRuntime[uid] != nil && hasRunning(inRuntime[uid]) {
 				continue
 			}
 			if ctx.Err() != nil {
