@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/plan"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // Reasons nodelet reports, as the kubelet spells them.
@@ -105,7 +106,7 @@ func Generate(f Facts) v1.PodStatus {
 			Phase:     v1.PodFailed,
 			Reason:    f.Rejected.Reason,
 			Message:   "Pod was rejected: " + f.Rejected.Message,
-			QOSClass:  QOSClass(pod),
+			QOSClass:  podspec.QOSClass(pod),
 			StartTime: startTime(prev, now),
 		}
 	}
@@ -113,7 +114,7 @@ func Generate(f Facts) v1.PodStatus {
 	g := newGenerator(f)
 	s := v1.PodStatus{
 		ObservedGeneration: pod.Generation,
-		QOSClass:           QOSClass(pod),
+		QOSClass:           podspec.QOSClass(pod),
 	}
 	s.InitContainerStatuses = g.containerStatuses(pod.Spec.InitContainers, prev.InitContainerStatuses, true)
 	s.ContainerStatuses = g.containerStatuses(pod.Spec.Containers, prev.ContainerStatuses, false)

@@ -1,0 +1,43 @@
+package podspec
+
+// Labels and annotations nodelet puts on CRI sandboxes and containers. The
+// pod and container keys are the kubelet's, so tools that know the kubelet
+// (crictl, ctr) show nodelet's pods the same way. Everything nodelet needs
+// to re-adopt a running pod after a restart is stored here, not in memory:
+// a restarted nodelet rebuilds restart counts, back-off and spec
+// fingerprints from these and leaves running containers alone.
+const (
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodUID        = "io.kubernetes.pod.uid"
+	LabelContainerName = "io.kubernetes.container.name"
+	// LabelManagedBy, with the value ManagedByValue, marks the objects
+	// nodelet owns; nodelet never stops or removes a sandbox or container
+	// without it, so a runtime shared with other clients is safe.
+	LabelManagedBy = "nodelet.io/managed-by"
+	ManagedByValue = "nodelet"
+
+	AnnotationRestartCount = "io.kubernetes.container.restartCount"
+	AnnotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
+	// AnnotationContainerHash is plan.ContainerHash of the spec the
+	// container was created from.
+	AnnotationContainerHash = "nodelet.io/container-hash"
+	// AnnotationBackoffStep is plan.Start.BackoffStep of the instance.
+	AnnotationBackoffStep = "nodelet.io/backoff-step"
+	// AnnotationSandboxHash is plan.SandboxHash of the pod at creation.
+	AnnotationSandboxHash = "nodelet.io/sandbox-hash"
+	// AnnotationHostNetwork records on a sandbox whether it was created in
+	// the node's network namespace ("true" or "false").
+	AnnotationHostNetwork = "nodelet.io/host-network"
+)
+
+// ManagedSelector is the CRI label selector of every object nodelet owns.
+// Each call returns a new map: CRI filters may be modified by the callee.
+func ManagedSelector() map[string]string {
+	return map[string]string{LabelManagedBy: ManagedByValue}
+}
+
+// IsManaged reports whether labels mark an object nodelet owns.
+func IsManaged(labels map[string]string) bool {
+	return labels[LabelManagedBy] == ManagedByValue
+}
