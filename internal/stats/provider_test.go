@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 const (
@@ -200,11 +201,11 @@ func TestSummaryOnlyManagedReadyRunning(t *testing.T) {
 	}
 	// The filters ask the runtime for the same.
 	f := e.rt.sandboxFilter
-	if f.GetState().GetState() != ready || f.GetLabelSelector()[labelManagedBy] != managedByValue {
+	if f.GetState().GetState() != ready || f.GetLabelSelector()[podspec.LabelManagedBy] != podspec.ManagedByValue {
 		t.Errorf("sandbox filter = %v", f)
 	}
 	cf := e.rt.ctrFilter
-	if cf.GetState().GetState() != running || cf.GetLabelSelector()[labelManagedBy] != managedByValue {
+	if cf.GetState().GetState() != running || cf.GetLabelSelector()[podspec.LabelManagedBy] != podspec.ManagedByValue {
 		t.Errorf("container filter = %v", cf)
 	}
 }
@@ -405,7 +406,7 @@ func TestSandboxStatsWhenImplemented(t *testing.T) {
 	e.rt.sandboxStatsOK = true
 	var web []*runtimeapi.ContainerStats
 	for _, s := range e.rt.stats {
-		if s.Attributes.Labels[labelPodUID] == "uid-a" {
+		if s.Attributes.Labels[podspec.LabelPodUID] == "uid-a" {
 			web = append(web, s)
 		}
 	}
