@@ -4,13 +4,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
-
-// isSidecar reports whether an init container is a sidecar (a restartable
-// init container: restartPolicy Always).
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
 
 // planInit plans the init containers in the current sandbox and reports
 // whether the pod is initialized there. Only instances in this sandbox
@@ -48,10 +43,10 @@ func (p *planner) planInit(sandboxID string) (initialized bool, upkeep []int) {
 		inst := p.newestIn(c.Name, sandboxID)
 		switch {
 		case i < latest:
-			if isSidecar(c) {
+			if podspec.IsSidecar(c) {
 				upkeep = append(upkeep, i)
 			}
-		case isSidecar(c):
+		case podspec.IsSidecar(c):
 			if !p.planSidecar(i, inst, false) {
 				return false, upkeep
 			}

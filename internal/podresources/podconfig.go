@@ -131,7 +131,7 @@ func aggregate(pod *v1.Pod, get func(*v1.Container) amounts, seen func(amounts))
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		a := get(c)
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if podspec.IsSidecar(c) {
 			running = running.plus(a)
 			sidecars = sidecars.plus(a)
 			a = sidecars

@@ -167,7 +167,7 @@ func burstableScore(memoryRequest, capacity int64) int64 {
 
 // isSidecar tells whether c is one of pod's restartable init containers.
 func isSidecar(pod *v1.Pod, c *v1.Container) bool {
-	if c.RestartPolicy == nil || *c.RestartPolicy != v1.ContainerRestartPolicyAlways {
+	if !podspec.IsSidecar(c) {
 		return false
 	}
 	for i := range pod.Spec.InitContainers {

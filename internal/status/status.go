@@ -318,7 +318,7 @@ func (g *generator) containerStatuses(specs []v1.Container, previous []v1.Contai
 			case newest != nil && newest.State == observed.ContainerExited && newest.ExitCode == 0:
 				// A succeeded init container is not run again.
 				held = false
-			case newest == nil && !isSidecar(spec) && st.State.Waiting != nil && g.anyRegularContainerCreated():
+			case newest == nil && !podspec.IsSidecar(spec) && st.State.Waiting != nil && g.anyRegularContainerCreated():
 				// The runtime lost the instance, but app containers exist,
 				// so it completed.
 				st.State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
@@ -402,16 +402,11 @@ func (g *generator) probe(spec *v1.Container, st *v1.ContainerStatus, newest *ob
 		started = spec.StartupProbe == nil || g.f.Started[newest.ID]
 	}
 	st.Started = &started
-	if isInit && !isSidecar(spec) {
+	if isInit && !podspec.IsSidecar(spec) {
 		st.Ready = st.State.Terminated != nil && st.State.Terminated.ExitCode == 0
 		return
 	}
 	st.Ready = started && (spec.ReadinessProbe == nil || g.f.Ready[newest.ID])
-}
-
-// isSidecar reports whether an init container is restartable (a sidecar).
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 // shouldRestart is the kubelet's ShouldContainerBeRestarted for the newest
@@ -487,7 +482,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 	pendingInit, pendingSidecars, failedInitNotRestartable := 0, 0, 0
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if isSidecar(c) {
+		if podspec.IsSidecar(c) {
 			continue
 		}
 		st, ok := findStatus(statuses, c.Name)
@@ -518,7 +513,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 	unknown, running, waiting, stopped, stoppedNotRestartable, succeeded := 0, 0, 0, 0, 0, 0
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if !isSidecar(c) {
+		if !podspec.IsSidecar(c) {
 			continue
 		}
 		st, ok := findStatus(statuses, c.Name)
@@ -646,7 +641,7 @@ func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, ph v1.PodP
 			continue
 		}
 		done := st.Ready
-		if isSidecar(ic) {
+		if podspec.IsSidecar(ic) {
 			done = st.Started != nil && *st.Started
 		}
 		if !done {
@@ -692,7 +687,7 @@ func containersReadyCondition(pod *v1.Pod, statuses []v1.ContainerStatus, ph v1.
 		}
 	}
 	for i := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podspec.IsSidecar(&pod.Spec.InitContainers[i]) {
 			check(pod.Spec.InitContainers[i].Name)
 		}
 	}
