@@ -23,7 +23,7 @@ import (
 // again.
 func ShouldRestart(pod *v1.Pod, c *v1.Container, exitCode int32) bool {
 	if c.RestartPolicy != nil {
-		if r, ok := matchingRule(c.RestartPolicyRules, exitCode); ok {
+		if r, ok := MatchingRestartRule(c, exitCode); ok {
 			switch r.Action {
 			case v1.ContainerRestartRuleActionRestart, v1.ContainerRestartRuleActionRestartAllContainers:
 				return true
@@ -74,10 +74,12 @@ func EffectiveRestartPolicy(pod *v1.Pod, c *v1.Container) string {
 	return string(pod.Spec.RestartPolicy)
 }
 
-// matchingRule returns the first rule whose exitCodes match exitCode.
-// Rules without exitCodes, or with an unknown operator, never match.
-func matchingRule(rules []v1.ContainerRestartRule, exitCode int32) (v1.ContainerRestartRule, bool) {
-	for _, r := range rules {
+// MatchingRestartRule returns the first of c's restartPolicyRules whose
+// exitCodes match exitCode. Rules without exitCodes, or with an unknown
+// operator, never match. ShouldRestart reads the rules only when c has its
+// own restartPolicy.
+func MatchingRestartRule(c *v1.Container, exitCode int32) (v1.ContainerRestartRule, bool) {
+	for _, r := range c.RestartPolicyRules {
 		if r.ExitCodes == nil {
 			continue
 		}

@@ -422,43 +422,7 @@ func shouldRestart(spec *v1.Container, pod *v1.Pod, newest *observed.Container) 
 	case observed.ContainerRunning:
 		return false
 	case observed.ContainerExited:
-		return restartable(spec, &pod.Spec, newest.ExitCode)
-	}
-	return true
-}
-
-// restartable reports whether a container that exited with exitCode is
-// restarted: restart rules, then the container's restart policy, then the
-// pod's (the kubelet's ContainerShouldRestart).
-func restartable(c *v1.Container, spec *v1.PodSpec, exitCode int32) bool {
-	if c.RestartPolicy != nil {
-		for _, r := range c.RestartPolicyRules {
-			if r.ExitCodes == nil {
-				continue
-			}
-			in := slices.Contains(r.ExitCodes.Values, exitCode)
-			op := r.ExitCodes.Operator
-			if (op == v1.ContainerRestartRuleOnExitCodesOpIn && in) || (op == v1.ContainerRestartRuleOnExitCodesOpNotIn && !in) {
-				if r.Action == v1.ContainerRestartRuleActionRestart {
-					return true
-				}
-				break
-			}
-		}
-		switch *c.RestartPolicy {
-		case v1.ContainerRestartPolicyAlways:
-			return true
-		case v1.ContainerRestartPolicyOnFailure:
-			return exitCode != 0
-		case v1.ContainerRestartPolicyNever:
-			return false
-		}
-	}
-	switch spec.RestartPolicy {
-	case v1.RestartPolicyOnFailure:
-		return exitCode != 0
-	case v1.RestartPolicyNever:
-		return false
+		return podspec.ShouldRestart(pod, spec, newest.ExitCode)
 	}
 	return true
 }
@@ -494,12 +458,12 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 		case st.State.Running != nil:
 			pendingInit++
 		case st.State.Terminated != nil:
-			if code := st.State.Terminated.ExitCode; code != 0 && !restartable(c, &pod.Spec, code) {
+			if code := st.State.Terminated.ExitCode; code != 0 && !podspec.ShouldRestart(pod, c, code) {
 				failedInitNotRestartable++
 			}
 		case st.State.Waiting != nil:
 			if t := st.LastTerminationState.Terminated; t != nil {
-				if t.ExitCode != 0 && !restartable(c, &pod.Spec, t.ExitCode) {
+				if t.ExitCode != 0 && !podspec.ShouldRestart(pod, c, t.ExitCode) {
 					failedInitNotRestartable++
 				}
 			} else {
@@ -553,7 +517,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 		case st.State.Terminated != nil:
 			stopped++
 			code := st.State.Terminated.ExitCode
-			if !restartable(c, &pod.Spec, code) {
+			if !podspec.ShouldRestart(pod, c, code) {
 				stoppedNotRestartable++
 			}
 			if code == 0 {
@@ -562,7 +526,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 		case st.State.Waiting != nil:
 			if t := st.LastTerminationState.Terminated; t != nil {
 				stopped++
-				if !restartable(c, &pod.Spec, t.ExitCode) {
+				if !podspec.ShouldRestart(pod, c, t.ExitCode) {
 					stoppedNotRestartable++
 				}
 			} else {

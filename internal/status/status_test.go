@@ -666,42 +666,6 @@ func TestPreviousNotModified(t *testing.T) {
 	}
 }
 
-func TestRestartable(t *testing.T) {
-	always, onFailure, never := v1.ContainerRestartPolicyAlways, v1.ContainerRestartPolicyOnFailure, v1.ContainerRestartPolicyNever
-	rule := func(op v1.ContainerRestartRuleOnExitCodesOperator, codes ...int32) []v1.ContainerRestartRule {
-		return []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart, ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: op, Values: codes}}}
-	}
-	for _, tc := range []struct {
-		name   string
-		pod    v1.RestartPolicy
-		policy *v1.ContainerRestartPolicy
-		rules  []v1.ContainerRestartRule
-		code   int32
-		want   bool
-	}{
-		{"pod Always, exit 0", v1.RestartPolicyAlways, nil, nil, 0, true},
-		{"pod default", "", nil, nil, 0, true},
-		{"pod OnFailure, exit 0", v1.RestartPolicyOnFailure, nil, nil, 0, false},
-		{"pod OnFailure, exit 1", v1.RestartPolicyOnFailure, nil, nil, 1, true},
-		{"pod Never, exit 1", v1.RestartPolicyNever, nil, nil, 1, false},
-		{"container Always under pod Never", v1.RestartPolicyNever, &always, nil, 0, true},
-		{"container OnFailure under pod Always", v1.RestartPolicyAlways, &onFailure, nil, 0, false},
-		{"container Never under pod Always", v1.RestartPolicyAlways, &never, nil, 1, false},
-		{"rule In matches", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 42, true},
-		{"rule In misses", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 1, false},
-		{"rule NotIn matches", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 3, true},
-		{"rule NotIn misses", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 0, false},
-		{"rules ignored without container policy", v1.RestartPolicyNever, nil, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 42, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := &v1.Container{Name: "a", RestartPolicy: tc.policy, RestartPolicyRules: tc.rules}
-			if got := restartable(c, &v1.PodSpec{RestartPolicy: tc.pod}, tc.code); got != tc.want {
-				t.Errorf("restartable = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
-
 func TestUnknownRuntimeState(t *testing.T) {
 	c := running("a", "ca", 1)
 	c.State = observed.ContainerUnknown
