@@ -165,7 +165,7 @@ func (p *pipeline) run(ctx context.Context) {
 	goRun(func() { p.workers.Run(ctx) })
 	// Relist every PLEGRelistPeriod, or on every container event where the
 	// runtime streams them (then relisting every 5 minutes as a safety net).
-	goRun(func() { p.pleg.RunEvented(ctx, podruntime.EventWatcher{Stream: p.rt}, 5*time.Minute) })
+	goRun(func() { p.pleg.RunEvented(ctx, pleg.EventWatcher{Stream: p.rt}, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.podActive) })
 	goRun(func() { p.prober.Run(ctx) })
 	checks := []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
