@@ -12,7 +12,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // UpdateType says why a pod update was sent (the kubelet's SyncPodType).
@@ -139,15 +138,6 @@ type Options struct {
 	// BackOffPeriod is how long after a failed Sync* call it is retried;
 	// default 10s. An update that arrives meanwhile is handled at once.
 	BackOffPeriod time.Duration
-	// Jitter, when set, maps every resync or back-off delay to the delay
-	// actually used (e.g. wait.Jitter(d, 0.5)); nil means none.
-	Jitter func(time.Duration) time.Duration
-	// WaitForStatus, when set, is called before every Sync* call with the
-	// end time of the pod's previous Sync* call (zero before the first), so
-	// that the call sees a runtime status that reflects its predecessor's
-	// actions (the kubelet's podCache.GetNewerThan). Wire it to
-	// pleg.Cache.WaitNewer. An error counts as a failed sync.
-	WaitForStatus func(ctx context.Context, uid types.UID, after time.Time) error
 }
 
 const (

@@ -448,15 +448,13 @@ func (w *Workers) loop(ctx context.Context, ps *podState) {
 			w.exitHook(ps.uid)
 		}
 	}()
-	var lastEnd time.Time
 	for {
 		wk, syncCtx, cancel, ok := w.next(ctx, ps)
 		if !ok {
 			return
 		}
-		terminal, err := w.call(syncCtx, ps.uid, wk, lastEnd)
-		lastEnd = w.clk.Now()
-		if !w.complete(ctx, ps, wk, syncCtx, cancel, terminal, err, lastEnd) {
+		terminal, err := w.call(syncCtx, wk)
+		if !w.complete(ctx, ps, wk, syncCtx, cancel, terminal, err, w.clk.Now()) {
 			return
 		}
 	}
@@ -540,12 +538,7 @@ type work struct {
 }
 
 // call makes the Sync* call for wk's state.
-func (w *Workers) call(ctx context.Context, uid types.UID, wk work, lastEnd time.Time) (terminal bool, err error) {
-	if w.opts.WaitForStatus != nil {
-		if err := w.opts.WaitForStatus(ctx, uid, lastEnd); err != nil {
-			return false, fmt.Errorf("waiting for a runtime status newer than the last sync: %w", err)
-		}
-	}
+func (w *Workers) call(ctx context.Context, wk work) (terminal bool, err error) {
 	switch wk.state {
 	case Syncing:
 		terminal, err = w.syncer.SyncPod(ctx, wk.updateType, wk.pod)
@@ -587,7 +580,7 @@ func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx c
 		// request left work pending, which runs at once.
 		log.Debug("sync cancelled", "err", err)
 	case err != nil:
-		d := w.jitter(w.opts.BackOffPeriod)
+		d := w.opts.BackOffPeriod
 		log.Error("pod sync failed, will retry", "err", err, "retryIn", d)
 		ps.retryAt = end.Add(d)
 	case wk.state == Terminated:
@@ -606,14 +599,7 @@ func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx c
 		}
 		ps.retryAt = end
 	default:
-		ps.retryAt = end.Add(w.jitter(w.opts.ResyncInterval))
+		ps.retryAt = end.Add(w.opts.ResyncInterval)
 	}
 	return true
-}
-
-func (w *Workers) jitter(d time.Duration) time.Duration {
-	if w.opts.Jitter == nil {
-		return d
-	}
-	return w.opts.Jitter(d)
 }

@@ -337,30 +337,6 @@ func TestErrorsRetryAfterBackOff(t *testing.T) {
 	h.waitExit("a")
 }
 
-func TestJitter(t *testing.T) {
-	var seen []time.Duration
-	var mu sync.Mutex
-	h := newHarness(t, Options{ResyncInterval: resync, BackOffPeriod: 10 * time.Second, Jitter: func(d time.Duration) time.Duration {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, d)
-		return d + d/2
-	}}).run()
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
-	mark := h.idles.mark()
-	h.expect(kindSync, "a").fail(errors.New("boom"))
-	h.waitIdle(mark, "a", t0.Add(15*time.Second))
-	h.clk.Step(15 * time.Second)
-	mark = h.idles.mark()
-	h.expect(kindSync, "a").ok()
-	h.waitIdle(mark, "a", t0.Add(15*time.Second+90*time.Second))
-	mu.Lock()
-	defer mu.Unlock()
-	if len(seen) != 2 || seen[0] != 10*time.Second || seen[1] != resync {
-		t.Errorf("Jitter saw %v, want [10s 1m0s]", seen)
-	}
-}
-
 func TestRequeue(t *testing.T) {
 	h := newHarness(t, Options{ResyncInterval: resync}).run()
 	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
@@ -466,52 +442,6 @@ func TestSyncKnownPods(t *testing.T) {
 		t.Errorf("desired pod: Info %+v", i)
 	}
 	h.noCall()
-}
-
-func TestWaitForStatus(t *testing.T) {
-	type wait struct {
-		uid   types.UID
-		after time.Time
-	}
-	var (
-		mu    sync.Mutex
-		waits []wait
-		fail  = true
-	)
-	h := newHarness(t, Options{BackOffPeriod: 10 * time.Second, WaitForStatus: func(ctx context.Context, uid types.UID, after time.Time) error {
-		mu.Lock()
-		defer mu.Unlock()
-		waits = append(waits, wait{uid, after})
-		if fail {
-			fail = false
-			return fmt.Errorf("status unavailable: %w", context.DeadlineExceeded)
-		}
-		return nil
-	}}).run()
-	mark := h.idles.mark()
-	h.w.UpdatePod(update(SyncPodCreate, testPod("a", "1", nil)))
-	h.waitIdle(mark, "a", t0.Add(10*time.Second)) // the failed wait is a failed sync
-	h.noCall()
-	h.clk.Step(10 * time.Second)
-	c := h.expect(kindSync, "a")
-	h.clk.Step(time.Second) // the sync takes a second
-	c.ok()
-	h.w.Requeue("a")
-	h.expect(kindSync, "a").ok()
-
-	mu.Lock()
-	defer mu.Unlock()
-	// Each wait is for a status newer than the end of the previous call,
-	// failed or not; the first has no previous call.
-	want := []wait{{"a", time.Time{}}, {"a", t0}, {"a", t0.Add(11 * time.Second)}}
-	if len(waits) != len(want) {
-		t.Fatalf("waits = %v, want %v", waits, want)
-	}
-	for i := range want {
-		if waits[i].uid != want[i].uid || !waits[i].after.Equal(want[i].after) {
-			t.Errorf("wait %d = %v, want %v", i, waits[i], want[i])
-		}
-	}
 }
 
 func TestRunStopCancelsCalls(t *testing.T) {
