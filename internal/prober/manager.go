@@ -71,7 +71,7 @@ type Manager struct {
 	clock    clock.WithTicker
 	log      *slog.Logger
 	recorder EventRecorder
-	metrics  *metrics
+	metrics  *probeMetrics
 
 	// updates is unbuffered: changes wait in pending (one entry per pod,
 	// FIFO) and Run hands them over one by one. A worker therefore never
