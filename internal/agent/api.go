@@ -141,8 +141,8 @@ func (r runningPods) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
 // logStreamer adapts internal/logs to the server's interface.
 type logStreamer struct{ s *logs.Streamer }
 
-func (l logStreamer) ContainerLogs(ctx context.Context, namespace, pod, container string, opts server.LogOptions, w io.Writer) error {
-	err := l.s.ContainerLogs(ctx, namespace, pod, container, logs.Options(opts), w)
+func (l logStreamer) ContainerLogs(ctx context.Context, namespace, pod, container string, opts logs.Options, w io.Writer) error {
+	err := l.s.ContainerLogs(ctx, namespace, pod, container, opts, w)
 	switch {
 	case errors.Is(err, logs.ErrNotFound):
 		return fmt.Errorf("%w: %w", server.ErrNotFound, err)
