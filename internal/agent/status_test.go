@@ -15,6 +15,7 @@ import (
 	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/syncloop"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // testPipeline is the agent's pipeline over the cri-api fakes, with the
@@ -35,18 +36,6 @@ func testPipeline(t *testing.T) *pipeline {
 	go func() { defer close(done); p.workers.Run(t.Context()) }()
 	t.Cleanup(func() { <-done })
 	return p
-}
-
-// eventually waits until cond holds; it only turns a hang into a failure.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // gauges reads kubelet_running_pods and kubelet_running_containers
@@ -96,14 +85,14 @@ func TestRemovedPodStatusIsForgotten(t *testing.T) {
 	}
 	d.Sync(pod, syncloop.SyncCreate)
 	d.Sync(other, syncloop.SyncCreate)
-	eventually(t, "the pods to run", func() bool { return running(pod.UID)() && running(other.UID)() })
+	testutil.Eventually(t, "the pods to run", func() bool { return running(pod.UID)() && running(other.UID)() })
 	if pods, containers := gauges(t, p); pods != 2 || containers != 2 {
 		t.Fatalf("running: %v pods, %v containers; want 2 and 2", pods, containers)
 	}
 
 	// The manifest no longer has the pod: the sync loop kills it.
 	d.Kill(pod)
-	eventually(t, "the pod to terminate", func() bool {
+	testutil.Eventually(t, "the pod to terminate", func() bool {
 		info, ok := p.workers.Info(pod.UID)
 		return ok && (info.State == podworker.Terminated || info.State == podworker.Finished)
 	})
@@ -124,7 +113,7 @@ func TestRemovedPodStatusIsForgotten(t *testing.T) {
 	rejected.Name, rejected.UID = "big-node1", "uid-big"
 	p.status.Reject(rejected, "OutOfcpu", "Node didn't have enough resource: cpu")
 	d.Kill(rejected)
-	eventually(t, "the rejected pod to be done with", func() bool { return !p.workers.CouldHaveRunningContainers(rejected.UID) })
+	testutil.Eventually(t, "the rejected pod to be done with", func() bool { return !p.workers.CouldHaveRunningContainers(rejected.UID) })
 	p.housekeeping(t.Context(), map[types.UID]*v1.Pod{other.UID: other})
 	if st, ok := p.status.Get(rejected.UID); ok {
 		t.Errorf("removed rejected pod's status kept: phase %s", st.Phase)
