@@ -102,8 +102,9 @@ a local image registry under --root-dir.`,
 	return cmd
 }
 
-// completeConfig fills in what comes from the machine: the node name and
-// where the binaries are.
+// completeConfig fills in what comes from the machine: the node name, where
+// the binaries are, its resources and IP, and the host's resolv.conf and
+// hosts file.
 func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) error {
 	cfg.NodeName = strings.ToLower(strings.TrimSpace(hostnameOverride))
 	from := "--hostname-override"
@@ -128,6 +129,11 @@ func completeConfig(cfg *agent.Config, hostnameOverride, pauseBinary string) err
 		return err
 	}
 	cfg.Allocatable, cfg.MemoryCapacity = alloc, capacity
+	// A missing file reads as empty, as with the kubelet: pods get the
+	// runtime's DNS defaults, hostNetwork pods no node entries in their
+	// hosts file.
+	cfg.HostResolvConf, _ = os.ReadFile("/etc/resolv.conf")
+	cfg.HostHosts, _ = os.ReadFile("/etc/hosts")
 	return nil
 }
 

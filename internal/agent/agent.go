@@ -54,6 +54,10 @@ type Config struct {
 	Allocatable v1.ResourceList
 	// MemoryCapacity is the node's memory in bytes (OOM scores).
 	MemoryCapacity int64
+	// HostResolvConf and HostHosts are the node's /etc/resolv.conf and
+	// /etc/hosts, read by cmd/nodelet (nil when missing: the runtime's
+	// DNS defaults, as the kubelet).
+	HostResolvConf, HostHosts []byte
 	// CgroupRoot is where the cgroup v1 hierarchies are mounted; pod
 	// cgroups go under kubepods there. "" disables pod cgroups.
 	CgroupRoot string

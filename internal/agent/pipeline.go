@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -123,11 +122,9 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 			cgroups = p.cgroups
 		}
 	}
-	resolvConf, _ := os.ReadFile("/etc/resolv.conf") // missing: the runtime's defaults, as the kubelet
-	hosts, _ := os.ReadFile("/etc/hosts")
 	p.runtime = podruntime.New(rt, podruntime.Options{
 		PodLogsDir: a.cfg.PodLogsDir, HostIP: a.cfg.NodeIP, NodeName: a.cfg.NodeName, Allocatable: a.cfg.Allocatable,
-		PodsDir: filepath.Join(a.cfg.RootDir, "pods"), HostResolvConf: resolvConf, HostHosts: hosts,
+		PodsDir: filepath.Join(a.cfg.RootDir, "pods"), HostResolvConf: a.cfg.HostResolvConf, HostHosts: a.cfg.HostHosts,
 		SeccompRoot: filepath.Join(a.cfg.RootDir, "seccomp"), NodeMemoryCapacity: a.cfg.MemoryCapacity,
 	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: p.events, Probes: p.prober, Objects: p.objects, Cgroups: cgroups, Volumes: p.volumes,
 		Observed: func(pod *v1.Pod, obs *observed.PodStatus) { bindProbes(p.prober, pod, obs, a.cfg.NodeIP) }})
