@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
@@ -631,7 +632,7 @@ func TestRuntimeName(t *testing.T) {
 
 func TestRejected(t *testing.T) {
 	pod := newPod(app("a"))
-	pod.Spec.Containers[0].Resources.Requests = res("100m", "")
+	pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}
 	f := facts(pod, nil)
 	f.Rejected = &Rejection{Reason: "OutOfcpu", Message: "Node didn't have enough resource: cpu, requested: 100, used: 3950, capacity: 4000"}
 	got := Generate(f)
