@@ -108,20 +108,7 @@ func (h *harness) follow(ctx context.Context, opts Options) (*flushBuffer, <-cha
 func (h *harness) stopAndWait(done <-chan error) error {
 	h.t.Helper()
 	h.res.running.Store(false)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatal("follow did not end after the container stopped")
-		}
-		if h.clk.HasWaiters() {
-			h.clk.Step(defaultCheckPeriod)
-		}
-	}
+	return h.await("a follow of a stopped container", done)
 }
 
 func ptr[T any](v T) *T { return &v }
