@@ -1,12 +1,21 @@
 package nodelet_test
 
-// The dependency rules of DESIGN.md, made executable. A rule broken here is
-// an architecture change: change DESIGN.md and ARCHITECTURE.md first.
+// The dependency rules of DESIGN.md (1 to 7) and ARCHITECTURE.md (8 and
+// on), made executable; each rule's name starts with its number there. A
+// rule broken here is an architecture change: change DESIGN.md and
+// ARCHITECTURE.md first.
 
 import (
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -69,6 +78,48 @@ func is(names ...string) func(string) bool {
 
 func not(f func(string) bool) func(string) bool { return func(p string) bool { return !f(p) } }
 
+func exactly(names ...string) func(string) bool {
+	return func(p string) bool { return slices.Contains(names, p) }
+}
+
+func either(fs ...func(string) bool) func(string) bool {
+	return func(p string) bool {
+		for _, f := range fs {
+			if f(p) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// purePackages are the packages ARCHITECTURE.md marks "(pure)": no I/O, no
+// clock, no randomness, no logging. podconfig is not among them: its Merge
+// is pure, the package also runs the fan-in loop.
+var purePackages = []string{
+	internal("plan"), internal("observed"), internal("status"), internal("podspec"),
+	internal("envvars"), internal("podnet"), internal("securitycontext"),
+	internal("admission"), internal("redact"), internal("podupdate"),
+}
+
+// impure matches what a pure package may not import: the file system,
+// processes and the network (net/netip and net/url are pure parsing and
+// allowed), system calls, logging, the clock and randomness, gRPC and the
+// CRI client. CRI API types (k8s.io/cri-api) are plain data: podnet and
+// securitycontext translate to them.
+var impure = either(
+	is("os", "syscall", "golang.org/x/sys", "net/http", "net/rpc", "net/smtp", "log", "k8s.io/klog",
+		"google.golang.org/grpc", "k8s.io/cri-client", internal("cri"), "k8s.io/utils/clock", "crypto/rand", "math/rand"),
+	exactly("net"),
+)
+
+// stdlibOrAPI matches the standard library, k8s.io/api and
+// k8s.io/apimachinery: all that podspec may import.
+func stdlibOrAPI(p string) bool {
+	first, _, _ := strings.Cut(p, "/")
+	return !strings.Contains(first, ".") || is("k8s.io/api", "k8s.io/apimachinery")(p)
+}
+
 // kubernetesAllowed are the only k8s.io/kubernetes packages that
 // apivalidation imports directly (see its doc comment): the internal core
 // types, their v1 defaults and conversions, core validation, and the pod
@@ -95,8 +146,8 @@ func rules() []rule {
 	grpc := is("google.golang.org/grpc")
 	return []rule{
 		{
-			Name: "1: plan imports no gRPC, CRI, os, net or logging",
-			From: is(internal("plan")),
+			Name: "1: plan and observed import no gRPC, CRI, os, net or logging",
+			From: is(internal("plan"), internal("observed")),
 			Forbidden: is("google.golang.org/grpc", "k8s.io/cri-api", "k8s.io/cri-client", internal("cri"),
 				"os", "net", "log", "log/slog", "k8s.io/klog"),
 		},
@@ -122,19 +173,51 @@ func rules() []rule {
 			Forbidden: is("testing", "net/http/httptest", "testing/quick", "testing/fstest", "testing/iotest"),
 		},
 		{
-			Name:      "k8s.io/kubernetes: only apivalidation imports it",
+			Name:      "6: only cmd/nodelet reads flags",
+			From:      is(module + "/internal"),
+			Forbidden: is("flag", "github.com/spf13/pflag", "github.com/spf13/cobra"),
+		},
+		{
+			Name:      "8: only apivalidation imports k8s.io/kubernetes",
 			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("apivalidation"))(p) },
 			Forbidden: is("k8s.io/kubernetes"),
 		},
 		{
-			Name:      "k8s.io/kubernetes: apivalidation imports only core, core/v1, core/validation and api/pod",
+			Name:      "8: apivalidation imports only core, core/v1, core/validation and api/pod of k8s.io/kubernetes",
 			From:      is(internal("apivalidation")),
 			Forbidden: kubernetesOutsideAllowed,
 		},
 		{
-			Name:      "testutil: only tests import it",
+			Name:      "9: only tests import testutil",
 			From:      func(p string) bool { return strings.HasPrefix(p, module) },
 			Forbidden: is(internal("testutil")),
+		},
+		{
+			Name:      "10: pure packages import no I/O, clock, randomness, logging, gRPC or CRI client",
+			From:      exactly(purePackages...),
+			Forbidden: impure,
+		},
+		{
+			Name:      "10: pure packages import only pure packages of nodelet",
+			From:      exactly(purePackages...),
+			Forbidden: func(p string) bool { return strings.HasPrefix(p, module+"/") && !slices.Contains(purePackages, p) },
+		},
+		{
+			Name:      "10: podspec imports only the standard library, k8s.io/api and k8s.io/apimachinery",
+			From:      is(internal("podspec")),
+			Forbidden: not(stdlibOrAPI),
+		},
+		{
+			Name:       "11: podresources does not depend on status",
+			From:       is(internal("podresources")),
+			Forbidden:  is(internal("status")),
+			Transitive: true,
+		},
+		{
+			Name:       "12: podruntime does not depend on pleg",
+			From:       is(internal("podruntime")),
+			Forbidden:  is(internal("pleg")),
+			Transitive: true,
 		},
 	}
 }
@@ -171,17 +254,23 @@ func TestDependencyRules(t *testing.T) {
 // package that breaks it.
 func TestDependencyRulesCatchViolations(t *testing.T) {
 	bad := []goPackage{
-		{ImportPath: internal("plan"), Imports: []string{"os"}},
+		{ImportPath: internal("observed"), Imports: []string{"k8s.io/cri-api/pkg/apis/runtime/v1"}},
 		{ImportPath: internal("podruntime"), Imports: []string{"google.golang.org/grpc/status"}},
 		{ImportPath: internal("podworker"), Deps: []string{internal("cri")}},
 		{ImportPath: internal("server"), Imports: []string{internal("agent")}},
-		{ImportPath: internal("status"), Imports: []string{"testing"}},
+		{ImportPath: internal("gc"), Imports: []string{"testing"}},
+		{ImportPath: internal("server"), Imports: []string{"flag"}},
 		{ImportPath: internal("podsource"), Imports: []string{"k8s.io/kubernetes/pkg/apis/core/validation"}},
 		{ImportPath: internal("apivalidation"), Imports: []string{
 			"k8s.io/kubernetes/pkg/apis/core", // allowed
 			"k8s.io/kubernetes/pkg/apis/core/helper",
 		}},
 		{ImportPath: internal("logs"), Imports: []string{internal("testutil")}},
+		{ImportPath: internal("podnet"), Imports: []string{"net/netip", "net/url", "net"}},
+		{ImportPath: internal("admission"), Imports: []string{internal("podspec"), internal("volume")}},
+		{ImportPath: internal("podspec"), Imports: []string{"k8s.io/api/core/v1", "k8s.io/utils/ptr"}},
+		{ImportPath: internal("podresources"), Deps: []string{internal("podspec"), internal("status")}},
+		{ImportPath: internal("podruntime"), Deps: []string{internal("cri"), internal("pleg")}},
 	}
 	got := violations(bad, rules())
 	if len(got) != len(bad) {
@@ -207,6 +296,115 @@ func TestPackageDocs(t *testing.T) {
 		}
 		if !strings.HasPrefix(p.Doc, "Package "+p.Name+" ") {
 			t.Errorf("package %s: doc comment missing or not starting with %q (got %q)", p.ImportPath, "Package "+p.Name, p.Doc)
+		}
+	}
+}
+
+// machineFiles are the host's files that only cmd/nodelet reads (rule 6).
+var machineFiles = []string{"/etc/resolv.conf", "/etc/hosts", "/etc/hostname"}
+
+// machineCalls are the os functions that read the machine's identity or
+// environment (rule 6).
+var machineCalls = []string{"Hostname", "Getenv", "LookupEnv", "Environ", "ExpandEnv"}
+
+// machineReads returns the places in one parsed file that read the
+// machine: a call to one of machineCalls of package os, or any call given
+// one of machineFiles as a literal argument (os.ReadFile("/etc/hosts")).
+// Naming such a path otherwise (the /etc/hosts a container gets mounted)
+// is not reading the machine.
+func machineReads(fset *token.FileSet, f *ast.File) []string {
+	osName := ""
+	for _, imp := range f.Imports {
+		if path, _ := strconv.Unquote(imp.Path.Value); path == "os" {
+			osName = "os"
+			if imp.Name != nil {
+				osName = imp.Name.Name
+			}
+		}
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok {
+			return true
+		}
+		if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+			if x, ok := sel.X.(*ast.Ident); ok && osName != "" && x.Name == osName && slices.Contains(machineCalls, sel.Sel.Name) {
+				out = append(out, fmt.Sprintf("%s: calls os.%s", fset.Position(call.Pos()), sel.Sel.Name))
+			}
+		}
+		for _, arg := range call.Args {
+			lit, ok := arg.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				continue
+			}
+			if v, err := strconv.Unquote(lit.Value); err == nil && slices.Contains(machineFiles, v) {
+				out = append(out, fmt.Sprintf("%s: reads %s", fset.Position(lit.Pos()), v))
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// Rule 6: only cmd/nodelet reads the machine. No production file under
+// internal/ reads the host's resolv.conf, hosts or hostname files, its
+// hostname or its environment; cmd/nodelet reads them into agent.Config.
+func TestOnlyCmdReadsTheMachine(t *testing.T) {
+	fset := token.NewFileSet()
+	files := 0
+	err := filepath.WalkDir("internal", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		files++
+		for _, v := range machineReads(fset, f) {
+			t.Errorf("rule 6: only cmd/nodelet reads the machine: %s", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 50 {
+		t.Fatalf("scanned only %d files under internal/", files)
+	}
+}
+
+func TestMachineReadsCaught(t *testing.T) {
+	const src = `package p
+
+import (
+	sys "os"
+	"path/filepath"
+)
+
+func f(mountPath string) {
+	conf, _ := sys.ReadFile("/etc/resolv.conf")
+	_ = filepath.Clean(mountPath) == "/etc/hosts" // a container path: fine
+	_ = map[string]string{"ContainerPath": "/etc/hosts"} // fine
+	host, _ := sys.Hostname()
+	_ = sys.Getenv("HOME")
+	_, _, _ = conf, host, readAll("/etc/hostname")
+}
+`
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "p.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := machineReads(fset, f)
+	want := []string{"reads /etc/resolv.conf", "calls os.Hostname", "calls os.Getenv", "reads /etc/hostname"}
+	if len(got) != len(want) {
+		t.Fatalf("machineReads = %q, want %d places", got, len(want))
+	}
+	for i := range want {
+		if !strings.HasSuffix(got[i], want[i]) {
+			t.Errorf("machineReads[%d] = %q, want %q", i, got[i], want[i])
 		}
 	}
 }

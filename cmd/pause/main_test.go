@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // buildPause compiles the program into a temporary directory the way the
@@ -50,12 +52,12 @@ func TestReapsAndStops(t *testing.T) {
 			// The child, cat, exits when the test closes the write end of
 			// the pipe it reads as fd 3.
 			release, child, cmd := startWithChild(t, bin)
-			waitFor(t, cmd, "pause to replace the shell", func() bool {
+			testutil.Eventually(t, "pause to replace the shell", func() bool {
 				exe, err := os.Readlink("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/exe")
 				return err == nil && exe == bin
 			})
 			release.Close()
-			waitFor(t, cmd, "pause to reap its exited child", func() bool {
+			testutil.Eventually(t, "pause to reap its exited child", func() bool {
 				return !isChildOf(child, cmd.Process.Pid)
 			})
 			if err := cmd.Process.Signal(sig); err != nil {
@@ -111,19 +113,6 @@ func waitExit(cmd *exec.Cmd) error {
 		<-done
 		return errors.New("still running 10s after the signal")
 	}
-}
-
-// waitFor polls cond until it holds, failing the test after a deadline.
-func waitFor(t *testing.T, cmd *exec.Cmd, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s (pid %d)", what, cmd.Process.Pid)
 }
 
 // isChildOf reports whether pid exists (possibly as a zombie) with parent

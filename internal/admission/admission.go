@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/securitycontext"
 )
 
@@ -91,7 +92,7 @@ func PodRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
 	maxInit := resource.Quantity{}
 	for _, c := range pod.Spec.InitContainers {
 		q := c.Resources.Requests[name]
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if podspec.IsSidecar(&c) {
 			sidecars.Add(q)
 			continue
 		}

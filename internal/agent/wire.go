@@ -54,7 +54,7 @@ type pipeline struct {
 	prober  *prober.Manager
 	gc      *gc.Collector
 	hk      *housekeeping.Housekeeper
-	watcher podruntime.EventWatcher
+	watcher pleg.EventWatcher
 	// health are the checks of /healthz; api serves the kubelet API.
 	health []server.HealthCheck
 	api    server.Deps
@@ -64,7 +64,7 @@ type pipeline struct {
 // wire constructs every part over rt and connects them. It starts nothing.
 func (a *Agent) wire(rt *cri.Client) *pipeline {
 	cfg, log, clk := a.cfg, a.deps.Log, a.deps.Clock
-	p := &pipeline{a: a, objects: objects.NewStore(), watcher: podruntime.EventWatcher{Stream: rt}}
+	p := &pipeline{a: a, objects: objects.NewStore(), watcher: pleg.EventWatcher{Stream: rt}}
 	reg, probeReg, resourceReg := prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()
 
 	// 1-2. Sources and their merge.

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // timeFormat is how describe prints a point in time, as kubectl does.
@@ -99,7 +99,7 @@ func Describe(w io.Writer, pod v1.Pod, evs []events.Event, now time.Time) error 
 		}
 	}
 	d.volumes(pod.Spec.Volumes)
-	d.line(0, "QoS Class", string(qosClass(&pod)))
+	d.line(0, "QoS Class", string(podspec.QOSClass(&pod)))
 	d.keyValues(0, "Node-Selectors", pod.Spec.NodeSelector, "=")
 	d.tolerations(pod.Spec.Tolerations)
 	d.timeline(timeline(&pod, evs))
@@ -534,43 +534,4 @@ func (d *describer) events(evs []events.Event, now time.Time) {
 		}
 		d.row(1, e.Type, e.Reason, when, "nodelet", strings.TrimSpace(e.Message))
 	}
-}
-
-// qosClass is the status's QoS class, or worked out from the resources
-// when the status has none: Guaranteed when every container limits CPU
-// and memory and requests what it limits, BestEffort when none asks for
-// anything, Burstable otherwise.
-func qosClass(pod *v1.Pod) v1.PodQOSClass {
-	if pod.Status.QOSClass != "" {
-		return pod.Status.QOSClass
-	}
-	all := slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)
-	asks, guaranteed := false, len(all) > 0
-	for _, c := range all {
-		req, lim := c.Resources.Requests, c.Resources.Limits
-		if len(req) > 0 || len(lim) > 0 {
-			asks = true
-		}
-		for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
-			l, ok := lim[name]
-			if !ok || l.IsZero() {
-				guaranteed = false
-				continue
-			}
-			if r, ok := req[name]; ok && !quantityEqual(r, l) {
-				guaranteed = false
-			}
-		}
-	}
-	switch {
-	case !asks:
-		return v1.PodQOSBestEffort
-	case guaranteed:
-		return v1.PodQOSGuaranteed
-	}
-	return v1.PodQOSBurstable
-}
-
-func quantityEqual(a, b resource.Quantity) bool {
-	return a.Cmp(b) == 0
 }

@@ -238,26 +238,6 @@ func TestProbeString(t *testing.T) {
 	}
 }
 
-func TestQOSClass(t *testing.T) {
-	c := func(req, lim v1.ResourceList) v1.Container {
-		return v1.Container{Resources: v1.ResourceRequirements{Requests: req, Limits: lim}}
-	}
-	both := v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), v1.ResourceMemory: resource.MustParse("1Gi")}
-	for _, tc := range []struct {
-		containers []v1.Container
-		want       v1.PodQOSClass
-	}{
-		{[]v1.Container{c(nil, nil)}, v1.PodQOSBestEffort},
-		{[]v1.Container{c(nil, both)}, v1.PodQOSGuaranteed},
-		{[]v1.Container{c(both, both), c(nil, nil)}, v1.PodQOSBurstable},
-		{[]v1.Container{c(v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m")}, both)}, v1.PodQOSBurstable},
-	} {
-		if got := qosClass(&v1.Pod{Spec: v1.PodSpec{Containers: tc.containers}}); got != tc.want {
-			t.Errorf("%+v: %s, want %s", tc.containers, got, tc.want)
-		}
-	}
-}
-
 // A fresh pod, as `nodelet describe pod` gets it over the API: its status's
 // times cut to whole seconds by JSON, its events to the nanosecond. The
 // timeline shows every step in the order it happened, to the millisecond.

@@ -13,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // Output formats of PrintPods and WatchPods.
@@ -185,7 +187,7 @@ func rowOf(pod *v1.Pod) podRow {
 	sidecars := map[string]bool{}
 	total := len(pod.Spec.Containers)
 	for _, c := range pod.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if podspec.IsSidecar(&c) {
 			sidecars[c.Name] = true
 			total++
 		}

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // fakeProc is a containerd that exits when told to.
@@ -65,13 +68,7 @@ func (h *harness) nextStart(t *testing.T) *fakeProc {
 	t.Helper()
 	select {
 	case p := <-h.started:
-		deadline := time.Now().Add(10 * time.Second)
-		for h.mgr.PID() != p.pid {
-			if time.Now().After(deadline) {
-				t.Fatalf("manager never adopted pid %d", p.pid)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testutil.Eventually(t, fmt.Sprintf("the manager to adopt pid %d", p.pid), func() bool { return h.mgr.PID() == p.pid })
 		return p
 	case <-time.After(10 * time.Second):
 		t.Fatal("containerd was not started")
@@ -82,13 +79,7 @@ func (h *harness) nextStart(t *testing.T) *fakeProc {
 // waitTimer steps the fake clock forward by d once the supervisor waits on it.
 func (h *harness) fire(t *testing.T, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !h.clk.HasWaiters() {
-		if time.Now().After(deadline) {
-			t.Fatal("supervisor never waited on the clock")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testutil.Eventually(t, "the supervisor to wait on the clock", h.clk.HasWaiters)
 	h.clk.Step(d)
 }
 

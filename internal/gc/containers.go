@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/beneath"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // CollectContainers removes the dead containers and unneeded sandboxes
@@ -27,11 +28,11 @@ func (c *Collector) CollectContainers(ctx context.Context, podActive func(uid ty
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
-	sandboxes, err := c.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: managedSelector()})
+	sandboxes, err := c.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: podspec.ManagedSelector()})
 	if err != nil {
 		return fmt.Errorf("collect containers: %w", err)
 	}
-	containers, err := c.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: managedSelector()})
+	containers, err := c.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: podspec.ManagedSelector()})
 	if err != nil {
 		return fmt.Errorf("collect containers: %w", err)
 	}
@@ -163,22 +164,22 @@ func finishedPods(sandboxes []*runtimeapi.PodSandbox, containers []*runtimeapi.C
 			pods[uid] = p
 		}
 		if p.namespace == "" {
-			p.namespace = cmp.Or(labels[labelPodNamespace], meta.GetNamespace())
+			p.namespace = cmp.Or(labels[podspec.LabelPodNamespace], meta.GetNamespace())
 		}
 		if p.name == "" {
-			p.name = cmp.Or(labels[labelPodName], meta.GetName())
+			p.name = cmp.Or(labels[podspec.LabelPodName], meta.GetName())
 		}
 		if !gone[id] {
 			left[uid] = true
 		}
 	}
 	for _, sb := range sandboxes {
-		if managed(sb.GetLabels()) {
+		if podspec.IsManaged(sb.GetLabels()) {
 			note(sandboxPodUID(sb), sb.GetId(), sb.GetLabels(), sb.GetMetadata())
 		}
 	}
 	for _, ctr := range containers {
-		if managed(ctr.GetLabels()) {
+		if podspec.IsManaged(ctr.GetLabels()) {
 			note(containerPodUID(ctr), ctr.GetId(), ctr.GetLabels(), nil)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/beneath"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -54,7 +55,7 @@ func (w *world) set(sandboxes []*runtimeapi.PodSandbox, containers []*runtimeapi
 	}
 	var fc []*critest.FakeContainer
 	for _, c := range containers {
-		log := filepath.Join(w.podDir(c.Labels[labelPodUID]), c.Metadata.Name, c.Id+".log")
+		log := filepath.Join(w.podDir(c.Labels[podspec.LabelPodUID]), c.Metadata.Name, c.Id+".log")
 		for _, p := range []string{log, log + ".20250101-000000.gz"} {
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				w.t.Fatal(err)

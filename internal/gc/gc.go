@@ -13,18 +13,6 @@ import (
 	"github.com/nodelet/nodelet/internal/cri"
 )
 
-// Labels nodelet puts on the CRI objects it owns. They are the values of
-// internal/podruntime/labels.go, repeated here so that this package does
-// not depend on the runtime manager.
-const (
-	labelPodName       = "io.kubernetes.pod.name"
-	labelPodNamespace  = "io.kubernetes.pod.namespace"
-	labelPodUID        = "io.kubernetes.pod.uid"
-	labelContainerName = "io.kubernetes.container.name"
-	labelManagedBy     = "nodelet.io/managed-by"
-	managedByValue     = "nodelet"
-)
-
 // Defaults, the kubelet's.
 const (
 	// DefaultMaxPerPodContainer is --maximum-dead-containers-per-container.
@@ -162,13 +150,4 @@ func (c *Collector) Run(ctx context.Context, period time.Duration, podActive fun
 			rotateTimer.Reset(rotate)
 		}
 	}
-}
-
-// managedSelector selects the objects nodelet owns.
-func managedSelector() map[string]string {
-	return map[string]string{labelManagedBy: managedByValue}
-}
-
-func managed(labels map[string]string) bool {
-	return labels[labelManagedBy] == managedByValue
 }

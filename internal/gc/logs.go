@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/beneath"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // rotationTimeFormat suffixes a rotated log file: <log>.<time>.
@@ -43,7 +44,7 @@ func (c *Collector) RotateLogs(ctx context.Context) error {
 
 	running, err := c.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: managedSelector(),
+		LabelSelector: podspec.ManagedSelector(),
 	})
 	if err != nil {
 		return fmt.Errorf("rotate logs: %w", err)
@@ -53,7 +54,7 @@ func (c *Collector) RotateLogs(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return errors.Join(append(errs, ctx.Err())...)
 		}
-		if !managed(ctr.GetLabels()) || ctr.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if !podspec.IsManaged(ctr.GetLabels()) || ctr.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			continue
 		}
 		if err := c.rotateLog(ctx, ctr.GetId()); err != nil {

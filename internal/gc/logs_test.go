@@ -21,6 +21,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/beneath"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // logRuntime is a runtime double for log rotation: running containers
@@ -397,19 +398,11 @@ func TestRun(t *testing.T) {
 	}()
 	waitFor := func(what string, cond func(*logRuntime) bool) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testutil.Eventually(t, what, func() bool {
 			r.rt.mu.Lock()
-			ok := cond(r.rt)
-			r.rt.mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(time.Millisecond)
-		}
+			defer r.rt.mu.Unlock()
+			return cond(r.rt)
+		})
 	}
 	waitFor("timers", func(*logRuntime) bool { return r.clk.HasWaiters() })
 	r.clk.Step(DefaultLogMonitorInterval)

@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // plan chooses, from one listing of the runtime, the containers and then
@@ -36,7 +38,7 @@ func plan(sandboxes []*runtimeapi.PodSandbox, containers []*runtimeapi.Container
 	removed := map[string]bool{}
 	for _, ctr := range containers {
 		uid := containerPodUID(ctr)
-		if !managed(ctr.GetLabels()) || uid == "" || time.Unix(0, ctr.GetCreatedAt()).After(youngest) {
+		if !podspec.IsManaged(ctr.GetLabels()) || uid == "" || time.Unix(0, ctr.GetCreatedAt()).After(youngest) {
 			continue
 		}
 		switch ctr.GetState() {
@@ -77,7 +79,7 @@ func plan(sandboxes []*runtimeapi.PodSandbox, containers []*runtimeapi.Container
 	byPod := map[types.UID][]*runtimeapi.PodSandbox{}
 	for _, sb := range sandboxes {
 		uid := sandboxPodUID(sb)
-		if !managed(sb.GetLabels()) || uid == "" {
+		if !podspec.IsManaged(sb.GetLabels()) || uid == "" {
 			continue
 		}
 		byPod[uid] = append(byPod[uid], sb)
@@ -126,18 +128,18 @@ func memoize(f func(types.UID) bool) func(types.UID) bool {
 }
 
 func containerPodUID(ctr *runtimeapi.Container) types.UID {
-	return types.UID(ctr.GetLabels()[labelPodUID])
+	return types.UID(ctr.GetLabels()[podspec.LabelPodUID])
 }
 
 func containerName(ctr *runtimeapi.Container) string {
-	if n := ctr.GetLabels()[labelContainerName]; n != "" {
+	if n := ctr.GetLabels()[podspec.LabelContainerName]; n != "" {
 		return n
 	}
 	return ctr.GetMetadata().GetName()
 }
 
 func sandboxPodUID(sb *runtimeapi.PodSandbox) types.UID {
-	if uid := sb.GetLabels()[labelPodUID]; uid != "" {
+	if uid := sb.GetLabels()[podspec.LabelPodUID]; uid != "" {
 		return types.UID(uid)
 	}
 	return types.UID(sb.GetMetadata().GetUid())

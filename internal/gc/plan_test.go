@@ -7,6 +7,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -20,17 +22,17 @@ const (
 
 func labels(uid string) map[string]string {
 	return map[string]string{
-		labelManagedBy:    managedByValue,
-		labelPodUID:       uid,
-		labelPodName:      "pod-" + uid,
-		labelPodNamespace: "ns",
+		podspec.LabelManagedBy:    podspec.ManagedByValue,
+		podspec.LabelPodUID:       uid,
+		podspec.LabelPodName:      "pod-" + uid,
+		podspec.LabelPodNamespace: "ns",
 	}
 }
 
 // ctr is a nodelet container of pod uid in sandbox sb, created age ago.
 func ctr(id, sb, uid, name string, state runtimeapi.ContainerState, age time.Duration) *runtimeapi.Container {
 	l := labels(uid)
-	l[labelContainerName] = name
+	l[podspec.LabelContainerName] = name
 	return &runtimeapi.Container{
 		Id: id, PodSandboxId: sb, State: state, Labels: l,
 		Metadata:  &runtimeapi.ContainerMetadata{Name: name},
@@ -52,7 +54,7 @@ func sbx(id, uid string, ready bool, age time.Duration) *runtimeapi.PodSandbox {
 }
 
 func unmanaged[T interface{ GetLabels() map[string]string }](o T) T {
-	delete(o.GetLabels(), labelManagedBy)
+	delete(o.GetLabels(), podspec.LabelManagedBy)
 	return o
 }
 
@@ -191,10 +193,10 @@ func TestPlan(t *testing.T) {
 	}, {
 		name: "objects without a pod UID are ignored",
 		sandboxes: []*runtimeapi.PodSandbox{{
-			Id: "s1", Labels: map[string]string{labelManagedBy: managedByValue},
+			Id: "s1", Labels: podspec.ManagedSelector(),
 		}},
 		containers: []*runtimeapi.Container{{
-			Id: "c1", PodSandboxId: "s1", State: exited, Labels: map[string]string{labelManagedBy: managedByValue},
+			Id: "c1", PodSandboxId: "s1", State: exited, Labels: podspec.ManagedSelector(),
 		}},
 	}}
 	for _, tt := range tests {

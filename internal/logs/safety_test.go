@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelet/nodelet/internal/beneath"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // liveness bounds how long a call that must return may take before the
@@ -60,7 +61,7 @@ func (h *harness) eventuallyStepping(what string, cond func() bool) {
 // run calls ContainerLogs in the background and awaits it.
 func (h *harness) run(what string, opts Options) (string, error) {
 	h.t.Helper()
-	out := &syncBuffer{}
+	out := &flushBuffer{}
 	done := make(chan error, 1)
 	go func() { done <- h.s.ContainerLogs(context.Background(), "default", "web", "app", opts, out) }()
 	err := h.await(what, done)
@@ -207,7 +208,7 @@ func TestFollowRefusesUnsafeRotation(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			out, done := w.follow(ctx, Options{})
-			eventually(t, "first line", func() bool { return out.String() == "a\n" })
+			testutil.Eventually(t, "first line", func() bool { return out.String() == "a\n" })
 
 			if err := os.Rename(w.res.path, w.res.path+".1"); err != nil {
 				t.Fatal(err)
@@ -234,7 +235,7 @@ func TestFollowKeepsItsDirectory(t *testing.T) {
 	w := newAttackWorld(t)
 	w.write(w.res.path, criLine(at(0), "stdout", "F", "a"))
 	out, done := w.follow(t.Context(), Options{})
-	eventually(t, "first line", func() bool { return out.String() == "a\n" })
+	testutil.Eventually(t, "first line", func() bool { return out.String() == "a\n" })
 
 	ctrDir := filepath.Dir(w.res.path)
 	if err := os.Rename(ctrDir, ctrDir+".old"); err != nil {
@@ -268,7 +269,7 @@ func TestFollowCap(t *testing.T) {
 	h.write(h.res.path, criLine(at(0), "stdout", "F", "a"))
 
 	type follow struct {
-		out    *syncBuffer
+		out    *flushBuffer
 		done   <-chan error
 		cancel context.CancelFunc
 	}
@@ -280,7 +281,7 @@ func TestFollowCap(t *testing.T) {
 		follows = append(follows, follow{out, done, cancel})
 	}
 	for i, f := range follows {
-		eventually(t, "follows to start", func() bool { return f.out.String() == "a\n" })
+		testutil.Eventually(t, "follows to start", func() bool { return f.out.String() == "a\n" })
 		select {
 		case err := <-f.done:
 			t.Fatalf("follow %d ended: %v", i, err)
@@ -304,7 +305,7 @@ func TestFollowCap(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	out, done := h.follow(ctx, Options{})
-	eventually(t, "a follow after one ended", func() bool { return out.String() == "a\n" })
+	testutil.Eventually(t, "a follow after one ended", func() bool { return out.String() == "a\n" })
 	cancel()
 	for _, f := range append(follows[1:], follow{out, done, cancel}) {
 		f.cancel()

@@ -47,7 +47,8 @@ var (
 )
 
 // Options select which part of a container's log is returned, as the
-// kubelet's PodLogOptions do.
+// kubelet's PodLogOptions do. The server decodes a /containerLogs query
+// into them (the one type for both).
 type Options struct {
 	// Follow keeps streaming as the log grows until the container exits
 	// (and its log is drained) or the context ends.

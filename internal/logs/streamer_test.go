@@ -9,12 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // fakeResolver knows one container, default/web/app, with a current and a
@@ -48,31 +49,15 @@ func (r *fakeResolver) Running(_ context.Context, id string) (bool, error) {
 	return r.running.Load(), nil
 }
 
-// syncBuffer is an io.Writer safe to read while the streamer writes, with
-// a Flush method as http.ResponseWriter has.
-type syncBuffer struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	flushes int
+// flushBuffer is an io.Writer safe to read while the streamer writes
+// (testutil.SyncBuffer), with a Flush method, as http.ResponseWriter has,
+// that counts its calls.
+type flushBuffer struct {
+	testutil.SyncBuffer
+	flushes atomic.Int64
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Flush() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.flushes++
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+func (b *flushBuffer) Flush() { b.flushes.Add(1) }
 
 type harness struct {
 	t   *testing.T
@@ -104,30 +89,18 @@ func (h *harness) write(path, s string) {
 }
 
 func (h *harness) logs(opts Options) (string, error) {
-	var out syncBuffer
+	var out flushBuffer
 	err := h.s.ContainerLogs(context.Background(), "default", "web", "app", opts, &out)
 	return out.String(), err
 }
 
 // follow runs ContainerLogs with Follow in the background.
-func (h *harness) follow(ctx context.Context, opts Options) (*syncBuffer, <-chan error) {
-	out := &syncBuffer{}
+func (h *harness) follow(ctx context.Context, opts Options) (*flushBuffer, <-chan error) {
+	out := &flushBuffer{}
 	done := make(chan error, 1)
 	opts.Follow = true
 	go func() { done <- h.s.ContainerLogs(ctx, "default", "web", "app", opts, out) }()
 	return out, done
-}
-
-// eventually polls cond for up to 10s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // stopAndWait marks the container exited and steps the clock until the
@@ -135,20 +108,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func (h *harness) stopAndWait(done <-chan error) error {
 	h.t.Helper()
 	h.res.running.Store(false)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(5 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatal("follow did not end after the container stopped")
-		}
-		if h.clk.HasWaiters() {
-			h.clk.Step(defaultCheckPeriod)
-		}
-	}
+	return h.await("a follow of a stopped container", done)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -285,12 +245,12 @@ func TestFollowAppendsAndCancel(t *testing.T) {
 	defer cancel()
 	out, done := h.follow(ctx, Options{Timestamps: true})
 
-	eventually(t, "first line", func() bool { return strings.Contains(out.String(), "first\n") })
+	testutil.Eventually(t, "first line", func() bool { return strings.Contains(out.String(), "first\n") })
 	h.write(h.res.path, criLine(at(1), "stdout", "P", "sec"))
 	h.write(h.res.path, "2024-01-02T03:04:07Z stdout F o") // unterminated: the rest is on its way
 	h.write(h.res.path, "nd\n")
 	want := "2024-01-02T03:04:05.000000000Z first\n2024-01-02T03:04:06.000000000Z second\n"
-	eventually(t, "appended lines", func() bool { return out.String() == want })
+	testutil.Eventually(t, "appended lines", func() bool { return out.String() == want })
 
 	cancel()
 	select {
@@ -304,9 +264,7 @@ func TestFollowAppendsAndCancel(t *testing.T) {
 	if got := out.String(); got != want {
 		t.Errorf("logs = %q, want %q", got, want)
 	}
-	out.mu.Lock()
-	defer out.mu.Unlock()
-	if out.flushes == 0 {
+	if out.flushes.Load() == 0 {
 		t.Error("output never flushed")
 	}
 }
@@ -315,7 +273,7 @@ func TestFollowEndsWhenContainerStops(t *testing.T) {
 	h := newHarness(t)
 	h.write(h.res.path, criLine(at(0), "stdout", "F", "a"))
 	out, done := h.follow(t.Context(), Options{})
-	eventually(t, "first line", func() bool { return out.String() == "a\n" })
+	testutil.Eventually(t, "first line", func() bool { return out.String() == "a\n" })
 
 	// Written just before the container exits: still in the output.
 	h.write(h.res.path, criLine(at(1), "stdout", "F", "b"))
@@ -360,7 +318,7 @@ func TestFollowLimitBytes(t *testing.T) {
 	h := newHarness(t)
 	h.write(h.res.path, criLine(at(0), "stdout", "F", "abc"))
 	out, done := h.follow(t.Context(), Options{LimitBytes: ptr[int64](6)})
-	eventually(t, "first line", func() bool { return out.String() == "abc\n" })
+	testutil.Eventually(t, "first line", func() bool { return out.String() == "abc\n" })
 	h.write(h.res.path, criLine(at(1), "stdout", "F", "defgh"))
 	select {
 	case err := <-done:
@@ -381,13 +339,13 @@ func TestFollowTruncation(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	out, _ := h.follow(ctx, Options{})
-	eventually(t, "first line", func() bool { return out.String() == "a long line before truncation\n" })
+	testutil.Eventually(t, "first line", func() bool { return out.String() == "a long line before truncation\n" })
 
 	if err := os.Truncate(h.res.path, 0); err != nil {
 		t.Fatal(err)
 	}
 	h.write(h.res.path, criLine(at(1), "stdout", "F", "new"))
-	eventually(t, "line after truncation", func() bool {
+	testutil.Eventually(t, "line after truncation", func() bool {
 		return out.String() == "a long line before truncation\nnew\n"
 	})
 }
@@ -434,7 +392,7 @@ func TestFollowRotation(t *testing.T) {
 		put(f, i)
 	}
 	out, done := h.follow(t.Context(), Options{})
-	eventually(t, "initial lines", func() bool { return strings.Contains(out.String(), msg(9)+"\n") })
+	testutil.Eventually(t, "initial lines", func() bool { return strings.Contains(out.String(), msg(9)+"\n") })
 
 	rotations := 0
 	for i := 10; i < total; i++ {
@@ -459,7 +417,7 @@ func TestFollowRotation(t *testing.T) {
 			put(f, i)
 			// A rotation takes place only after the follower caught up
 			// with the previous one.
-			eventually(t, "first line after rotation", func() bool {
+			testutil.Eventually(t, "first line after rotation", func() bool {
 				return strings.Contains(out.String(), msg(i)+"\n")
 			})
 			continue

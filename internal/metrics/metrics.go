@@ -158,75 +158,75 @@ func WithClock(clk clock.PassiveClock) Option { return func(m *Metrics) { m.clk 
 // same registry) are reused.
 func New(reg prometheus.Registerer, running func() (pods int, containersByState map[string]int), opts ...Option) *Metrics {
 	m := &Metrics{
-		PodStartDuration: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		PodStartDuration: Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: subsystem,
 			Name:      "pod_start_duration_seconds",
 			Help:      "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
 			Buckets:   podStartupBuckets,
 		})),
-		PodStartSLIDuration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		PodStartSLIDuration: Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: subsystem,
 			Name:      "pod_start_sli_duration_seconds",
 			Help:      "Duration in seconds to start a pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
 			Buckets:   podStartupBuckets,
 		}, []string{"first_with_network"})),
-		PodWorkerDuration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		PodWorkerDuration: Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: subsystem,
 			Name:      "pod_worker_duration_seconds",
 			Help:      "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
 			Buckets:   prometheus.DefBuckets,
 		}, []string{"operation_type"})),
-		PLEGRelistDuration: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		PLEGRelistDuration: Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: subsystem,
 			Name:      "pleg_relist_duration_seconds",
 			Help:      "Duration in seconds for relisting pods in PLEG.",
 			Buckets:   prometheus.DefBuckets,
 		})),
-		PLEGRelistInterval: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+		PLEGRelistInterval: Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: subsystem,
 			Name:      "pleg_relist_interval_seconds",
 			Help:      "Interval in seconds between relisting in PLEG.",
 			Buckets:   prometheus.DefBuckets,
 		})),
-		RuntimeOperations: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		RuntimeOperations: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: subsystem,
 			Name:      "runtime_operations_total",
 			Help:      "Cumulative number of runtime operations by operation type.",
 		}, []string{"operation_type"})),
-		RuntimeOperationsDuration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		RuntimeOperationsDuration: Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: subsystem,
 			Name:      "runtime_operations_duration_seconds",
 			Help:      "Duration in seconds of runtime operations. Broken down by operation type.",
 			Buckets:   prometheus.ExponentialBuckets(.005, 2.5, 14),
 		}, []string{"operation_type"})),
-		RuntimeOperationsErrors: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		RuntimeOperationsErrors: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: subsystem,
 			Name:      "runtime_operations_errors_total",
 			Help:      "Cumulative number of runtime operation errors by operation type.",
 		}, []string{"operation_type"})),
-		StartedPods: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		StartedPods: Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: subsystem,
 			Name:      "started_pods_total",
 			Help:      "Cumulative number of pods started",
 		})),
-		StartedPodsErrors: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+		StartedPodsErrors: Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: subsystem,
 			Name:      "started_pods_errors_total",
 			Help:      "Cumulative number of errors when starting pods",
 		})),
-		StartedContainers: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		StartedContainers: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: subsystem,
 			Name:      "started_containers_total",
 			Help:      "Cumulative number of containers started",
 		}, []string{"container_type"})),
-		StartedContainersErrors: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		StartedContainersErrors: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: subsystem,
 			Name:      "started_containers_errors_total",
 			Help:      "Cumulative number of errors when starting containers",
 		}, []string{"container_type", "code"})),
 		clk: clock.RealClock{},
 	}
-	rc := register(reg, &runningCollector{
+	rc := Register(reg, &runningCollector{
 		running: running,
 		pods: prometheus.NewGauge(prometheus.GaugeOpts{
 			Subsystem: subsystem,
@@ -322,9 +322,12 @@ func (c *runningCollector) Collect(ch chan<- prometheus.Metric) {
 	c.containers.Collect(ch)
 }
 
-// register registers c on reg and returns it, or the collector reg
-// already holds in its place.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+// Register registers c on reg and returns it, or the collector of the same
+// type reg already holds in its place, so that a component constructed
+// twice on one registry shares its metrics. A nil reg leaves c
+// unregistered. It panics on a clash with a different collector: that is a
+// programming error. The prober registers its metrics with it too.
+func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	if reg == nil {
 		return c
 	}

@@ -254,3 +254,24 @@ func TestObservePodWorkerLabelsByReason(t *testing.T) {
 		}
 	}
 }
+
+func TestRegister(t *testing.T) {
+	opts := prometheus.CounterOpts{Name: "nodelet_test_total", Help: "A test counter."}
+	first := prometheus.NewCounter(opts)
+	if got := Register(nil, first); got != first {
+		t.Error("Register(nil) did not return its collector")
+	}
+	reg := prometheus.NewRegistry()
+	if got := Register(reg, first); got != first {
+		t.Error("first Register did not return its collector")
+	}
+	if got := Register(reg, prometheus.NewCounter(opts)); got != first {
+		t.Error("second Register of the same metric did not return the first collector")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a clashing metric of another type did not panic")
+		}
+	}()
+	Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodelet_test_total", Help: "A test counter."}))
+}

@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // planContainers plans the app containers of an initialized pod, from the
@@ -14,8 +15,10 @@ import (
 //	none             start
 //	running          kill and restart if its spec changed (any policy);
 //	                 kill if a liveness or startup probe failed, restart
-//	                 unless restartPolicy Never; else keep
-//	exited           restart if the policy says so (restartAfterExit),
+//	                 unless its restartPolicy (else the pod's) is Never;
+//	                 else keep
+//	exited           restart if podspec.ShouldRestart says so (the
+//	                 container's restart rules and policy, else the pod's),
 //	                 after the crash-loop back-off
 //	created/unknown  kill and start again
 //
@@ -35,11 +38,11 @@ func (p *planner) planContainers() (completed bool) {
 			k, r := p.planRunning(i, inst)
 			keep, pending = keep+k, pending+r
 		case inst.State == observed.ContainerExited:
-			if restartAfterExit(p.restartPolicy(), inst.ExitCode) {
-				p.start(appContainer, i, exitedWhy(inst, p.restartPolicy()))
+			if podspec.ShouldRestart(p.pod, c, inst.ExitCode) {
+				p.start(appContainer, i, p.exitedWhy(c, inst))
 				pending++
 			} else {
-				p.reason("not restarting container %s: %s", c.Name, exitedWhy(inst, p.restartPolicy()))
+				p.reason("not restarting container %s: %s", c.Name, p.exitedWhy(c, inst))
 			}
 		default:
 			p.killUnknown(inst)
@@ -68,7 +71,7 @@ func (p *planner) planRunning(idx int, inst *observed.Container) (keep, pending 
 	if !failed {
 		return 1, 0
 	}
-	restart := p.restartPolicy() != v1.RestartPolicyNever
+	restart := podspec.ShouldRestartAfterKill(p.pod, c)
 	p.probeKill(c, inst, f, restart)
 	if !restart {
 		return 0, 0
@@ -77,17 +80,12 @@ func (p *planner) planRunning(idx int, inst *observed.Container) (keep, pending 
 	return 0, 1
 }
 
-// restartAfterExit is the restart policy applied to an exited container.
-func restartAfterExit(policy v1.RestartPolicy, exitCode int32) bool {
-	switch policy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return exitCode != 0
+// exitedWhy says why an exited instance of c is restarted or not: the
+// restart rule that matched its exit code, else the restart policy that
+// applies to it.
+func (p *planner) exitedWhy(c *v1.Container, inst *observed.Container) string {
+	if r, ok := podspec.MatchingRestartRule(c, inst.ExitCode); ok && c.RestartPolicy != nil {
+		return fmt.Sprintf("exited with code %d, restart rule %s exit code %s %v", inst.ExitCode, r.Action, r.ExitCodes.Operator, r.ExitCodes.Values)
 	}
-	return true
-}
-
-func exitedWhy(inst *observed.Container, policy v1.RestartPolicy) string {
-	return fmt.Sprintf("exited with code %d, restartPolicy=%s", inst.ExitCode, policy)
+	return fmt.Sprintf("exited with code %d, restartPolicy=%s", inst.ExitCode, podspec.EffectiveRestartPolicy(p.pod, c))
 }

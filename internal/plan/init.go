@@ -1,16 +1,9 @@
 package plan
 
 import (
-	v1 "k8s.io/api/core/v1"
-
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
-
-// isSidecar reports whether an init container is a sidecar (a restartable
-// init container: restartPolicy Always).
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
-}
 
 // planInit plans the init containers in the current sandbox and reports
 // whether the pod is initialized there. Only instances in this sandbox
@@ -26,9 +19,11 @@ func isSidecar(c *v1.Container) bool {
 //	                                 (returned in upkeep, planned by the
 //	                                 caller unless the pod stops)
 //	  regular                        missing → start; running → wait;
-//	                                 exited 0 → next; failed → restart, or
-//	                                 PodFailed under restartPolicy Never;
+//	                                 exited 0 → next; failed → restart if
+//	                                 podspec.ShouldRestart, else PodFailed;
 //	                                 created/unknown → kill and restart
+//	                                 unless its restartPolicy (else the
+//	                                 pod's) is Never, else PodFailed
 //	  sidecar                        running, past its startup probe → next;
 //	                                 otherwise (re)start it and wait
 func (p *planner) planInit(sandboxID string) (initialized bool, upkeep []int) {
@@ -48,10 +43,10 @@ func (p *planner) planInit(sandboxID string) (initialized bool, upkeep []int) {
 		inst := p.newestIn(c.Name, sandboxID)
 		switch {
 		case i < latest:
-			if isSidecar(c) {
+			if podspec.IsSidecar(c) {
 				upkeep = append(upkeep, i)
 			}
-		case isSidecar(c):
+		case podspec.IsSidecar(c):
 			if !p.planSidecar(i, inst, false) {
 				return false, upkeep
 			}
@@ -92,12 +87,16 @@ func (p *planner) planRegularInit(idx int, inst *observed.Container) bool {
 		p.reason("wait for init container %s: running", c.Name)
 	case inst.State == observed.ContainerExited && inst.ExitCode == 0:
 		return true
-	case inst.State == observed.ContainerExited && p.restartPolicy() == v1.RestartPolicyNever:
+	case inst.State == observed.ContainerExited && !podspec.ShouldRestart(p.pod, c, inst.ExitCode):
 		p.a.PodFailed = true
 		p.a.Failure = initContainerFailed
-		p.reason("pod failed: init container %s exited with code %d and restartPolicy=Never", c.Name, inst.ExitCode)
+		p.reason("pod failed: init container %s %s", c.Name, p.exitedWhy(c, inst))
 	case inst.State == observed.ContainerExited:
-		p.start(initContainer, idx, exitedWhy(inst, p.restartPolicy()))
+		p.start(initContainer, idx, p.exitedWhy(c, inst))
+	case inst.State != observed.ContainerCreated && !podspec.ShouldRestartAfterKill(p.pod, c):
+		p.a.PodFailed = true
+		p.a.Failure = initContainerFailed
+		p.reason("pod failed: init container %s is in %q state and restartPolicy=%s", c.Name, inst.State.String(), podspec.EffectiveRestartPolicy(p.pod, c))
 	default:
 		p.killUnknown(inst)
 		p.start(initContainer, idx, "previous instance in \""+inst.State.String()+"\" state")
@@ -140,7 +139,7 @@ func (p *planner) planSidecar(idx int, inst *observed.Container, settled bool) b
 		}
 		return true
 	case observed.ContainerExited:
-		p.start(initContainer, idx, exitedWhy(inst, v1.RestartPolicyAlways)+" (sidecar)")
+		p.start(initContainer, idx, p.exitedWhy(c, inst)+" (sidecar)")
 	default:
 		p.killUnknown(inst)
 		p.start(initContainer, idx, "previous instance in \""+inst.State.String()+"\" state")

@@ -10,6 +10,8 @@ package plan_test
 //	    [sidecars=(a,...)] [startup=(a,...)] [liveness=(app,...)]
 //	    [probegrace=SECONDS] [grace=SECONDS] [hostNetwork]
 //	    [deadline=SECONDS started=DURATION]
+//	    [policy=(NAME:Always|OnFailure|Never,...)]
+//	    [rules=(NAME:In|NotIn:CODE+CODE...,...)]
 //	sandbox [id=s1] ready|notready [attempt=N] [hostNetwork] [noip]
 //	    [hash=ok|old|changed|none]
 //	container NAME running|exited|created|unknown [code=N] [restarts=N]
@@ -18,7 +20,9 @@ package plan_test
 //
 // sidecars are init containers with restartPolicy Always; startup and
 // liveness give containers those probes, probegrace their probe-level
-// terminationGracePeriodSeconds. Sandbox and container lines are newest
+// terminationGracePeriodSeconds. policy gives a container its own
+// restartPolicy, rules one restartPolicyRule with action Restart on the
+// exit codes In or NotIn the list (one rules entry per container). Sandbox and container lines are newest
 // first, as in observed.PodStatus; a container is in the first (newest)
 // sandbox unless sandbox= says otherwise. Its ID is NAME.K, K counting
 // earlier lines of the same name (so NAME.0 is the newest). ran is how long
@@ -225,6 +229,24 @@ func parsePod(a args) (*v1.Pod, error) {
 		}
 		if contains(a.list("liveness"), name) {
 			c.LivenessProbe = probe()
+		}
+		for _, e := range a.list("policy") {
+			if n, policy, _ := strings.Cut(e, ":"); n == name {
+				c.RestartPolicy = ptr.To(v1.ContainerRestartPolicy(policy))
+			}
+		}
+		for _, e := range a.list("rules") {
+			if f := strings.Split(e, ":"); len(f) == 3 && f[0] == name {
+				var codes []int32
+				for _, v := range strings.Split(f[2], "+") {
+					n, _ := strconv.Atoi(v)
+					codes = append(codes, int32(n))
+				}
+				c.RestartPolicyRules = append(c.RestartPolicyRules, v1.ContainerRestartRule{
+					Action:    v1.ContainerRestartRuleActionRestart,
+					ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOperator(f[1]), Values: codes},
+				})
+			}
 		}
 		return c
 	}

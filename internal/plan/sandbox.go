@@ -99,10 +99,20 @@ func (p *planner) runInNewSandbox(c *v1.Container) (string, bool) {
 		return "not created yet", true
 	case p.restartPolicy() == v1.RestartPolicyNever:
 		return "it has run and restartPolicy=Never", false
-	case p.restartPolicy() == v1.RestartPolicyOnFailure && prev.State == observed.ContainerExited && prev.ExitCode == 0:
+	case runsOnce(p.pod, c) && prev.State == observed.ContainerExited && prev.ExitCode == 0:
 		return "it succeeded and restartPolicy=OnFailure", false
 	}
 	return "restarting in the new sandbox", true
+}
+
+// runsOnce reports whether c, once it succeeded, is not run again in a new
+// sandbox: its own restartPolicy is OnFailure, or it has none and the pod's
+// is (the kubelet's computePodActions; its own Never does not count there).
+func runsOnce(pod *v1.Pod, c *v1.Container) bool {
+	if c.RestartPolicy != nil {
+		return *c.RestartPolicy == v1.ContainerRestartPolicyOnFailure
+	}
+	return pod.Spec.RestartPolicy == v1.RestartPolicyOnFailure
 }
 
 // finished reports whether the pod is done and must not get a new sandbox.

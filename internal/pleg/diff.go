@@ -1,9 +1,9 @@
 // Package pleg is beside the pipeline: the pod lifecycle event generator.
 // It relists the runtime's pods periodically (through a Lister implemented
 // over CRI elsewhere), diffs each snapshot against the previous one into
-// container events for the sync loop, keeps the newest observed status of
-// every pod in a Cache that pod workers read, and reports its own health
-// the way the kubelet's GenericPLEG does.
+// container events for the sync loop, and reports its own health the way
+// the kubelet's GenericPLEG does. Where the runtime streams container
+// events (EventWatcher), a relist follows each event at once.
 package pleg
 
 import (

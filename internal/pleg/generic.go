@@ -33,8 +33,8 @@ type Lister interface {
 }
 
 // Generic is a relisting PLEG: every period it lists all pods, diffs the
-// result against the previous successful listing, updates the Cache and
-// sends the events on Events.
+// result against the previous successful listing and sends the events on
+// Events.
 //
 // Like the kubelet's GenericPLEG it assumes a container is not created,
 // stopped and removed within one relist period; such a container produces
@@ -44,7 +44,6 @@ type Generic struct {
 	period time.Duration
 	clk    clock.WithTicker
 	log    *slog.Logger
-	cache  *Cache
 
 	// RelistObserver, when set, is called after every relist, successful
 	// or not, with its duration (for kubelet_pleg_relist_duration_seconds).
@@ -81,7 +80,6 @@ func newGeneric(lister Lister, period time.Duration, clk clock.WithTicker, log *
 		period: period,
 		clk:    clk,
 		log:    log,
-		cache:  newCache(),
 		events: make(chan Event, capacity),
 		last:   map[types.UID]*observed.PodStatus{},
 	}
@@ -90,9 +88,6 @@ func newGeneric(lister Lister, period time.Duration, clk clock.WithTicker, log *
 // Events returns the channel of lifecycle events. ContainerChanged events
 // are not sent. The channel is never closed.
 func (g *Generic) Events() <-chan Event { return g.events }
-
-// Cache returns the status cache the relists fill.
-func (g *Generic) Cache() *Cache { return g.cache }
 
 // Dropped returns how many events were dropped because Events was full.
 func (g *Generic) Dropped() uint64 { return g.dropped.Load() }
@@ -116,8 +111,8 @@ func (g *Generic) Run(ctx context.Context) {
 	}
 }
 
-// Relist lists the pods once, updates the cache and sends the events.
-// On error nothing changes: the old snapshot and cache stay, no event is
+// Relist lists the pods once and sends the events. On error nothing
+// changes: the old snapshot stays, no event is
 // sent, LastRelist does not advance. Relists are serialised.
 func (g *Generic) Relist(ctx context.Context) error {
 	g.relistMu.Lock()
@@ -138,9 +133,6 @@ func (g *Generic) Relist(ctx context.Context) error {
 
 	events := Diff(g.last, pods)
 	g.last = pods
-	// The cache first: whoever reacts to an event reads a status at least
-	// as new as the event.
-	g.cache.set(pods, start)
 	g.lastRelist.Store(&start)
 
 	var dropped int

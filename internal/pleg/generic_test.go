@@ -138,9 +138,6 @@ func TestRelistErrorKeepsSnapshot(t *testing.T) {
 	if !g.LastRelist().Equal(t0) {
 		t.Errorf("LastRelist = %v, want the last success %v", g.LastRelist(), t0)
 	}
-	if s, at, ok := g.Cache().Get("a"); !ok || s != a || !at.Equal(t0) {
-		t.Errorf("Cache.Get = %v, %v, %v; want the old status at %v", s, at, ok, t0)
-	}
 
 	// The next success diffs against the snapshot before the failure.
 	l.set(snapshot(podOf("a", ctr("c", exited))), nil)
@@ -201,64 +198,6 @@ func TestHealthy(t *testing.T) {
 	}
 }
 
-func TestWaitNewer(t *testing.T) {
-	clk := clocktesting.NewFakeClock(t0)
-	l := &fakeLister{}
-	l.set(snapshot(podOf("a", ctr("c", running))), nil)
-	g := New(l, time.Second, clk, testLogger(t))
-	c := g.Cache()
-	mustRelist(t, g) // at t0
-
-	// Already newer: returns at once.
-	s, err := c.WaitNewer(t.Context(), "a", t0.Add(-time.Nanosecond))
-	if err != nil || len(s.Containers) != 1 || s.Containers[0].State != running {
-		t.Fatalf("WaitNewer(before t0) = %v, %v", s, err)
-	}
-
-	type result struct {
-		s   *observed.PodStatus
-		err error
-	}
-	// Unbuffered is enough: the test always receives.
-	got := make(chan result)
-	go func() {
-		s, err := c.WaitNewer(t.Context(), "a", t0)
-		got <- result{s, err}
-	}()
-
-	// A relist that starts at t0 is not newer than t0.
-	l.set(snapshot(podOf("a", ctr("c", exited))), nil)
-	mustRelist(t, g)
-	select {
-	case r := <-got:
-		t.Fatalf("WaitNewer(t0) returned after a relist at t0: %v, %v", r.s, r.err)
-	default:
-	}
-
-	clk.Step(time.Second)
-	mustRelist(t, g)
-	r := recv(t, got)
-	if r.err != nil || r.s.Containers[0].State != exited {
-		t.Fatalf("WaitNewer(t0) after the next relist = %v, %v; want the exited container", r.s, r.err)
-	}
-
-	// A pod the relist did not see is an empty status.
-	s, err = c.WaitNewer(t.Context(), "gone", t0)
-	if err != nil || s.UID != "gone" || len(s.Containers)+len(s.Sandboxes) != 0 {
-		t.Errorf("WaitNewer(unknown pod) = %+v, %v; want an empty status", s, err)
-	}
-	if _, _, ok := c.Get("gone"); ok {
-		t.Error("Get(unknown pod) ok")
-	}
-
-	// The context ends the wait.
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	if _, err := c.WaitNewer(ctx, "a", clk.Now()); !errors.Is(err, context.Canceled) {
-		t.Errorf("WaitNewer(cancelled) error = %v, want context.Canceled", err)
-	}
-}
-
 func TestEventsFullDropsAndCounts(t *testing.T) {
 	l := &fakeLister{}
 	l.set(snapshot(podOf("a", ctr("c1", running), ctr("c2", running), ctr("c3", running))), nil)
@@ -282,9 +221,6 @@ func TestChangedIsNotSent(t *testing.T) {
 	mustRelist(t, g)
 	if got := drain(g); got != nil {
 		t.Errorf("events = %v, want none (ContainerChanged is filtered)", got)
-	}
-	if s, _, ok := g.Cache().Get("a"); !ok || s.Containers[0].State != created {
-		t.Errorf("cache = %v, %v; want the created container", s, ok)
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodelet/nodelet/internal/status"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // ErrCgroupV2 is returned by every Manager method on a host whose cgroup
@@ -153,7 +153,7 @@ func (m *Manager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error) {
 			return "", err
 		}
 	}
-	qos := status.QOSClass(pod)
+	qos := podspec.QOSClass(pod)
 	rel := podDir(m.top, qos, pod.UID)
 	created := false
 	for _, h := range m.hierarchies {
@@ -203,7 +203,7 @@ func (m *Manager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error) {
 // CgroupParent is the cgroup parent of the pod's sandbox, as EnsurePod
 // creates it ("/kubepods/burstable/pod<uid>").
 func (m *Manager) CgroupParent(pod *v1.Pod) string {
-	return cgroupfsName(m.top, status.QOSClass(pod), pod.UID)
+	return cgroupfsName(m.top, podspec.QOSClass(pod), pod.UID)
 }
 
 // RemovePod removes the pod's cgroup, with whatever the runtime left under

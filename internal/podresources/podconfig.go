@@ -3,7 +3,7 @@ package podresources
 import (
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/internal/status"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // PodCgroupConfig is what the pod's cgroup enforces, as the kubelet's
@@ -28,7 +28,7 @@ type PodCgroupConfig struct {
 // and sidecars and the largest init container (with the sidecars started
 // before it), plus the pod overhead; pod-level resources, when set, win.
 func PodConfig(pod *v1.Pod) PodCgroupConfig {
-	qos := status.QOSClass(pod)
+	qos := podspec.QOSClass(pod)
 	if qos == v1.PodQOSBestEffort {
 		return PodCgroupConfig{CPUShares: MinShares}
 	}
@@ -131,7 +131,7 @@ func aggregate(pod *v1.Pod, get func(*v1.Container) amounts, seen func(amounts))
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		a := get(c)
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+		if podspec.IsSidecar(c) {
 			running = running.plus(a)
 			sidecars = sidecars.plus(a)
 			a = sidecars

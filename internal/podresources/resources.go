@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/status"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // The kernel's and the kubelet's CFS constants.
@@ -132,7 +132,7 @@ func OOMScoreAdj(pod *v1.Pod, c *v1.Container, nodeMemoryCapacity int64) int64 {
 	if isNodeCritical(pod) {
 		return GuaranteedOOMScoreAdj
 	}
-	switch status.QOSClass(pod) {
+	switch podspec.QOSClass(pod) {
 	case v1.PodQOSGuaranteed:
 		return GuaranteedOOMScoreAdj
 	case v1.PodQOSBestEffort:
@@ -167,7 +167,7 @@ func burstableScore(memoryRequest, capacity int64) int64 {
 
 // isSidecar tells whether c is one of pod's restartable init containers.
 func isSidecar(pod *v1.Pod, c *v1.Container) bool {
-	if c.RestartPolicy == nil || *c.RestartPolicy != v1.ContainerRestartPolicyAlways {
+	if !podspec.IsSidecar(c) {
 		return false
 	}
 	for i := range pod.Spec.InitContainers {
@@ -213,7 +213,7 @@ func isNodeCritical(pod *v1.Pod) bool {
 // "/kubepods/burstable/pod<uid>" and "/kubepods/besteffort/pod<uid>" for the
 // others. It is the PodSandboxConfig's linux.cgroup_parent.
 func CgroupParent(pod *v1.Pod) string {
-	return cgroupfsName(defaultTopCgroupName, status.QOSClass(pod), pod.UID)
+	return cgroupfsName(defaultTopCgroupName, podspec.QOSClass(pod), pod.UID)
 }
 
 // cgroupfsName is "/<top>[/<tier>]/pod<uid>".

@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/plan"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // PodLogDir is the CRI log directory of a pod:
@@ -22,16 +23,12 @@ func podLabels(pod *v1.Pod) map[string]string {
 	for k, v := range pod.Labels {
 		labels[k] = v
 	}
-	labels[LabelPodName] = pod.Name
-	labels[LabelPodNamespace] = pod.Namespace
-	labels[LabelPodUID] = string(pod.UID)
-	labels[LabelManagedBy] = managedByValue
+	labels[podspec.LabelPodName] = pod.Name
+	labels[podspec.LabelPodNamespace] = pod.Namespace
+	labels[podspec.LabelPodUID] = string(pod.UID)
+	labels[podspec.LabelManagedBy] = podspec.ManagedByValue
 	return labels
 }
-
-// annotationHostNetwork records on the sandbox whether it was created in the
-// node's network namespace, so a change of hostNetwork is detected.
-const annotationHostNetwork = "nodelet.io/host-network"
 
 // sandboxNet is what the sandbox config needs beyond the pod spec:
 // hostname and DNS, cgroup parent, security context and sysctls.
@@ -54,8 +51,8 @@ func sandboxConfig(pod *v1.Pod, podLogsDir string, attempt uint32, net sandboxNe
 	for k, v := range pod.Annotations {
 		annotations[k] = v
 	}
-	annotations[AnnotationSandboxHash] = plan.SandboxHash(pod)
-	annotations[annotationHostNetwork] = strconv.FormatBool(pod.Spec.HostNetwork)
+	annotations[podspec.AnnotationSandboxHash] = plan.SandboxHash(pod)
+	annotations[podspec.AnnotationHostNetwork] = strconv.FormatBool(pod.Spec.HostNetwork)
 	return &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{
 			Name: pod.Name, Namespace: pod.Namespace, Uid: string(pod.UID), Attempt: attempt,
@@ -110,19 +107,19 @@ type containerExtras struct {
 
 func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount, backoffStep int, extras containerExtras) *runtimeapi.ContainerConfig {
 	labels := map[string]string{
-		LabelPodName:       pod.Name,
-		LabelPodNamespace:  pod.Namespace,
-		LabelPodUID:        string(pod.UID),
-		LabelContainerName: c.Name,
-		LabelManagedBy:     managedByValue,
+		podspec.LabelPodName:       pod.Name,
+		podspec.LabelPodNamespace:  pod.Namespace,
+		podspec.LabelPodUID:        string(pod.UID),
+		podspec.LabelContainerName: c.Name,
+		podspec.LabelManagedBy:     podspec.ManagedByValue,
 	}
 	annotations := map[string]string{
-		AnnotationRestartCount:  strconv.Itoa(restartCount),
-		AnnotationContainerHash: plan.ContainerHash(c),
-		AnnotationBackoffStep:   strconv.Itoa(backoffStep),
+		podspec.AnnotationRestartCount:  strconv.Itoa(restartCount),
+		podspec.AnnotationContainerHash: plan.ContainerHash(c),
+		podspec.AnnotationBackoffStep:   strconv.Itoa(backoffStep),
 	}
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		annotations[AnnotationGracePeriod] = strconv.FormatInt(*g, 10)
+		annotations[podspec.AnnotationGracePeriod] = strconv.FormatInt(*g, 10)
 	}
 	return &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},

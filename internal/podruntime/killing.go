@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/plan"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // minGracePeriod is the least a container gets after its preStop hook, as
@@ -45,7 +46,7 @@ func splitKills(pod *v1.Pod, kills []plan.Kill) (regular, sidecars []plan.Kill) 
 	order := map[string]int{}
 	if pod != nil {
 		for i, c := range pod.Spec.InitContainers {
-			if isSidecar(&c) {
+			if podspec.IsSidecar(&c) {
 				order[c.Name] = i + 1
 			}
 		}
@@ -69,10 +70,6 @@ func sortByOrder(kills []plan.Kill, order map[string]int) {
 			kills[j], kills[j-1] = kills[j-1], kills[j]
 		}
 	}
-}
-
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 // killContainer runs the container's preStop hook, then stops it with what

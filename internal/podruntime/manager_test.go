@@ -14,6 +14,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/securitycontext"
@@ -104,9 +105,9 @@ func TestSyncPodCreatesSandboxAndContainers(t *testing.T) {
 		t.Errorf("image calls = %s", got)
 	}
 	app := containerByName(f, "app")
-	if app.Labels[LabelPodUID] != "uid-1" || app.Labels[LabelManagedBy] != managedByValue ||
-		app.Annotations[AnnotationGracePeriod] != "5" || app.Annotations[AnnotationRestartCount] != "0" ||
-		!strings.HasPrefix(app.Annotations[AnnotationContainerHash], "v1:") {
+	if app.Labels[podspec.LabelPodUID] != "uid-1" || app.Labels[podspec.LabelManagedBy] != podspec.ManagedByValue ||
+		app.Annotations[podspec.AnnotationGracePeriod] != "5" || app.Annotations[podspec.AnnotationRestartCount] != "0" ||
+		!strings.HasPrefix(app.Annotations[podspec.AnnotationContainerHash], "v1:") {
 		t.Errorf("app labels %v annotations %v", app.Labels, app.Annotations)
 	}
 	if st.Phase != v1.PodRunning || len(st.ContainerStatuses) != 2 {
@@ -159,7 +160,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 		t.Fatalf("restart calls = %s", got)
 	}
 	second := containerByName(f, "app")
-	if second.Annotations[AnnotationRestartCount] != "1" || second.LogPath != "" && !strings.HasSuffix(second.LogPath, "1.log") {
+	if second.Annotations[podspec.AnnotationRestartCount] != "1" || second.LogPath != "" && !strings.HasSuffix(second.LogPath, "1.log") {
 		t.Errorf("restarted instance annotations %v log %q", second.Annotations, second.LogPath)
 	}
 	exit()

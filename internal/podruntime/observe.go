@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // Observe asks the runtime everything about one pod: its sandboxes (with
@@ -19,7 +20,7 @@ import (
 // details. Missing objects (removed between the list and the status call)
 // are skipped.
 func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace string) (*observed.PodStatus, error) {
-	selector := map[string]string{LabelPodUID: string(uid), LabelManagedBy: managedByValue}
+	selector := map[string]string{podspec.LabelPodUID: string(uid), podspec.LabelManagedBy: podspec.ManagedByValue}
 	sandboxes, err := m.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes of pod %s/%s: %w", namespace, name, err)
@@ -55,7 +56,7 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 // ListPods is the PLEG's relist: every pod nodelet owns, from two list
 // calls (no per-container status calls), with container states only.
 func (m *Manager) ListPods(ctx context.Context) (map[types.UID]*observed.PodStatus, error) {
-	selector := map[string]string{LabelManagedBy: managedByValue}
+	selector := podspec.ManagedSelector()
 	sandboxes, err := m.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
@@ -66,9 +67,9 @@ func (m *Manager) ListPods(ctx context.Context) (map[types.UID]*observed.PodStat
 	}
 	pods := map[types.UID]*observed.PodStatus{}
 	pod := func(labels map[string]string) *observed.PodStatus {
-		uid := types.UID(labels[LabelPodUID])
+		uid := types.UID(labels[podspec.LabelPodUID])
 		if pods[uid] == nil {
-			pods[uid] = &observed.PodStatus{UID: uid, Name: labels[LabelPodName], Namespace: labels[LabelPodNamespace]}
+			pods[uid] = &observed.PodStatus{UID: uid, Name: labels[podspec.LabelPodName], Namespace: labels[podspec.LabelPodNamespace]}
 		}
 		return pods[uid]
 	}
@@ -136,24 +137,24 @@ func toSandbox(s *runtimeapi.PodSandbox) observed.Sandbox {
 		State:       state,
 		Attempt:     s.GetMetadata().GetAttempt(),
 		CreatedAt:   nanos(s.CreatedAt),
-		NetworkNode: s.Annotations[annotationHostNetwork] == "true",
-		Hash:        s.Annotations[AnnotationSandboxHash],
+		NetworkNode: s.Annotations[podspec.AnnotationHostNetwork] == "true",
+		Hash:        s.Annotations[podspec.AnnotationSandboxHash],
 	}
 }
 
 func toContainer(c *runtimeapi.Container) observed.Container {
 	return observed.Container{
 		ID:           c.Id,
-		Name:         c.Labels[LabelContainerName],
+		Name:         c.Labels[podspec.LabelContainerName],
 		SandboxID:    c.PodSandboxId,
 		State:        toState(c.State),
 		CreatedAt:    nanos(c.CreatedAt),
 		Image:        c.GetImage().GetUserSpecifiedImage(),
 		ImageRef:     c.ImageRef,
-		RestartCount: atoi(c.Annotations[AnnotationRestartCount]),
-		Hash:         c.Annotations[AnnotationContainerHash],
-		BackoffStep:  atoi(c.Annotations[AnnotationBackoffStep]),
-		GracePeriod:  time.Duration(atoi(c.Annotations[AnnotationGracePeriod])) * time.Second,
+		RestartCount: atoi(c.Annotations[podspec.AnnotationRestartCount]),
+		Hash:         c.Annotations[podspec.AnnotationContainerHash],
+		BackoffStep:  atoi(c.Annotations[podspec.AnnotationBackoffStep]),
+		GracePeriod:  time.Duration(atoi(c.Annotations[podspec.AnnotationGracePeriod])) * time.Second,
 	}
 }
 

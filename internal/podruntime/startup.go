@@ -4,6 +4,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // The start-up steps of a pod that no kubelet event marks are recorded as
@@ -77,7 +78,7 @@ func (m *Manager) initContainersDone(pod *v1.Pod, s *startup, obs *observed.PodS
 		return
 	}
 	for _, c := range pod.Spec.InitContainers {
-		if s.initDone[c.Name] || (c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways) {
+		if s.initDone[c.Name] || podspec.IsSidecar(&c) {
 			continue
 		}
 		if n := obs.Newest(c.Name); n != nil && n.State == observed.ContainerExited && n.ExitCode == 0 {

@@ -1,7 +1,6 @@
 package podsource
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
 	"sync"
@@ -10,6 +9,8 @@ import (
 
 	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // waitLimit bounds every wait on a real event (fsnotify, HTTP); reaching it
@@ -65,23 +66,12 @@ func (c *counter) get(reason string) int {
 }
 
 // logBuffer collects log lines; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuffer struct{ testutil.SyncBuffer }
 
 // lines returns the logged lines containing all of the given strings.
 func (b *logBuffer) lines(all ...string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []string
-	for line := range strings.SplitSeq(b.buf.String(), "\n") {
+	for line := range strings.SplitSeq(b.String(), "\n") {
 		ok := line != ""
 		for _, s := range all {
 			ok = ok && strings.Contains(line, s)

@@ -96,8 +96,8 @@ func (v *View) RunningPods(ctx context.Context) ([]*v1.Pod, error) {
 // server's classes.
 type Logs struct{ Streamer *logs.Streamer }
 
-func (l Logs) ContainerLogs(ctx context.Context, namespace, pod, container string, opts server.LogOptions, w io.Writer) error {
-	err := l.Streamer.ContainerLogs(ctx, namespace, pod, container, logs.Options(opts), w)
+func (l Logs) ContainerLogs(ctx context.Context, namespace, pod, container string, opts logs.Options, w io.Writer) error {
+	err := l.Streamer.ContainerLogs(ctx, namespace, pod, container, opts, w)
 	switch {
 	case errors.Is(err, logs.ErrNotFound):
 		return fmt.Errorf("%w: %w", server.ErrNotFound, err)

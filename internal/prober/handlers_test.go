@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodelet/nodelet/internal/httpget"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/httpget"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // seen keeps the last request a test server got.
@@ -392,7 +393,7 @@ func TestManagerHTTPProbe(t *testing.T) {
 		t.Fatal("want an update for pod a")
 	}
 	// The new instance and its first success may be announced as one.
-	eventually(t, "readiness", func() bool { ready, _ := h.m.Ready("id1"); return ready })
+	testutil.Eventually(t, "readiness", func() bool { ready, _ := h.m.Ready("id1"); return ready })
 	if r := last.get(); r == nil || r.URL.Path != "/ok" {
 		t.Fatalf("server saw %v", r)
 	}

@@ -3,7 +3,6 @@ package prober
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // wait bounds how long a test waits for something that should happen at
@@ -104,7 +105,7 @@ func newHarness(t *testing.T) *harness {
 	go func() { defer close(done); h.m.Run(ctx) }()
 	h.stop = func() { cancel(); <-done }
 	t.Cleanup(h.stop)
-	eventually(t, "Run to start", func() bool {
+	testutil.Eventually(t, "Run to start", func() bool {
 		h.m.mu.Lock()
 		defer h.m.mu.Unlock()
 		return h.m.ctx != nil
@@ -112,23 +113,11 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
-// eventually waits until cond holds.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
-	}
-}
-
 // settle waits until every started worker has decided and waits on its
 // timer or for a wake: no probe runs, the next one needs the clock.
 func (h *harness) settle() {
 	h.t.Helper()
-	eventually(h.t, "workers to settle", func() bool {
+	testutil.Eventually(h.t, "workers to settle", func() bool {
 		h.m.mu.Lock()
 		defer h.m.mu.Unlock()
 		for _, p := range h.m.pods {
@@ -200,7 +189,7 @@ func (h *harness) update() types.UID {
 func (h *harness) noUpdate() {
 	h.t.Helper()
 	h.settle()
-	eventually(h.t, "no pending update", func() bool {
+	testutil.Eventually(h.t, "no pending update", func() bool {
 		select {
 		case uid := <-h.m.Updates():
 			h.t.Fatalf("unexpected update for %s", uid)

@@ -11,6 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // ExecRunner runs a command in a container and waits for it; *cri.Client
@@ -70,7 +72,7 @@ type Manager struct {
 	clock    clock.WithTicker
 	log      *slog.Logger
 	recorder EventRecorder
-	metrics  *metrics
+	metrics  *probeMetrics
 
 	// updates is unbuffered: changes wait in pending (one entry per pod,
 	// FIFO) and Run hands them over one by one. A worker therefore never
@@ -249,7 +251,7 @@ func (m *Manager) AddPod(pod *v1.Pod) {
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		add(c, c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways)
+		add(c, podspec.IsSidecar(c))
 	}
 	for i := range pod.Spec.Containers {
 		add(&pod.Spec.Containers[i], true)

@@ -1,10 +1,11 @@
 package prober
 
 import (
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodelet/nodelet/internal/metrics"
 )
 
 // Result label values of prober_probe_total, the kubelet's.
@@ -14,8 +15,8 @@ const (
 	metricUnknown    = "unknown" // the probe could not be run (errored)
 )
 
-// metrics are the kubelet's probe metrics (its /metrics/probes).
-type metrics struct {
+// probeMetrics are the kubelet's probe metrics (its /metrics/probes).
+type probeMetrics struct {
 	total    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
@@ -28,14 +29,14 @@ type workerLabels struct {
 // newMetrics creates the metrics and registers them in reg; metrics already
 // registered there by an earlier Manager are reused. A nil reg leaves them
 // unregistered.
-func newMetrics(reg prometheus.Registerer) *metrics {
-	return &metrics{
-		total: register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+func newMetrics(reg prometheus.Registerer) *probeMetrics {
+	return &probeMetrics{
+		total: metrics.Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: "prober",
 			Name:      "probe_total",
 			Help:      "Cumulative number of a liveness, readiness or startup probe for a container by result.",
 		}, []string{"probe_type", "result", "container", "pod", "namespace", "pod_uid"})),
-		duration: register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		duration: metrics.Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: "prober",
 			Name:      "probe_duration_seconds",
 			Help:      "Duration in seconds for a probe response.",
@@ -44,28 +45,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 }
 
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if reg == nil {
-		return c
-	}
-	if err := reg.Register(c); err != nil {
-		are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
-		if !ok {
-			// Only a programming error (a clashing metric) gets here.
-			panic("prober: register metrics: " + err.Error())
-		}
-		existing, same := are.ExistingCollector.(C)
-		if !same {
-			panic("prober: register metrics: " + err.Error())
-		}
-		return existing
-	}
-	return c
-}
-
 // observe counts one probe run; its duration is observed for successes and
 // errors, not failures (which are often timeouts), as the kubelet does.
-func (m *metrics) observe(l workerLabels, out outcome, err error, d time.Duration) {
+func (m *probeMetrics) observe(l workerLabels, out outcome, err error, d time.Duration) {
 	res := metricSuccessful
 	switch {
 	case err != nil:
@@ -80,7 +62,7 @@ func (m *metrics) observe(l workerLabels, out outcome, err error, d time.Duratio
 }
 
 // forget deletes a stopped worker's series.
-func (m *metrics) forget(l workerLabels) {
+func (m *probeMetrics) forget(l workerLabels) {
 	for _, res := range []string{metricSuccessful, metricFailed, metricUnknown} {
 		m.total.DeleteLabelValues(l.probeType, res, l.container, l.pod, l.namespace, l.podUID)
 	}

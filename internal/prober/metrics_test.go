@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // gather returns the samples of the named metric family in reg as
@@ -67,7 +69,7 @@ func TestMetrics(t *testing.T) {
 
 	// A removed pod's series go away.
 	h.m.RemovePod(pod)
-	eventually(t, "series to be deleted", func() bool {
+	testutil.Eventually(t, "series to be deleted", func() bool {
 		return len(gather(t, h.reg, "prober_probe_total"))+len(gather(t, h.reg, "prober_probe_duration_seconds")) == 0
 	})
 }

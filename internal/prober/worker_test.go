@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 func TestInitialDelayThenPeriod(t *testing.T) {
@@ -295,9 +297,9 @@ func TestRemovePodStopsWorkers(t *testing.T) {
 	h.update()
 	_ = h.call() // the startup probe is in flight while the pod goes
 	// (Goroutines of earlier tests may still be on their way out.)
-	eventually(t, "3 worker goroutines", func() bool { return liveWorkers() == 3 })
+	testutil.Eventually(t, "3 worker goroutines", func() bool { return liveWorkers() == 3 })
 	h.m.RemovePod(pod) // cancels the probe in flight
-	eventually(t, "workers to stop", func() bool { return liveWorkers() == 0 })
+	testutil.Eventually(t, "workers to stop", func() bool { return liveWorkers() == 0 })
 	if h.m.StartupDone("id1") {
 		t.Fatal("results kept after RemovePod")
 	}
@@ -312,18 +314,18 @@ func TestAddPodBeforeRunAndStop(t *testing.T) {
 	m := New(Deps{Exec: &fakeExec{calls: make(chan *execCall)}, Clock: testingclock.NewFakeClock(epoch)})
 	pod := newPod("a", v1.Container{Name: "c", LivenessProbe: execProbe("live", nil)})
 	m.AddPod(pod)
-	eventually(t, "no worker before Run", func() bool { return liveWorkers() == 0 })
+	testutil.Eventually(t, "no worker before Run", func() bool { return liveWorkers() == 0 })
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
-	eventually(t, "the worker to start", func() bool { return liveWorkers() == 1 })
+	testutil.Eventually(t, "the worker to start", func() bool { return liveWorkers() == 1 })
 	cancel()
 	select {
 	case <-done:
 	case <-time.After(wait):
 		t.Fatal("Run did not return")
 	}
-	eventually(t, "workers to end", func() bool { return liveWorkers() == 0 })
+	testutil.Eventually(t, "workers to end", func() bool { return liveWorkers() == 0 })
 	b := newPod("b", v1.Container{Name: "c", LivenessProbe: execProbe("live", nil)})
 	m.AddPod(b)
 	m.mu.Lock()

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/nodelet/nodelet/internal/logs"
 )
 
 // ErrNotFound is what a LogStreamer wraps when the pod or container does
@@ -25,29 +27,18 @@ var ErrNotFound = errors.New("not found")
 // followed logs as it may at once; the client gets 429 and may retry.
 var ErrTooManyRequests = errors.New("too many requests")
 
-// LogOptions are the kubelet's v1.PodLogOptions for one container's log.
-type LogOptions struct {
-	Follow       bool
-	TailLines    *int64
-	LimitBytes   *int64
-	SinceSeconds *int64
-	SinceTime    *time.Time
-	Timestamps   bool
-	Previous     bool
-}
-
 // LogStreamer writes a container's log to w. It resolves the pod by
 // namespace and name (validated DNS names, never paths) and returns when
 // the log is written or, with Follow, when ctx ends or the container
 // stops.
 type LogStreamer interface {
-	ContainerLogs(ctx context.Context, namespace, pod, container string, opts LogOptions, w io.Writer) error
+	ContainerLogs(ctx context.Context, namespace, pod, container string, opts logs.Options, w io.Writer) error
 }
 
 // containerLogsRequest is what a /containerLogs request asks for.
 type containerLogsRequest struct {
 	namespace, pod, container string
-	options                   LogOptions
+	options                   logs.Options
 }
 
 // parseContainerLogsRequest reads a request routed by containerLogsPattern:
@@ -72,7 +63,7 @@ func parseContainerLogsRequest(r *http.Request) (containerLogsRequest, error) {
 
 // parseLogOptions decodes the query of /containerLogs as the kubelet
 // decodes v1.PodLogOptions, and validates it.
-func parseLogOptions(q url.Values) (LogOptions, error) {
+func parseLogOptions(q url.Values) (logs.Options, error) {
 	// "tail" is the older name of tailLines; "all" means no limit.
 	if tail := q.Get("tail"); tail != "" {
 		q = cloneValues(q)
@@ -82,39 +73,39 @@ func parseLogOptions(q url.Values) (LogOptions, error) {
 			q.Set("tailLines", tail)
 		}
 	}
-	var o LogOptions
+	var o logs.Options
 	o.Follow = queryBool(q, "follow")
 	o.Previous = queryBool(q, "previous")
 	o.Timestamps = queryBool(q, "timestamps")
 	var err error
 	if o.TailLines, err = queryInt64(q, "tailLines"); err != nil {
-		return LogOptions{}, err
+		return logs.Options{}, err
 	}
 	if o.LimitBytes, err = queryInt64(q, "limitBytes"); err != nil {
-		return LogOptions{}, err
+		return logs.Options{}, err
 	}
 	if o.SinceSeconds, err = queryInt64(q, "sinceSeconds"); err != nil {
-		return LogOptions{}, err
+		return logs.Options{}, err
 	}
 	if s := q.Get("sinceTime"); s != "" {
 		t, err := time.Parse(time.RFC3339, s)
 		if err != nil {
-			return LogOptions{}, fmt.Errorf("sinceTime: %w", err)
+			return logs.Options{}, fmt.Errorf("sinceTime: %w", err)
 		}
 		o.SinceTime = &t
 	}
 	if s := q.Get("stream"); s != "" && s != "All" {
-		return LogOptions{}, fmt.Errorf("stream %q: only All is supported", s)
+		return logs.Options{}, fmt.Errorf("stream %q: only All is supported", s)
 	}
 	switch {
 	case o.TailLines != nil && *o.TailLines < 0:
-		return LogOptions{}, errors.New("tailLines must be greater than or equal to 0")
+		return logs.Options{}, errors.New("tailLines must be greater than or equal to 0")
 	case o.LimitBytes != nil && *o.LimitBytes < 1:
-		return LogOptions{}, errors.New("limitBytes must be greater than 0")
+		return logs.Options{}, errors.New("limitBytes must be greater than 0")
 	case o.SinceSeconds != nil && *o.SinceSeconds < 1:
-		return LogOptions{}, errors.New("sinceSeconds must be greater than 0")
+		return logs.Options{}, errors.New("sinceSeconds must be greater than 0")
 	case o.SinceSeconds != nil && o.SinceTime != nil:
-		return LogOptions{}, errors.New("at most one of sinceTime or sinceSeconds may be specified")
+		return logs.Options{}, errors.New("at most one of sinceTime or sinceSeconds may be specified")
 	}
 	return o, nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/logs"
 )
 
 // FuzzContainerLogsRequest sends any request line to /containerLogs
@@ -104,7 +106,7 @@ func canonicalLogsTarget(c logCall) string {
 	return "/containerLogs/" + url.PathEscape(c.namespace) + "/" + url.PathEscape(c.pod) + "/" + url.PathEscape(c.container) + "?" + q.Encode()
 }
 
-func sameLogOptions(a, b LogOptions) bool {
+func sameLogOptions(a, b logs.Options) bool {
 	sameInt := func(x, y *int64) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 	return a.Follow == b.Follow && a.Previous == b.Previous && a.Timestamps == b.Timestamps &&
 		sameInt(a.TailLines, b.TailLines) && sameInt(a.LimitBytes, b.LimitBytes) && sameInt(a.SinceSeconds, b.SinceSeconds) &&

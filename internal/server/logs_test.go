@@ -13,28 +13,30 @@ import (
 	"time"
 
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/logs"
 )
 
 func TestContainerLogsOptions(t *testing.T) {
 	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, c := range []struct {
 		query string
-		want  LogOptions
+		want  logs.Options
 	}{
-		{"", LogOptions{}},
-		{"follow=true", LogOptions{Follow: true}},
-		{"follow", LogOptions{Follow: true}},
-		{"follow=false", LogOptions{}},
-		{"follow=0", LogOptions{}},
-		{"previous=true&timestamps=1", LogOptions{Previous: true, Timestamps: true}},
-		{"tailLines=10", LogOptions{TailLines: ptr.To[int64](10)}},
-		{"tailLines=0", LogOptions{TailLines: ptr.To[int64](0)}},
-		{"tail=5", LogOptions{TailLines: ptr.To[int64](5)}},
-		{"tail=all&tailLines=3", LogOptions{}},
-		{"limitBytes=100", LogOptions{LimitBytes: ptr.To[int64](100)}},
-		{"sinceSeconds=30", LogOptions{SinceSeconds: ptr.To[int64](30)}},
-		{"sinceTime=2026-01-02T03:04:05Z", LogOptions{SinceTime: &since}},
-		{"stream=All&container=ignored&insecureSkipTLSVerifyBackend=true", LogOptions{}},
+		{"", logs.Options{}},
+		{"follow=true", logs.Options{Follow: true}},
+		{"follow", logs.Options{Follow: true}},
+		{"follow=false", logs.Options{}},
+		{"follow=0", logs.Options{}},
+		{"previous=true&timestamps=1", logs.Options{Previous: true, Timestamps: true}},
+		{"tailLines=10", logs.Options{TailLines: ptr.To[int64](10)}},
+		{"tailLines=0", logs.Options{TailLines: ptr.To[int64](0)}},
+		{"tail=5", logs.Options{TailLines: ptr.To[int64](5)}},
+		{"tail=all&tailLines=3", logs.Options{}},
+		{"limitBytes=100", logs.Options{LimitBytes: ptr.To[int64](100)}},
+		{"sinceSeconds=30", logs.Options{SinceSeconds: ptr.To[int64](30)}},
+		{"sinceTime=2026-01-02T03:04:05Z", logs.Options{SinceTime: &since}},
+		{"stream=All&container=ignored&insecureSkipTLSVerifyBackend=true", logs.Options{}},
 	} {
 		deps, logs, _ := testDeps()
 		s := open(t, deps)
@@ -57,14 +59,14 @@ func TestContainerLogsOptions(t *testing.T) {
 	}
 }
 
-func equalLogOptions(a, b LogOptions) bool {
+func equalLogOptions(a, b logs.Options) bool {
 	eq := func(x, y *int64) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 	return a.Follow == b.Follow && a.Previous == b.Previous && a.Timestamps == b.Timestamps &&
 		eq(a.TailLines, b.TailLines) && eq(a.LimitBytes, b.LimitBytes) && eq(a.SinceSeconds, b.SinceSeconds) &&
 		(a.SinceTime == nil) == (b.SinceTime == nil) && (a.SinceTime == nil || a.SinceTime.Equal(*b.SinceTime))
 }
 
-func fmtOpts(o LogOptions) string {
+func fmtOpts(o logs.Options) string {
 	deref := func(v *int64) any {
 		if v == nil {
 			return nil

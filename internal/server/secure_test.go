@@ -29,6 +29,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/logs"
 )
 
 // --- fakes
@@ -56,7 +57,7 @@ func (f fakeEvents) All() []events.Event { return f }
 
 type logCall struct {
 	namespace, pod, container string
-	opts                      LogOptions
+	opts                      logs.Options
 }
 
 // fakeLogs knows one pod, default/web-0 with container app.
@@ -67,7 +68,7 @@ type fakeLogs struct {
 	stream func(ctx context.Context, w io.Writer) error
 }
 
-func (f *fakeLogs) ContainerLogs(ctx context.Context, namespace, pod, container string, opts LogOptions, w io.Writer) error {
+func (f *fakeLogs) ContainerLogs(ctx context.Context, namespace, pod, container string, opts logs.Options, w io.Writer) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, logCall{namespace, pod, container, opts})
 	stream := f.stream

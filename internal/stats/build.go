@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // listed is what the runtime answered to one refresh.
@@ -29,14 +30,6 @@ type listed struct {
 	imageFsErr       error
 }
 
-func managedSelector() map[string]string {
-	return map[string]string{labelManagedBy: managedByValue}
-}
-
-func managed(labels map[string]string) bool {
-	return labels[labelManagedBy] == managedByValue
-}
-
 // startLists makes the refresh's runtime calls in parallel; the returned
 // function waits for them.
 func (p *Provider) startLists(ctx context.Context, full bool) func() (*listed, error) {
@@ -48,13 +41,13 @@ func (p *Provider) startLists(ctx context.Context, full bool) func() (*listed, e
 	wg.Go(func() {
 		l.sandboxes, errSandboxes = p.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{
 			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
-			LabelSelector: managedSelector(),
+			LabelSelector: podspec.ManagedSelector(),
 		})
 	})
 	wg.Go(func() {
 		l.containers, errContainers = p.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
 			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-			LabelSelector: managedSelector(),
+			LabelSelector: podspec.ManagedSelector(),
 		})
 	})
 	wg.Go(func() { errStat = p.listStats(ctx, &l) })
@@ -77,7 +70,7 @@ func (p *Provider) listStats(ctx context.Context, l *listed) error {
 	tryPods := p.sandboxStatsUnimplemented.IsZero() || p.clk.Since(p.sandboxStatsUnimplemented) >= sandboxStatsRetry
 	p.mu.Unlock()
 	if tryPods {
-		s, err := p.rt.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{LabelSelector: managedSelector()})
+		s, err := p.rt.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{LabelSelector: podspec.ManagedSelector()})
 		if err == nil {
 			l.sandboxStats, l.fromSandboxStats = s, true
 			return nil
@@ -93,7 +86,7 @@ func (p *Provider) listStats(ctx context.Context, l *listed) error {
 			p.log.Info("runtime does not implement ListPodSandboxStats; pod CPU and memory are the sum of the containers'", "err", err)
 		}
 	}
-	s, err := p.rt.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: managedSelector()})
+	s, err := p.rt.ListContainerStats(ctx, &runtimeapi.ContainerStatsFilter{LabelSelector: podspec.ManagedSelector()})
 	l.containerStats = s
 	return err
 }
@@ -226,7 +219,7 @@ type podBuild struct {
 func (p *Provider) podStats(l *listed, now time.Time, full bool, fsm *fsMemo) []v1alpha1.PodStats {
 	pods := make(map[string]*podBuild, len(l.sandboxes))
 	for _, sb := range l.sandboxes {
-		if sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY || !managed(sb.GetLabels()) {
+		if sb.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY || !podspec.IsManaged(sb.GetLabels()) {
 			continue
 		}
 		pods[sb.GetId()] = &podBuild{stats: v1alpha1.PodStats{
@@ -236,7 +229,7 @@ func (p *Provider) podStats(l *listed, now time.Time, full bool, fsm *fsMemo) []
 	}
 	containers := make(map[string]*runtimeapi.Container, len(l.containers))
 	for _, c := range l.containers {
-		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING || !managed(c.GetLabels()) || pods[c.GetPodSandboxId()] == nil {
+		if c.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING || !podspec.IsManaged(c.GetLabels()) || pods[c.GetPodSandboxId()] == nil {
 			continue
 		}
 		containers[c.GetId()] = c
@@ -301,14 +294,14 @@ func (p *Provider) podStats(l *listed, now time.Time, full bool, fsm *fsMemo) []
 func podRef(sb *runtimeapi.PodSandbox) v1alpha1.PodReference {
 	labels, md := sb.GetLabels(), sb.GetMetadata()
 	return v1alpha1.PodReference{
-		Name:      cmp.Or(labels[labelPodName], md.GetName()),
-		Namespace: cmp.Or(labels[labelPodNamespace], md.GetNamespace()),
-		UID:       cmp.Or(labels[labelPodUID], md.GetUid()),
+		Name:      cmp.Or(labels[podspec.LabelPodName], md.GetName()),
+		Namespace: cmp.Or(labels[podspec.LabelPodNamespace], md.GetNamespace()),
+		UID:       cmp.Or(labels[podspec.LabelPodUID], md.GetUid()),
 	}
 }
 
 func (p *Provider) containerStats(cs *runtimeapi.ContainerStats, c *runtimeapi.Container, pod v1alpha1.PodReference, now time.Time, full bool, fsm *fsMemo) v1alpha1.ContainerStats {
-	name := cmp.Or(c.GetLabels()[labelContainerName], c.GetMetadata().GetName())
+	name := cmp.Or(c.GetLabels()[podspec.LabelContainerName], c.GetMetadata().GetName())
 	out := v1alpha1.ContainerStats{
 		Name:      name,
 		StartTime: metav1.NewTime(time.Unix(0, c.GetCreatedAt())),

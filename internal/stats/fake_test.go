@@ -14,6 +14,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // fakeRuntime answers the list calls from its fields and counts the calls.
@@ -159,10 +160,10 @@ func (f *fakeRuntime) addPod(p podSpec) {
 	defer f.mu.Unlock()
 	sbID := "sb-" + p.uid
 	labels := map[string]string{
-		labelPodName: p.name, labelPodNamespace: p.ns, labelPodUID: p.uid,
+		podspec.LabelPodName: p.name, podspec.LabelPodNamespace: p.ns, podspec.LabelPodUID: p.uid,
 	}
 	if !p.unmanaged {
-		labels[labelManagedBy] = managedByValue
+		labels[podspec.LabelManagedBy] = podspec.ManagedByValue
 	}
 	f.sandboxes = append(f.sandboxes, &runtimeapi.PodSandbox{
 		Id:        sbID,
@@ -174,10 +175,10 @@ func (f *fakeRuntime) addPod(p podSpec) {
 	for i, c := range p.containers {
 		id := fmt.Sprintf("c-%s-%s", p.uid, c.name)
 		cl := map[string]string{
-			labelPodName: p.name, labelPodNamespace: p.ns, labelPodUID: p.uid, labelContainerName: c.name,
+			podspec.LabelPodName: p.name, podspec.LabelPodNamespace: p.ns, podspec.LabelPodUID: p.uid, podspec.LabelContainerName: c.name,
 		}
 		if !p.unmanaged && !c.noManaged {
-			cl[labelManagedBy] = managedByValue
+			cl[podspec.LabelManagedBy] = podspec.ManagedByValue
 		}
 		f.containers = append(f.containers, &runtimeapi.Container{
 			Id:           id,

@@ -65,18 +65,6 @@ const (
 	forgetAfter = 10 * time.Minute
 )
 
-// Labels nodelet puts on the CRI objects it owns: the values of
-// internal/podruntime/labels.go, repeated so that this package does not
-// depend on the runtime manager.
-const (
-	labelPodName       = "io.kubernetes.pod.name"
-	labelPodNamespace  = "io.kubernetes.pod.namespace"
-	labelPodUID        = "io.kubernetes.pod.uid"
-	labelContainerName = "io.kubernetes.container.name"
-	labelManagedBy     = "nodelet.io/managed-by"
-	managedByValue     = "nodelet"
-)
-
 // Option tunes a Provider.
 type Option func(*Provider)
 

@@ -14,6 +14,8 @@ import (
 	"k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 const (
@@ -200,11 +202,11 @@ func TestSummaryOnlyManagedReadyRunning(t *testing.T) {
 	}
 	// The filters ask the runtime for the same.
 	f := e.rt.sandboxFilter
-	if f.GetState().GetState() != ready || f.GetLabelSelector()[labelManagedBy] != managedByValue {
+	if f.GetState().GetState() != ready || f.GetLabelSelector()[podspec.LabelManagedBy] != podspec.ManagedByValue {
 		t.Errorf("sandbox filter = %v", f)
 	}
 	cf := e.rt.ctrFilter
-	if cf.GetState().GetState() != running || cf.GetLabelSelector()[labelManagedBy] != managedByValue {
+	if cf.GetState().GetState() != running || cf.GetLabelSelector()[podspec.LabelManagedBy] != podspec.ManagedByValue {
 		t.Errorf("container filter = %v", cf)
 	}
 }
@@ -322,8 +324,8 @@ func TestEmptyDirVolumeStats(t *testing.T) {
 	e.clk.Step(DefaultDiskUsageTTL)
 	s = summary(t, e.p, false)
 	checkU64(t, "stale cache used", findPod(s, "web").VolumeStats[0].UsedBytes, 3*4096)
-	waitFor(t, func() bool { return e.machine.duCount(cache) == 2 })
-	waitFor(t, func() bool {
+	testutil.Eventually(t, "the second disk usage walk", func() bool { return e.machine.duCount(cache) == 2 })
+	testutil.Eventually(t, "the walk to finish", func() bool {
 		e.p.du.mu.Lock()
 		defer e.p.du.mu.Unlock()
 		return !e.p.du.entries[cache].refreshing
@@ -344,17 +346,6 @@ func findPod(s *v1alpha1.Summary, name string) *v1alpha1.PodStats {
 		}
 	}
 	return nil
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func TestCaching(t *testing.T) {
@@ -405,7 +396,7 @@ func TestSandboxStatsWhenImplemented(t *testing.T) {
 	e.rt.sandboxStatsOK = true
 	var web []*runtimeapi.ContainerStats
 	for _, s := range e.rt.stats {
-		if s.Attributes.Labels[labelPodUID] == "uid-a" {
+		if s.Attributes.Labels[podspec.LabelPodUID] == "uid-a" {
 			web = append(web, s)
 		}
 	}
@@ -556,7 +547,7 @@ func TestCallerCancelDoesNotFailOthers(t *testing.T) {
 		_, err := e.p.Summary(ctx, false)
 		errc <- err
 	}()
-	waitFor(t, func() bool { return e.rt.count("ListPodSandbox") == 1 })
+	testutil.Eventually(t, "the first sandbox listing", func() bool { return e.rt.count("ListPodSandbox") == 1 })
 	other := make(chan error, 1)
 	go func() {
 		_, err := e.p.Summary(context.Background(), false)
@@ -589,18 +580,11 @@ func TestServeStaleWhileRefreshing(t *testing.T) {
 		t.Fatalf("stale call: %v, same snapshot %v", err, second == first)
 	}
 	// The background refresh lands; a later call sees it.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testutil.Eventually(t, "the background refresh to land", func() bool {
 		third, err := e.p.Summary(context.Background(), false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if third != first {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the background refresh never landed")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return third != first
+	})
 }

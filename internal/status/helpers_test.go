@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
@@ -136,17 +135,6 @@ func facts(pod *v1.Pod, o *observed.PodStatus) Facts {
 
 func waiting(name, reason, msg string) map[string]plan.Waiting {
 	return map[string]plan.Waiting{name: {Reason: reason, Message: msg}}
-}
-
-func res(cpu, mem string) v1.ResourceList {
-	l := v1.ResourceList{}
-	if cpu != "" {
-		l[v1.ResourceCPU] = resource.MustParse(cpu)
-	}
-	if mem != "" {
-		l[v1.ResourceMemory] = resource.MustParse(mem)
-	}
-	return l
 }
 
 // render is a compact text form of a status for golden comparisons. Times

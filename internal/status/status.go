@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/plan"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // Reasons nodelet reports, as the kubelet spells them.
@@ -105,7 +106,7 @@ func Generate(f Facts) v1.PodStatus {
 			Phase:     v1.PodFailed,
 			Reason:    f.Rejected.Reason,
 			Message:   "Pod was rejected: " + f.Rejected.Message,
-			QOSClass:  QOSClass(pod),
+			QOSClass:  podspec.QOSClass(pod),
 			StartTime: startTime(prev, now),
 		}
 	}
@@ -113,7 +114,7 @@ func Generate(f Facts) v1.PodStatus {
 	g := newGenerator(f)
 	s := v1.PodStatus{
 		ObservedGeneration: pod.Generation,
-		QOSClass:           QOSClass(pod),
+		QOSClass:           podspec.QOSClass(pod),
 	}
 	s.InitContainerStatuses = g.containerStatuses(pod.Spec.InitContainers, prev.InitContainerStatuses, true)
 	s.ContainerStatuses = g.containerStatuses(pod.Spec.Containers, prev.ContainerStatuses, false)
@@ -317,7 +318,7 @@ func (g *generator) containerStatuses(specs []v1.Container, previous []v1.Contai
 			case newest != nil && newest.State == observed.ContainerExited && newest.ExitCode == 0:
 				// A succeeded init container is not run again.
 				held = false
-			case newest == nil && !isSidecar(spec) && st.State.Waiting != nil && g.anyRegularContainerCreated():
+			case newest == nil && !podspec.IsSidecar(spec) && st.State.Waiting != nil && g.anyRegularContainerCreated():
 				// The runtime lost the instance, but app containers exist,
 				// so it completed.
 				st.State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
@@ -401,16 +402,11 @@ func (g *generator) probe(spec *v1.Container, st *v1.ContainerStatus, newest *ob
 		started = spec.StartupProbe == nil || g.f.Started[newest.ID]
 	}
 	st.Started = &started
-	if isInit && !isSidecar(spec) {
+	if isInit && !podspec.IsSidecar(spec) {
 		st.Ready = st.State.Terminated != nil && st.State.Terminated.ExitCode == 0
 		return
 	}
 	st.Ready = started && (spec.ReadinessProbe == nil || g.f.Ready[newest.ID])
-}
-
-// isSidecar reports whether an init container is restartable (a sidecar).
-func isSidecar(c *v1.Container) bool {
-	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }
 
 // shouldRestart is the kubelet's ShouldContainerBeRestarted for the newest
@@ -426,43 +422,7 @@ func shouldRestart(spec *v1.Container, pod *v1.Pod, newest *observed.Container) 
 	case observed.ContainerRunning:
 		return false
 	case observed.ContainerExited:
-		return restartable(spec, &pod.Spec, newest.ExitCode)
-	}
-	return true
-}
-
-// restartable reports whether a container that exited with exitCode is
-// restarted: restart rules, then the container's restart policy, then the
-// pod's (the kubelet's ContainerShouldRestart).
-func restartable(c *v1.Container, spec *v1.PodSpec, exitCode int32) bool {
-	if c.RestartPolicy != nil {
-		for _, r := range c.RestartPolicyRules {
-			if r.ExitCodes == nil {
-				continue
-			}
-			in := slices.Contains(r.ExitCodes.Values, exitCode)
-			op := r.ExitCodes.Operator
-			if (op == v1.ContainerRestartRuleOnExitCodesOpIn && in) || (op == v1.ContainerRestartRuleOnExitCodesOpNotIn && !in) {
-				if r.Action == v1.ContainerRestartRuleActionRestart {
-					return true
-				}
-				break
-			}
-		}
-		switch *c.RestartPolicy {
-		case v1.ContainerRestartPolicyAlways:
-			return true
-		case v1.ContainerRestartPolicyOnFailure:
-			return exitCode != 0
-		case v1.ContainerRestartPolicyNever:
-			return false
-		}
-	}
-	switch spec.RestartPolicy {
-	case v1.RestartPolicyOnFailure:
-		return exitCode != 0
-	case v1.RestartPolicyNever:
-		return false
+		return podspec.ShouldRestart(pod, spec, newest.ExitCode)
 	}
 	return true
 }
@@ -486,7 +446,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 	pendingInit, pendingSidecars, failedInitNotRestartable := 0, 0, 0
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if isSidecar(c) {
+		if podspec.IsSidecar(c) {
 			continue
 		}
 		st, ok := findStatus(statuses, c.Name)
@@ -498,12 +458,12 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 		case st.State.Running != nil:
 			pendingInit++
 		case st.State.Terminated != nil:
-			if code := st.State.Terminated.ExitCode; code != 0 && !restartable(c, &pod.Spec, code) {
+			if code := st.State.Terminated.ExitCode; code != 0 && !podspec.ShouldRestart(pod, c, code) {
 				failedInitNotRestartable++
 			}
 		case st.State.Waiting != nil:
 			if t := st.LastTerminationState.Terminated; t != nil {
-				if t.ExitCode != 0 && !restartable(c, &pod.Spec, t.ExitCode) {
+				if t.ExitCode != 0 && !podspec.ShouldRestart(pod, c, t.ExitCode) {
 					failedInitNotRestartable++
 				}
 			} else {
@@ -517,7 +477,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 	unknown, running, waiting, stopped, stoppedNotRestartable, succeeded := 0, 0, 0, 0, 0, 0
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if !isSidecar(c) {
+		if !podspec.IsSidecar(c) {
 			continue
 		}
 		st, ok := findStatus(statuses, c.Name)
@@ -557,7 +517,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 		case st.State.Terminated != nil:
 			stopped++
 			code := st.State.Terminated.ExitCode
-			if !restartable(c, &pod.Spec, code) {
+			if !podspec.ShouldRestart(pod, c, code) {
 				stoppedNotRestartable++
 			}
 			if code == 0 {
@@ -566,7 +526,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 		case st.State.Waiting != nil:
 			if t := st.LastTerminationState.Terminated; t != nil {
 				stopped++
-				if !restartable(c, &pod.Spec, t.ExitCode) {
+				if !podspec.ShouldRestart(pod, c, t.ExitCode) {
 					stoppedNotRestartable++
 				}
 			} else {
@@ -645,7 +605,7 @@ func initializedCondition(pod *v1.Pod, statuses []v1.ContainerStatus, ph v1.PodP
 			continue
 		}
 		done := st.Ready
-		if isSidecar(ic) {
+		if podspec.IsSidecar(ic) {
 			done = st.Started != nil && *st.Started
 		}
 		if !done {
@@ -691,7 +651,7 @@ func containersReadyCondition(pod *v1.Pod, statuses []v1.ContainerStatus, ph v1.
 		}
 	}
 	for i := range pod.Spec.InitContainers {
-		if isSidecar(&pod.Spec.InitContainers[i]) {
+		if podspec.IsSidecar(&pod.Spec.InitContainers[i]) {
 			check(pod.Spec.InitContainers[i].Name)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
@@ -631,7 +632,7 @@ func TestRuntimeName(t *testing.T) {
 
 func TestRejected(t *testing.T) {
 	pod := newPod(app("a"))
-	pod.Spec.Containers[0].Resources.Requests = res("100m", "")
+	pod.Spec.Containers[0].Resources.Requests = v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}
 	f := facts(pod, nil)
 	f.Rejected = &Rejection{Reason: "OutOfcpu", Message: "Node didn't have enough resource: cpu, requested: 100, used: 3950, capacity: 4000"}
 	got := Generate(f)
@@ -663,42 +664,6 @@ func TestPreviousNotModified(t *testing.T) {
 	Generate(f)
 	if !reflect.DeepEqual(&prev, keep) {
 		t.Errorf("Previous was modified")
-	}
-}
-
-func TestRestartable(t *testing.T) {
-	always, onFailure, never := v1.ContainerRestartPolicyAlways, v1.ContainerRestartPolicyOnFailure, v1.ContainerRestartPolicyNever
-	rule := func(op v1.ContainerRestartRuleOnExitCodesOperator, codes ...int32) []v1.ContainerRestartRule {
-		return []v1.ContainerRestartRule{{Action: v1.ContainerRestartRuleActionRestart, ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: op, Values: codes}}}
-	}
-	for _, tc := range []struct {
-		name   string
-		pod    v1.RestartPolicy
-		policy *v1.ContainerRestartPolicy
-		rules  []v1.ContainerRestartRule
-		code   int32
-		want   bool
-	}{
-		{"pod Always, exit 0", v1.RestartPolicyAlways, nil, nil, 0, true},
-		{"pod default", "", nil, nil, 0, true},
-		{"pod OnFailure, exit 0", v1.RestartPolicyOnFailure, nil, nil, 0, false},
-		{"pod OnFailure, exit 1", v1.RestartPolicyOnFailure, nil, nil, 1, true},
-		{"pod Never, exit 1", v1.RestartPolicyNever, nil, nil, 1, false},
-		{"container Always under pod Never", v1.RestartPolicyNever, &always, nil, 0, true},
-		{"container OnFailure under pod Always", v1.RestartPolicyAlways, &onFailure, nil, 0, false},
-		{"container Never under pod Always", v1.RestartPolicyAlways, &never, nil, 1, false},
-		{"rule In matches", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 42, true},
-		{"rule In misses", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 1, false},
-		{"rule NotIn matches", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 3, true},
-		{"rule NotIn misses", v1.RestartPolicyNever, &never, rule(v1.ContainerRestartRuleOnExitCodesOpNotIn, 0), 0, false},
-		{"rules ignored without container policy", v1.RestartPolicyNever, nil, rule(v1.ContainerRestartRuleOnExitCodesOpIn, 42), 42, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := &v1.Container{Name: "a", RestartPolicy: tc.policy, RestartPolicyRules: tc.rules}
-			if got := restartable(c, &v1.PodSpec{RestartPolicy: tc.pod}, tc.code); got != tc.want {
-				t.Errorf("restartable = %v, want %v", got, tc.want)
-			}
-		})
 	}
 }
 

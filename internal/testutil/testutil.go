@@ -6,8 +6,6 @@ package testutil
 import (
 	"bytes"
 	"sync"
-	"testing"
-	"time"
 )
 
 // SyncBuffer is a bytes.Buffer safe for concurrent writers and readers,
@@ -35,17 +33,4 @@ func (b *SyncBuffer) Reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.buf.Reset()
-}
-
-// Eventually waits until cond holds, polling every millisecond; it only
-// turns a hang into a failure after 10 s (no test asserts timing).
-func Eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

@@ -9,6 +9,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // emptyDirMode is the mode of an emptyDir directory, as the kubelet's.
@@ -106,7 +108,7 @@ func podMemoryLimit(pod *v1.Pod) *resource.Quantity {
 	var initMax resource.Quantity
 	for _, c := range pod.Spec.InitContainers {
 		q, ok := c.Resources.Limits[v1.ResourceMemory]
-		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+		sidecar := podspec.IsSidecar(&c)
 		switch {
 		case sidecar && (!ok || q.Sign() <= 0):
 			return nil

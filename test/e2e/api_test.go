@@ -19,6 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
@@ -112,7 +113,7 @@ spec:
 	// The numbers are the runtime's: the same container's CRI stats agree
 	// (memory within a factor of two; CPU time only grows).
 	cs0, err := shared.rt.ListContainerStats(context.Background(), &runtimeapi.ContainerStatsFilter{
-		LabelSelector: map[string]string{"io.kubernetes.pod.uid": podUID}})
+		LabelSelector: map[string]string{podspec.LabelPodUID: podUID}})
 	if err != nil || len(cs0) != 1 {
 		t.Fatalf("CRI stats of pod %s: %d (%v)", podUID, len(cs0), err)
 	}
@@ -244,7 +245,7 @@ spec:
 		return nil
 	})
 	ids, _ := shared.rt.ListContainers(context.Background(), &runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: map[string]string{"io.kubernetes.pod.name": "counter-e2e"}})
+		LabelSelector: map[string]string{podspec.LabelPodName: "counter-e2e"}})
 	for _, id := range ids { // the flag goes to every running instance; only this run's is followed
 		shared.rt.ExecSync(context.Background(), id.Id, []string{"touch", "/tmp/go"}, 10*time.Second)
 	}

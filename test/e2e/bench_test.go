@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/securitycontext"
 )
 
@@ -164,7 +165,7 @@ func waitRunning(b *testing.B, ctx context.Context, prefix string, want int) {
 		}
 		got := 0
 		for _, c := range cs {
-			if len(c.Labels["io.kubernetes.pod.name"]) > len(prefix) && c.Labels["io.kubernetes.pod.name"][:len(prefix)] == prefix {
+			if len(c.Labels[podspec.LabelPodName]) > len(prefix) && c.Labels[podspec.LabelPodName][:len(prefix)] == prefix {
 				got++
 			}
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // A runtime endpoint where nothing listens gives one clear line and exit 1.
@@ -117,7 +118,7 @@ func TestManifestToRunningContainer(t *testing.T) {
 	eventually(t, 30*time.Second, "sleeper removed", func() error {
 		sbs, err := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{
 			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
-			LabelSelector: map[string]string{"io.kubernetes.pod.name": "sleeper-e2e"}})
+			LabelSelector: map[string]string{podspec.LabelPodName: "sleeper-e2e"}})
 		if err != nil || len(sbs) != 0 {
 			return fmt.Errorf("%d ready sandboxes left (%v)", len(sbs), err)
 		}

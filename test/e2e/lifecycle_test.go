@@ -16,6 +16,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // lifecycleNodelet starts a nodelet on the shared runtime with its own
@@ -53,7 +55,7 @@ func waitPhase(t *testing.T, n *nodeletProc, pod, phase string, timeout time.Dur
 func instances(t *testing.T, pod, name string) []*runtimeapi.Container {
 	t.Helper()
 	cs, err := shared.rt.ListContainers(context.Background(), &runtimeapi.ContainerFilter{LabelSelector: map[string]string{
-		"io.kubernetes.pod.name": pod, "io.kubernetes.container.name": name}})
+		podspec.LabelPodName: pod, podspec.LabelContainerName: name}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +206,7 @@ func TestManifestEditAndDelete(t *testing.T) {
 		v1c, err = runningContainer(ctx, shared.rt, "graceful-e2e", "main")
 		return err
 	})
-	v1uid := v1c.Labels["io.kubernetes.pod.uid"]
+	v1uid := v1c.Labels[podspec.LabelPodUID]
 
 	writeManifest(t, dir, "graceful.yaml", fmt.Sprintf(termPod, "v2"))
 	eventually(t, 60*time.Second, "v2 replaced v1", func() error {
@@ -212,7 +214,7 @@ func TestManifestEditAndDelete(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if c.Labels["io.kubernetes.pod.uid"] == v1uid {
+		if c.Labels[podspec.LabelPodUID] == v1uid {
 			return fmt.Errorf("still the v1 pod")
 		}
 		return nil
@@ -260,7 +262,7 @@ func TestBadManifestsAndDuplicates(t *testing.T) {
 		})
 	}
 	time.Sleep(3 * time.Second) // a rescan happens; still one dup instance
-	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.name": "dup-e2e"}})
+	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: "dup-e2e"}})
 	if len(sbs) != 1 {
 		t.Errorf("dup: %d sandboxes, want 1", len(sbs))
 	}
@@ -305,7 +307,7 @@ func TestRestartAdoptsTwentyPods(t *testing.T) {
 		if got := len(instances(t, pod, "main")); got != 1 {
 			t.Errorf("%s: %d instances after restart", pod, got)
 		}
-		sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.name": pod}})
+		sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: pod}})
 		if len(sbs) != 1 {
 			t.Errorf("%s: %d sandboxes after restart", pod, len(sbs))
 		}
@@ -333,7 +335,7 @@ spec:
 	if !strings.Contains(n.stderr.String(), "reason=OutOfcpu") {
 		t.Errorf("no OutOfcpu reason in the log")
 	}
-	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.name": "huge-e2e"}})
+	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: "huge-e2e"}})
 	if len(sbs) != 0 {
 		t.Errorf("rejected pod got %d sandboxes", len(sbs))
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
@@ -174,8 +175,8 @@ func runningContainer(ctx context.Context, rt *cri.Client, podName, container st
 	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 		LabelSelector: map[string]string{
-			"io.kubernetes.pod.name":       podName,
-			"io.kubernetes.container.name": container,
+			podspec.LabelPodName:       podName,
+			podspec.LabelContainerName: container,
 		},
 	})
 	if err != nil {

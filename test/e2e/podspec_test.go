@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // execOut runs a command in the named running container and returns stdout.
@@ -144,11 +146,11 @@ spec:
       limits: {memory: 32Mi}
 `)
 	waitLog(t, n, `pod=default/hog-e2e phase=Failed .*main=terminated\(OOMKilled\)`, 60*time.Second)
-	sbs, err := shared.rt.ListPodSandbox(context.Background(), &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"io.kubernetes.pod.name": "hog-e2e"}})
+	sbs, err := shared.rt.ListPodSandbox(context.Background(), &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: "hog-e2e"}})
 	if err != nil || len(sbs) == 0 {
 		t.Fatalf("sandbox: %v %v", sbs, err)
 	}
-	uid := sbs[0].Labels["io.kubernetes.pod.uid"]
+	uid := sbs[0].Labels[podspec.LabelPodUID]
 	if _, err := os.Stat("/sys/fs/cgroup/memory/kubepods/burstable/pod" + uid); err != nil {
 		t.Errorf("no burstable pod cgroup: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // Restarting nodelet (managed mode, with pods running) works every time:
@@ -120,7 +121,7 @@ func healthz(url string) error {
 func noRunningContainers(ctx context.Context, rt *cri.Client, pod string) error {
 	cs, err := rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
 		State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: map[string]string{"io.kubernetes.pod.name": pod},
+		LabelSelector: map[string]string{podspec.LabelPodName: pod},
 	})
 	if err != nil {
 		return err

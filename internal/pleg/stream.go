@@ -1,4 +1,4 @@
-package podruntime
+package pleg
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/pleg"
 )
 
 // EventStream is the CRI container event stream, where the runtime has it.
@@ -15,13 +14,14 @@ type EventStream interface {
 	ContainerEvents(ctx context.Context, out chan *runtimeapi.ContainerEventResponse) error
 }
 
-// EventWatcher adapts the CRI event stream to the PLEG: every event means
-// "relist now" (the relist sees only nodelet's objects, and runtimes do not
-// all put labels on events, so events are not filtered here).
+// EventWatcher is the Watcher over the CRI container event stream: every
+// event means "relist now" (the relist sees only nodelet's objects, and
+// runtimes do not all put labels on events, so events are not filtered
+// here).
 type EventWatcher struct{ Stream EventStream }
 
-// Watch calls changed for each event of a nodelet container until ctx ends
-// or the stream fails; a runtime without the stream gives pleg.ErrNoEvents.
+// Watch calls changed for each event until ctx ends
+// or the stream fails; a runtime without the stream gives ErrNoEvents.
 func (w EventWatcher) Watch(ctx context.Context, changed func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -32,7 +32,7 @@ func (w EventWatcher) Watch(ctx context.Context, changed func()) error {
 		select {
 		case err := <-done:
 			if cri.IsUnimplemented(err) {
-				return fmt.Errorf("%w: %v", pleg.ErrNoEvents, err)
+				return fmt.Errorf("%w: %w", ErrNoEvents, err)
 			}
 			return err
 		case <-events:

@@ -1,4 +1,4 @@
-package podruntime
+package podspec
 
 // Labels and annotations nodelet puts on CRI sandboxes and containers. The
 // pod and container keys are the kubelet's, so tools that know the kubelet
@@ -11,11 +11,11 @@ const (
 	LabelPodNamespace  = "io.kubernetes.pod.namespace"
 	LabelPodUID        = "io.kubernetes.pod.uid"
 	LabelContainerName = "io.kubernetes.container.name"
-	// LabelManagedBy marks the objects nodelet owns; nodelet never stops or
-	// removes a sandbox or container without it, so a runtime shared with
-	// other clients is safe.
+	// LabelManagedBy, with the value ManagedByValue, marks the objects
+	// nodelet owns; nodelet never stops or removes a sandbox or container
+	// without it, so a runtime shared with other clients is safe.
 	LabelManagedBy = "nodelet.io/managed-by"
-	managedByValue = "nodelet"
+	ManagedByValue = "nodelet"
 
 	AnnotationRestartCount = "io.kubernetes.container.restartCount"
 	AnnotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"
@@ -26,4 +26,18 @@ const (
 	AnnotationBackoffStep = "nodelet.io/backoff-step"
 	// AnnotationSandboxHash is plan.SandboxHash of the pod at creation.
 	AnnotationSandboxHash = "nodelet.io/sandbox-hash"
+	// AnnotationHostNetwork records on a sandbox whether it was created in
+	// the node's network namespace ("true" or "false").
+	AnnotationHostNetwork = "nodelet.io/host-network"
 )
+
+// ManagedSelector is the CRI label selector of every object nodelet owns.
+// Each call returns a new map: CRI filters may be modified by the callee.
+func ManagedSelector() map[string]string {
+	return map[string]string{LabelManagedBy: ManagedByValue}
+}
+
+// IsManaged reports whether labels mark an object nodelet owns.
+func IsManaged(labels map[string]string) bool {
+	return labels[LabelManagedBy] == ManagedByValue
+}

@@ -1,4 +1,4 @@
-package status
+package podspec
 
 import (
 	v1 "k8s.io/api/core/v1"
@@ -12,7 +12,9 @@ var qosResources = []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory}
 // pod-level resources when given, else from every init and app container:
 // BestEffort when no container sets a CPU or memory request or limit,
 // Guaranteed when every container sets CPU and memory limits equal to its
-// requests, Burstable otherwise.
+// requests, Burstable otherwise. A limit without a request is compared
+// with a request of zero, as the kubelet does on a pod the API server has
+// not defaulted (it sets a missing request to the limit).
 func QOSClass(pod *v1.Pod) v1.PodQOSClass {
 	if pod.Status.QOSClass != "" {
 		return pod.Status.QOSClass
