@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
@@ -34,14 +35,10 @@ type PodUpdate struct {
 // The pods of a State are never modified; Merge makes new ones.
 type State map[string]map[types.UID]*v1.Pod
 
-// AnnotationConfigMirror marks a mirror pod; like config.source and
-// config.seen it is set locally and does not make an update.
-const AnnotationConfigMirror = "kubernetes.io/config.mirror"
-
 // localAnnotations are the annotations set by nodelet, not by the
 // manifest author.
 func localAnnotations() []string {
-	return []string{podsource.AnnotationConfigSource, podsource.AnnotationConfigSeen, AnnotationConfigMirror}
+	return []string{podspec.AnnotationConfigSource, podspec.AnnotationConfigSeen, podspec.AnnotationConfigMirror}
 }
 
 // Merge applies u, a full snapshot of its source, to state. It returns the
@@ -71,11 +68,11 @@ func Merge(state State, u podsource.Update, now time.Time) (State, []PodUpdate) 
 		if ref.Annotations == nil {
 			ref.Annotations = map[string]string{}
 		}
-		ref.Annotations[podsource.AnnotationConfigSource] = u.Source
+		ref.Annotations[podspec.AnnotationConfigSource] = u.Source
 
 		existing, found := old[ref.UID]
 		if !found {
-			ref.Annotations[podsource.AnnotationConfigSeen] = now.Format(time.RFC3339Nano)
+			ref.Annotations[podspec.AnnotationConfigSeen] = now.Format(time.RFC3339Nano)
 			if ref.CreationTimestamp.IsZero() {
 				// A static pod is created when the node first sees it, as
 				// its mirror pod would be (AGE in get pods).

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
@@ -25,7 +26,7 @@ func pod(name, uid string, mutate ...func(*v1.Pod)) *v1.Pod {
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: "default", UID: types.UID(uid),
-			Annotations: map[string]string{podsource.AnnotationConfigFile: "/m/" + name + ".yaml"},
+			Annotations: map[string]string{podspec.AnnotationConfigFile: "/m/" + name + ".yaml"},
 		},
 		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "busybox:1.35"}}},
 	}
@@ -38,8 +39,8 @@ func pod(name, uid string, mutate ...func(*v1.Pod)) *v1.Pod {
 // stored is a pod as Merge keeps it: with its source and first-seen time.
 func stored(source string, seen time.Time, p *v1.Pod) *v1.Pod {
 	p = p.DeepCopy()
-	p.Annotations[podsource.AnnotationConfigSource] = source
-	p.Annotations[podsource.AnnotationConfigSeen] = seen.Format(time.RFC3339Nano)
+	p.Annotations[podspec.AnnotationConfigSource] = source
+	p.Annotations[podspec.AnnotationConfigSeen] = seen.Format(time.RFC3339Nano)
 	return p
 }
 
@@ -55,7 +56,7 @@ func withLabel(p *v1.Pod)      { p.Labels = map[string]string{"tier": "web"} }
 func withAnnotation(p *v1.Pod) { p.Annotations["team"] = "a" }
 func withStatus(p *v1.Pod)     { p.Status.Phase = v1.PodRunning }
 func withSeen(p *v1.Pod) {
-	p.Annotations[podsource.AnnotationConfigSeen] = "1999-01-01T00:00:00Z"
+	p.Annotations[podspec.AnnotationConfigSeen] = "1999-01-01T00:00:00Z"
 }
 func withDeletion(p *v1.Pod) {
 	ts := metav1.NewTime(t0)
@@ -81,7 +82,7 @@ func describeState(s State) map[string]string {
 	for source, pods := range s {
 		var names []string
 		for _, p := range sorted(pods) {
-			seen, _ := time.Parse(time.RFC3339Nano, p.Annotations[podsource.AnnotationConfigSeen])
+			seen, _ := time.Parse(time.RFC3339Nano, p.Annotations[podspec.AnnotationConfigSeen])
 			at := "t?"
 			switch {
 			case seen.Equal(t0):
@@ -224,8 +225,8 @@ func TestMerge(t *testing.T) {
 			}
 			for _, op := range ops {
 				for _, p := range op.Pods {
-					if p.Annotations[podsource.AnnotationConfigSource] != tc.update.Source {
-						t.Errorf("%s: config.source %q", p.Name, p.Annotations[podsource.AnnotationConfigSource])
+					if p.Annotations[podspec.AnnotationConfigSource] != tc.update.Source {
+						t.Errorf("%s: config.source %q", p.Name, p.Annotations[podspec.AnnotationConfigSource])
 					}
 					if p == got[tc.update.Source][p.UID] {
 						t.Errorf("%s: an operation shares its pod with the state", p.Name)
@@ -246,8 +247,8 @@ func TestMergeUpdateCarriesNewContent(t *testing.T) {
 	if p.Labels["tier"] != "web" || p.Status.Phase != "" {
 		t.Errorf("updated pod: labels %v status %v; want the new labels and status", p.Labels, p.Status.Phase)
 	}
-	if p.Annotations[podsource.AnnotationConfigSeen] != t0.Format(time.RFC3339Nano) {
-		t.Errorf("seen %q, want the first one", p.Annotations[podsource.AnnotationConfigSeen])
+	if p.Annotations[podspec.AnnotationConfigSeen] != t0.Format(time.RFC3339Nano) {
+		t.Errorf("seen %q, want the first one", p.Annotations[podspec.AnnotationConfigSeen])
 	}
 }
 

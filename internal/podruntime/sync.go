@@ -12,7 +12,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/plan"
-	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/status"
 )
@@ -339,7 +339,7 @@ func (m *Manager) observeStart(pod *v1.Pod) {
 	if m.podStart == nil {
 		return
 	}
-	if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podsource.AnnotationConfigSeen]); err == nil {
+	if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podspec.AnnotationConfigSeen]); err == nil {
 		m.podStart.Observe(m.clock.Since(seen).Seconds())
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 func inode(t *testing.T, path string) uint64 {
@@ -149,8 +150,8 @@ func TestFileSourceRescanDecodesOnlyChangedFiles(t *testing.T) {
 		t.Fatalf("decodes %d after one file changed, want 6", s.cache.decodes)
 	}
 	for _, p := range u.Pods {
-		if p.Name == "web2-node1" && !strings.Contains(p.Annotations[AnnotationConfigFile], "web002") {
-			t.Errorf("pod web2 from %s", p.Annotations[AnnotationConfigFile])
+		if p.Name == "web2-node1" && !strings.Contains(p.Annotations[podspec.AnnotationConfigFile], "web002") {
+			t.Errorf("pod web2 from %s", p.Annotations[podspec.AnnotationConfigFile])
 		}
 	}
 

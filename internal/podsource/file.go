@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/apivalidation"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // FileError is a manifest file (or, for the HTTP source, the URL) that
@@ -114,7 +115,7 @@ func Ignored(name string) bool {
 
 // parseManifests decodes, checks and gives the static identity to the pods
 // of one file or HTTP body. origin is the file path or URL, recorded in the
-// AnnotationConfigFile annotation. On error it also returns the Reason*
+// podspec.AnnotationConfigFile annotation. On error it also returns the Reason*
 // class of the failure.
 func parseManifests(data []byte, allowList bool, objects *Objects, lim limits, nodeName, source, origin string) ([]*v1.Pod, string, error) {
 	decoded, err := decode(data, allowList, objects, lim)
@@ -135,7 +136,7 @@ func parseManifests(data []byte, allowList bool, objects *Objects, lim limits, n
 		}
 		// Set after the UID is computed: moving a file does not make a
 		// new pod.
-		sp.Annotations[AnnotationConfigFile] = origin
+		sp.Annotations[podspec.AnnotationConfigFile] = origin
 		// As the kubelet: the API server's own validation of the pod as
 		// this node runs it (named <name>-<node>, with its annotations).
 		if err := apivalidation.Pod(sp); err != nil {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // fileHarness runs a FileSource on a real path, with real fsnotify events
@@ -90,10 +92,10 @@ func TestFileSourceAddEditDelete(t *testing.T) {
 	h.write("web.yaml", goodPod)
 	u := h.until("web-node1")
 	added := u.Pods[0]
-	if got := added.Annotations[AnnotationConfigSource]; got != SourceFile {
+	if got := added.Annotations[podspec.AnnotationConfigSource]; got != SourceFile {
 		t.Errorf("config.source = %q", got)
 	}
-	if got := added.Annotations[AnnotationConfigFile]; got != filepath.Join(dir, "web.yaml") {
+	if got := added.Annotations[podspec.AnnotationConfigFile]; got != filepath.Join(dir, "web.yaml") {
 		t.Errorf("config.file = %q", got)
 	}
 
@@ -218,7 +220,7 @@ func TestFileSourceDuplicateNames(t *testing.T) {
 	if podNames(u) != "web-node1" {
 		t.Fatalf("pods %q, want one web-node1", podNames(u))
 	}
-	if got := u.Pods[0].Annotations[AnnotationConfigFile]; got != filepath.Join(dir, "a.yaml") {
+	if got := u.Pods[0].Annotations[podspec.AnnotationConfigFile]; got != filepath.Join(dir, "a.yaml") {
 		t.Errorf("winner %s, want a.yaml", got)
 	}
 	if len(u.Errors) != 1 || u.Errors[0].Class != ReasonDuplicate || u.Errors[0].Path != filepath.Join(dir, "b.yaml") {
@@ -238,7 +240,7 @@ func TestFileSourceDuplicateNames(t *testing.T) {
 	for len(u.Errors) != 0 {
 		u = h.until("web-node1")
 	}
-	if got := u.Pods[0].Annotations[AnnotationConfigFile]; got != filepath.Join(dir, "b.yaml") {
+	if got := u.Pods[0].Annotations[podspec.AnnotationConfigFile]; got != filepath.Join(dir, "b.yaml") {
 		t.Errorf("after removing a.yaml the pod comes from %s", got)
 	}
 }

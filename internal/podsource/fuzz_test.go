@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodelet/nodelet/internal/podspec"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -97,8 +98,8 @@ func checkStaticPod(t *testing.T, p *v1.Pod, source string) {
 	if !strings.HasSuffix(p.Name, "-node1") || p.Name == "-node1" || p.Namespace == "" || p.Spec.NodeName != "node1" {
 		t.Fatalf("identity: %s/%s on %q", p.Namespace, p.Name, p.Spec.NodeName)
 	}
-	if len(p.UID) != 32 || p.Annotations[AnnotationConfigHash] != string(p.UID) ||
-		p.Annotations[AnnotationConfigSource] != source || p.Annotations[AnnotationConfigFile] != "origin" {
+	if len(p.UID) != 32 || p.Annotations[podspec.AnnotationConfigHash] != string(p.UID) ||
+		p.Annotations[podspec.AnnotationConfigSource] != source || p.Annotations[podspec.AnnotationConfigFile] != "origin" {
 		t.Fatalf("pod %s: UID %q annotations %v", p.Name, p.UID, p.Annotations)
 	}
 	n := len(p.Spec.InitContainers) + len(p.Spec.Containers) + len(p.Spec.EphemeralContainers)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // recorder is a server that serves goodPod on /pods, redirects the paths
@@ -174,8 +176,8 @@ func TestHTTPSourceRedactsCredentials(t *testing.T) {
 		select {
 		case up := <-out:
 			for _, p := range up.Pods {
-				seen = append(seen, p.Annotations[AnnotationConfigFile])
-				if got, want := p.Annotations[AnnotationConfigFile], "http://REDACTED:REDACTED@"+strings.TrimPrefix(srv.URL, "http://")+"/pods?token=REDACTED&x=1&X-Amz-Signature=REDACTED"; got != want {
+				seen = append(seen, p.Annotations[podspec.AnnotationConfigFile])
+				if got, want := p.Annotations[podspec.AnnotationConfigFile], "http://REDACTED:REDACTED@"+strings.TrimPrefix(srv.URL, "http://")+"/pods?token=REDACTED&x=1&X-Amz-Signature=REDACTED"; got != want {
 					t.Errorf("annotation %q, want %q", got, want)
 				}
 			}

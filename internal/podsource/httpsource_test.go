@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // manifestServer serves a body that the test changes, and hands each
@@ -137,7 +139,7 @@ func TestHTTPSourceETagAndHeaders(t *testing.T) {
 		t.Fatalf("pods %q errors %v", podNames(u), u.Errors)
 	}
 	p := u.Pods[0]
-	if p.Annotations[AnnotationConfigSource] != SourceHTTP || p.Annotations[AnnotationConfigFile] != h.url {
+	if p.Annotations[podspec.AnnotationConfigSource] != SourceHTTP || p.Annotations[podspec.AnnotationConfigFile] != h.url {
 		t.Errorf("annotations %v", p.Annotations)
 	}
 

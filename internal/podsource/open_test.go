@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // within runs f and fails the test if it does not return within waitLimit:
@@ -184,7 +186,7 @@ func TestSingleManifestPathThatIsASymlink(t *testing.T) {
 	symlink(t, "real.yaml", link)
 	h := startFileSource(t, dir, link)
 	u := h.next()
-	if podNames(u) != "web-node1" || u.Pods[0].Annotations[AnnotationConfigFile] != link {
+	if podNames(u) != "web-node1" || u.Pods[0].Annotations[podspec.AnnotationConfigFile] != link {
 		t.Fatalf("pods %q errors %v", podNames(u), u.Errors)
 	}
 }

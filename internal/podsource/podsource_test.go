@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodelet/nodelet/internal/podspec"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -130,7 +131,7 @@ func TestStaticPodIdentity(t *testing.T) {
 	if a.Name != "web-node1" || a.Namespace != "default" || a.Spec.NodeName != "Node1" {
 		t.Errorf("name/namespace/node = %s/%s/%s", a.Namespace, a.Name, a.Spec.NodeName)
 	}
-	if a.Annotations[AnnotationConfigHash] != string(a.UID) || a.Annotations[AnnotationConfigSource] != "file" || len(a.UID) != 32 {
+	if a.Annotations[podspec.AnnotationConfigHash] != string(a.UID) || a.Annotations[podspec.AnnotationConfigSource] != "file" || len(a.UID) != 32 {
 		t.Errorf("annotations %v uid %q", a.Annotations, a.UID)
 	}
 	if pods[0].Name != "web" {

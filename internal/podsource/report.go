@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -38,8 +39,8 @@ type Update struct {
 	// Source is SourceFile or SourceHTTP.
 	Source string
 	// Pods are the static pods, sorted by namespace and name, unique by
-	// namespace and name. Each carries AnnotationConfigSource = Source and
-	// AnnotationConfigFile. A file (or URL) that fails keeps its last good
+	// namespace and name. Each carries podspec.AnnotationConfigSource = Source and
+	// podspec.AnnotationConfigFile. A file (or URL) that fails keeps its last good
 	// pods here. The receiver owns them.
 	Pods []*v1.Pod
 	// Errors are the problems, sorted by path and class. They have already
@@ -177,7 +178,7 @@ func sameUpdate(a, b Update) bool {
 	for i := range a.Pods {
 		pa, pb := a.Pods[i], b.Pods[i]
 		if pa.UID != pb.UID || pa.Namespace != pb.Namespace || pa.Name != pb.Name ||
-			pa.Annotations[AnnotationConfigFile] != pb.Annotations[AnnotationConfigFile] {
+			pa.Annotations[podspec.AnnotationConfigFile] != pb.Annotations[podspec.AnnotationConfigFile] {
 			return false
 		}
 	}

@@ -7,18 +7,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nodelet/nodelet/internal/podspec"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-)
-
-// Annotations the kubelet puts on static pods.
-const (
-	AnnotationConfigSource = "kubernetes.io/config.source"
-	AnnotationConfigHash   = "kubernetes.io/config.hash"
-	AnnotationConfigSeen   = "kubernetes.io/config.seen"
-	// AnnotationConfigFile is nodelet's own: the manifest file (or URL)
-	// the pod came from.
-	AnnotationConfigFile = "nodelet.io/config.file"
 )
 
 // Source names: the config.source value of pods from the manifest path and
@@ -50,8 +41,8 @@ func StaticPod(pod *v1.Pod, nodeName, source string) (*v1.Pod, error) {
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
-	p.Annotations[AnnotationConfigHash] = string(uid)
-	p.Annotations[AnnotationConfigSource] = source
+	p.Annotations[podspec.AnnotationConfigHash] = string(uid)
+	p.Annotations[podspec.AnnotationConfigSource] = source
 	return p, nil
 }
 

@@ -41,3 +41,16 @@ func ManagedSelector() map[string]string {
 func IsManaged(labels map[string]string) bool {
 	return labels[LabelManagedBy] == ManagedByValue
 }
+
+// Pod annotations the kubelet puts on static pods (config.*), and nodelet's
+// own: the manifest file or URL a pod came from.
+const (
+	AnnotationConfigSource = "kubernetes.io/config.source"
+	AnnotationConfigHash   = "kubernetes.io/config.hash"
+	// AnnotationConfigSeen is when the merge first saw the pod (RFC 3339
+	// with nanoseconds): where pod start-up is measured from.
+	AnnotationConfigSeen = "kubernetes.io/config.seen"
+	// AnnotationConfigMirror marks a mirror pod.
+	AnnotationConfigMirror = "kubernetes.io/config.mirror"
+	AnnotationConfigFile   = "nodelet.io/config.file"
+)
