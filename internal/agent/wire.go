@@ -127,8 +127,8 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 	// resync is only a slow safety net, so pods are not synced twice.
 	p.workers = podworker.New(podworker.Deps{Syncer: runtime, Hooks: hooks, Metrics: m, Clock: clk, Log: log},
 		podworker.Options{ResyncInterval: 10 * cfg.SyncFrequency})
-	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log)
-	p.pleg.RelistObserver = func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }
+	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log,
+		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
 

@@ -45,10 +45,9 @@ type Generic struct {
 	clk    clock.WithTicker
 	log    *slog.Logger
 
-	// RelistObserver, when set, is called after every relist, successful
-	// or not, with its duration (for kubelet_pleg_relist_duration_seconds).
-	// Set it before the first Run or Relist; it must not block.
-	RelistObserver func(d time.Duration)
+	// relistObserver, when set, is called after every relist, successful
+	// or not, with its duration (WithRelistObserver).
+	relistObserver func(d time.Duration)
 
 	// events is buffered (unlike most channels here) because the consumer,
 	// the sync loop, also serves other sources: a relist must never wait
@@ -65,17 +64,27 @@ type Generic struct {
 	lastRelist atomic.Pointer[time.Time]
 }
 
-// New returns a PLEG over lister that relists every period (DefaultRelistPeriod
-// when period <= 0). It starts nothing; call Run.
-func New(lister Lister, period time.Duration, clk clock.WithTicker, log *slog.Logger) *Generic {
-	return newGeneric(lister, period, clk, log, eventCapacity)
+// Option changes a Generic built by New.
+type Option func(*Generic)
+
+// WithRelistObserver has f called after every relist, successful or not,
+// with its duration (for kubelet_pleg_relist_duration_seconds); f must not
+// block.
+func WithRelistObserver(f func(d time.Duration)) Option {
+	return func(g *Generic) { g.relistObserver = f }
 }
 
-func newGeneric(lister Lister, period time.Duration, clk clock.WithTicker, log *slog.Logger, capacity int) *Generic {
+// New returns a PLEG over lister that relists every period (DefaultRelistPeriod
+// when period <= 0). It starts nothing; call Run.
+func New(lister Lister, period time.Duration, clk clock.WithTicker, log *slog.Logger, opts ...Option) *Generic {
+	return newGeneric(lister, period, clk, log, eventCapacity, opts...)
+}
+
+func newGeneric(lister Lister, period time.Duration, clk clock.WithTicker, log *slog.Logger, capacity int, opts ...Option) *Generic {
 	if period <= 0 {
 		period = DefaultRelistPeriod
 	}
-	return &Generic{
+	g := &Generic{
 		lister: lister,
 		period: period,
 		clk:    clk,
@@ -83,6 +92,10 @@ func newGeneric(lister Lister, period time.Duration, clk clock.WithTicker, log *
 		events: make(chan Event, capacity),
 		last:   map[types.UID]*observed.PodStatus{},
 	}
+	for _, o := range opts {
+		o(g)
+	}
+	return g
 }
 
 // Events returns the channel of lifecycle events. ContainerChanged events
@@ -119,8 +132,8 @@ func (g *Generic) Relist(ctx context.Context) error {
 	defer g.relistMu.Unlock()
 
 	start := g.clk.Now()
-	if g.RelistObserver != nil {
-		defer func() { g.RelistObserver(g.clk.Since(start)) }()
+	if g.relistObserver != nil {
+		defer func() { g.relistObserver(g.clk.Since(start)) }()
 	}
 
 	pods, err := g.lister.ListPods(ctx)

@@ -76,13 +76,12 @@ func TestRunRelistsOnTicks(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	l := &fakeLister{}
 	l.set(snapshot(podOf("a", sbx("s", ready), ctr("c", running))), nil)
-	g := New(l, 0, clk, testLogger(t))
+	// Unbuffered: each receive marks the end of one relist.
+	relisted := make(chan time.Duration)
+	g := New(l, 0, clk, testLogger(t), WithRelistObserver(func(d time.Duration) { relisted <- d }))
 	if g.period != DefaultRelistPeriod {
 		t.Fatalf("period = %v, want the default %v", g.period, DefaultRelistPeriod)
 	}
-	// Unbuffered: each receive marks the end of one relist.
-	relisted := make(chan time.Duration)
-	g.RelistObserver = func(d time.Duration) { relisted <- d }
 
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
@@ -228,9 +227,8 @@ func TestRelistObserverSeesDuration(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	l := &fakeLister{during: func() { clk.Step(250 * time.Millisecond) }}
 	l.set(snapshot(), nil)
-	g := New(l, time.Second, clk, testLogger(t))
 	var got []time.Duration
-	g.RelistObserver = func(d time.Duration) { got = append(got, d) }
+	g := New(l, time.Second, clk, testLogger(t), WithRelistObserver(func(d time.Duration) { got = append(got, d) }))
 	mustRelist(t, g)
 	l.set(nil, errors.New("boom"))
 	if err := g.Relist(t.Context()); err == nil {
