@@ -12,6 +12,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -407,4 +408,31 @@ func f(mountPath string) {
 			t.Errorf("machineReads[%d] = %q, want %q", i, got[i], want[i])
 		}
 	}
+}
+
+// agentLineBudget bounds the composition root's production code: it
+// constructs, connects, starts and stops; logic that grows there belongs
+// in a package with its own tests (rule 13).
+const agentLineBudget = 400
+
+func TestAgentOnlyWires(t *testing.T) {
+	files, err := filepath.Glob("internal/agent/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("agent sources: %v %v", files, err)
+	}
+	lines := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += strings.Count(string(b), "\n")
+	}
+	if lines > agentLineBudget {
+		t.Errorf("internal/agent has %d lines of production code, over its budget of %d: move the logic into a package", lines, agentLineBudget)
+	}
+	t.Logf("internal/agent: %d lines", lines)
 }
