@@ -122,7 +122,7 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 		PodsDir: filepath.Join(cfg.RootDir, "pods"), HostResolvConf: cfg.HostResolvConf, HostHosts: cfg.HostHosts,
 		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), NodeMemoryCapacity: cfg.MemoryCapacity,
 	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Probes: p.prober, Objects: p.objects,
-		Cgroups: cgroups, Volumes: volumes, PodStartDuration: m.PodStartDuration})
+		Cgroups: cgroups, Volumes: volumes, PodStartDuration: m.PodStartDuration, PodStartStages: m})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
 	p.workers = podworker.New(podworker.Deps{Syncer: runtime, Hooks: hooks, Metrics: m, Clock: clk, Log: log},

@@ -96,6 +96,30 @@ const (
 	OpListMetricDescriptor = "list_metric_descriptors"
 )
 
+// Values of stage of nodelet_pod_start_stage_duration_seconds, in order;
+// together they cover kubelet_pod_start_duration_seconds.
+const (
+	// PodStartStageDispatch: from the merge first seeing the pod
+	// (config.seen) to its pod worker's first sync: admission, the pod
+	// worker's queue, the hooks' Prepare.
+	PodStartStageDispatch = "dispatch"
+	// PodStartStageObserve: the first sync's look at the runtime.
+	PodStartStageObserve = "observe"
+	// PodStartStagePlan: the first sync's plan.
+	PodStartStagePlan = "plan"
+	// PodStartStageSandbox: creating the sandbox, its network included.
+	PodStartStageSandbox = "sandbox"
+	// PodStartStageContainers: pulling, creating and starting the
+	// containers of the sync that started them.
+	PodStartStageContainers = "containers"
+	// PodStartStageStatus: from the last container started to the status
+	// that says Running (the look at the runtime that sees them running).
+	PodStartStageStatus = "status"
+)
+
+// podStartStageBuckets are for stages of milliseconds to seconds.
+var podStartStageBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+
 // podStartupBuckets are the kubelet's buckets of the pod start histograms,
 // in seconds.
 var podStartupBuckets = []float64{0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900, 1200, 1800, 2700, 3600}
@@ -104,6 +128,11 @@ var podStartupBuckets = []float64{0.5, 1, 2, 3, 4, 5, 6, 8, 10, 20, 30, 45, 60, 
 type Metrics struct {
 	// PodStartDuration is kubelet_pod_start_duration_seconds.
 	PodStartDuration prometheus.Histogram
+	// PodStartStageDuration is nodelet_pod_start_stage_duration_seconds
+	// {stage}: the parts of PodStartDuration (the PodStartStage*
+	// constants), once per pod started by this nodelet. The kubelet has no
+	// such metric; its name is nodelet's.
+	PodStartStageDuration *prometheus.HistogramVec
 	// PodStartSLIDuration is kubelet_pod_start_sli_duration_seconds
 	// {first_with_network}.
 	PodStartSLIDuration *prometheus.HistogramVec
@@ -164,6 +193,11 @@ func New(reg prometheus.Registerer, running func() (pods int, containersByState 
 			Help:      "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
 			Buckets:   podStartupBuckets,
 		})),
+		PodStartStageDuration: Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nodelet_pod_start_stage_duration_seconds",
+			Help:    "Duration in seconds of each stage of a pod's start, from nodelet seeing it to its status running",
+			Buckets: podStartStageBuckets,
+		}, []string{"stage"})),
 		PodStartSLIDuration: Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Subsystem: subsystem,
 			Name:      "pod_start_sli_duration_seconds",
@@ -269,6 +303,12 @@ func (m *Metrics) ObserveRuntimeCall(op string, took time.Duration, err error) {
 	if err != nil {
 		m.RuntimeOperationsErrors.WithLabelValues(op).Inc()
 	}
+}
+
+// ObservePodStartStage records one stage of a pod's start (a
+// podruntime.StageObserver).
+func (m *Metrics) ObservePodStartStage(stage string, took time.Duration) {
+	m.PodStartStageDuration.WithLabelValues(stage).Observe(took.Seconds())
 }
 
 // ObservePodWorker records one pod worker call (a podworker.Metrics):

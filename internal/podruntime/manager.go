@@ -58,6 +58,12 @@ type Statuses interface {
 // Observer observes one value of a histogram (a prometheus.Observer).
 type Observer interface{ Observe(float64) }
 
+// StageObserver observes the stages of a pod's start
+// (metrics.Metrics: nodelet_pod_start_stage_duration_seconds).
+type StageObserver interface {
+	ObservePodStartStage(stage string, took time.Duration)
+}
+
 // Recorder records pod events with the kubelet's reasons.
 type Recorder interface {
 	Event(pod *v1.Pod, eventType, reason, message string)
@@ -75,6 +81,9 @@ type Deps struct {
 	// its config.seen annotation to the first status with phase Running
 	// (kubelet_pod_start_duration_seconds).
 	PodStartDuration Observer
+	// PodStartStages, when set, observes once per pod the stages of its
+	// start (the metrics.PodStartStage* names).
+	PodStartStages StageObserver
 	// Objects are the ConfigMaps and Secrets env refers to.
 	Objects envvars.Objects
 	// Cgroups, when set, names the pod cgroup a sandbox goes under (the
@@ -136,6 +145,7 @@ type Manager struct {
 	status   Statuses
 	recorder Recorder
 	podStart Observer
+	stages   StageObserver
 	objects  envvars.Objects
 	cgroups  PodCgroups
 	volumes  Volumes
@@ -174,7 +184,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
 		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		dialHook: (&net.Dialer{}).DialContext,
 		startups: map[types.UID]*startup{},

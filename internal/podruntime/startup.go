@@ -1,6 +1,8 @@
 package podruntime
 
 import (
+	"time"
+
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
@@ -38,6 +40,22 @@ type startup struct {
 	sandbox  bool
 	initDone map[string]bool
 	ready    bool
+	// stages are the start-up stages already observed; started is when
+	// the sync that started the pod's containers finished starting them.
+	stages  map[string]bool
+	started time.Time
+}
+
+// stage observes a start-up stage of a tracked pod once.
+func (m *Manager) stage(s *startup, name string, took time.Duration) {
+	if m.stages == nil || !s.tracked || s.stages[name] {
+		return
+	}
+	if s.stages == nil {
+		s.stages = map[string]bool{}
+	}
+	s.stages[name] = true
+	m.stages.ObservePodStartStage(name, took)
 }
 
 // startupOf returns the pod's start-up record, creating it at the pod's

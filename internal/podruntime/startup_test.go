@@ -15,6 +15,8 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/metrics"
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
@@ -123,5 +125,49 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	}
 	if got := steps(rec2, pod, t0); got != "" {
 		t.Errorf("adopted pod: events\n%s\nwant none", got)
+	}
+}
+
+type stageLog map[string][]time.Duration
+
+func (l stageLog) ObservePodStartStage(stage string, took time.Duration) {
+	l[stage] = append(l[stage], took)
+}
+
+// A pod's start is cut into stages, each observed once, with the injected
+// clock: the wait from config.seen to the first sync, observe, plan, the
+// sandbox, the containers (pull and start) and the status that says
+// Running. Later syncs observe nothing.
+func TestStartupStagesObservedOnce(t *testing.T) {
+	rs, is := critest.NewFakeRuntimeService(), critest.NewFakeImageService()
+	is.SetFakeImageSize(1)
+	log := slog.New(slog.DiscardHandler)
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	rt := slowRuntime{Runtime: cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), clock: clk, took: map[string]time.Duration{
+		"RunPodSandbox": 146 * time.Millisecond, "PullImage": 300 * time.Millisecond, "StartContainer": 20 * time.Millisecond,
+	}}
+	stages := stageLog{}
+	m := New(rt, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Status: statusmanager.New(nil), PodStartStages: stages})
+	pod := testPod()
+	pod.Spec.Containers = pod.Spec.Containers[:1]
+	pod.Annotations = map[string]string{podspec.AnnotationConfigSeen: clk.Now().Add(-40 * time.Millisecond).Format(time.RFC3339Nano)}
+	ctx := context.Background()
+	for range 2 {
+		if _, err := m.syncPod(ctx, pod, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]time.Duration{
+		metrics.PodStartStageDispatch: 40 * time.Millisecond, metrics.PodStartStageObserve: 0, metrics.PodStartStagePlan: 0,
+		metrics.PodStartStageSandbox: 146 * time.Millisecond, metrics.PodStartStageContainers: 320 * time.Millisecond,
+		metrics.PodStartStageStatus: 0,
+	}
+	for stage, d := range want {
+		if got := stages[stage]; len(got) != 1 || got[0] != d {
+			t.Errorf("stage %s observed %v, want once %v", stage, got, d)
+		}
+	}
+	if len(stages) != len(want) {
+		t.Errorf("stages %v, want %d", stages, len(want))
 	}
 }

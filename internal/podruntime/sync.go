@@ -10,6 +10,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/plan"
 	"github.com/nodelet/nodelet/internal/podspec"
@@ -48,16 +49,23 @@ func (m *Manager) syncPod(ctx context.Context, pod *v1.Pod, unprepared error) (v
 
 func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.PodStatus, time.Duration, error) {
 	log := m.log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID)
+	t0 := m.clock.Now()
 	obs, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
 		return v1.PodStatus{}, 0, err
 	}
+	t1 := m.clock.Now()
 	start := m.startupOf(pod, obs)
+	if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podspec.AnnotationConfigSeen]); err == nil {
+		m.stage(start, metrics.PodStartStageDispatch, t0.Sub(seen))
+	}
+	m.stage(start, metrics.PodStartStageObserve, t1.Sub(t0))
 	m.initContainersDone(pod, start, obs)
 	actions := plan.Compute(plan.Input{
-		Pod: pod, Status: obs, Now: m.clock.Now(), StartTime: m.startTime(pod),
+		Pod: pod, Status: obs, Now: t1, StartTime: m.startTime(pod),
 		LivenessFailed: m.livenessFailures(obs), StartupDone: m.startupDone(obs),
 	})
+	m.stage(start, metrics.PodStartStagePlan, m.clock.Since(t1))
 	if actions.Failure.Reason == plan.ReasonDeadlineExceeded {
 		m.recorder.Event(pod, v1.EventTypeWarning, actions.Failure.Reason, actions.Failure.Message)
 		log.Warn("pod failed", "reason", actions.Failure.Reason, "message", actions.Failure.Message)
@@ -83,6 +91,9 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 		failed = &status.Rejection{Reason: actions.Failure.Reason, Message: actions.Failure.Message}
 	}
 	st := m.publish(pod, obs, waiting, failed)
+	if st.Phase == v1.PodRunning && !start.started.IsZero() {
+		m.stage(start, metrics.PodStartStageStatus, m.clock.Since(start.started))
+	}
 	m.podReady(pod, start, st)
 	return st, actions.RequeueAfter, execErr
 }
@@ -127,6 +138,7 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	sandboxCfg := sandboxConfig(pod, m.opts.PodLogsDir, actions.Attempt, net)
 	sandboxID := actions.SandboxID
+	sandboxStart := m.clock.Now()
 	if actions.CreateSandbox {
 		for _, w := range warnings {
 			m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", w)
@@ -145,8 +157,10 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	podIPs := obs.IPs
 	if actions.CreateSandbox {
 		podIPs, _ = m.sandboxIPs(ctx, sandboxID)
+		m.stage(start, metrics.PodStartStageSandbox, m.clock.Since(sandboxStart))
 		m.sandboxReady(pod, start, podIPs)
 	}
+	containersStart := m.clock.Now()
 	podIP := ""
 	if len(podIPs) > 0 {
 		podIP = podIPs[0]
@@ -165,7 +179,12 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	for _, s := range actions.ContainersToStart {
 		errs = append(errs, run(&pod.Spec.Containers[s.Index], s))
 	}
-	return errors.Join(errs...)
+	err = errors.Join(errs...)
+	if len(actions.ContainersToStart) > 0 && err == nil && start.started.IsZero() {
+		start.started = m.clock.Now()
+		m.stage(start, metrics.PodStartStageContainers, start.started.Sub(containersStart))
+	}
+	return err
 }
 
 // startArgs are what starting one container needs.
