@@ -140,12 +140,14 @@ spec:
   containers:
   - name: main
     image: busybox:1.35
-    command: ["sh", "-c", "sleep 1; x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"]
+    command: ["sh", "-c", "while [ ! -e /tmp/go ]; do sleep 0.1; done; x=aaaaaaaaaaaaaaaa; while true; do x=$x$x; done"]
     resources:
       requests: {memory: 16Mi}
       limits: {memory: 32Mi}
 `)
-	waitLog(t, n, `pod=default/hog-e2e phase=Failed .*main=terminated\(OOMKilled\)`, 60*time.Second)
+	// While it runs, the pod sits in the burstable tier (its cgroup goes
+	// once the pod has terminated).
+	waitContainerRunning(t, 60*time.Second, "hog-e2e", "main")
 	sbs, err := shared.rt.ListPodSandbox(context.Background(), &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: "hog-e2e"}})
 	if err != nil || len(sbs) == 0 {
 		t.Fatalf("sandbox: %v %v", sbs, err)
@@ -154,6 +156,8 @@ spec:
 	if _, err := os.Stat("/sys/fs/cgroup/memory/kubepods/burstable/pod" + uid); err != nil {
 		t.Errorf("no burstable pod cgroup: %v", err)
 	}
+	execOut(t, "hog-e2e", "main", "touch", "/tmp/go")
+	waitLog(t, n, `pod=default/hog-e2e phase=Failed .*main=terminated\(OOMKilled\)`, 60*time.Second)
 }
 
 // runAsNonRoot refuses an image that runs as root, with the reason; a
