@@ -78,10 +78,11 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 	log, clk := a.deps.Log, a.deps.Clock
 	p := &pipeline{status: newStatusStore(log), registry: prometheus.NewRegistry(), log: log, rt: rt, orphans: map[types.UID]bool{}, cfg: a.cfg, clock: clk}
 	manifestErrors := podsource.NewManifestErrorsCounter(p.registry)
+	p.events = events.New(events.DefaultMax, clk, log) // before the sources: they record manifest problems
 	var names []string
 	if a.cfg.PodManifestPath != "" {
 		p.sources = append(p.sources, podsource.NewFileSource(a.cfg.PodManifestPath, a.cfg.NodeName,
-			a.cfg.FileCheckFrequency, clk, log, manifestErrors))
+			a.cfg.FileCheckFrequency, clk, log, manifestErrors, p.events))
 		names = append(names, podsource.SourceFile)
 	}
 	if a.cfg.ManifestURL != "" {
@@ -92,11 +93,10 @@ func (a *Agent) newPipeline(rt *cri.Client) *pipeline {
 			}
 		}
 		p.sources = append(p.sources, podsource.NewHTTPSource(a.cfg.ManifestURL, header, a.cfg.NodeName,
-			a.cfg.HTTPCheckFrequency, clk, log, manifestErrors))
+			a.cfg.HTTPCheckFrequency, clk, log, manifestErrors, p.events))
 		names = append(names, podsource.SourceHTTP)
 	}
 	p.config = podconfig.New(names, clk, log)
-	p.events = events.New(events.DefaultMax, clk, log)
 	p.metrics = metrics.New(p.registry, p.status.running, metrics.WithClock(clk))
 	rt.SetObserver(func(op string, took time.Duration, err error) {
 		p.metrics.RuntimeOperations.WithLabelValues(op).Inc()
