@@ -107,7 +107,7 @@ func TestManifestToRunningContainer(t *testing.T) {
 	// The new nodelet has synced the pod and reports the container it
 	// found; then it relists and syncs some more.
 	waitPod(t, api, "sleeper-e2e", 60*time.Second, "adopted", runsContainer("main", first.Id))
-	waitRelists(t, api, 3)
+	waitRelists(t, api, adoptRelists)
 	again, err := runningContainer(ctx, shared.rt, "sleeper-e2e", "main")
 	if err != nil || again.Id != first.Id {
 		t.Fatalf("after restart: container %v (err %v), want the same %s", again, err, first.Id)

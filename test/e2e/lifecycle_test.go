@@ -311,7 +311,7 @@ func TestRestartAdoptsTwentyPods(t *testing.T) {
 	for pod, id := range before {
 		waitPod(t, api, pod, 60*time.Second, "adopted", runsContainer("main", id))
 	}
-	waitRelists(t, api, 3)
+	waitRelists(t, api, adoptRelists)
 	for pod, id := range before {
 		c, err := runningContainer(ctx, shared.rt, pod, "main")
 		if err != nil || c.Id != id {

@@ -249,6 +249,13 @@ func waitRelists(t testing.TB, a *nodeAPI, n int) {
 	})
 }
 
+// adoptRelists is how many relists a restarted nodelet gets before the
+// tests check that it left the pods it found alone: its first
+// housekeeping (which would stop pods it wrongly took for orphans) comes
+// within 2 s, and such a pod takes up to its grace period (2 s in these
+// tests) to stop and be seen stopped.
+const adoptRelists = 5
+
 // containerStatus is the status of the pod's container name (regular,
 // init or ephemeral); zero if the status has none.
 func containerStatus(pod *v1.Pod, name string) v1.ContainerStatus {
