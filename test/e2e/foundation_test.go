@@ -170,7 +170,7 @@ func TestImagesImport(t *testing.T) {
 // containerd itself, survives containerd being SIGKILLed, and leaves nothing
 // behind but the pods when it stops.
 func TestManagedRuntime(t *testing.T) {
-	m := startManaged(t, "managed", "nle2e1", "10.44.0.0/24")
+	m := startManaged(t, "managed", "nle2e1", "10.44.0.0/24", "--port", freePort(t), "--address", "127.0.0.1")
 	n, root, manifests, cfg, rt := m.n, m.root, m.manifests, m.cfg, m.rt
 	writeManifest(t, manifests, "sleeper.yaml", fmt.Sprintf(sleeperPod, "managed"))
 	ctx := context.Background()
@@ -199,6 +199,7 @@ func TestManagedRuntime(t *testing.T) {
 		_, err := rt.Version(ctx)
 		return err
 	})
+	waitRelists(t, n.api(t), adoptRelists) // nodelet looks at the new containerd's pods
 	after, err := runningContainer(ctx, rt, "managed-e2e", "main")
 	if err != nil || after.Id != before.Id {
 		t.Fatalf("after containerd restart: %v (err %v), want container %s still running", after, err, before.Id)
