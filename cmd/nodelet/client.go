@@ -172,7 +172,7 @@ func newEventsCommand(rootDir *string) *cobra.Command {
 	f := &clientFlags{rootDir: rootDir}
 	cmd := &cobra.Command{
 		Use:           "events",
-		Short:         "List the node's recent pod events",
+		Short:         "List the node's recent events (about its pods and itself)",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -185,12 +185,7 @@ func newEventsCommand(rootDir *string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "%-8s %-20s %-40s %s\n", "TYPE", "REASON", "POD", "MESSAGE")
-			for _, e := range evs {
-				fmt.Fprintf(out, "%-8s %-20s %-40s %s\n", e.Type, e.Reason, e.Namespace+"/"+e.Pod, e.Message)
-			}
-			return nil
+			return cli.PrintEvents(cmd.OutOrStdout(), evs)
 		},
 	}
 	f.add(cmd)

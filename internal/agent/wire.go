@@ -67,11 +67,12 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 	p := &pipeline{a: a, objects: objects.NewStore(), watcher: pleg.EventWatcher{Stream: rt}}
 	reg, probeReg, resourceReg := prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()
 
-	// 1-2. Sources and their merge.
+	// 1-2. Sources and their merge; what they refuse is a node event.
+	recorder := events.New(events.DefaultMax, clk, log)
 	manifestErrors := podsource.NewManifestErrorsCounter(reg)
 	var names []string
 	if cfg.PodManifestPath != "" {
-		p.sources = append(p.sources, podsource.NewFileSource(cfg.PodManifestPath, cfg.NodeName, cfg.FileCheckFrequency, clk, log, manifestErrors))
+		p.sources = append(p.sources, podsource.NewFileSource(cfg.PodManifestPath, cfg.NodeName, cfg.FileCheckFrequency, clk, log, manifestErrors, recorder))
 		names = append(names, podsource.SourceFile)
 	}
 	if cfg.ManifestURL != "" {
@@ -82,13 +83,12 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 			}
 		}
 		p.sources = append(p.sources, podsource.NewHTTPSource(cfg.ManifestURL, header, cfg.NodeName,
-			cfg.HTTPCheckFrequency, clk, log, manifestErrors))
+			cfg.HTTPCheckFrequency, clk, log, manifestErrors, recorder))
 		names = append(names, podsource.SourceHTTP)
 	}
 	p.config = podconfig.New(names, clk, log)
 
-	// Beside the pipeline: events, probes, status, metrics, stats.
-	recorder := events.New(events.DefaultMax, clk, log)
+	// Beside the pipeline: probes, status, metrics, stats.
 	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: probeReg, Recorder: recorder})
 	p.status = statusmanager.New(log, p.prober)
 	m := metrics.New(reg, p.status.Running, metrics.WithClock(clk))

@@ -160,9 +160,11 @@ func TestPodsAndEvents(t *testing.T) {
 			writeJSON(w, []events.Event{ev})
 			return
 		}
-		// As internal/server encodes them.
+		// As internal/server encodes them, a node event after the pod's.
 		fmt.Fprintf(w, `[{"podUID":"u1","namespace":"default","pod":"web","type":"Normal","reason":"Started",`+
-			`"message":"Started container web","count":2,"firstTimestamp":%q,"lastTimestamp":%q}]`,
+			`"message":"Started container web","count":2,"firstTimestamp":%q,"lastTimestamp":%q},`+
+			`{"podUID":"","namespace":"","pod":"","kind":"Node","node":"node1","type":"Warning","reason":"FailedToLoadManifest",`+
+			`"message":"/m/a.yaml: bad","count":1,"firstTimestamp":%[1]q,"lastTimestamp":%[1]q}]`,
 			at.Format(time.RFC3339Nano), at.Add(time.Second).Format(time.RFC3339Nano))
 	})
 	c := newTestClient(t, newTestServer(t, mux))
@@ -180,8 +182,17 @@ func TestPodsAndEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(evs) != 1 {
-			t.Fatalf("events: %+v", evs)
+		if want := map[bool]int{false: 1, true: 2}[form]; len(evs) != want {
+			t.Fatalf("events: %+v, want %d", evs, want)
+		}
+		if form {
+			wantNode := events.Event{Node: "node1", Type: v1.EventTypeWarning, Reason: "FailedToLoadManifest", Message: "/m/a.yaml: bad",
+				Count: 1, FirstTime: at, LastTime: at}
+			if got := evs[1]; !got.FirstTime.Equal(at) || !got.LastTime.Equal(at) {
+				t.Errorf("node event times %v %v, want %v", got.FirstTime, got.LastTime, at)
+			} else if got.FirstTime, got.LastTime = at, at; got != wantNode {
+				t.Errorf("node event %+v, want %+v", got, wantNode)
+			}
 		}
 		got := evs[0]
 		if !got.FirstTime.Equal(ev.FirstTime) || !got.LastTime.Equal(ev.LastTime) {

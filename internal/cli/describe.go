@@ -117,10 +117,14 @@ func Describe(w io.Writer, pod v1.Pod, evs []events.Event, now time.Time) error 
 	return wrapWrite(err)
 }
 
-// podEvents keeps the events of pod, ordered by when they last happened.
+// podEvents keeps the events of pod, ordered by when they last happened;
+// events about the node are not the pod's.
 func podEvents(pod *v1.Pod, evs []events.Event) []events.Event {
 	var out []events.Event
 	for _, e := range evs {
+		if e.Node != "" {
+			continue
+		}
 		if pod.UID != "" && e.PodUID != "" {
 			if e.PodUID == pod.UID {
 				out = append(out, e)

@@ -114,6 +114,8 @@ func describedPod() (v1.Pod, []events.Event) {
 		// Another pod's event is left out.
 		{PodUID: "uid-other", Namespace: "default", Pod: "other", Type: n, Reason: "Started", Message: "nope",
 			Count: 1, FirstTime: t0, LastTime: t0},
+		// So is an event about the node.
+		{Node: "node1", Type: w, Reason: "FailedToLoadManifest", Message: "/m/web.yaml: nope", Count: 1, FirstTime: t0, LastTime: t0},
 	}
 	return pod, evs
 }

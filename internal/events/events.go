@@ -1,8 +1,9 @@
 // Package events is beside the pipeline: a bounded, in-memory recorder of
 // pod events with the kubelet's reasons (Created, Started, Killing,
-// BackOff, Unhealthy, FailedPostStartHook, ...). Repeats of the same event
-// are folded into one with a count, as the kubelet's event correlator does.
-// Every event is also logged; the HTTP API and the CLI read them from here.
+// BackOff, Unhealthy, FailedPostStartHook, ...), and of events about the
+// node itself (FailedToLoadManifest). Repeats of the same event are folded
+// into one with a count, as the kubelet's event correlator does. Every
+// event is also logged; the HTTP API and the CLI read them from here.
 package events
 
 import (
@@ -15,11 +16,16 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Event is one recorded event.
+// Event is one recorded event. Its involved object is either a pod
+// (PodUID, Namespace and Pod set) or, for an event about the node itself,
+// the node (Node set, the pod fields empty).
 type Event struct {
 	PodUID    types.UID
 	Namespace string
 	Pod       string
+	// Node is the node's name when the event is about the node (involved
+	// object kind Node); empty for pod events.
+	Node string
 	// Type is v1.EventTypeNormal or v1.EventTypeWarning.
 	Type    string
 	Reason  string
@@ -57,29 +63,47 @@ func New(max int, clk clock.PassiveClock, log *slog.Logger) *Recorder {
 // Event records an event about pod. An event equal to one already kept
 // (same pod, type, reason and message) updates that one's count and time.
 func (r *Recorder) Event(pod *v1.Pod, eventType, reason, message string) {
-	now := r.clock.Now()
-	logf := r.log.Info
-	if eventType == v1.EventTypeWarning {
-		logf = r.log.Warn
-	}
-	logf("event", "pod", pod.Namespace+"/"+pod.Name, "type", eventType, "reason", reason, "message", message)
+	r.logf(eventType)("event", "pod", pod.Namespace+"/"+pod.Name, "type", eventType, "reason", reason, "message", message)
+	r.record(Event{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Type: eventType, Reason: reason, Message: message})
+}
 
+// NodeEvent records an event about the node itself, named node (as the
+// kubelet's node events: involved object kind Node, name the node's name).
+// An event equal to one already kept (same node, type, reason and message)
+// updates that one's count and time.
+func (r *Recorder) NodeEvent(node, eventType, reason, message string) {
+	r.logf(eventType)("event", "node", node, "type", eventType, "reason", reason, "message", message)
+	r.record(Event{Node: node, Type: eventType, Reason: reason, Message: message})
+}
+
+// logf is the log function for an event of eventType.
+func (r *Recorder) logf(eventType string) func(msg string, args ...any) {
+	if eventType == v1.EventTypeWarning {
+		return r.log.Warn
+	}
+	return r.log.Info
+}
+
+// record keeps e (its count and times set here), folding it into an equal
+// one already kept.
+func (r *Recorder) record(e Event) {
+	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := len(r.events) - 1; i >= 0; i-- {
-		e := &r.events[i]
-		if e.PodUID == pod.UID && e.Type == eventType && e.Reason == reason && e.Message == message {
-			e.Count++
-			e.LastTime = now
+		k := &r.events[i]
+		if k.PodUID == e.PodUID && k.Node == e.Node && k.Type == e.Type && k.Reason == e.Reason && k.Message == e.Message {
+			k.Count++
+			k.LastTime = now
 			// Move it to the end: it is the newest now.
-			moved := *e
+			moved := *k
 			r.events = append(r.events[:i], r.events[i+1:]...)
 			r.events = append(r.events, moved)
 			return
 		}
 	}
-	r.events = append(r.events, Event{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name,
-		Type: eventType, Reason: reason, Message: message, Count: 1, FirstTime: now, LastTime: now})
+	e.Count, e.FirstTime, e.LastTime = 1, now, now
+	r.events = append(r.events, e)
 	if len(r.events) > r.max {
 		r.events = append(r.events[:0:0], r.events[len(r.events)-r.max:]...)
 	}
@@ -91,7 +115,7 @@ func (r *Recorder) ForPod(uid types.UID) []Event {
 	defer r.mu.Unlock()
 	var out []Event
 	for _, e := range r.events {
-		if e.PodUID == uid {
+		if e.PodUID == uid && e.Node == "" {
 			out = append(out, e)
 		}
 	}

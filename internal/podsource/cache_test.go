@@ -110,7 +110,7 @@ func watchedSource(tb testing.TB, dir string) *FileSource {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { w.Close() })
-	s := NewFileSource(dir, "node1", 0, newNotifyClock(), nil, nil)
+	s := NewFileSource(dir, "node1", 0, newNotifyClock(), nil, nil, nil)
 	s.ensureWatch(w)
 	if s.watched != dir {
 		tb.Fatalf("watching %q", s.watched)

@@ -56,8 +56,10 @@ type FileSource struct {
 }
 
 // NewFileSource returns a source for the manifest path. period is the full
-// rescan period (DefaultCheckFrequency if 0). metrics may be nil.
-func NewFileSource(path, nodeName string, period time.Duration, clk clock.WithTicker, log *slog.Logger, metrics ErrorCounter) *FileSource {
+// rescan period (DefaultCheckFrequency if 0). Each manifest problem is
+// counted in metrics and recorded in events as a Warning event about the
+// node nodeName (EventReasonFailedToLoadManifest); either may be nil.
+func NewFileSource(path, nodeName string, period time.Duration, clk clock.WithTicker, log *slog.Logger, metrics ErrorCounter, events EventSink) *FileSource {
 	if period <= 0 {
 		period = DefaultCheckFrequency
 	}
@@ -72,7 +74,7 @@ func NewFileSource(path, nodeName string, period time.Duration, clk clock.WithTi
 		period:   period,
 		clk:      clk,
 		log:      log.With("path", path),
-		report:   newReporter(log, metrics),
+		report:   newReporter(log, metrics, events, nodeName),
 		lastGood: map[string]fileContent{},
 		cache:    newManifestCache(nodeName),
 		dirty:    map[string]bool{},

@@ -18,14 +18,15 @@ type fileHarness struct {
 	clk     *notifyClock
 	out     chan Update
 	metrics *counter
+	events  *eventSink
 	logs    *logBuffer
 }
 
 func startFileSource(t *testing.T, dir, path string) *fileHarness {
 	t.Helper()
 	log, logs := newTestLog()
-	h := &fileHarness{t: t, dir: dir, clk: newNotifyClock(), out: make(chan Update), metrics: &counter{}, logs: logs}
-	src := NewFileSource(path, "node1", 20*time.Second, h.clk, log, h.metrics)
+	h := &fileHarness{t: t, dir: dir, clk: newNotifyClock(), out: make(chan Update), metrics: &counter{}, events: &eventSink{}, logs: logs}
+	src := NewFileSource(path, "node1", 20*time.Second, h.clk, log, h.metrics, h.events)
 	ctx := t.Context()
 	runDone(t, func() { src.Run(ctx, h.out) })
 	return h
@@ -152,6 +153,19 @@ func TestFileSourceBrokenFileNextToGoodOnes(t *testing.T) {
 	}
 	if lines := h.logs.lines("c.yaml", "spec.containers[0].image: Required value"); len(lines) != 1 {
 		t.Errorf("c.yaml logged %d times, want once: %q", len(lines), lines)
+	}
+	// One event about the node per broken file, naming it, however many
+	// rescans saw it.
+	evs := h.events.all()
+	if len(evs) != 2 {
+		t.Fatalf("events %+v, want one per broken file", evs)
+	}
+	for i, file := range []string{"c.yaml", "d.json"} {
+		e := evs[i]
+		if e.node != "node1" || e.eventType != "Warning" || e.reason != EventReasonFailedToLoadManifest ||
+			!strings.HasPrefix(e.message, filepath.Join(dir, file)+": ") {
+			t.Errorf("event %d: %+v, want a Warning FailedToLoadManifest about node1 naming %s", i, e, file)
+		}
 	}
 }
 

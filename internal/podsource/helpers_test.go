@@ -65,6 +65,28 @@ func (c *counter) get(reason string) int {
 	return c.n[reason]
 }
 
+// nodeEvent is one event an eventSink got.
+type nodeEvent struct{ node, eventType, reason, message string }
+
+// eventSink is an EventSink for tests; safe for concurrent use.
+type eventSink struct {
+	mu     sync.Mutex
+	events []nodeEvent
+}
+
+func (s *eventSink) NodeEvent(node, eventType, reason, message string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, nodeEvent{node, eventType, reason, message})
+}
+
+// all returns the events recorded so far, oldest first.
+func (s *eventSink) all() []nodeEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]nodeEvent(nil), s.events...)
+}
+
 // logBuffer collects log lines; safe for concurrent use.
 type logBuffer struct{ testutil.SyncBuffer }
 

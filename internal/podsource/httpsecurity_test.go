@@ -52,11 +52,11 @@ func secretHeader() http.Header {
 	return http.Header{"Authorization": {"Bearer s3cret"}, "X-Token": {"t0ken"}}
 }
 
-func newTestHTTPSource(t *testing.T, rawURL string) (*HTTPSource, *logBuffer, *counter) {
+func newTestHTTPSource(t *testing.T, rawURL string) (*HTTPSource, *logBuffer, *counter, *eventSink) {
 	t.Helper()
 	log, logs := newTestLog()
-	metrics := &counter{}
-	return NewHTTPSource(rawURL, secretHeader(), "node1", 0, newNotifyClock(), log, metrics), logs, metrics
+	metrics, events := &counter{}, &eventSink{}
+	return NewHTTPSource(rawURL, secretHeader(), "node1", 0, newNotifyClock(), log, metrics, events), logs, metrics, events
 }
 
 func TestHTTPSourceRedirectHeaders(t *testing.T) {
@@ -83,7 +83,7 @@ func TestHTTPSourceRedirectHeaders(t *testing.T) {
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			before := len(tc.server.got("/pods"))
-			src, _, _ := newTestHTTPSource(t, srvA.URL+tc.path)
+			src, _, _, _ := newTestHTTPSource(t, srvA.URL+tc.path)
 			if class, err := src.fetch(t.Context()); err != nil {
 				t.Fatalf("fetch: %s %v", class, err)
 			}
@@ -116,7 +116,7 @@ func TestHTTPSourceRefusesDowngradeToHTTP(t *testing.T) {
 	tlsRec.redirect("/pods", srvPlain.URL+"/pods")
 	tlsRec.redirect("/to-https", "/ok")
 
-	src, logs, metrics := newTestHTTPSource(t, srvTLS.URL+"/pods")
+	src, logs, metrics, _ := newTestHTTPSource(t, srvTLS.URL+"/pods")
 	trustTestServer(src, srvTLS)
 	out := make(chan Update, 1)
 	src.poll(t.Context(), out)
@@ -131,7 +131,7 @@ func TestHTTPSourceRefusesDowngradeToHTTP(t *testing.T) {
 	}
 
 	// A redirect that stays on https is followed.
-	src, _, _ = newTestHTTPSource(t, srvTLS.URL+"/to-https")
+	src, _, _, _ = newTestHTTPSource(t, srvTLS.URL+"/to-https")
 	trustTestServer(src, srvTLS)
 	if class, err := src.fetch(t.Context()); err != nil {
 		t.Fatalf("https to https: %s %v", class, err)
@@ -143,7 +143,7 @@ func trustTestServer(src *HTTPSource, srv *httptest.Server) {
 }
 
 // The URL's credentials (user info, and query parameters that look like
-// credentials) appear nowhere: not in errors, logs or annotations, however
+// credentials) appear nowhere: not in errors, logs, events or annotations, however
 // the fetch fails.
 func TestHTTPSourceRedactsCredentials(t *testing.T) {
 	secrets := []string{"alice", "pa55word", "T0KEN", "S1GNATURE", "bob", "hunter2", "acc3ss"}
@@ -169,10 +169,13 @@ func TestHTTPSourceRedactsCredentials(t *testing.T) {
 		userinfo(srv.URL) + "/pods" + query + "#frag", // good
 		"http://alice:pa55word/T0KEN@host/pods",       // does not parse
 	} {
-		src, logs, _ := newTestHTTPSource(t, u)
+		src, logs, _, events := newTestHTTPSource(t, u)
 		out := make(chan Update, 1)
 		src.poll(context.Background(), out)
 		seen = append(seen, logs.lines()...)
+		for _, e := range events.all() {
+			seen = append(seen, e.message)
+		}
 		select {
 		case up := <-out:
 			for _, p := range up.Pods {

@@ -56,10 +56,13 @@ type HTTPSource struct {
 
 // NewHTTPSource returns a source for url; header is sent with each request
 // (--manifest-url-header). period is the poll period
-// (DefaultCheckFrequency if 0). metrics may be nil.
+// (DefaultCheckFrequency if 0). Each problem is counted in metrics and
+// recorded in events as a Warning event about the node nodeName
+// (EventReasonFailedToLoadManifest, naming the redacted URL); either may
+// be nil.
 // A URL that is not an absolute http or https URL makes every poll fail
 // with an error saying so.
-func NewHTTPSource(rawURL string, header http.Header, nodeName string, period time.Duration, clk clock.WithTicker, log *slog.Logger, metrics ErrorCounter) *HTTPSource {
+func NewHTTPSource(rawURL string, header http.Header, nodeName string, period time.Duration, clk clock.WithTicker, log *slog.Logger, metrics ErrorCounter, events EventSink) *HTTPSource {
 	if period <= 0 {
 		period = DefaultCheckFrequency
 	}
@@ -71,7 +74,7 @@ func NewHTTPSource(rawURL string, header http.Header, nodeName string, period ti
 		nodeName: nodeName,
 		period:   period,
 		clk:      clk,
-		report:   newReporter(log.With("source", SourceHTTP), metrics),
+		report:   newReporter(log.With("source", SourceHTTP), metrics, events, nodeName),
 	}
 	s.url, s.display, s.urlErr = parseManifestURL(rawURL)
 	transport := http.DefaultTransport.(*http.Transport).Clone()

@@ -85,7 +85,7 @@ func startHTTPSource(t *testing.T, status int, etag, body string) *httpHarness {
 	log, logs := newTestLog()
 	h := &httpHarness{t: t, srv: srv, url: ts.URL + "/pods", clk: newNotifyClock(), out: make(chan Update), metrics: &counter{}, logs: logs}
 	header := http.Header{"Authorization": {"Bearer s3cret"}, "X-Node": {"a", "b"}}
-	src := NewHTTPSource(h.url, header, "node1", 20*time.Second, h.clk, log, h.metrics)
+	src := NewHTTPSource(h.url, header, "node1", 20*time.Second, h.clk, log, h.metrics, nil)
 	header.Set("Authorization", "changed after the call") // the source keeps its own copy
 	ctx := t.Context()
 	runDone(t, func() { src.Run(ctx, h.out) })

@@ -93,23 +93,48 @@ type nopCounter struct{}
 
 func (nopCounter) Inc(string) {}
 
-// reporter logs each problem once per distinct reason, and counts it at the
-// same time: a problem seen in the previous report is not logged again; one
+// EventReasonFailedToLoadManifest is the reason of the Warning event about
+// the node recorded for each manifest problem (a file skipped, a file whose
+// last good version is kept, a pod or object name defined twice). Its
+// message is "<file or URL>: <reason>"; for a kept file, "; its last good
+// version is kept" follows.
+const EventReasonFailedToLoadManifest = "FailedToLoadManifest"
+
+// EventSink records an event about the node itself (involved object kind
+// Node, named node); *events.Recorder is one.
+type EventSink interface {
+	NodeEvent(node, eventType, reason, message string)
+}
+
+type nopSink struct{}
+
+func (nopSink) NodeEvent(string, string, string, string) {}
+
+// reporter logs each problem once per distinct reason, and counts it and
+// records it as an event about the node at the same time: a problem seen in
+// the previous report is not logged (nor counted, nor recorded) again; one
 // that went away and came back is.
 type reporter struct {
 	log     *slog.Logger
 	metrics ErrorCounter
+	events  EventSink
+	node    string
 	last    map[string]bool // path, class and reason of the last report
 }
 
-func newReporter(log *slog.Logger, metrics ErrorCounter) *reporter {
+// newReporter returns a reporter; metrics and events may be nil. node is
+// the node's name, the object of the events.
+func newReporter(log *slog.Logger, metrics ErrorCounter, events EventSink, node string) *reporter {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if metrics == nil {
 		metrics = nopCounter{}
 	}
-	return &reporter{log: log, metrics: metrics, last: map[string]bool{}}
+	if events == nil {
+		events = nopSink{}
+	}
+	return &reporter{log: log, metrics: metrics, events: events, node: node, last: map[string]bool{}}
 }
 
 func (r *reporter) report(errs []FileError) {
@@ -121,6 +146,7 @@ func (r *reporter) report(errs []FileError) {
 			continue
 		}
 		r.metrics.Inc(fe.Class)
+		r.events.NodeEvent(r.node, v1.EventTypeWarning, EventReasonFailedToLoadManifest, eventMessage(fe))
 		switch {
 		case fe.Class == ReasonDuplicate:
 			r.log.Warn("duplicate pod name; the pod of the other manifest is used", "file", fe.Path, "reason", fe.Reason())
@@ -131,6 +157,16 @@ func (r *reporter) report(errs []FileError) {
 		}
 	}
 	r.last = current
+}
+
+// eventMessage is the message of the event about fe: the file (or the
+// redacted URL) and the reason.
+func eventMessage(fe FileError) string {
+	msg := fe.Path + ": " + fe.Reason()
+	if fe.Kept && fe.Class != ReasonDuplicate {
+		msg += "; its last good version is kept"
+	}
+	return msg
 }
 
 // sortErrors orders errs by path, then class, then reason.

@@ -430,11 +430,15 @@ func (s *secureServer) streamingNotImplemented(w http.ResponseWriter, r *http.Re
 	http.Error(w, "streaming is not implemented yet", http.StatusNotImplemented)
 }
 
-// EventItem is one event as /events serves it.
+// EventItem is one event as /events serves it. A pod event names the pod
+// (podUID, namespace, pod); an event about the node itself has kind "Node"
+// and the node's name in node, and empty pod fields.
 type EventItem struct {
 	PodUID         types.UID `json:"podUID"`
 	Namespace      string    `json:"namespace"`
 	Pod            string    `json:"pod"`
+	Kind           string    `json:"kind,omitempty"`
+	Node           string    `json:"node,omitempty"`
 	Type           string    `json:"type"`
 	Reason         string    `json:"reason"`
 	Message        string    `json:"message"`
@@ -447,11 +451,15 @@ func (s *secureServer) getEvents(w http.ResponseWriter, _ *http.Request) {
 	items := []EventItem{}
 	if s.deps.Events != nil {
 		for _, e := range s.deps.Events.All() {
-			items = append(items, EventItem{
+			item := EventItem{
 				PodUID: e.PodUID, Namespace: e.Namespace, Pod: e.Pod,
 				Type: e.Type, Reason: e.Reason, Message: e.Message, Count: e.Count,
 				FirstTimestamp: e.FirstTime, LastTimestamp: e.LastTime,
-			})
+			}
+			if e.Node != "" {
+				item.Kind, item.Node = "Node", e.Node
+			}
+			items = append(items, item)
 		}
 	}
 	writeJSON(w, items, s.log)

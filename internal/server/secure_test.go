@@ -737,6 +737,20 @@ func TestEventsConfigzHealthz(t *testing.T) {
 	if code, body := do(t, open(t, Deps{}), "GET", "/events", nil); code != 200 || strings.TrimSpace(body) != "[]" {
 		t.Errorf("/events with none: %d %q", code, body)
 	}
+	// A node event names the node and its kind; a pod event has neither.
+	withNode := deps
+	t1 := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	withNode.Events = fakeEvents{
+		{PodUID: "u1", Namespace: "default", Pod: "web-0", Type: v1.EventTypeNormal, Reason: "Started", Message: "m", Count: 1, FirstTime: t1, LastTime: t1},
+		{Node: "node1", Type: v1.EventTypeWarning, Reason: "FailedToLoadManifest", Message: "/m/a.yaml: bad", Count: 1, FirstTime: t1, LastTime: t1},
+	}
+	want := `[{"podUID":"u1","namespace":"default","pod":"web-0","type":"Normal","reason":"Started","message":"m","count":1,` +
+		`"firstTimestamp":"2024-05-01T12:00:00Z","lastTimestamp":"2024-05-01T12:00:00Z"},` +
+		`{"podUID":"","namespace":"","pod":"","kind":"Node","node":"node1","type":"Warning","reason":"FailedToLoadManifest","message":"/m/a.yaml: bad","count":1,` +
+		`"firstTimestamp":"2024-05-01T12:00:00Z","lastTimestamp":"2024-05-01T12:00:00Z"}]`
+	if code, body := do(t, open(t, withNode), "GET", "/events", nil); code != 200 || strings.TrimSpace(body) != want {
+		t.Errorf("/events with a node event: %d\n%s\nwant\n%s", code, body, want)
+	}
 	code, body = do(t, s, "GET", "/configz", nil)
 	var cz map[string]map[string]any
 	if code != 200 || json.Unmarshal([]byte(body), &cz) != nil || cz["kubeletconfig"]["kind"] != "KubeletConfiguration" {

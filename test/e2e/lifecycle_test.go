@@ -11,17 +11,17 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
 	"github.com/nodelet/nodelet/internal/podspec"
+	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // lifecycleNodelet starts a nodelet on the shared runtime with its own
-// manifest directory and a fast rescan.
+// manifest directory, a fast rescan and its HTTPS API on a free port of
+// 127.0.0.1 (see nodeletProc.api).
 func lifecycleNodelet(t *testing.T, name string, extra ...string) (*nodeletProc, string, []string) {
 	t.Helper()
 	manifests := filepath.Join(shared.work, "manifests-"+name)
@@ -30,22 +30,17 @@ func lifecycleNodelet(t *testing.T, name string, extra ...string) (*nodeletProc,
 	}
 	args := []string{"--container-runtime-endpoint", shared.endpoint, "--root-dir", filepath.Join(shared.work, "root-"+name),
 		"--pod-manifest-path", manifests, "--hostname-override", "e2e",
-		"--pod-logs-dir", filepath.Join(shared.work, "logs-"+name), "--file-check-frequency", "2s", "--healthz-port", "0", "--port", "0"}
+		"--pod-logs-dir", filepath.Join(shared.work, "logs-"+name), "--file-check-frequency", "2s", "--healthz-port", "0", "--port", freePort(t), "--address", "127.0.0.1"}
 	args = append(args, extra...)
 	return startNodelet(t, args...), manifests, args
 }
 
-// podPhase waits for the last "pod status" log line of pod to show phase.
-func waitPhase(t *testing.T, n *nodeletProc, pod, phase string, timeout time.Duration) {
+// waitPhase waits until /pods shows pod in phase, and returns it.
+func waitPhase(t *testing.T, n *nodeletProc, pod, phase string, timeout time.Duration) *v1.Pod {
 	t.Helper()
-	re := regexp.MustCompile(`msg="pod status" pod=default/` + regexp.QuoteMeta(pod) + ` phase=(\w+)`)
-	eventually(t, timeout, pod+" phase "+phase, func() error {
-		m := re.FindAllStringSubmatch(n.stderr.String(), -1)
-		if len(m) == 0 {
-			return fmt.Errorf("no status logged")
-		}
-		if got := m[len(m)-1][1]; got != phase {
-			return fmt.Errorf("phase %s", got)
+	return waitPod(t, n.api(t), pod, timeout, "phase "+phase, func(p *v1.Pod) error {
+		if p.Status.Phase != v1.PodPhase(phase) {
+			return fmt.Errorf("phase %q", p.Status.Phase)
 		}
 		return nil
 	})
@@ -109,7 +104,10 @@ func TestRestartPolicies(t *testing.T) {
 		}
 		waitPhase(t, n, pod, c.phase, 60*time.Second)
 	}
-	// Pods that finished were not restarted.
+	// Pods that finished were not restarted, however long nodelet looks at
+	// them.
+	api := n.api(t)
+	waitRelists(t, api, 3)
 	for _, c := range cases {
 		if !c.restarts {
 			if got := len(instances(t, c.name+"-e2e", "main")); got != 1 {
@@ -118,12 +116,7 @@ func TestRestartPolicies(t *testing.T) {
 		}
 	}
 	// The status says why: exit 1 under Always ends up in CrashLoopBackOff.
-	eventually(t, 60*time.Second, "always-1 in CrashLoopBackOff", func() error {
-		if !strings.Contains(n.stderr.String(), "CrashLoopBackOff") {
-			return fmt.Errorf("no CrashLoopBackOff in the log")
-		}
-		return nil
-	})
+	waitPod(t, api, "always-1-e2e", 60*time.Second, "main in CrashLoopBackOff", waitingWith("main", "CrashLoopBackOff", ""))
 }
 
 const initPod = `apiVersion: v1
@@ -246,9 +239,10 @@ func TestManifestEditAndDelete(t *testing.T) {
 }
 
 // A broken manifest and two files naming the same pod do not disturb the
-// good pods; the log names the files.
+// good pods; an event about the node names each file.
 func TestBadManifestsAndDuplicates(t *testing.T) {
 	n, dir, _ := lifecycleNodelet(t, "bad")
+	api := n.api(t)
 	ctx := context.Background()
 	writeManifest(t, dir, "good.yaml", fmt.Sprintf(sleeperPod, "good"))
 	writeManifest(t, dir, "a-dup.yaml", fmt.Sprintf(sleeperPod, "dup"))
@@ -261,16 +255,29 @@ func TestBadManifestsAndDuplicates(t *testing.T) {
 			return err
 		})
 	}
-	time.Sleep(3 * time.Second) // a rescan happens; still one dup instance
+	file := func(name string) string { return filepath.Join(dir, name) }
+	waitEvent(t, api, 30*time.Second, "broken.yaml refused", manifestEvent(file("broken.yaml"), `spec\.containers\[0\]\.image: Required value`))
+	waitEvent(t, api, 30*time.Second, "service.yaml refused", manifestEvent(file("service.yaml"), `kind "Service" apiVersion "v1" is not a Pod`))
+	waitEvent(t, api, 30*time.Second, "b-dup.yaml loses to a-dup.yaml",
+		manifestEvent(file("b-dup.yaml"), `pod default/dup(-e2e)? is also defined in `+regexp.QuoteMeta(file("a-dup.yaml"))))
+	dup := waitPod(t, api, "dup-e2e", 10*time.Second, "from a-dup.yaml", func(p *v1.Pod) error {
+		if got := p.Annotations[podspec.AnnotationConfigFile]; got != file("a-dup.yaml") {
+			return fmt.Errorf("from %s", got)
+		}
+		return nil
+	})
+
+	// Rescans (a file written now is seen, then the sync loop has had its
+	// turns) keep the same dup pod, with one sandbox.
+	writeManifest(t, dir, "zz-later.yaml", "not: [a manifest\n")
+	waitEvent(t, api, 30*time.Second, "zz-later.yaml refused (a rescan)", manifestEvent(file("zz-later.yaml"), `.`))
+	waitRelists(t, api, 3)
 	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: "dup-e2e"}})
 	if len(sbs) != 1 {
 		t.Errorf("dup: %d sandboxes, want 1", len(sbs))
 	}
-	logs := n.stderr.String()
-	for _, want := range []string{"broken.yaml", "service.yaml", "a-dup.yaml", "b-dup.yaml"} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("no log line names %s", want)
-		}
+	if p, err := api.pod("dup-e2e"); err != nil || p.UID != dup.UID || p.Annotations[podspec.AnnotationConfigFile] != file("a-dup.yaml") {
+		t.Errorf("dup after rescans: %v (err %v), want the pod %s of a-dup.yaml", p, err, dup.UID)
 	}
 }
 
@@ -297,8 +304,13 @@ func TestRestartAdoptsTwentyPods(t *testing.T) {
 	if err := n.stop(t); err != nil {
 		t.Fatalf("nodelet exit: %v", err)
 	}
-	startNodelet(t, args...)
-	time.Sleep(4 * time.Second) // several relists and syncs
+	api := startNodelet(t, args...).api(t)
+	// The new nodelet has synced every pod and reports the container it
+	// found; then it relists and syncs some more.
+	for pod, id := range before {
+		waitPod(t, api, pod, 60*time.Second, "adopted", runsContainer("main", id))
+	}
+	waitRelists(t, api, adoptRelists)
 	for pod, id := range before {
 		c, err := runningContainer(ctx, shared.rt, pod, "main")
 		if err != nil || c.Id != id {
@@ -331,10 +343,9 @@ spec:
 `)
 	writeManifest(t, dir, "small.yaml", fmt.Sprintf(sleeperPod, "small"))
 	waitContainerRunning(t, 60*time.Second, "small-e2e", "main")
-	waitPhase(t, n, "huge-e2e", "Failed", 30*time.Second)
-	if !strings.Contains(n.stderr.String(), "reason=OutOfcpu") {
-		t.Errorf("no OutOfcpu reason in the log")
-	}
+	api := n.api(t)
+	waitPod(t, api, "huge-e2e", 30*time.Second, "rejected", hasPhase(v1.PodFailed, "OutOfcpu"))
+	waitRelists(t, api, 3)
 	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: "huge-e2e"}})
 	if len(sbs) != 0 {
 		t.Errorf("rejected pod got %d sandboxes", len(sbs))

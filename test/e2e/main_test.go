@@ -191,16 +191,18 @@ func runningContainer(ctx context.Context, rt *cri.Client, podName, container st
 // nodeletProc is a nodelet started by a test.
 type nodeletProc struct {
 	cmd    *exec.Cmd
+	args   []string
 	stderr *testutil.SyncBuffer
 	done   chan struct{}
 	err    error
 }
 
 // startNodelet runs the binary with args; its output goes to the test log
-// when the test fails.
+// when the test fails (for diagnosis only: tests judge what the API and the
+// runtime show, never the log).
 func startNodelet(t testing.TB, args ...string) *nodeletProc {
 	t.Helper()
-	p := &nodeletProc{cmd: exec.Command(shared.nodelet, args...), stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
+	p := &nodeletProc{cmd: exec.Command(shared.nodelet, args...), args: args, stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout = io.Discard
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {

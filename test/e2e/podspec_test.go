@@ -4,11 +4,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/podspec"
@@ -91,8 +93,12 @@ spec:
 			t.Errorf("env lacks %q:\n%s", want, env)
 		}
 	}
-	waitLog(t, n, `pod=default/missingkey-e2e phase=Pending .*main=waiting\(CreateContainerConfigError\)`, 30*time.Second)
-	waitLog(t, n, `couldn't find key nosuchkey in ConfigMap default/settings`, 5*time.Second)
+	waitPod(t, n.api(t), "missingkey-e2e", 30*time.Second, "main waits for its env", func(p *v1.Pod) error {
+		if p.Status.Phase != v1.PodPending {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return waitingWith("main", "CreateContainerConfigError", "couldn't find key nosuchkey in ConfigMap default/settings")(p)
+	})
 }
 
 // hostname, subdomain and hostAliases, and the kubelet-managed /etc/hosts.
@@ -157,7 +163,13 @@ spec:
 		t.Errorf("no burstable pod cgroup: %v", err)
 	}
 	execOut(t, "hog-e2e", "main", "touch", "/tmp/go")
-	waitLog(t, n, `pod=default/hog-e2e phase=Failed .*main=terminated\(OOMKilled\)`, 60*time.Second)
+	waitPod(t, n.api(t), "hog-e2e", 60*time.Second, "OOMKilled", func(p *v1.Pod) error {
+		term := containerStatus(p, "main").State.Terminated
+		if p.Status.Phase != v1.PodFailed || term == nil || term.Reason != "OOMKilled" {
+			return fmt.Errorf("phase %s, main %+v", p.Status.Phase, containerStatus(p, "main").State)
+		}
+		return nil
+	})
 }
 
 // runAsNonRoot refuses an image that runs as root, with the reason; a
@@ -188,8 +200,12 @@ spec:
       allowPrivilegeEscalation: false
       capabilities: {drop: ["ALL"]}
 `)
-	waitLog(t, n, `pod=default/nonroot-e2e phase=Pending .*main=waiting\(CreateContainerConfigError\)`, 60*time.Second)
-	waitLog(t, n, `container has runAsNonRoot and image will run as root`, 5*time.Second)
+	waitPod(t, n.api(t), "nonroot-e2e", 60*time.Second, "refused to run as root", func(p *v1.Pod) error {
+		if p.Status.Phase != v1.PodPending {
+			return fmt.Errorf("phase %s", p.Status.Phase)
+		}
+		return waitingWith("main", "CreateContainerConfigError", "container has runAsNonRoot and image will run as root")(p)
+	})
 	waitContainerRunning(t, 60*time.Second, "user-e2e", "main")
 	if id := strings.TrimSpace(execOut(t, "user-e2e", "main", "id")); !strings.HasPrefix(id, "uid=1000 gid=3000") {
 		t.Errorf("id = %q", id)

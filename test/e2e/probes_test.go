@@ -17,20 +17,9 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
-
-// waitLog waits for a line of nodelet's log matching re.
-func waitLog(t *testing.T, n *nodeletProc, re string, timeout time.Duration) {
-	t.Helper()
-	r := regexp.MustCompile(re)
-	eventually(t, timeout, "log line "+re, func() error {
-		if !r.MatchString(n.stderr.String()) {
-			return fmt.Errorf("not logged")
-		}
-		return nil
-	})
-}
 
 // An exec liveness probe that starts failing restarts the container, and
 // the reason is recorded.
@@ -57,8 +46,9 @@ spec:
 		}
 		return nil
 	})
-	waitLog(t, n, `reason=Unhealthy message="Liveness probe failed`, 5*time.Second)
-	waitLog(t, n, `msg=event pod=default/live-e2e type=Normal reason=Killing message="Container main failed liveness probe`, 5*time.Second)
+	api := n.api(t)
+	waitEvent(t, api, 5*time.Second, "live-e2e Unhealthy", podEvent("live-e2e", v1.EventTypeWarning, "Unhealthy", "Liveness probe failed"))
+	waitEvent(t, api, 5*time.Second, "live-e2e Killing", podEvent("live-e2e", v1.EventTypeNormal, "Killing", "Container main failed liveness probe"))
 	metrics := httpGet(t, "http://127.0.0.1:"+port+"/metrics/probes")
 	if !regexp.MustCompile(`prober_probe_total\{[^}]*pod="live-e2e"[^}]*probe_type="Liveness"[^}]*result="failed"[^}]*\} [1-9]`).MatchString(metrics) {
 		t.Errorf("/metrics/probes has no failed liveness count for live-e2e:\n%s", metrics)
@@ -118,22 +108,23 @@ spec:
 		c, err = runningContainer(ctx, shared.rt, "ready-e2e", "web")
 		return err
 	})
-	waitLog(t, n, `msg="pod status" pod=default/ready-e2e phase=Running reason="" ready=false`, 20*time.Second)
+	api := n.api(t)
+	waitPod(t, api, "ready-e2e", 20*time.Second, "not ready", readyIs(v1.ConditionFalse))
 	exec := func(cmd ...string) {
 		if _, _, code, err := shared.rt.ExecSync(ctx, c.Id, cmd, 10*time.Second); err != nil || code != 0 {
 			t.Fatalf("exec %v: %d %v", cmd, code, err)
 		}
 	}
 	exec("sh", "-c", "echo ok > /www/ready.html")
-	waitLog(t, n, `msg="pod status" pod=default/ready-e2e phase=Running reason="" ready=true`, 20*time.Second)
-	before := strings.Count(n.stderr.String(), "ready=false")
+	ready := waitPod(t, api, "ready-e2e", 20*time.Second, "ready", readyIs(v1.ConditionTrue))
+	if !containerStatus(ready, "web").Ready {
+		t.Errorf("pod Ready but container web not: %+v", containerStatus(ready, "web"))
+	}
 	exec("rm", "/www/ready.html")
-	eventually(t, 20*time.Second, "not ready again", func() error {
-		if strings.Count(n.stderr.String(), `pod=default/ready-e2e phase=Running reason="" ready=false`) <= before {
-			return fmt.Errorf("still ready")
-		}
-		return nil
-	})
+	waitPod(t, api, "ready-e2e", 20*time.Second, "not ready again", readyIs(v1.ConditionFalse))
+	if p, _ := api.pod("ready-e2e"); p != nil && containerStatus(p, "web").RestartCount != 0 {
+		t.Errorf("a readiness failure restarted web: %+v", containerStatus(p, "web"))
+	}
 }
 
 // A startup probe holds the liveness probe back until it succeeds.
@@ -157,10 +148,22 @@ spec:
       periodSeconds: 1
       failureThreshold: 1
 `)
-	waitLog(t, n, `msg="pod status" pod=default/slow-e2e phase=Running reason="" ready=true`, 60*time.Second)
-	time.Sleep(2 * time.Second) // liveness now runs, and passes
+	api := n.api(t)
+	waitPod(t, api, "slow-e2e", 60*time.Second, "ready", readyIs(v1.ConditionTrue))
+	// Liveness now runs, and passes.
+	liveness := map[string]string{"pod": "slow-e2e", "probe_type": "Liveness", "result": "successful"}
+	eventually(t, 20*time.Second, "two successful liveness probes", func() error {
+		if got, err := api.metric("/metrics/probes", "prober_probe_total", liveness); err != nil || got < 2 {
+			return fmt.Errorf("%v successful liveness probes (%v)", got, err)
+		}
+		return nil
+	})
+	waitRelists(t, api, 3)
 	if got := len(instances(t, "slow-e2e", "main")); got != 1 {
 		t.Errorf("%d instances: liveness ran before the startup probe passed", got)
+	}
+	if p, err := api.pod("slow-e2e"); err != nil || containerStatus(p, "main").RestartCount != 0 {
+		t.Errorf("slow-e2e restarted: %+v (err %v)", p, err)
 	}
 }
 
@@ -272,8 +275,7 @@ spec:
   containers:
   - {name: main, image: "busybox:1.35", command: ["sleep", "3600"]}
 `)
-	waitPhase(t, n, "deadline-e2e", "Failed", 60*time.Second)
-	waitLog(t, n, `pod=default/deadline-e2e phase=Failed reason=DeadlineExceeded`, 5*time.Second)
+	waitPod(t, n.api(t), "deadline-e2e", 60*time.Second, "failed by its deadline", hasPhase(v1.PodFailed, "DeadlineExceeded"))
 	eventually(t, 30*time.Second, "deadline pod stopped", func() error {
 		if _, err := runningContainer(context.Background(), shared.rt, "deadline-e2e", "main"); err == nil {
 			return fmt.Errorf("still running")

@@ -19,6 +19,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/server"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
@@ -68,6 +71,8 @@ func TestSecurity(t *testing.T) {
 		return nil
 	})
 	admin := adminClient(t, root)
+	node := n.api(t)
+	manifest := func(name string) string { return filepath.Join(manifests, name) }
 
 	t.Run("registry is read-only to an unprivileged client", func(t *testing.T) {
 		checkRegistryReadOnly(t, managedRegistryAddr(t, cfg), root)
@@ -77,7 +82,7 @@ func TestSecurity(t *testing.T) {
 		if err := syscall.Mkfifo(filepath.Join(manifests, "pipe.yaml"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		waitLog(t, n, `msg="manifest skipped".*pipe\.yaml.*named pipe is not a regular file`, 30*time.Second)
+		waitEvent(t, node, 30*time.Second, "pipe.yaml skipped", manifestEvent(manifest("pipe.yaml"), `named pipe is not a regular file`))
 		writeManifest(t, manifests, "afterpipe.yaml", fmt.Sprintf(sleeperPod, "afterpipe"))
 		eventually(t, 60*time.Second, "a pod written after the FIFO runs", func() error {
 			_, err := runningContainer(ctx, rt, "afterpipe-e2e", "main")
@@ -88,7 +93,7 @@ func TestSecurity(t *testing.T) {
 	t.Run("a giant manifest is refused", func(t *testing.T) {
 		giant := "apiVersion: v1\nkind: Pod\nmetadata: {name: giant}\n" + strings.Repeat("# padding padding padding padding\n", 64<<10)
 		writeManifest(t, manifests, "giant.yaml", giant)
-		waitLog(t, n, `msg="manifest skipped".*giant\.yaml.*larger than the limit of 1572864 bytes`, 30*time.Second)
+		waitEvent(t, node, 30*time.Second, "giant.yaml refused", manifestEvent(manifest("giant.yaml"), `larger than the limit of 1572864 bytes`))
 	})
 
 	t.Run("invalid fields get the API server's verdict", func(t *testing.T) {
@@ -101,7 +106,8 @@ spec:
     image: busybox:1.35
     ports: [{containerPort: -5}]
 `)
-		waitLog(t, n, `badport\.yaml.*spec\.containers\[0\]\.ports\[0\]\.containerPort: Invalid value: -5: must be between 1 and 65535, inclusive`, 30*time.Second)
+		waitEvent(t, node, 30*time.Second, "badport.yaml refused", manifestEvent(manifest("badport.yaml"),
+			`spec\.containers\[0\]\.ports\[0\]\.containerPort: Invalid value: -5: must be between 1 and 65535, inclusive`))
 	})
 
 	t.Run("a ConfigMap key cannot replace ..data", func(t *testing.T) {
@@ -111,7 +117,7 @@ metadata: {name: dotdata}
 data:
   "./..data": "x"
 `)
-		waitLog(t, n, `dotdata\.yaml.*data\[\./\.\.data\]: Invalid value`, 30*time.Second)
+		waitEvent(t, node, 30*time.Second, "dotdata.yaml refused", manifestEvent(manifest("dotdata.yaml"), `data\[\./\.\.data\]: Invalid value`))
 	})
 
 	t.Run("a header bomb fails the probe, bounded", func(t *testing.T) {
@@ -129,7 +135,10 @@ spec:
       httpGet: {port: %s}
       periodSeconds: 1
 `, bomb))
-		waitLog(t, n, `pod=default/bomb-e2e type=Warning reason=Unhealthy message="Readiness probe failed: .*exceeded 65536 bytes`, 60*time.Second)
+		unhealthy := podEvent("bomb-e2e", v1.EventTypeWarning, "Unhealthy", "Readiness probe failed: ")
+		waitEvent(t, node, 60*time.Second, "bomb-e2e's probe fails, bounded", func(e server.EventItem) bool {
+			return unhealthy(e) && strings.Contains(e.Message, "exceeded 65536 bytes")
+		})
 	})
 
 	t.Run("container logs do not leave the pod logs directory", func(t *testing.T) {
@@ -224,7 +233,7 @@ spec:
 			}
 			return nil
 		})
-		for _, path := range []string{"/configz", "/debug/pprof/cmdline", "/pods"} {
+		for _, path := range []string{"/configz", "/debug/pprof/cmdline", "/pods", "/events"} {
 			code, body := request(t, admin, "GET", api+path)
 			if code != http.StatusOK {
 				t.Errorf("GET %s: %d", path, code)
@@ -235,6 +244,7 @@ spec:
 				}
 			}
 		}
+		// The log is an output too: no secret may reach it.
 		for _, s := range secrets {
 			if strings.Contains(n.stderr.String(), s) {
 				t.Errorf("nodelet's log shows %q", s)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 const volumesManifest = `apiVersion: v1
@@ -145,8 +147,13 @@ spec:
   volumes:
   - {name: h, hostPath: {path: /nonexistent/nodelet-e2e, type: Directory}}
 `)
-	waitLog(t, n, `pod=default/badmount-e2e type=Warning reason=FailedMount`, 60*time.Second)
-	waitLog(t, n, `pod=default/badmount-e2e phase=Pending`, 5*time.Second)
+	api := n.api(t)
+	waitEvent(t, api, 60*time.Second, "badmount-e2e FailedMount", podEvent("badmount-e2e", v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes"))
+	waitPhase(t, n, "badmount-e2e", "Pending", 5*time.Second)
+	waitRelists(t, api, 3)
+	if p, err := api.pod("badmount-e2e"); err != nil || p.Status.Phase != v1.PodPending {
+		t.Errorf("badmount-e2e: %+v (err %v), want it still Pending", p, err)
+	}
 	if _, err := runningContainer(context.Background(), shared.rt, "badmount-e2e", "main"); err == nil {
 		t.Error("container started although its volume failed")
 	}
