@@ -71,6 +71,7 @@ type manifestAgent struct {
 	healthz string // URL answering "ok" once the agent is up
 	metricz string // URL of its Prometheus metrics
 	starts  int
+	rec     *criRecorder // nil unless NODELET_BENCH_TRACE is set
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -164,6 +165,23 @@ func (a *manifestAgent) stop(b *testing.B) {
 
 func (a *manifestAgent) metrics(b *testing.B) string { return httpGetB(b, a.metricz) }
 
+// runtimeEndpoint is the shared containerd, or the recorder in front of it.
+func (a *manifestAgent) runtimeEndpoint() string {
+	if a.rec != nil {
+		return a.rec.endpoint()
+	}
+	return shared.endpoint
+}
+
+// traceCRI is a recorder in front of containerd for the agent when
+// NODELET_BENCH_TRACE is set, else nil.
+func traceCRI(b *testing.B, agent string) *criRecorder {
+	if os.Getenv("NODELET_BENCH_TRACE") == "" {
+		return nil
+	}
+	return startCRIRecorder(b, agent)
+}
+
 // newNodeletAgent runs bin/nodelet (as the e2e harness built it) on the
 // shared containerd.
 func newNodeletAgent(b *testing.B) *manifestAgent {
@@ -171,13 +189,14 @@ func newNodeletAgent(b *testing.B) *manifestAgent {
 	healthzPort, roPort, apiPort := freePort(b), freePort(b), freePort(b)
 	a := &manifestAgent{
 		label:   "nodelet",
+		rec:     traceCRI(b, "nodelet"),
 		dir:     filepath.Join(work, "manifests"),
 		logPath: benchLogPath("nodelet"),
 		healthz: "http://127.0.0.1:" + healthzPort + "/healthz",
 		metricz: "http://127.0.0.1:" + roPort + "/metrics",
 	}
 	a.command = func() *exec.Cmd {
-		return exec.Command(shared.nodelet, "--container-runtime-endpoint", shared.endpoint,
+		return exec.Command(shared.nodelet, "--container-runtime-endpoint", a.runtimeEndpoint(),
 			"--root-dir", filepath.Join(work, "root"), "--pod-manifest-path", a.dir, "--hostname-override", "e2e",
 			"--pod-logs-dir", filepath.Join(work, "logs"), "--address", "127.0.0.1", "--port", apiPort,
 			"--healthz-port", healthzPort, "--read-only-port", roPort)
@@ -194,6 +213,7 @@ func newKubeletAgent(b *testing.B) *manifestAgent {
 	healthzPort, roPort, apiPort := freePort(b), freePort(b), freePort(b)
 	a := &manifestAgent{
 		label:   "kubelet",
+		rec:     traceCRI(b, "kubelet"),
 		dir:     filepath.Join(work, "manifests"),
 		logPath: benchLogPath("kubelet"),
 		healthz: "http://127.0.0.1:" + healthzPort + "/healthz",
@@ -203,7 +223,7 @@ func newKubeletAgent(b *testing.B) *manifestAgent {
 		b.Fatal(err)
 	}
 	config := filepath.Join(work, "config.yaml")
-	if err := os.WriteFile(config, []byte(kubeletConfig(a.dir, filepath.Join(work, "logs"), healthzPort, roPort, apiPort)), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(kubeletConfig(a.runtimeEndpoint(), a.dir, filepath.Join(work, "logs"), healthzPort, roPort, apiPort)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	a.command = func() *exec.Cmd {
@@ -227,11 +247,11 @@ func newKubeletAgent(b *testing.B) *manifestAgent {
 // Everything else is the kubelet's default: pod and QoS cgroups, RuntimeDefault
 // seccomp for every sandbox and none for containers (no --seccomp-default),
 // one image pull at a time.
-func kubeletConfig(manifests, logs, healthzPort, roPort, apiPort string) string {
+func kubeletConfig(endpoint, manifests, logs, healthzPort, roPort, apiPort string) string {
 	return `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: ` + manifests + `
-containerRuntimeEndpoint: ` + shared.endpoint + `
+containerRuntimeEndpoint: ` + endpoint + `
 podLogsDir: ` + logs + `
 cgroupDriver: cgroupfs
 failCgroupV1: false

@@ -49,16 +49,20 @@ func BenchmarkPodStartup(b *testing.B) {
 	opsMany := []runtimeOps{{}, {}, {}}
 	teardowns := make([][]time.Duration, len(agents))
 	requests := make([]map[string]string, len(agents))
+	traceOne := make([][]traceSummary, len(agents))
+	traceMany := make([][]traceSummary, len(agents))
 
 	// round runs count pods under every agent, in an order rotated by r.
-	round := func(r, count int, times [][]time.Duration, ops []runtimeOps) {
+	round := func(r, count int, times [][]time.Duration, ops []runtimeOps, traces [][]traceSummary) {
 		for k := range agents {
 			i := (k + r) % len(agents)
 			a := agents[i]
 			a.start(b)
 			before := parseRuntimeOps(a.metrics(b))
 			prefix := fmt.Sprintf("%s-%d-r%02dp", strings.ToLower(strings.Fields(a.name())[0]), count, r)
-			times[i] = append(times[i], a.startPods(b, ctx, prefix, count))
+			t0 := time.Now()
+			took := a.startPods(b, ctx, prefix, count)
+			times[i] = append(times[i], took)
 			ops[i].add(before, parseRuntimeOps(a.metrics(b)))
 			if requests[i] == nil {
 				requests[i] = podRequest(b, ctx, prefix, strings.ToLower(strings.Fields(a.name())[0]))
@@ -66,15 +70,26 @@ func BenchmarkPodStartup(b *testing.B) {
 			if d := a.removePods(b, ctx, prefix, count); count == batch {
 				teardowns[i] = append(teardowns[i], d)
 			}
+			if m, ok := a.(*manifestAgent); ok && m.rec != nil {
+				// After the removal, so that the calls in flight when the
+				// containers were seen running have returned.
+				var calls []criCall
+				for _, c := range m.rec.since(t0) {
+					if !c.start.After(t0.Add(took)) {
+						calls = append(calls, c)
+					}
+				}
+				traces[i] = append(traces[i], summarizeTrace(calls, t0, prefix, took))
+			}
 			a.stop(b)
 			cleanRuntime(b)
 		}
 	}
 	for r := 0; r < single; r++ {
-		round(r, 1, one, opsOne)
+		round(r, 1, one, opsOne, traceOne)
 	}
 	for r := 0; r < rounds; r++ {
-		round(r, batch, many, opsMany)
+		round(r, batch, many, opsMany, traceMany)
 	}
 
 	fmt.Println()
@@ -92,6 +107,11 @@ func BenchmarkPodStartup(b *testing.B) {
 	fmt.Println()
 	printOpsTable(os.Stdout, "start of 1 pod", single, names[1:], opsOne[1:])
 	printOpsTable(os.Stdout, fmt.Sprintf("start of %d pods", batch), batch*rounds, names[1:], opsMany[1:])
+	if len(traceOne[1]) > 0 {
+		fmt.Println()
+		printTrace(os.Stdout, "start of 1 pod", names[1:], traceOne[1:])
+		printTrace(os.Stdout, fmt.Sprintf("start of %d pods", batch), names[1:], traceMany[1:])
+	}
 	raw, kubelet, nodelet := 0, 1, 2
 	b.ReportMetric(float64(median(one[nodelet])-median(one[raw]))/1e6, "ms-nodelet-over-raw-1pod")
 	b.ReportMetric(float64(median(one[kubelet])-median(one[raw]))/1e6, "ms-kubelet-over-raw-1pod")
