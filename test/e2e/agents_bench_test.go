@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
+
+	"github.com/nodelet/nodelet/internal/cri"
 )
 
 // The agents BenchmarkPodStartup compares: the floor (direct CRI calls), and
@@ -41,15 +44,35 @@ type benchAgent interface {
 	stop(b *testing.B)
 	// metrics is the agent's /metrics text, "" for none.
 	metrics(b *testing.B) string
+	// recorder is what records the agent's CRI calls, nil for none.
+	recorder() *criRecorder
 }
 
 // rawCRI is the floor: the pods made by direct CRI calls.
-type rawCRI struct{ image string }
+type rawCRI struct {
+	image string
+	rt    *cri.Client  // shared.rt, or a client of rec
+	rec   *criRecorder // nil unless NODELET_BENCH_TRACE is set
+}
+
+func newRawCRI(b *testing.B, image string) *rawCRI {
+	r := &rawCRI{image: image, rt: shared.rt, rec: traceCRI(b, "raw")}
+	if r.rec != nil {
+		rt, err := cri.Dial(context.Background(), r.rec.endpoint(), cri.DefaultTimeouts(), slog.New(slog.DiscardHandler))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { rt.Close() })
+		r.rt = rt
+	}
+	return r
+}
 
 func (r *rawCRI) name() string              { return "raw CRI" }
 func (r *rawCRI) start(*testing.B)          {}
 func (r *rawCRI) stop(*testing.B)           {}
 func (r *rawCRI) metrics(*testing.B) string { return "" }
+func (r *rawCRI) recorder() *criRecorder    { return r.rec }
 
 // removePods stops and removes the sandboxes one after the other: no floor
 // for an agent's tear down, so it reports none.
@@ -58,7 +81,7 @@ func (r *rawCRI) removePods(b *testing.B, _ context.Context, _ string, _ int) ti
 	return 0
 }
 func (r *rawCRI) startPods(b *testing.B, ctx context.Context, prefix string, count int) time.Duration {
-	return directPods(b, ctx, r.image, prefix, count)
+	return directPods(b, ctx, r.rt, r.image, prefix, count)
 }
 
 // manifestAgent is a node agent run as a child process that reads static
@@ -164,6 +187,7 @@ func (a *manifestAgent) stop(b *testing.B) {
 }
 
 func (a *manifestAgent) metrics(b *testing.B) string { return httpGetB(b, a.metricz) }
+func (a *manifestAgent) recorder() *criRecorder      { return a.rec }
 
 // runtimeEndpoint is the shared containerd, or the recorder in front of it.
 func (a *manifestAgent) runtimeEndpoint() string {
