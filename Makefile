@@ -59,9 +59,11 @@ fuzz-short:
 e2e: build
 	$(GO) test -tags e2e -count=1 -timeout 25m -v ./test/e2e 2>&1 | tee /tmp/nodelet-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
-## bench: performance against the runtime's own cost (see the issues)
+## bench: performance against the runtime's own cost and the upstream kubelet
+## of the same release, built once per version into _output/ (see the issues)
 bench: build
-	$(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 30m ./test/e2e
+	@kubelet=$$(hack/build-upstream.sh kubelet) && \
+	NODELET_BENCH_KUBELET=$$kubelet $(GO) test -tags e2e -run '^$$' -bench . -benchtime 1x -timeout 45m ./test/e2e
 
 clean:
 	rm -rf bin

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,47 +17,159 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/securitycontext"
 )
 
 // BenchmarkPodStartup measures, in one run against the same containerd,
-// the time from a manifest written to its container running under nodelet,
-// and the floor: the same pods made by direct CRI calls (sandbox, create,
-// start; concurrently for the batch). It prints both and the ratio; it
-// asserts nothing (make bench).
+// the time from a manifest written to its container running under nodelet
+// and under the upstream kubelet (standalone, of the release nodelet's k8s.io
+// modules are), and the floor: the same pods made by direct CRI calls
+// (sandbox, create, start; concurrently for the batch). Each round runs the
+// agents one after the other, never two at once, in an order that rotates
+// from round to round; each starts on a clean runtime and is stopped after
+// its pods are gone. It prints the medians with their ratios to the kubelet
+// and to the floor, and the CRI calls per pod of both agents; it asserts
+// nothing (make bench).
 func BenchmarkPodStartup(b *testing.B) {
 	ctx := context.Background()
 	image := pullBusybox(b)
-	const single, batch, rounds = 11, 30, 3
-
-	// Floor and nodelet runs alternate, so that both see the same machine.
-	var floor1, floor30, nodelet1, nodelet30, teardowns []time.Duration
-	_, dir := benchNodelet(b)
-	for i := 0; i < single; i++ {
-		floor1 = append(floor1, directPods(b, ctx, image, fmt.Sprintf("floor1-%d", i), 1))
-		removeFloorPods(b)
-		nodelet1 = append(nodelet1, manifestPods(b, ctx, dir, fmt.Sprintf("one%02d", i), 1))
+	single, batch, rounds := 11, 30, 3
+	if os.Getenv("NODELET_BENCH_QUICK") != "" { // a trial of the harness itself
+		single, batch, rounds = 2, 10, 1
 	}
-	for round := 0; round < rounds; round++ {
-		floor30 = append(floor30, directPods(b, ctx, image, fmt.Sprintf("floor30r%d", round), batch))
-		removeFloorPods(b)
-		prefix := fmt.Sprintf("batch%d", round)
-		nodelet30 = append(nodelet30, manifestPods(b, ctx, dir, prefix, batch))
-		teardowns = append(teardowns, removeManifests(b, ctx, dir, prefix, batch))
-		waitSandboxesStopped(b, ctx, prefix) // the next round does not compete with this teardown
+	cleanRuntime(b)
+	agents := []benchAgent{newRawCRI(b, image), newKubeletAgent(b), newNodeletAgent(b)}
+	names := make([]string, len(agents))
+	for i, a := range agents {
+		names[i] = a.name()
+	}
+	one := make([][]time.Duration, len(agents))
+	many := make([][]time.Duration, len(agents))
+	opsOne := []runtimeOps{{}, {}, {}}
+	opsMany := []runtimeOps{{}, {}, {}}
+	teardowns := make([][]time.Duration, len(agents))
+	requests := make([]map[string]string, len(agents))
+	traceOne := make([][]traceSummary, len(agents))
+	traceMany := make([][]traceSummary, len(agents))
+
+	// round runs count pods under every agent, in an order rotated by r.
+	round := func(r, count int, times [][]time.Duration, ops []runtimeOps, traces [][]traceSummary) {
+		for k := range agents {
+			i := (k + r) % len(agents)
+			a := agents[i]
+			a.start(b)
+			before := parseRuntimeOps(a.metrics(b))
+			prefix := fmt.Sprintf("%s-%d-r%02dp", strings.ToLower(strings.Fields(a.name())[0]), count, r)
+			t0 := time.Now()
+			took := a.startPods(b, ctx, prefix, count)
+			times[i] = append(times[i], took)
+			ops[i].add(before, parseRuntimeOps(a.metrics(b)))
+			if requests[i] == nil {
+				requests[i] = podRequest(b, ctx, prefix, strings.ToLower(strings.Fields(a.name())[0]))
+			}
+			if d := a.removePods(b, ctx, prefix, count); count == batch {
+				teardowns[i] = append(teardowns[i], d)
+			}
+			if rec := a.recorder(); rec != nil {
+				// After the removal, so that the calls in flight when the
+				// containers were seen running have returned.
+				var calls []criCall
+				for _, c := range rec.since(t0) {
+					if !c.start.After(t0.Add(took)) {
+						calls = append(calls, c)
+					}
+				}
+				traces[i] = append(traces[i], summarizeTrace(calls, t0, prefix, took))
+			}
+			a.stop(b)
+			cleanRuntime(b)
+		}
+	}
+	for r := 0; r < single; r++ {
+		round(r, 1, one, opsOne, traceOne)
+	}
+	for r := 0; r < rounds; r++ {
+		round(r, batch, many, opsMany, traceMany)
 	}
 
-	f1, n1 := median(floor1), median(nodelet1)
-	f30, n30 := median(floor30), median(nodelet30)
-	fmt.Printf("\npod start, 1 pod (median of %d): floor %v, nodelet %v, overhead %v (target: within 15ms)\n",
-		single, f1.Round(time.Millisecond), n1.Round(time.Millisecond), (n1 - f1).Round(time.Millisecond))
-	fmt.Printf("pod start, %d pods (median of %d rounds): floor %v, nodelet %v, ratio %.2fx (target: 1.15x); rounds: floor %v, nodelet %v\n",
-		batch, rounds, f30.Round(time.Millisecond), n30.Round(time.Millisecond), float64(n30)/float64(f30), roundAll(floor30), roundAll(nodelet30))
-	fmt.Printf("tear down %d pods (manifests removed to all containers stopped), median: %v\n", batch, median(teardowns).Round(time.Millisecond))
-	b.ReportMetric(float64(n1-f1)/1e6, "ms-overhead-1pod")
-	b.ReportMetric(float64(n30)/float64(f30), "ratio-30pods")
-	removeAllPods(shared.rt)
+	fmt.Println()
+	printStartupTable(os.Stdout, names, single, rounds, batch, one, many, teardowns)
+	fmt.Println()
+	seccomp := func(r map[string]string) string {
+		if a, ok := r["sandbox.runtimeSpec.linux.seccomp.defaultAction"]; ok {
+			return "filter, default " + a
+		}
+		return "none"
+	}
+	fmt.Printf("sandbox seccomp (OCI spec): raw CRI %s; kubelet %s; nodelet %s\n",
+		seccomp(requests[0]), seccomp(requests[1]), seccomp(requests[2]))
+	printRequestDiff(os.Stdout, names[1], names[2], requests[1], requests[2])
+	if len(traceOne[1]) > 0 { // what the floor leaves out, which its calls may not cost
+		printRequestDiff(os.Stdout, names[0], names[2], requests[0], requests[2])
+	}
+	fmt.Println()
+	printOpsTable(os.Stdout, "start of 1 pod", single, names[1:], opsOne[1:])
+	printOpsTable(os.Stdout, fmt.Sprintf("start of %d pods", batch), batch*rounds, names[1:], opsMany[1:])
+	if len(traceOne[1]) > 0 {
+		fmt.Println()
+		printTrace(os.Stdout, "start of 1 pod", names, traceOne)
+		printTrace(os.Stdout, fmt.Sprintf("start of %d pods", batch), names, traceMany)
+	}
+	raw, kubelet, nodelet := 0, 1, 2
+	b.ReportMetric(float64(median(one[nodelet])-median(one[raw]))/1e6, "ms-nodelet-over-raw-1pod")
+	b.ReportMetric(float64(median(one[kubelet])-median(one[raw]))/1e6, "ms-kubelet-over-raw-1pod")
+	b.ReportMetric(float64(median(many[nodelet]))/float64(median(many[kubelet])), "nodelet/kubelet-30pods")
+	b.ReportMetric(float64(median(many[nodelet]))/float64(median(many[raw])), "nodelet/raw-30pods")
+}
+
+// printStartupTable prints each agent's median pod start, 1 pod and a
+// batch, with its ratio to the kubelet and to raw CRI, and the goals.
+// names[0] is raw CRI, names[1] the kubelet, names[2] nodelet.
+func printStartupTable(w io.Writer, names []string, single, rounds, batch int, one, many, teardowns [][]time.Duration) {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/1e6) }
+	row := func(label string, cells []string, goal string) {
+		fmt.Fprintf(w, "  %-30s", label)
+		for _, c := range cells {
+			fmt.Fprintf(w, " %12s", c)
+		}
+		fmt.Fprintf(w, "   %s\n", goal)
+	}
+	cells := func(f func(i int) string) []string {
+		out := make([]string, len(names))
+		for i := range names {
+			out[i] = f(i)
+		}
+		return out
+	}
+	fmt.Fprintf(w, "pod start, manifest written to every container running (one containerd, agents one at a time)\n")
+	row("", names, "goal")
+	m1 := cells(func(i int) string { return ms(median(one[i])) })
+	row(fmt.Sprintf("1 pod, median of %d", single), m1, "")
+	row("  minus raw CRI", cells(func(i int) string { return "+" + ms(median(one[i])-median(one[0])) }),
+		fmt.Sprintf("nodelet within +10ms (now %s)", verdict(median(one[2])-median(one[0]) <= 10*time.Millisecond)))
+	row("  ÷ kubelet", cells(func(i int) string { return fmt.Sprintf("%.2fx", float64(median(one[i]))/float64(median(one[1]))) }), "")
+	row(fmt.Sprintf("%d pods, median of %d", batch, rounds), cells(func(i int) string { return ms(median(many[i])) }), "")
+	row("  ÷ kubelet", cells(func(i int) string { return fmt.Sprintf("%.2fx", float64(median(many[i]))/float64(median(many[1]))) }),
+		fmt.Sprintf("nodelet ≤ 0.95x (now %s)", verdict(float64(median(many[2])) <= 0.95*float64(median(many[1])))))
+	row("  ÷ raw CRI", cells(func(i int) string { return fmt.Sprintf("%.2fx", float64(median(many[i]))/float64(median(many[0]))) }), "")
+	row(fmt.Sprintf("tear down %d pods, median", batch), cells(func(i int) string {
+		if median(teardowns[i]) == 0 {
+			return "-"
+		}
+		return ms(median(teardowns[i]))
+	}), "(to all containers stopped)")
+	for i, n := range names {
+		fmt.Fprintf(w, "  %s rounds: 1 pod %v; %d pods %v\n", n, roundAll(one[i]), batch, roundAll(many[i]))
+	}
+}
+
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "NOT met"
 }
 
 func pullBusybox(b *testing.B) string {
@@ -69,7 +182,7 @@ func pullBusybox(b *testing.B) string {
 
 // directPods creates count pods with direct CRI calls, concurrently, and
 // returns the time until all their containers were started.
-func directPods(b *testing.B, ctx context.Context, image, prefix string, count int) time.Duration {
+func directPods(b *testing.B, ctx context.Context, rt *cri.Client, image, prefix string, count int) time.Duration {
 	b.Helper()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -89,12 +202,12 @@ func directPods(b *testing.B, ctx context.Context, image, prefix string, count i
 				Labels:       map[string]string{"bench": "floor"},
 				Linux:        &runtimeapi.LinuxPodSandboxConfig{SecurityContext: floorSandboxSecurity(b)},
 			}
-			id, err := shared.rt.RunPodSandbox(ctx, sb, "")
+			id, err := rt.RunPodSandbox(ctx, sb, "")
 			if err != nil {
 				errs <- err
 				return
 			}
-			cid, err := shared.rt.CreateContainer(ctx, id, &runtimeapi.ContainerConfig{
+			cid, err := rt.CreateContainer(ctx, id, &runtimeapi.ContainerConfig{
 				Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
 				Image:    &runtimeapi.ImageSpec{Image: image},
 				Command:  []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"},
@@ -102,7 +215,7 @@ func directPods(b *testing.B, ctx context.Context, image, prefix string, count i
 				Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: floorContainerSecurity(b)},
 			}, sb)
 			if err == nil {
-				err = shared.rt.StartContainer(ctx, cid)
+				err = rt.StartContainer(ctx, cid)
 			}
 			if err != nil {
 				errs <- err
@@ -116,17 +229,6 @@ func directPods(b *testing.B, ctx context.Context, image, prefix string, count i
 		b.Fatal(err)
 	}
 	return took
-}
-
-func benchNodelet(b *testing.B) (*nodeletProc, string) {
-	dir := filepath.Join(shared.work, "bench-manifests")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	n := startNodelet(b, "--container-runtime-endpoint", shared.endpoint, "--root-dir", filepath.Join(shared.work, "bench-root"),
-		"--pod-manifest-path", dir, "--hostname-override", "e2e", "--pod-logs-dir", filepath.Join(shared.work, "bench-logs"))
-	time.Sleep(2 * time.Second) // let it start and report its empty source
-	return n, dir
 }
 
 // manifestPods writes count manifests and returns the time until all their

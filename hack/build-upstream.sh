@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# build-upstream.sh NAME... builds upstream Kubernetes binaries (kubelet, and
+# whatever else test/cluster/go.mod lists as a tool) from the k8s.io/kubernetes
+# release that test/cluster/go.mod requires, and prints the path of each, one
+# a line, on stdout. Builds are cached by version under
+# _output/cluster/bin/<version>/<name>: the first build of a version takes
+# minutes, later calls return at once. Progress goes to stderr.
+#
+# Adding a binary: one `tool k8s.io/kubernetes/cmd/<name>` line in
+# test/cluster/go.mod (then `go mod tidy` there).
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+module="$root/test/cluster"
+export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+GO=${GO:-go}
+
+if [ $# -eq 0 ]; then
+	echo "usage: $0 NAME... (one of: $(awk '$1 == "tool" { sub(".*/", "", $2); printf "%s ", $2 }' "$module/go.mod"))" >&2
+	exit 2
+fi
+
+version=$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" { print $3 } $1 == "k8s.io/kubernetes" && $2 ~ /^v/ { print $2 }' "$module/go.mod" | head -1)
+if [ -z "$version" ]; then
+	echo "build-upstream: no k8s.io/kubernetes requirement in $module/go.mod" >&2
+	exit 1
+fi
+out="$root/_output/cluster/bin/$version"
+mkdir -p "$out"
+
+for name in "$@"; do
+	pkg="k8s.io/kubernetes/cmd/$name"
+	if ! awk -v pkg="$pkg" '$1 == "tool" && $2 == pkg { found = 1 } END { exit !found }' "$module/go.mod"; then
+		echo "build-upstream: $name is not a tool of $module/go.mod (add: tool $pkg)" >&2
+		exit 1
+	fi
+	bin="$out/$name"
+	if [ ! -x "$bin" ]; then
+		echo "building $name $version, first time takes ~3-5 min (cached in ${bin#"$root/"})" >&2
+		start=$(date +%s)
+		# The version the binary reports, as the upstream release build sets it.
+		ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitTreeState=clean"
+		# Build to a temporary name first, so that an interrupted build never
+		# leaves a partial binary that later calls would take as cached.
+		"$GO" build -C "$module" -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
+		mv "$bin.tmp" "$bin"
+		echo "built $name $version in $(($(date +%s) - start))s" >&2
+	fi
+	echo "$bin"
+done
