@@ -138,7 +138,7 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 	p.loop = syncloop.New(syncloop.Options{
 		SyncFrequency: cfg.SyncFrequency,
 		Node:          admission.Node{MaxPods: cfg.MaxPods, Allocatable: cfg.Allocatable},
-	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Clock: clk, Log: log})
+	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Seen: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Clock: clk, Log: log})
 
 	// The kubelet API.
 	p.health = []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}

@@ -53,6 +53,9 @@ type ProbeResults interface {
 type Statuses interface {
 	SetPodStatus(pod *v1.Pod, status v1.PodStatus)
 	Get(uid types.UID) (v1.PodStatus, bool)
+	// SetSeen records the runtime objects the status comes from, so that
+	// the sync loop can tell a lifecycle event it already reflects.
+	SetSeen(uid types.UID, running map[string]bool)
 }
 
 // Observer observes one value of a histogram (a prometheus.Observer).

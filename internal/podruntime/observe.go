@@ -3,6 +3,7 @@ package podruntime
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"time"
@@ -21,13 +22,22 @@ import (
 // are skipped.
 func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace string) (*observed.PodStatus, error) {
 	selector := map[string]string{podspec.LabelPodUID: string(uid), podspec.LabelManagedBy: podspec.ManagedByValue}
+	// The two lists go out together: each waits on the runtime, not on
+	// the other.
+	var containers []*runtimeapi.Container
+	var cerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		containers, cerr = m.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: maps.Clone(selector)})
+	}()
 	sandboxes, err := m.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
+	<-done
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes of pod %s/%s: %w", namespace, name, err)
 	}
-	containers, err := m.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: selector})
-	if err != nil {
-		return nil, fmt.Errorf("list containers of pod %s/%s: %w", namespace, name, err)
+	if cerr != nil {
+		return nil, fmt.Errorf("list containers of pod %s/%s: %w", namespace, name, cerr)
 	}
 	st := &observed.PodStatus{UID: uid, Name: name, Namespace: namespace}
 	for _, s := range sandboxes {

@@ -348,6 +348,14 @@ func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[stri
 	if st.Phase == v1.PodRunning && (prev == nil || prev.Phase != v1.PodRunning) {
 		m.observeStart(pod)
 	}
+	seen := make(map[string]bool, len(obs.Sandboxes)+len(obs.Containers))
+	for _, sb := range obs.Sandboxes {
+		seen[sb.ID] = sb.State == observed.SandboxReady
+	}
+	for _, c := range obs.Containers {
+		seen[c.ID] = c.State == observed.ContainerRunning
+	}
+	m.status.SetSeen(pod.UID, seen)
 	m.status.SetPodStatus(pod, st)
 	return st
 }

@@ -38,6 +38,9 @@ type Manager struct {
 	mu       sync.Mutex
 	statuses map[types.UID]v1.PodStatus
 	summary  map[types.UID]string
+	// seen is, per pod, the runtime objects (sandbox and container IDs)
+	// the status was computed from, and whether each was running.
+	seen map[types.UID]map[string]bool
 }
 
 // New returns an empty Manager that logs each change of a pod's status in
@@ -46,7 +49,26 @@ func New(log *slog.Logger, listeners ...Listener) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{log: log, listeners: listeners, statuses: map[types.UID]v1.PodStatus{}, summary: map[types.UID]string{}}
+	return &Manager{log: log, listeners: listeners, statuses: map[types.UID]v1.PodStatus{}, summary: map[types.UID]string{},
+		seen: map[types.UID]map[string]bool{}}
+}
+
+// SetSeen records the runtime objects the pod's next status is computed
+// from: sandbox and container IDs, and whether each runs (or is ready).
+func (m *Manager) SetSeen(uid types.UID, running map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seen[uid] = running
+}
+
+// Saw reports whether the pod's status was computed from the runtime
+// object id, and whether that object was running then: a lifecycle event
+// that says no more than that brings nothing new.
+func (m *Manager) Saw(uid types.UID, id string) (running, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	running, ok = m.seen[uid][id]
+	return running, ok
 }
 
 // SetPodStatus records st as the pod's status.
@@ -94,6 +116,7 @@ func (m *Manager) RemoveOrphans(keep func(types.UID) bool) {
 			m.mu.Lock()
 			delete(m.statuses, uid)
 			delete(m.summary, uid)
+			delete(m.seen, uid)
 			m.mu.Unlock()
 		}
 	}

@@ -72,3 +72,23 @@ func TestRemoveOrphansAndRunning(t *testing.T) {
 		t.Errorf("Running = %d pods, %v; want 2 and 2", pods, c)
 	}
 }
+
+func TestSeenLivesWithTheStatus(t *testing.T) {
+	m := New(nil)
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "a"}}
+	m.SetSeen("a", map[string]bool{"sb": true, "c1": false})
+	m.SetPodStatus(pod, running(""))
+	if r, ok := m.Saw("a", "sb"); !ok || !r {
+		t.Errorf("Saw(sb) = %v %v", r, ok)
+	}
+	if r, ok := m.Saw("a", "c1"); !ok || r {
+		t.Errorf("Saw(c1) = %v %v", r, ok)
+	}
+	if _, ok := m.Saw("a", "other"); ok {
+		t.Error("saw an object never recorded")
+	}
+	m.RemoveOrphans(func(types.UID) bool { return false })
+	if _, ok := m.Saw("a", "sb"); ok {
+		t.Error("seen objects outlived the status")
+	}
+}

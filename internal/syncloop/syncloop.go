@@ -51,8 +51,17 @@ type Options struct {
 	Node admission.Node
 }
 
-// Deps are the loop's collaborators; all are required.
+// Seen tells what the last status of a pod was computed from: whether
+// the runtime object id (a sandbox or container) was in it, and running.
+type Seen interface {
+	Saw(uid types.UID, id string) (running, ok bool)
+}
+
+// Deps are the loop's collaborators; all but Seen are required.
 type Deps struct {
+	// Seen, when set, lets the loop drop a lifecycle event its pod's
+	// last sync already saw (the container it started itself, say).
+	Seen Seen
 	Workers  Workers
 	Rejector Rejector
 	// Housekeeper runs every HousekeepingPeriod once SourcesReady.
@@ -121,8 +130,7 @@ func (l *Loop) iterate(ctx context.Context, in Inputs, resync, housekeeping <-ch
 		}
 		l.handleConfig(u)
 	case e := <-in.PLEG:
-		// A removed container changes nothing the pod worker acts on.
-		if e.Type != pleg.ContainerRemoved {
+		if l.news(e) {
 			l.syncUID(e.PodUID)
 		}
 	case uid := <-in.Pods:
@@ -135,6 +143,28 @@ func (l *Loop) iterate(ctx context.Context, in Inputs, resync, housekeeping <-ch
 		if l.deps.SourcesReady == nil || l.deps.SourcesReady() {
 			l.deps.Housekeeper.Housekeep(ctx, l.desired())
 		}
+	}
+	return true
+}
+
+// news reports whether a lifecycle event can change what the pod worker
+// does: a removed container cannot, nor a start or a death the pod's last
+// sync already saw.
+func (l *Loop) news(e pleg.Event) bool {
+	if e.Type == pleg.ContainerRemoved {
+		return false
+	}
+	if l.deps.Seen == nil {
+		return true
+	}
+	running, ok := l.deps.Seen.Saw(e.PodUID, e.ContainerID)
+	switch {
+	case !ok:
+		return true
+	case e.Type == pleg.ContainerStarted:
+		return !running
+	case e.Type == pleg.ContainerDied:
+		return running
 	}
 	return true
 }

@@ -122,3 +122,29 @@ func TestLoopEndsWithContext(t *testing.T) {
 		t.Error("iterate continued after ctx ended")
 	}
 }
+
+type seen map[string]bool
+
+func (s seen) Saw(_ types.UID, id string) (running, ok bool) { running, ok = s[id]; return running, ok }
+
+// A lifecycle event the pod's last status already reflects (a start of a
+// container seen running, a death of one seen exited) syncs nothing; one
+// it does not, or about an object never seen, syncs the pod.
+func TestLoopDropsEventsAlreadySeen(t *testing.T) {
+	h := newHarness(10)
+	h.loop.deps.Seen = seen{"running": true, "exited": false}
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a")}} })
+	for _, e := range []pleg.Event{
+		{PodUID: "uid-a", Type: pleg.ContainerStarted, ContainerID: "running"},
+		{PodUID: "uid-a", Type: pleg.ContainerDied, ContainerID: "exited"},
+		{PodUID: "uid-a", Type: pleg.ContainerDied, ContainerID: "running"},
+		{PodUID: "uid-a", Type: pleg.ContainerStarted, ContainerID: "exited"},
+		{PodUID: "uid-a", Type: pleg.ContainerStarted, ContainerID: "new"},
+	} {
+		h.step(t, func() { h.pleg <- e })
+	}
+	want := []string{"ADD a", "EVENT a", "EVENT a", "EVENT a"}
+	if got := strings.Join(h.rec.calls, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
