@@ -191,9 +191,7 @@ func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
 	}
 	if cfg.Port > 0 {
 		settings := server.Settings{RootDir: cfg.RootDir, Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)),
-			NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, TLSCertFile: cfg.TLSCertFile, TLSPrivateKeyFile: cfg.TLSPrivateKeyFile,
-			ClientCAFile: cfg.ClientCAFile, TokenAuthFile: cfg.TokenAuthFile, AnonymousAuth: cfg.AnonymousAuth,
-			AuthorizationMode: cfg.AuthorizationMode, AuthorizationReadGroup: cfg.AuthorizationReadGroup}
+			NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, Auth: cfg.Auth}
 		scfg, err := settings.Load(clk)
 		var h http.Handler
 		if err == nil {

@@ -62,24 +62,10 @@ type Config struct {
 	MaxPerPodContainer int
 	// Port serves the authenticated kubelet API over HTTPS (0 disables).
 	Port int
-	// TLSCertFile and TLSPrivateKeyFile are the serving certificate; a
-	// self-signed one is generated under the root dir when unset.
-	TLSCertFile, TLSPrivateKeyFile string
-	// ClientCAFile verifies client certificates (the local admin CA is
-	// always trusted too).
-	ClientCAFile string
-	// TokenAuthFile holds static bearer tokens (token,user,uid,"groups").
-	TokenAuthFile string
-	// AnonymousAuth lets requests without credentials in as
-	// system:anonymous.
-	AnonymousAuth bool
-	// AuthorizationMode is NodeletGroups (the default), Webhook or
-	// AlwaysAllow (refused with AnonymousAuth).
-	AuthorizationMode string
-	// AuthorizationReadGroup may use the read-only paths in NodeletGroups
-	// mode (--authorization-read-group; empty is system:authenticated);
-	// system:masters may do anything.
-	AuthorizationReadGroup string
+	// Auth are the secure port's certificate and access flags
+	// (--tls-cert-file, --client-ca-file, --anonymous-auth,
+	// --authorization-mode, ...).
+	server.Auth
 	// HealthzBindAddress:HealthzPort serves /healthz (0 disables).
 	HealthzBindAddress string
 	HealthzPort        int
@@ -121,7 +107,7 @@ func DefaultConfig(rootDir string) Config {
 		PLEGRelistPeriod:     time.Second,
 		MaxPods:              110,
 		Port:                 10250,
-		AuthorizationMode:    server.AuthorizationNodeletGroups,
+		Auth:                 server.Auth{AuthorizationMode: server.AuthorizationNodeletGroups},
 		HealthzBindAddress:   "127.0.0.1",
 		CgroupRoot:           "/sys/fs/cgroup",
 		HealthzPort:          10248,

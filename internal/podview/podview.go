@@ -189,13 +189,18 @@ func (v *View) pod(namespace, name, uid string) (*v1.Pod, error) {
 	return nil, fmt.Errorf("pod %s/%s: %w", namespace, name, server.ErrNotFound)
 }
 
-// ContainerID is the ID of the named running container of the pod.
-func (v *View) ContainerID(ctx context.Context, namespace, name, uid, container string) (string, error) {
+// observe finds a known pod and observes it in the runtime.
+func (v *View) observe(ctx context.Context, namespace, name, uid string) (*observed.PodStatus, error) {
 	pod, err := v.pod(namespace, name, uid)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	obs, err := v.deps.Pods.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	return v.deps.Pods.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+}
+
+// ContainerID is the ID of the named running container of the pod.
+func (v *View) ContainerID(ctx context.Context, namespace, name, uid, container string) (string, error) {
+	obs, err := v.observe(ctx, namespace, name, uid)
 	if err != nil {
 		return "", err
 	}
@@ -209,11 +214,7 @@ func (v *View) ContainerID(ctx context.Context, namespace, name, uid, container 
 
 // SandboxID is the ID of the pod's ready sandbox.
 func (v *View) SandboxID(ctx context.Context, namespace, name, uid string) (string, error) {
-	pod, err := v.pod(namespace, name, uid)
-	if err != nil {
-		return "", err
-	}
-	obs, err := v.deps.Pods.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	obs, err := v.observe(ctx, namespace, name, uid)
 	if err != nil {
 		return "", err
 	}

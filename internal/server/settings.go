@@ -15,26 +15,37 @@ import (
 // under nodelet's root dir.
 func PKIDir(rootDir string) string { return filepath.Join(rootDir, "pki") }
 
-// Settings are the secure port's flags, as the kubelet names them.
-type Settings struct {
-	// RootDir holds PKIDir.
-	RootDir string
-	// Addr is --address:--port.
-	Addr string
-	// NodeName and NodeIP go into a generated serving certificate.
-	NodeName, NodeIP string
+// Auth are the secure port's certificate and access flags, as the kubelet
+// names them.
+type Auth struct {
 	// TLSCertFile and TLSPrivateKeyFile are the serving certificate; a
 	// self-signed one is generated under PKIDir when unset.
 	TLSCertFile, TLSPrivateKeyFile string
 	// ClientCAFile verifies client certificates; the local admin CA is
 	// always trusted too.
 	ClientCAFile string
-	// TokenAuthFile holds static bearer tokens.
+	// TokenAuthFile holds static bearer tokens (token,user,uid,"groups").
 	TokenAuthFile string
+	// AnonymousAuth lets requests without credentials in as
+	// system:anonymous.
 	AnonymousAuth bool
-	// AuthorizationMode and AuthorizationReadGroup: see Config.
+	// AuthorizationMode is NodeletGroups (the default), Webhook or
+	// AlwaysAllow (refused with AnonymousAuth); AuthorizationReadGroup
+	// may use the read-only paths in NodeletGroups mode (empty is
+	// system:authenticated). See Config.
 	AuthorizationMode      string
 	AuthorizationReadGroup string
+}
+
+// Settings are what the secure port is set up from.
+type Settings struct {
+	Auth
+	// RootDir holds PKIDir.
+	RootDir string
+	// Addr is --address:--port.
+	Addr string
+	// NodeName and NodeIP go into a generated serving certificate.
+	NodeName, NodeIP string
 }
 
 // Load reads or creates what the settings name (the serving certificate,

@@ -1,0 +1,66 @@
+package podhooks
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+type fakeVolumes struct {
+	setUpErr error
+	torn     []types.UID
+}
+
+func (f *fakeVolumes) SetUp(context.Context, *v1.Pod) error { return f.setUpErr }
+func (f *fakeVolumes) TearDown(_ context.Context, uid types.UID) error {
+	f.torn = append(f.torn, uid)
+	return nil
+}
+func (f *fakeVolumes) Pods() ([]types.UID, error) { return []types.UID{"a"}, nil }
+
+type events []string
+
+func (e *events) Event(_ *v1.Pod, eventType, reason, message string) {
+	*e = append(*e, eventType+" "+reason+" "+message)
+}
+
+type fakeCgroups struct{ removed []string }
+
+func (f *fakeCgroups) EnsurePod(*v1.Pod) (string, error) { return "/kubepods/podx", nil }
+func (f *fakeCgroups) RemovePod(uid types.UID, qos v1.PodQOSClass) error {
+	f.removed = append(f.removed, string(uid)+"/"+string(qos))
+	return nil
+}
+func (f *fakeCgroups) Pods() ([]types.UID, error) { return nil, nil }
+
+// A volume that cannot be set up is the kubelet's FailedMount event, in
+// one line, and an error wrapping the cause.
+func TestVolumesPrepareFailure(t *testing.T) {
+	cause := errors.New("configmap \"a\" not found\nand another")
+	ev := &events{}
+	h := Volumes{Volumes: &fakeVolumes{setUpErr: cause}, Recorder: ev}
+	err := h.Prepare(context.Background(), &v1.Pod{})
+	if !errors.Is(err, cause) {
+		t.Fatalf("Prepare = %v", err)
+	}
+	if len(*ev) != 1 || (*ev)[0] != `Warning FailedMount Unable to attach or mount volumes: configmap "a" not found and another` {
+		t.Errorf("events %q", *ev)
+	}
+}
+
+// Cleanup releases by UID alone: an orphan's spec, and so its QoS tier,
+// is unknown.
+func TestCleanupNeedsOnlyTheUID(t *testing.T) {
+	orphan := &v1.Pod{}
+	orphan.UID = "u1"
+	vols, cgs := &fakeVolumes{}, &fakeCgroups{}
+	if err := (Volumes{Volumes: vols}).Cleanup(context.Background(), orphan); err != nil || len(vols.torn) != 1 || vols.torn[0] != "u1" {
+		t.Errorf("volumes: %v %v", err, vols.torn)
+	}
+	if err := (Cgroup{Cgroups: cgs}).Cleanup(context.Background(), orphan); err != nil || len(cgs.removed) != 1 || cgs.removed[0] != "u1/" {
+		t.Errorf("cgroup: %v %v", err, cgs.removed)
+	}
+}
