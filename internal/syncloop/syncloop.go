@@ -61,7 +61,7 @@ type Seen interface {
 type Deps struct {
 	// Seen, when set, lets the loop drop a lifecycle event its pod's
 	// last sync already saw (the container it started itself, say).
-	Seen Seen
+	Seen     Seen
 	Workers  Workers
 	Rejector Rejector
 	// Housekeeper runs every HousekeepingPeriod once SourcesReady.
