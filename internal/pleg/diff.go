@@ -8,6 +8,7 @@ package pleg
 
 import (
 	"sort"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -51,6 +52,9 @@ type Event struct {
 	Type   EventType
 	// ContainerID is the runtime ID of the container or of the sandbox.
 	ContainerID string
+	// ObservedAt is when the relist that found the change began: a look
+	// at the runtime that began later has seen it too.
+	ObservedAt time.Time
 }
 
 // state is a container's state as the event generator sees it: the

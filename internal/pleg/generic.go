@@ -153,6 +153,7 @@ func (g *Generic) Relist(ctx context.Context) error {
 		if ev.Type == ContainerChanged {
 			continue
 		}
+		ev.ObservedAt = start
 		select {
 		case g.events <- ev:
 		default:

@@ -53,11 +53,14 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // drain returns the events queued now, without waiting.
+// drain returns the events waiting, without their ObservedAt (which
+// TestEventsCarryTheRelistStart checks).
 func drain(g *Generic) []Event {
 	var out []Event
 	for {
 		select {
 		case e := <-g.events:
+			e.ObservedAt = time.Time{}
 			out = append(out, e)
 		default:
 			return out
@@ -247,5 +250,22 @@ func recv[T any](t *testing.T, ch <-chan T) T {
 	case <-time.After(failsafe):
 		t.Fatal("timed out waiting on a channel")
 		panic("unreachable")
+	}
+}
+
+// Every event carries when the relist that found it began.
+func TestEventsCarryTheRelistStart(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := &fakeLister{during: func() { clk.Step(250 * time.Millisecond) }}
+	l.set(snapshot(podOf("a", ctr("c", running))), nil)
+	g := New(l, time.Second, clk, testLogger(t))
+	mustRelist(t, g)
+	select {
+	case e := <-g.Events():
+		if !e.ObservedAt.Equal(t0) {
+			t.Errorf("ObservedAt = %v, want the relist's start %v", e.ObservedAt, t0)
+		}
+	default:
+		t.Fatal("no event")
 	}
 }

@@ -33,10 +33,10 @@ import (
 // back-off or the activeDeadlineSeconds runs out). An error means part of
 // the plan failed (a pull, a create); the pod worker retries.
 func (m *Manager) SyncPod(ctx context.Context, req podworker.SyncRequest) (podworker.SyncResult, error) {
-	st, requeue, err := m.sync(ctx, req.Pod, req.Unprepared)
-	res := podworker.SyncResult{Terminal: st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed}
+	st, out, err := m.sync(ctx, req.Pod, req.Unprepared)
+	res := podworker.SyncResult{Terminal: st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed, ObservedAt: out.observedAt}
 	if !res.Terminal {
-		res.RequeueAfter = requeue
+		res.RequeueAfter = out.requeueAfter
 	}
 	return res, err
 }
@@ -47,14 +47,22 @@ func (m *Manager) syncPod(ctx context.Context, pod *v1.Pod, unprepared error) (v
 	return st, err
 }
 
-func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.PodStatus, time.Duration, error) {
+// syncOutcome is what a sync tells the pod worker besides the status.
+type syncOutcome struct {
+	requeueAfter time.Duration
+	// observedAt is when the sync's last look at the runtime began.
+	observedAt time.Time
+}
+
+func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.PodStatus, syncOutcome, error) {
 	log := m.log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID)
 	t0 := m.clock.Now()
 	obs, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
 	if err != nil {
-		return v1.PodStatus{}, 0, err
+		return v1.PodStatus{}, syncOutcome{}, err
 	}
 	t1 := m.clock.Now()
+	observedAt := t0
 	start := m.startupOf(pod, obs)
 	if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podspec.AnnotationConfigSeen]); err == nil {
 		m.stage(start, metrics.PodStartStageDispatch, t0.Sub(seen))
@@ -82,8 +90,9 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 	}
 	execErr := m.execute(ctx, pod, obs, actions, waiting, start, unprepared, log)
 	if changesRuntime(actions) {
+		again := m.clock.Now()
 		if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
-			obs = fresh
+			obs, observedAt = fresh, again
 		}
 	}
 	var failed *status.Rejection
@@ -95,7 +104,7 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 		m.stage(start, metrics.PodStartStageStatus, m.clock.Since(start.started))
 	}
 	m.podReady(pod, start, st)
-	return st, actions.RequeueAfter, execErr
+	return st, syncOutcome{requeueAfter: actions.RequeueAfter, observedAt: observedAt}, execErr
 }
 
 // startTime is the pod's status startTime while it may still run: what

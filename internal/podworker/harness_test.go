@@ -49,6 +49,7 @@ type call struct {
 type result struct {
 	terminal     bool
 	requeueAfter time.Duration
+	observedAt   time.Time
 	err          error
 }
 
@@ -80,7 +81,7 @@ func (f *fakeSyncer) do(ctx context.Context, c call) (SyncResult, error) {
 	}
 	select {
 	case r := <-c.reply:
-		return SyncResult{Terminal: r.terminal, RequeueAfter: r.requeueAfter}, r.err
+		return SyncResult{Terminal: r.terminal, RequeueAfter: r.requeueAfter, ObservedAt: r.observedAt}, r.err
 	case <-f.stop:
 		return SyncResult{}, errStopped
 	}

@@ -229,3 +229,26 @@ func TestSyncResultRequeueAfter(t *testing.T) {
 	h.clk.Step(7 * time.Second)
 	h.expect(kindSync, "a").ok()
 }
+
+// An event that arrives during a sync, found by a look at the runtime that
+// began before the sync's own last look, is old news: the sync saw it.
+// One found later, or any other update, still syncs the pod.
+func TestEventsSeenBySyncAreDropped(t *testing.T) {
+	h := newHarness(t, Options{ResyncInterval: time.Minute}).run()
+	pod := testPod("a", "1", nil)
+	h.w.UpdatePod(update(podupdate.Add, pod))
+	c := h.expect(kindSync, "a")
+	h.w.UpdatePod(UpdatePodOptions{Reason: podupdate.Event, Pod: pod, ObservedAt: t0.Add(-time.Second)})
+	mark := h.idles.mark()
+	c.reply <- result{observedAt: t0}
+	h.waitIdle(mark, "a", t0.Add(time.Minute))
+	h.noCall()
+
+	c = func() call {
+		h.w.UpdatePod(update(podupdate.Resync, pod))
+		return h.expect(kindSync, "a")
+	}()
+	h.w.UpdatePod(UpdatePodOptions{Reason: podupdate.Event, Pod: pod, ObservedAt: t0.Add(time.Second)})
+	c.reply <- result{observedAt: t0}
+	h.expect(kindSync, "a").ok()
+}

@@ -36,6 +36,11 @@ type UpdatePodOptions struct {
 	Reason         podupdate.Reason
 	Pod            *v1.Pod
 	KillPodOptions *KillPodOptions
+	// ObservedAt, for a podupdate.Event, is when the look at the runtime
+	// that found the change began. A SyncPod whose own look began later
+	// (SyncResult.ObservedAt) has seen the change, so the update is
+	// dropped if that sync ends while the update is still pending.
+	ObservedAt time.Time
 }
 
 // SyncRequest is one SyncPod call.
@@ -60,6 +65,9 @@ type SyncResult struct {
 	// that long from now (when its activeDeadlineSeconds runs out, say),
 	// besides the periodic resync.
 	RequeueAfter time.Duration
+	// ObservedAt is when the sync's last look at the runtime began (zero:
+	// unknown); pending events found earlier are then old news.
+	ObservedAt time.Time
 }
 
 // Syncer does the work for the pod workers. The calls for one pod are

@@ -104,6 +104,9 @@ type podState struct {
 	// work; pendingReason is its (merged) reason.
 	pending       bool
 	pendingReason podupdate.Reason
+	// pendingObservedAt is the newest ObservedAt of the pending Event
+	// updates (zero when the pending reason is not Event).
+	pendingObservedAt time.Time
 	// wake holds at most one token telling the worker to look at its
 	// state again. Capacity 1 so that senders never block: a token already
 	// there means the same thing as a second one.
@@ -272,6 +275,12 @@ func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 	// an Add (SyncPod has never seen the pod).
 	if !ps.pending || ps.pendingReason != podupdate.Add || opts.Reason.Terminates() {
 		ps.pendingReason = opts.Reason
+	}
+	switch {
+	case ps.pendingReason != podupdate.Event || opts.ObservedAt.IsZero():
+		ps.pendingObservedAt = time.Time{}
+	case !ps.pending || opts.ObservedAt.After(ps.pendingObservedAt):
+		ps.pendingObservedAt = opts.ObservedAt
 	}
 	ps.pending = true
 	w.wakeLocked(ps)
@@ -663,6 +672,13 @@ func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx c
 		ps.retryAt = end
 	default:
 		ps.retryAt = end.Add(w.opts.ResyncInterval)
+		// Events that came in during the sync, found by looks at the
+		// runtime that began before the sync's own last look, are seen.
+		if ps.pending && ps.pendingReason == podupdate.Event && !ps.pendingObservedAt.IsZero() &&
+			!res.ObservedAt.IsZero() && ps.pendingObservedAt.Before(res.ObservedAt) {
+			log.Debug("events seen by the sync dropped")
+			ps.pending, ps.pendingObservedAt = false, time.Time{}
+		}
 		if res.RequeueAfter > 0 {
 			if at := end.Add(res.RequeueAfter); ps.requeueAt.IsZero() || at.Before(ps.requeueAt) {
 				ps.requeueAt = at

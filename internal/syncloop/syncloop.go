@@ -130,8 +130,8 @@ func (l *Loop) iterate(ctx context.Context, in Inputs, resync, housekeeping <-ch
 		}
 		l.handleConfig(u)
 	case e := <-in.PLEG:
-		if l.news(e) {
-			l.syncUID(e.PodUID)
+		if pod, ok := l.pods[e.PodUID]; ok && !l.rejected[e.PodUID] && l.news(e) {
+			l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Event, Pod: pod, ObservedAt: e.ObservedAt})
 		}
 	case uid := <-in.Pods:
 		l.syncUID(uid)
