@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -70,6 +71,8 @@ a local image registry under --root-dir.`,
 	f.StringArrayVar(&urlHeaders, "manifest-url-header", nil, "HTTP headers for --manifest-url, as 'key:value,key2:value2' (repeatable)")
 	f.DurationVar(&cfg.HTTPCheckFrequency, "http-check-frequency", cfg.HTTPCheckFrequency, "How often --manifest-url is polled")
 	f.IntVar(&cfg.MaxPods, "max-pods", cfg.MaxPods, "Number of pods this node admits")
+	f.IntVar(&cfg.MaxParallelSandboxes, "max-parallel-sandboxes", 2*runtime.NumCPU(),
+		"Pod sandboxes created at once (0: no bound); more wait their turn")
 	f.IntVar(&cfg.Port, "port", cfg.Port, "Port of the authenticated kubelet API (HTTPS; 0 disables it)")
 	f.StringVar(&cfg.TLSCertFile, "tls-cert-file", "", "Serving certificate (default: self-signed, under --root-dir/pki)")
 	f.StringVar(&cfg.TLSPrivateKeyFile, "tls-private-key-file", "", "Key of --tls-cert-file")

@@ -121,6 +121,7 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 		PodLogsDir: cfg.PodLogsDir, HostIP: cfg.NodeIP, NodeName: cfg.NodeName, Allocatable: cfg.Allocatable,
 		PodsDir: filepath.Join(cfg.RootDir, "pods"), HostResolvConf: cfg.HostResolvConf, HostHosts: cfg.HostHosts,
 		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), NodeMemoryCapacity: cfg.MemoryCapacity,
+		MaxParallelSandboxes: cfg.MaxParallelSandboxes,
 	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Probes: p.prober, Objects: p.objects,
 		Cgroups: cgroups, Volumes: volumes, PodStartDuration: m.PodStartDuration, PodStartStages: m})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own

@@ -47,8 +47,13 @@ type Config struct {
 	// NodeIP is reported as the pods' hostIP.
 	NodeIP string
 	// MaxPods and Allocatable are what admission checks new pods against.
-	MaxPods     int
-	Allocatable v1.ResourceList
+	MaxPods int
+	// MaxParallelSandboxes bounds the pod sandboxes being created at once
+	// (--max-parallel-sandboxes, nodelet's own); 0 means no bound.
+	// cmd/nodelet defaults it to twice the CPUs: a batch of pods then
+	// starts sooner than with every sandbox at once (see the bench).
+	MaxParallelSandboxes int
+	Allocatable          v1.ResourceList
 	// MemoryCapacity is the node's memory in bytes (OOM scores).
 	MemoryCapacity int64
 	// HostResolvConf and HostHosts are the node's /etc/resolv.conf and

@@ -104,6 +104,9 @@ type Options struct {
 	// MaxParallelImagePulls bounds concurrent pulls (kubelet
 	// --max-parallel-image-pulls); 0 means 5.
 	MaxParallelImagePulls int
+	// MaxParallelSandboxes bounds concurrent RunPodSandbox calls; 0 means
+	// no bound.
+	MaxParallelSandboxes int
 	// HostIP is reported in pod status.
 	HostIP string
 	// RuntimeName prefixes container IDs in status ("containerd").
@@ -154,6 +157,8 @@ type Manager struct {
 	volumes  Volumes
 
 	pulls *imagePuller
+	// sandboxes is a counting semaphore over RunPodSandbox; nil: no bound.
+	sandboxes chan struct{}
 	// dialHook opens the connections of httpGet lifecycle hooks.
 	dialHook dialFunc
 
@@ -188,7 +193,13 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 	}
 	return &Manager{
 		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
-		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
+		pulls: newImagePuller(rt, opts.MaxParallelImagePulls, clk),
+		sandboxes: func() chan struct{} {
+			if opts.MaxParallelSandboxes <= 0 {
+				return nil
+			}
+			return make(chan struct{}, opts.MaxParallelSandboxes)
+		}(),
 		dialHook: (&net.Dialer{}).DialContext,
 		startups: map[types.UID]*startup{},
 	}

@@ -3,12 +3,15 @@ package podruntime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -339,5 +342,60 @@ func TestSyncPodResultFollowsTheDeadline(t *testing.T) {
 	}
 	if !res.Terminal || res.RequeueAfter != 0 {
 		t.Errorf("result after the deadline %+v, want terminal", res)
+	}
+}
+
+// countingRuntime counts the RunPodSandbox calls in flight, holding each
+// until release is closed.
+type countingRuntime struct {
+	Runtime
+	mu            sync.Mutex
+	inFlight, max int
+	entered       chan struct{}
+	release       chan struct{}
+}
+
+func (r *countingRuntime) RunPodSandbox(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (string, error) {
+	r.mu.Lock()
+	r.inFlight++
+	r.max = max(r.max, r.inFlight)
+	r.mu.Unlock()
+	r.entered <- struct{}{}
+	<-r.release
+	r.mu.Lock()
+	r.inFlight--
+	r.mu.Unlock()
+	return r.Runtime.RunPodSandbox(ctx, cfg, handler)
+}
+
+// MaxParallelSandboxes bounds the sandboxes being created at once; the
+// other pods wait their turn and all start.
+func TestSandboxCreationIsBounded(t *testing.T) {
+	f := newFixture(t)
+	log := slog.New(slog.DiscardHandler)
+	rt := &countingRuntime{Runtime: cri.New(f.rs, f.is, "fake", cri.DefaultTimeouts(), log),
+		entered: make(chan struct{}, 10), release: make(chan struct{})}
+	m := New(rt, Options{PodLogsDir: "/var/log/pods", MaxParallelSandboxes: 2}, Deps{Clock: f.clock, Log: log, Status: statusmanager.New(nil)})
+	var wg sync.WaitGroup
+	for i := range 5 {
+		pod := testPod()
+		pod.Name, pod.UID = fmt.Sprintf("web-%d", i), types.UID(fmt.Sprintf("uid-%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.syncPod(context.Background(), pod, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	<-rt.entered
+	<-rt.entered
+	close(rt.release)
+	wg.Wait()
+	if rt.max != 2 {
+		t.Errorf("at most %d sandboxes created at once, want 2", rt.max)
+	}
+	if got := len(f.rs.Sandboxes); got != 5 {
+		t.Errorf("%d sandboxes, want 5", got)
 	}
 }

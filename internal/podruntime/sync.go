@@ -152,7 +152,17 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		for _, w := range warnings {
 			m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", w)
 		}
+		if m.sandboxes != nil {
+			select {
+			case m.sandboxes <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, "")
+		if m.sandboxes != nil {
+			<-m.sandboxes
+		}
 		if err != nil {
 			m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 			return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
