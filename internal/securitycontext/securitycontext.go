@@ -66,12 +66,14 @@ func Effective(pod *v1.Pod, c *v1.Container) *v1.SecurityContext {
 	return eff.DeepCopy()
 }
 
-// The default masked and read-only paths the kubelet asks for (the same as
-// the runtimes' defaults); an Unmasked procMount asks for none.
+// The default masked and read-only paths the kubelet v1.37 asks for (its
+// list has /proc/interrupts, which containerd 1.6's own default lacks); an
+// Unmasked procMount asks for none.
 var (
 	defaultMaskedPaths = []string{
 		"/proc/asound",
 		"/proc/acpi",
+		"/proc/interrupts",
 		"/proc/kcore",
 		"/proc/keys",
 		"/proc/latency_stats",

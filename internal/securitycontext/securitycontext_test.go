@@ -145,7 +145,12 @@ func TestContainer(t *testing.T) {
 		if sc.Seccomp.ProfileType != runtimeapi.SecurityProfile_Unconfined {
 			t.Errorf("seccomp %v", sc.Seccomp)
 		}
-		if !slices.Equal(sc.MaskedPaths, defaultMaskedPaths) || !slices.Equal(sc.ReadonlyPaths, defaultReadonlyPaths) {
+		// The kubelet v1.37's lists, as it sends them to the runtime.
+		kubeletMasked := []string{"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+			"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+			"/sys/firmware", "/sys/devices/virtual/powercap"}
+		kubeletReadonly := []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+		if !slices.Equal(sc.MaskedPaths, kubeletMasked) || !slices.Equal(sc.ReadonlyPaths, kubeletReadonly) {
 			t.Errorf("paths %v %v", sc.MaskedPaths, sc.ReadonlyPaths)
 		}
 	}

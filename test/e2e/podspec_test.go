@@ -207,6 +207,10 @@ spec:
 		return waitingWith("main", "CreateContainerConfigError", "container has runAsNonRoot and image will run as root")(p)
 	})
 	waitContainerRunning(t, 60*time.Second, "user-e2e", "main")
+	// Masked as the kubelet masks it (containerd 1.6's default does not).
+	if out := execOut(t, "user-e2e", "main", "cat", "/proc/interrupts"); out != "" {
+		t.Errorf("/proc/interrupts is readable in the container: %.80q", out)
+	}
 	if id := strings.TrimSpace(execOut(t, "user-e2e", "main", "id")); !strings.HasPrefix(id, "uid=1000 gid=3000") {
 		t.Errorf("id = %q", id)
 	}
