@@ -130,11 +130,11 @@ func (l *Loop) iterate(ctx context.Context, in Inputs, resync, housekeeping <-ch
 		}
 		l.handleConfig(u)
 	case e := <-in.PLEG:
-		if pod, ok := l.pods[e.PodUID]; ok && !l.rejected[e.PodUID] && l.news(e) {
-			l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Event, Pod: pod, ObservedAt: e.ObservedAt})
+		if l.news(e) {
+			l.syncUID(e.PodUID, e.ObservedAt)
 		}
 	case uid := <-in.Pods:
-		l.syncUID(uid)
+		l.syncUID(uid, time.Time{})
 	case <-in.ResyncAll:
 		l.syncAll(podupdate.Event)
 	case <-resync:
@@ -227,9 +227,11 @@ func (l *Loop) add(pod *v1.Pod) {
 	l.sync(pod, podupdate.Add)
 }
 
-func (l *Loop) syncUID(uid types.UID) {
+// syncUID syncs a desired, admitted pod for an event found by a look at
+// the runtime that began at observedAt (zero: unknown).
+func (l *Loop) syncUID(uid types.UID, observedAt time.Time) {
 	if pod, ok := l.pods[uid]; ok && !l.rejected[uid] {
-		l.sync(pod, podupdate.Event)
+		l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Event, Pod: pod, ObservedAt: observedAt})
 	}
 }
 
