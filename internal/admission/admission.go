@@ -21,12 +21,15 @@ type Node struct {
 	MaxPods int
 	// Allocatable CPU and memory.
 	Allocatable v1.ResourceList
+	// Object is the Node as the API server has it (cluster mode; nil
+	// standalone): its name, labels and taints are checked too.
+	Object *v1.Node
 }
 
 // Result is the decision for one pod.
 type Result struct {
 	Admit   bool
-	Reason  string // the kubelet's: OutOfpods, OutOfcpu, OutOfmemory, NodePorts
+	Reason  string // the kubelet's: OutOfpods, OutOfcpu, OutOfmemory, NodePorts, NodeAffinity, NodeName, TaintToleration
 	Message string
 }
 
@@ -35,6 +38,9 @@ type Result struct {
 func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
 	if node.MaxPods > 0 && len(active)+1 > node.MaxPods {
 		return insufficient("pods", 1, int64(len(active)), int64(node.MaxPods))
+	}
+	if r := checkNode(pod, node.Object); !r.Admit {
+		return r
 	}
 	if r := checkHostPorts(pod, active); !r.Admit {
 		return r

@@ -69,8 +69,11 @@ type Deps struct {
 	// SourcesReady reports whether every source has delivered once;
 	// before that nothing is removed as an orphan.
 	SourcesReady func() bool
-	Clock        clock.WithTicker
-	Log          *slog.Logger
+	// Node, when set (cluster mode), is the Node as the API server has it
+	// now; admission checks new pods against its name, labels and taints.
+	Node  func() *v1.Node
+	Clock clock.WithTicker
+	Log   *slog.Logger
 }
 
 // Inputs are the channels the loop selects over.
@@ -218,7 +221,11 @@ func (l *Loop) add(pod *v1.Pod) {
 			active = append(active, p)
 		}
 	}
-	if r := admission.Admit(pod, active, l.opts.Node); !r.Admit {
+	node := l.opts.Node
+	if l.deps.Node != nil {
+		node.Object = l.deps.Node()
+	}
+	if r := admission.Admit(pod, active, node); !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
 		l.deps.Rejector.Reject(pod, r.Reason, r.Message)
