@@ -448,6 +448,19 @@ func (w *Workers) ShouldPodContentBeRemoved(uid types.UID) bool {
 	return w.podsSynced
 }
 
+// IsPodFinished reports whether the pod is done on this node: its
+// containers stopped and every hook cleaned up (the kubelet's "resources
+// reclaimed"); an unknown UID after the first SyncKnownPods (a finished
+// pod no source wants is forgotten). A deleted pod may then leave the API.
+func (w *Workers) IsPodFinished(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ps, ok := w.pods[uid]; ok {
+		return ps.finished
+	}
+	return w.podsSynced
+}
+
 // Info returns what the workers know of the pod; false if nothing.
 func (w *Workers) Info(uid types.UID) (Info, bool) {
 	w.mu.Lock()

@@ -89,8 +89,14 @@ func TestKillDuringSyncCancelsAndTerminates(t *testing.T) {
 	if !h.w.IsPodKnownTerminated("a") || h.w.CouldHaveRunningContainers("a") || !h.w.ShouldPodRuntimeBeRemoved("a") {
 		t.Error("after SyncTerminatingPod the pod is not known terminated")
 	}
+	if h.w.IsPodFinished("a") {
+		t.Error("pod finished before SyncTerminatedPod cleaned up")
+	}
 	c.ok()
 	h.waitExit("a")
+	if !h.w.IsPodFinished("a") {
+		t.Error("pod not finished after SyncTerminatedPod")
+	}
 
 	want := Info{State: Finished, GracePeriod: 5 * time.Second, Evicted: true, Reason: "node pressure"}
 	if got := h.info("a"); got != want {
@@ -377,7 +383,7 @@ func TestRequeue(t *testing.T) {
 func TestSyncKnownPods(t *testing.T) {
 	h := newHarness(t, Options{ResyncInterval: resync}).run()
 	if !h.w.CouldHaveRunningContainers("unknown") || h.w.ShouldPodRuntimeBeRemoved("unknown") ||
-		h.w.ShouldPodContentBeRemoved("unknown") || h.w.ShouldPodContainersBeTerminating("unknown") {
+		h.w.ShouldPodContentBeRemoved("unknown") || h.w.ShouldPodContainersBeTerminating("unknown") || h.w.IsPodFinished("unknown") {
 		t.Fatal("before the first SyncKnownPods unknown pods must be treated as possibly running")
 	}
 	for _, uid := range []types.UID{"a", "b"} {
@@ -393,7 +399,7 @@ func TestSyncKnownPods(t *testing.T) {
 	if !inflight.cancelled() {
 		t.Error("SyncKnownPods did not cancel the in-flight sync of an undesired pod")
 	}
-	if h.w.CouldHaveRunningContainers("unknown") || !h.w.ShouldPodRuntimeBeRemoved("unknown") {
+	if h.w.CouldHaveRunningContainers("unknown") || !h.w.ShouldPodRuntimeBeRemoved("unknown") || !h.w.IsPodFinished("unknown") {
 		t.Error("after SyncKnownPods unknown pods must be treated as not running")
 	}
 	inflight.replyCtxErr()

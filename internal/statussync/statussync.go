@@ -1,0 +1,333 @@
+// Package statussync is beside the pipeline, in cluster mode: it sends the
+// pod statuses that statusmanager caches to the API server, as the
+// kubelet's status manager does (syncPod/syncBatch). It is a
+// statusmanager.Listener: a status set marks its pod dirty, and a loop
+// patches dirty pods at once and every pod every SyncPeriod.
+//
+// The rules are the kubelet's: a strategic-merge patch of status with the
+// pod's UID as precondition, sent only when it changes something;
+// conditions nodelet does not own are kept; a terminal phase is never
+// reported while a container may still run, and never left; a static
+// pod's status goes to its mirror pod. A pod the API marked for deletion
+// is deleted for good (grace 0, UID precondition) once its worker has
+// finished: its containers stopped and its resources released.
+package statussync
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/podspec"
+)
+
+// SyncPeriod is how often every pod's status is compared with the API's
+// (the kubelet's syncPeriod), besides the patch sent at each change.
+const SyncPeriod = 10 * time.Second
+
+// APIPods is the API server's view of this node's pods (the node's pod
+// informer store).
+type APIPods interface {
+	GetByKey(key string) (any, bool, error)
+}
+
+// Workers tells what the pod workers know of a pod.
+type Workers interface {
+	// CouldHaveRunningContainers: a terminal phase must not be reported.
+	CouldHaveRunningContainers(uid types.UID) bool
+	// IsPodFinished: the pod's containers stopped and its resources were
+	// released; a pod being deleted may go.
+	IsPodFinished(uid types.UID) bool
+}
+
+// Deps are what the Syncer uses.
+type Deps struct {
+	Client  kubernetes.Interface
+	APIPods APIPods
+	Workers Workers
+	Clock   clock.WithTicker
+	Log     *slog.Logger
+}
+
+// entry is the newest status of a pod, and the pod it is for.
+type entry struct {
+	pod    *v1.Pod
+	status v1.PodStatus
+	dirty  bool
+}
+
+// Syncer sends pod statuses to the API server.
+type Syncer struct {
+	deps Deps
+	wake chan struct{}
+
+	mu   sync.Mutex
+	pods map[types.UID]*entry
+}
+
+// New returns a Syncer; Run starts it.
+func New(deps Deps) *Syncer {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	return &Syncer{deps: deps, wake: make(chan struct{}, 1), pods: map[types.UID]*entry{}}
+}
+
+// PodStatusChanged marks the pod dirty (statusmanager.Listener). It does
+// not block.
+func (s *Syncer) PodStatusChanged(pod *v1.Pod, st v1.PodStatus) {
+	s.mu.Lock()
+	s.pods[pod.UID] = &entry{pod: pod, status: *st.DeepCopy(), dirty: true}
+	s.mu.Unlock()
+	s.Poke()
+}
+
+// Poke asks for a pass over the dirty pods at once (a pod's API object
+// changed: it may be deletable now).
+func (s *Syncer) Poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run patches dirty pods as they come and every pod each SyncPeriod
+// until ctx ends.
+func (s *Syncer) Run(ctx context.Context) {
+	t := s.deps.Clock.NewTicker(SyncPeriod)
+	defer t.Stop()
+	for {
+		all := false
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.wake:
+		case <-t.C():
+			all = true
+		}
+		s.SyncBatch(ctx, all)
+	}
+}
+
+// SyncBatch sends the status of the dirty pods, or of every pod when all
+// is set, and deletes the deleted pods that may go.
+func (s *Syncer) SyncBatch(ctx context.Context, all bool) {
+	s.mu.Lock()
+	var work []types.UID
+	for uid, e := range s.pods {
+		if all || e.dirty {
+			work = append(work, uid)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(work)
+	for _, uid := range work {
+		if ctx.Err() != nil {
+			return
+		}
+		s.syncPod(ctx, uid)
+	}
+}
+
+// syncPod sends one pod's status, then deletes it if it may go.
+func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
+	s.mu.Lock()
+	e := s.pods[uid]
+	if e == nil {
+		s.mu.Unlock()
+		return
+	}
+	pod, st := e.pod, e.status
+	e.dirty = false
+	s.mu.Unlock()
+
+	api, gone := s.apiPod(pod)
+	if gone {
+		// The API object is gone (deleted, or the pod replaced by one
+		// with another UID): nothing more to report.
+		s.forget(uid, e)
+		return
+	}
+	if api == nil {
+		return // a static pod whose mirror pod is not there yet
+	}
+	log := s.deps.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", uid)
+	merged := Merge(api.Status, st, s.deps.Workers.CouldHaveRunningContainers(uid))
+	patch, changed, err := StatusPatch(api.UID, api.Status, merged)
+	if err != nil {
+		log.Error("status: cannot make the patch", "err", err)
+		return
+	}
+	if changed {
+		_, err := s.deps.Client.CoreV1().Pods(api.Namespace).Patch(ctx, api.Name, types.StrategicMergePatchType, patch,
+			metav1.PatchOptions{}, "status")
+		switch {
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			log.Debug("status: pod gone or replaced in the API", "err", err)
+			return
+		case err != nil:
+			log.Warn("status: patch failed, retried", "err", err)
+			s.markDirty(uid, e)
+			return
+		}
+		log.Debug("status: patched", "phase", merged.Phase)
+	}
+	if api.DeletionTimestamp != nil && !podspec.IsStatic(pod) && s.deps.Workers.IsPodFinished(uid) {
+		zero := int64(0)
+		err := s.deps.Client.CoreV1().Pods(api.Namespace).Delete(ctx, api.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &api.UID}})
+		switch {
+		case err == nil, apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			log.Info("pod deleted from the API: its containers stopped and its resources were released")
+			s.forget(uid, e)
+		default:
+			log.Warn("delete the terminated pod from the API failed, retried", "err", err)
+			s.markDirty(uid, e)
+		}
+	}
+}
+
+// apiPod returns the API object pod's status goes to: the pod itself, or
+// a static pod's mirror pod (nil, false when there is none yet). gone
+// is set when the pod has no API object and will not have one.
+func (s *Syncer) apiPod(pod *v1.Pod) (api *v1.Pod, gone bool) {
+	obj, ok, err := s.deps.APIPods.GetByKey(pod.Namespace + "/" + pod.Name)
+	var p *v1.Pod
+	if err == nil && ok {
+		p, _ = obj.(*v1.Pod)
+	}
+	if podspec.IsStatic(pod) {
+		if p == nil || p.Annotations[podspec.AnnotationConfigMirror] == "" || p.DeletionTimestamp != nil {
+			return nil, false
+		}
+		return p, false
+	}
+	if p == nil || p.UID != pod.UID {
+		return nil, true
+	}
+	return p, false
+}
+
+func (s *Syncer) markDirty(uid types.UID, e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pods[uid] == e {
+		e.dirty = true
+	}
+}
+
+// forget drops e unless a newer status replaced it meanwhile.
+func (s *Syncer) forget(uid types.UID, e *entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pods[uid] == e {
+		delete(s.pods, uid)
+	}
+}
+
+// Forget drops what the syncer holds for pods keep does not keep (static
+// pods no longer wanted; API pods are dropped when their object goes).
+func (s *Syncer) Forget(keep func(types.UID) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid, e := range s.pods {
+		if podspec.IsStatic(e.pod) && !keep(uid) {
+			delete(s.pods, uid)
+		}
+	}
+}
+
+// ownedConditions are the pod conditions the node sets; the others (set
+// by controllers, the scheduler, readiness gates) are kept as the API has
+// them.
+var ownedConditions = []v1.PodConditionType{
+	v1.PodScheduled, v1.PodReady, v1.PodInitialized, v1.ContainersReady, v1.PodReadyToStartContainers,
+}
+
+// Merge is the status to send: st, the node's, over old, the API's, with
+// the kubelet's rules. Conditions the node does not own are kept from old;
+// a terminal phase in old is never left; st's terminal phase is held back
+// (old's phase kept) while a container may still run; old's start time is
+// kept.
+func Merge(old, st v1.PodStatus, couldHaveRunningContainers bool) v1.PodStatus {
+	out := *st.DeepCopy()
+	var conds []v1.PodCondition
+	for _, c := range old.Conditions {
+		if !slices.Contains(ownedConditions, c.Type) {
+			conds = append(conds, c)
+		}
+	}
+	for _, c := range out.Conditions {
+		if slices.Contains(ownedConditions, c.Type) {
+			conds = append(conds, c)
+		}
+	}
+	// Keep the API's transition times of conditions that did not change.
+	for i, c := range conds {
+		for _, o := range old.Conditions {
+			if o.Type == c.Type && o.Status == c.Status && !o.LastTransitionTime.IsZero() {
+				conds[i].LastTransitionTime = o.LastTransitionTime
+			}
+		}
+	}
+	out.Conditions = conds
+	if old.StartTime != nil {
+		out.StartTime = old.StartTime
+	}
+	switch {
+	case terminal(old.Phase):
+		out.Phase, out.Reason, out.Message = old.Phase, old.Reason, old.Message
+	case terminal(out.Phase) && couldHaveRunningContainers:
+		out.Phase, out.Reason, out.Message = old.Phase, old.Reason, old.Message
+		if out.Phase == "" {
+			out.Phase = v1.PodPending
+		}
+	}
+	if len(out.HostIPs) == 0 && len(old.HostIPs) > 0 {
+		out.HostIP, out.HostIPs = old.HostIP, old.HostIPs
+	}
+	return out
+}
+
+func terminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// StatusPatch is the strategic-merge patch from old to st for the pod
+// with uid, which it carries as a precondition. changed is false when the
+// patch would change nothing.
+func StatusPatch(uid types.UID, old, st v1.PodStatus) (patch []byte, changed bool, err error) {
+	if apiequality.Semantic.DeepEqual(old, st) {
+		return nil, false, nil
+	}
+	oldJSON, err := json.Marshal(v1.Pod{Status: old})
+	if err != nil {
+		return nil, false, err
+	}
+	newPod := v1.Pod{Status: st}
+	newPod.UID = uid // only in the new object: the patch carries it as a precondition
+	newJSON, err := json.Marshal(newPod)
+	if err != nil {
+		return nil, false, err
+	}
+	patch, err = strategicpatch.CreateTwoWayMergePatch(oldJSON, newJSON, v1.Pod{})
+	if err != nil {
+		return nil, false, fmt.Errorf("status patch: %w", err)
+	}
+	onlyUID := fmt.Sprintf(`{"metadata":{"uid":%q}}`, uid)
+	return patch, string(patch) != onlyUID, nil
+}

@@ -1,0 +1,308 @@
+package statussync
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/podspec"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+type workers struct {
+	running  map[types.UID]bool
+	finished map[types.UID]bool
+}
+
+func (w *workers) CouldHaveRunningContainers(uid types.UID) bool { return w.running[uid] }
+func (w *workers) IsPodFinished(uid types.UID) bool              { return w.finished[uid] }
+
+type harness struct {
+	t       *testing.T
+	client  *fake.Clientset
+	store   cache.Store
+	workers *workers
+	s       *Syncer
+}
+
+func newHarness(t *testing.T, pods ...*v1.Pod) *harness {
+	objs := make([]runtime.Object, len(pods))
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	for i, p := range pods {
+		objs[i] = p
+		if err := store.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := &harness{t: t, client: fake.NewClientset(objs...), store: store,
+		workers: &workers{running: map[types.UID]bool{}, finished: map[types.UID]bool{}}}
+	h.s = New(Deps{Client: h.client, APIPods: store, Workers: h.workers, Clock: testingclock.NewFakeClock(t0)})
+	return h
+}
+
+// writes are the patches and deletes sent since the last call, one a line.
+func (h *harness) writes() []string {
+	var out []string
+	for _, a := range h.client.Actions() {
+		switch a := a.(type) {
+		case k8stesting.PatchAction:
+			out = append(out, fmt.Sprintf("patch %s/%s %s %s", a.GetNamespace(), a.GetName(), a.GetSubresource(), a.GetPatch()))
+		case k8stesting.DeleteAction:
+			o := a.GetDeleteOptions()
+			out = append(out, fmt.Sprintf("delete %s/%s grace=%d uid=%s", a.GetNamespace(), a.GetName(), *o.GracePeriodSeconds, *o.Preconditions.UID))
+		}
+	}
+	h.client.ClearActions()
+	return out
+}
+
+// refresh copies the fake API's pods into the store, as the informer.
+func (h *harness) refresh() {
+	list, err := h.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	_ = h.store.Replace(func() []any {
+		out := make([]any, len(list.Items))
+		for i := range list.Items {
+			out[i] = &list.Items[i]
+		}
+		return out
+	}(), "")
+	h.client.ClearActions()
+}
+
+func apiPod(name string, uid types.UID) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: uid,
+		Annotations: map[string]string{podspec.AnnotationConfigSource: podspec.ConfigSourceAPI}}}
+	p.Status = v1.PodStatus{Phase: v1.PodPending, Conditions: []v1.PodCondition{
+		{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0.Add(-time.Minute))},
+		{Type: "example.com/gate", Status: v1.ConditionFalse, Reason: "SetByController"},
+	}}
+	return p
+}
+
+func running(ready bool) v1.PodStatus {
+	r := v1.ConditionFalse
+	if ready {
+		r = v1.ConditionTrue
+	}
+	start := metav1.NewTime(t0)
+	return v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.88.0.5", PodIPs: []v1.PodIP{{IP: "10.88.0.5"}}, StartTime: &start,
+		Conditions: []v1.PodCondition{
+			{Type: v1.PodScheduled, Status: v1.ConditionTrue, LastTransitionTime: start},
+			{Type: v1.PodReady, Status: r, LastTransitionTime: start},
+			{Type: v1.ContainersReady, Status: r, LastTransitionTime: start},
+		},
+		ContainerStatuses: []v1.ContainerStatus{{Name: "c", Ready: ready, Image: "busybox", ContainerID: "containerd://abc",
+			State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: start}}}},
+	}
+}
+
+func golden(t *testing.T, name string, got []string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	text := strings.Join(got, "\n") + "\n"
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != text {
+		t.Errorf("%s: got\n%s\nwant\n%s", path, text, want)
+	}
+}
+
+// The life of an API pod's status: one patch per change, none for a
+// status that changes nothing, the controller's condition kept, the
+// scheduler's transition time kept, the UID always a precondition.
+func TestPatchesOnlyChanges(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	h := newHarness(t, pod)
+	ctx := context.Background()
+	var got []string
+
+	h.s.PodStatusChanged(pod, running(false))
+	h.s.SyncBatch(ctx, false)
+	got = append(got, h.writes()...)
+	h.refresh()
+
+	h.s.PodStatusChanged(pod, running(false)) // the same again: no request
+	h.s.SyncBatch(ctx, false)
+	h.s.SyncBatch(ctx, true)
+	if w := h.writes(); len(w) != 0 {
+		t.Errorf("unchanged status sent: %q", w)
+	}
+
+	h.s.PodStatusChanged(pod, running(true))
+	h.s.SyncBatch(ctx, false)
+	got = append(got, h.writes()...)
+	h.refresh()
+	golden(t, "patches", got)
+
+	obj, _, _ := h.store.GetByKey("default/web")
+	st := obj.(*v1.Pod).Status
+	if len(st.Conditions) != 4 || st.Conditions[0].Type != "example.com/gate" {
+		t.Errorf("conditions = %+v, want the controller's gate kept", st.Conditions)
+	}
+}
+
+// A failed patch is sent again at the next pass; a pod gone from the API
+// is forgotten.
+func TestRetriesAndForgets(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	h := newHarness(t, pod)
+	ctx := context.Background()
+	fail := true
+	h.client.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if fail {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	h.s.PodStatusChanged(pod, running(true))
+	h.s.SyncBatch(ctx, false)
+	if w := h.writes(); len(w) != 1 {
+		t.Fatalf("writes = %q, want one failed patch", w)
+	}
+	fail = false
+	h.s.SyncBatch(ctx, false) // still dirty
+	if w := h.writes(); len(w) != 1 {
+		t.Fatalf("writes = %q, want the patch again", w)
+	}
+	h.refresh()
+	if err := h.store.Delete(pod); err != nil {
+		t.Fatal(err)
+	}
+	h.s.SyncBatch(ctx, true)
+	if len(h.s.pods) != 0 || len(h.writes()) != 0 {
+		t.Error("a pod gone from the API is still tracked, or written to")
+	}
+}
+
+// A pod replaced by another of the same name (another UID) is not written
+// to.
+func TestOtherUIDUntouched(t *testing.T) {
+	h := newHarness(t, apiPod("web", "uid-2"))
+	h.s.PodStatusChanged(apiPod("web", "uid-1"), running(true))
+	h.s.SyncBatch(context.Background(), false)
+	if w := h.writes(); len(w) != 0 {
+		t.Errorf("wrote to another pod: %q", w)
+	}
+}
+
+func TestTerminalPhaseRules(t *testing.T) {
+	failed := running(false)
+	failed.Phase, failed.Reason = v1.PodFailed, "DeadlineExceeded"
+	// Held back while a container may run.
+	if got := Merge(running(true), failed, true); got.Phase != v1.PodRunning || got.Reason != "" {
+		t.Errorf("terminal phase reported with containers running: %s %s", got.Phase, got.Reason)
+	}
+	if got := Merge(running(true), failed, false); got.Phase != v1.PodFailed {
+		t.Errorf("terminal phase not reported once stopped: %s", got.Phase)
+	}
+	// Never left.
+	if got := Merge(failed, running(true), false); got.Phase != v1.PodFailed || got.Reason != "DeadlineExceeded" {
+		t.Errorf("left a terminal phase: %s %s", got.Phase, got.Reason)
+	}
+	// A status with no phase yet over an empty one is Pending.
+	if got := Merge(v1.PodStatus{}, failed, true); got.Phase != v1.PodPending {
+		t.Errorf("phase = %q, want Pending", got.Phase)
+	}
+}
+
+// A pod the API marked for deletion is deleted for good (grace 0, UID
+// precondition) once its worker finished, not before; its final status
+// goes first.
+func TestFinalDelete(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	now := metav1.NewTime(t0)
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	h := newHarness(t, pod)
+	ctx := context.Background()
+	h.workers.running["uid-1"] = true
+	h.s.PodStatusChanged(pod, running(true))
+	h.s.SyncBatch(ctx, false)
+	h.refresh()
+	h.workers.running["uid-1"] = false
+	stopped := running(false)
+	stopped.Phase = v1.PodSucceeded
+	h.s.PodStatusChanged(pod, stopped)
+	h.s.SyncBatch(ctx, false)
+	if w := h.writes(); len(w) != 1 || !strings.HasPrefix(w[0], "patch") {
+		t.Fatalf("writes = %q, want the final status and no delete before the worker finished", w)
+	}
+	h.refresh()
+	h.workers.finished["uid-1"] = true
+	h.s.SyncBatch(ctx, true)
+	if w := h.writes(); len(w) != 1 || w[0] != "delete default/web grace=0 uid=uid-1" {
+		t.Fatalf("writes = %q, want the final delete", w)
+	}
+	if len(h.s.pods) != 0 {
+		t.Error("a deleted pod is still tracked")
+	}
+}
+
+// A static pod's status goes to its mirror pod, once there is one; the
+// mirror pod is never deleted by the status syncer.
+func TestStaticPodStatusToMirror(t *testing.T) {
+	static := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-node-a", UID: "static-uid",
+		Annotations: map[string]string{podspec.AnnotationConfigSource: "file"}}}
+	h := newHarness(t)
+	ctx := context.Background()
+	h.s.PodStatusChanged(static, running(true))
+	h.s.SyncBatch(ctx, false)
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("wrote with no mirror pod: %q", w)
+	}
+	mirror := static.DeepCopy()
+	mirror.UID = "mirror-uid"
+	mirror.Annotations = map[string]string{podspec.AnnotationConfigMirror: "static-uid"}
+	now := metav1.NewTime(t0)
+	mirror.DeletionTimestamp = &now
+	if _, err := h.client.CoreV1().Pods("kube-system").Create(ctx, mirror, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh()
+	h.s.SyncBatch(ctx, true)
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("wrote to a mirror pod being deleted: %q", w)
+	}
+	mirror.DeletionTimestamp = nil
+	if _, err := h.client.CoreV1().Pods("kube-system").Update(ctx, mirror, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.refresh()
+	h.workers.finished["static-uid"] = true
+	h.s.SyncBatch(ctx, true)
+	w := h.writes()
+	if len(w) != 1 || !strings.Contains(w[0], `"uid":"mirror-uid"`) {
+		t.Fatalf("writes = %q, want one status patch of the mirror pod", w)
+	}
+}
