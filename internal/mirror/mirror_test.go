@@ -1,0 +1,171 @@
+package mirror
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/podspec"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+type statics []*v1.Pod
+
+func (s statics) Pods() []*v1.Pod { return s }
+
+// apiPods lists the fake API's pods, as the informer store would.
+type apiPods struct{ client *fake.Clientset }
+
+func (a apiPods) List() []any {
+	list, _ := a.client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	out := make([]any, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out
+}
+
+func static(name, hash string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: name + "-node-a", UID: types.UID(hash),
+			Labels: map[string]string{"tier": "control-plane"},
+			Annotations: map[string]string{podspec.AnnotationConfigSource: "file", podspec.AnnotationConfigHash: hash,
+				podspec.AnnotationConfigSeen: "2026-11-23T10:00:00Z", podspec.AnnotationConfigFile: "/etc/kubernetes/manifests/" + name + ".yaml"}},
+		Spec: v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{Name: name, Image: "busybox"}}},
+	}
+}
+
+func newManager(t *testing.T, pods ...*v1.Pod) (*Manager, *fake.Clientset) {
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "node-uid"}}
+	client := fake.NewClientset(node)
+	m := New(Deps{Client: client, NodeName: "node-a", Sources: statics(pods), APIPods: apiPods{client},
+		Clock: testingclock.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))})
+	return m, client
+}
+
+func mirrors(t *testing.T, client *fake.Clientset) []v1.Pod {
+	list, err := client.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Name < list.Items[j].Name })
+	return list.Items
+}
+
+// The mirror pod as the API receives it: the static pod's spec, labels
+// and annotations, the config.mirror hash, the Node as owner, no local
+// path.
+func TestMirrorPodGolden(t *testing.T) {
+	p := Pod(static("etcd", "hash-1"), "node-a", "node-uid")
+	got, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "mirror.golden.json")
+	if *update {
+		_ = os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile(path, append(got, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(want) != string(got)+"\n" {
+		t.Errorf("mirror pod:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// Lifecycle: created once; recreated after a delete; replaced when the
+// static pod changes; deleted when the static pod goes; an API pod of the
+// same name is left alone.
+func TestMirrorLifecycle(t *testing.T) {
+	ctx := context.Background()
+	etcd := static("etcd", "hash-1")
+	m, client := newManager(t, etcd)
+	m.Reconcile(ctx)
+	m.Reconcile(ctx)
+	got := mirrors(t, client)
+	if len(got) != 1 || got[0].Annotations[podspec.AnnotationConfigMirror] != "hash-1" ||
+		got[0].OwnerReferences[0].UID != "node-uid" {
+		t.Fatalf("mirror pods = %+v, want one for hash-1 owned by the node", got)
+	}
+	creates := 0
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "create" {
+			creates++
+		}
+	}
+	if creates != 1 {
+		t.Errorf("%d creates for one static pod over two passes, want 1", creates)
+	}
+
+	// Deleted by a user: created again.
+	if err := client.CoreV1().Pods("kube-system").Delete(ctx, etcd.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.Reconcile(ctx)
+	if got := mirrors(t, client); len(got) != 1 {
+		t.Fatalf("mirror pod not recreated: %+v", got)
+	}
+
+	// The static pod changed: the old mirror goes, then the new one comes.
+	m.deps.Sources = statics{static("etcd", "hash-2")}
+	m.Reconcile(ctx)
+	if got := mirrors(t, client); len(got) != 0 {
+		t.Fatalf("outdated mirror pod not deleted first: %+v", got)
+	}
+	m.Reconcile(ctx)
+	if got := mirrors(t, client); len(got) != 1 || got[0].Annotations[podspec.AnnotationConfigMirror] != "hash-2" {
+		t.Fatalf("mirror pod not replaced: %+v", got)
+	}
+
+	// Static pod gone: mirror deleted; API pods untouched.
+	apiPod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "web", UID: "api-uid"}}
+	if _, err := client.CoreV1().Pods("kube-system").Create(ctx, apiPod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.deps.Sources = statics{}
+	m.Reconcile(ctx)
+	if got := mirrors(t, client); len(got) != 1 || got[0].Name != "web" {
+		t.Fatalf("pods = %+v, want only the API pod", got)
+	}
+}
+
+// A mirror pod the API refuses (NodeRestriction: a static pod that uses a
+// secret) is not retried in a loop of errors: the static pod runs anyway.
+func TestMirrorRefused(t *testing.T) {
+	m, client := newManager(t, static("etcd", "hash-1"))
+	client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtimeObject, error) {
+		return true, nil, forbidden()
+	})
+	m.Reconcile(context.Background())
+	if got := mirrors(t, client); len(got) != 0 {
+		t.Fatalf("mirror pods = %+v", got)
+	}
+}
+
+type runtimeObject = runtime.Object
+
+func forbidden() error {
+	return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "etcd-node-a",
+		errors.New(`pod does not have "kubernetes.io/config.mirror" annotation, node "node-a" can only create mirror pods`))
+}
