@@ -79,7 +79,10 @@ type Config struct {
 	// empty is system:authenticated. AdminGroup may do anything.
 	ReadGroup string
 	// SAR sends SubjectAccessReviews in Webhook mode; nil otherwise.
-	SAR kubernetes.Interface
+	// Their answers are kept for AuthorizedTTL (allowed) and
+	// UnauthorizedTTL (denied); 0 keeps nothing.
+	SAR                            kubernetes.Interface
+	AuthorizedTTL, UnauthorizedTTL time.Duration
 	// NodeName is the name of nodes/<name> that requests are authorized
 	// against.
 	NodeName string
@@ -200,6 +203,9 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 			return nil, errors.New("authorization mode Webhook needs the node name")
 		}
 		authz = webhookAuthorizer{client: cfg.SAR}
+		if cfg.AuthorizedTTL > 0 || cfg.UnauthorizedTTL > 0 {
+			authz = newCachedAuthorizer(authz, cfg.AuthorizedTTL, cfg.UnauthorizedTTL, deps.Clock)
+		}
 	}
 	authn := &requestAuthenticator{clientCA: cfg.ClientCA, anonymous: cfg.AnonymousAuth, clock: deps.Clock}
 	if len(cfg.Tokens) > 0 {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 )
 
@@ -46,13 +47,20 @@ type Settings struct {
 	Addr string
 	// NodeName and NodeIP go into a generated serving certificate.
 	NodeName, NodeIP string
+	// Client is the API server (cluster mode; nil standalone): with it,
+	// bearer tokens are resolved by TokenReview when WebhookAuthn is set
+	// (authentication.webhook.enabled, answers cached for TokenCacheTTL),
+	// and AuthorizationWebhook asks SubjectAccessReviews.
+	Client        kubernetes.Interface
+	WebhookAuthn  bool
+	TokenCacheTTL time.Duration
 }
 
 // Load reads or creates what the settings name (the serving certificate,
 // the local admin credentials, the client CAs, the token file) into a
 // Config.
 func (s Settings) Load(clk clock.PassiveClock) (Config, error) {
-	if s.AuthorizationMode == AuthorizationWebhook {
+	if s.AuthorizationMode == AuthorizationWebhook && s.Client == nil {
 		return Config{}, errors.New("--authorization-mode=Webhook needs an API server (cluster mode); use NodeletGroups standalone")
 	}
 	dir := PKIDir(s.RootDir)
@@ -78,10 +86,17 @@ func (s Settings) Load(clk clock.PassiveClock) (Config, error) {
 			return Config{}, err
 		}
 	}
-	return Config{
+	cfg := Config{
 		Addr: s.Addr, TLS: cert, ClientCA: pool, AnonymousAuth: s.AnonymousAuth, Tokens: tokens,
 		AuthorizationMode: s.AuthorizationMode, ReadGroup: s.AuthorizationReadGroup, NodeName: s.NodeName,
-	}, nil
+	}
+	if s.Client != nil {
+		cfg.SAR, cfg.AuthorizedTTL, cfg.UnauthorizedTTL = s.Client, DefaultAuthorizedCacheTTL, DefaultUnauthorizedCacheTTL
+		if s.WebhookAuthn {
+			cfg.TokenReview = NewTokenReviewer(s.Client, s.TokenCacheTTL, clk)
+		}
+	}
+	return cfg, nil
 }
 
 // ServeForever runs serve until ctx ends; when the port cannot be had it
