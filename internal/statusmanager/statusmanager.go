@@ -6,8 +6,9 @@
 //
 // A status lives as long as a source wants its pod or the pod workers
 // may still run something of it; housekeeping drops the others
-// (RemoveOrphans). Cluster mode will add the patches to the API server
-// here.
+// (RemoveOrphans). In cluster mode one consumer (statussync) takes the
+// statuses that changed (Changed, TakeChanged) and sends them to the API
+// server.
 package statusmanager
 
 import (
@@ -41,6 +42,19 @@ type Manager struct {
 	// seen is, per pod, the runtime objects (sandbox and container IDs)
 	// the status was computed from, and whether each was running.
 	seen map[types.UID]map[string]bool
+	// changed are the pods whose status was set since the last
+	// TakeChanged, with that status; wake signals them. Once a consumer
+	// takes them (taken), a pod's last status stays here until taken,
+	// even after RemoveOrphans: the API server must hear of a pod's end.
+	changed map[types.UID]Entry
+	taken   bool
+	wake    chan struct{}
+}
+
+// Entry is a pod and its status.
+type Entry struct {
+	Pod    *v1.Pod
+	Status v1.PodStatus
 }
 
 // New returns an empty Manager that logs each change of a pod's status in
@@ -50,7 +64,7 @@ func New(log *slog.Logger, listeners ...Listener) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Manager{log: log, listeners: listeners, statuses: map[types.UID]v1.PodStatus{}, summary: map[types.UID]string{},
-		seen: map[types.UID]map[string]bool{}}
+		seen: map[types.UID]map[string]bool{}, changed: map[types.UID]Entry{}, wake: make(chan struct{}, 1)}
 }
 
 // SetSeen records the runtime objects the pod's next status is computed
@@ -78,7 +92,12 @@ func (m *Manager) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 	m.statuses[pod.UID] = st
 	changed := m.summary[pod.UID] != sum
 	m.summary[pod.UID] = sum
+	m.changed[pod.UID] = Entry{Pod: pod, Status: st}
 	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
 	if changed {
 		m.log.Info("pod status", "pod", pod.Namespace+"/"+pod.Name, "phase", st.Phase, "reason", st.Reason,
 			"ready", isReady(st), "ip", st.PodIP, "containers", containerSummary(st))
@@ -86,6 +105,24 @@ func (m *Manager) SetPodStatus(pod *v1.Pod, st v1.PodStatus) {
 	for _, l := range m.listeners {
 		l.PodStatusChanged(pod, st)
 	}
+}
+
+// Changed signals when a status was set since the last TakeChanged.
+func (m *Manager) Changed() <-chan struct{} { return m.wake }
+
+// TakeChanged returns the pods whose status was set since the last call,
+// with their latest status, and forgets them.
+func (m *Manager) TakeChanged() []Entry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.taken = true
+	out := make([]Entry, 0, len(m.changed))
+	for _, e := range m.changed {
+		out = append(out, Entry{Pod: e.Pod, Status: *e.Status.DeepCopy()})
+	}
+	clear(m.changed)
+	sort.Slice(out, func(i, j int) bool { return out[i].Pod.UID < out[j].Pod.UID })
+	return out
 }
 
 // Reject records an admission rejection: the pod is Failed with the
@@ -117,6 +154,9 @@ func (m *Manager) RemoveOrphans(keep func(types.UID) bool) {
 			delete(m.statuses, uid)
 			delete(m.summary, uid)
 			delete(m.seen, uid)
+			if !m.taken {
+				delete(m.changed, uid)
+			}
 			m.mu.Unlock()
 		}
 	}

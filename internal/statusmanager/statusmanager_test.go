@@ -92,3 +92,38 @@ func TestSeenLivesWithTheStatus(t *testing.T) {
 		t.Error("seen objects outlived the status")
 	}
 }
+
+// The consumer of changes (cluster mode's status sender) gets each pod's
+// latest status once, including a pod's last status set just before
+// housekeeping dropped it; with no consumer nothing piles up.
+func TestTakeChanged(t *testing.T) {
+	m := New(nil)
+	a := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "a"}}
+	b := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: "b"}}
+	m.SetPodStatus(a, running(""))
+	m.RemoveOrphans(func(types.UID) bool { return false })
+	if len(m.changed) != 0 {
+		t.Fatal("with no consumer, changes of dropped pods pile up")
+	}
+	m.SetPodStatus(a, running(""))
+	m.SetPodStatus(b, running(""))
+	done := v1.PodStatus{Phase: v1.PodSucceeded}
+	m.SetPodStatus(a, done)
+	select {
+	case <-m.Changed():
+	default:
+		t.Fatal("no change signalled")
+	}
+	got := m.TakeChanged()
+	if len(got) != 2 || got[0].Pod != a || got[0].Status.Phase != v1.PodSucceeded || got[1].Pod != b {
+		t.Fatalf("TakeChanged = %+v", got)
+	}
+	if got := m.TakeChanged(); len(got) != 0 {
+		t.Fatalf("taken twice: %+v", got)
+	}
+	m.SetPodStatus(a, done)
+	m.RemoveOrphans(func(types.UID) bool { return false })
+	if got := m.TakeChanged(); len(got) != 1 || got[0].Status.Phase != v1.PodSucceeded {
+		t.Fatalf("a dropped pod's last status was lost: %+v", got)
+	}
+}

@@ -1,8 +1,8 @@
 // Package statussync is beside the pipeline, in cluster mode: it sends the
 // pod statuses that statusmanager caches to the API server, as the
-// kubelet's status manager does (syncPod/syncBatch). It is a
-// statusmanager.Listener: a status set marks its pod dirty, and a loop
-// patches dirty pods at once and every pod every SyncPeriod.
+// kubelet's status manager does (syncPod/syncBatch). It takes the
+// statuses that changed from statusmanager and patches them at once, and
+// compares every pod with the API every SyncPeriod.
 //
 // The rules are the kubelet's: a strategic-merge patch of status with the
 // pod's UID as precondition, sent only when it changes something;
@@ -32,6 +32,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
 // SyncPeriod is how often every pod's status is compared with the API's
@@ -53,13 +54,20 @@ type Workers interface {
 	IsPodFinished(uid types.UID) bool
 }
 
+// Statuses are the statuses set on this node (statusmanager).
+type Statuses interface {
+	Changed() <-chan struct{}
+	TakeChanged() []statusmanager.Entry
+}
+
 // Deps are what the Syncer uses.
 type Deps struct {
-	Client  kubernetes.Interface
-	APIPods APIPods
-	Workers Workers
-	Clock   clock.WithTicker
-	Log     *slog.Logger
+	Client   kubernetes.Interface
+	Statuses Statuses
+	APIPods  APIPods
+	Workers  Workers
+	Clock    clock.WithTicker
+	Log      *slog.Logger
 }
 
 // entry is the newest status of a pod, and the pod it is for.
@@ -89,13 +97,14 @@ func New(deps Deps) *Syncer {
 	return &Syncer{deps: deps, wake: make(chan struct{}, 1), pods: map[types.UID]*entry{}}
 }
 
-// PodStatusChanged marks the pod dirty (statusmanager.Listener). It does
-// not block.
-func (s *Syncer) PodStatusChanged(pod *v1.Pod, st v1.PodStatus) {
+// take records the statuses that changed, marked dirty.
+func (s *Syncer) take() {
+	changed := s.deps.Statuses.TakeChanged()
 	s.mu.Lock()
-	s.pods[pod.UID] = &entry{pod: pod, status: *st.DeepCopy(), dirty: true}
-	s.mu.Unlock()
-	s.Poke()
+	defer s.mu.Unlock()
+	for _, c := range changed {
+		s.pods[c.Pod.UID] = &entry{pod: c.Pod, status: c.Status, dirty: true}
+	}
 }
 
 // Poke asks for a pass over the dirty pods at once (a pod's API object
@@ -117,6 +126,7 @@ func (s *Syncer) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.deps.Statuses.Changed():
 		case <-s.wake:
 		case <-t.C():
 			all = true
@@ -128,6 +138,7 @@ func (s *Syncer) Run(ctx context.Context) {
 // SyncBatch sends the status of the dirty pods, or of every pod when all
 // is set, and deletes the deleted pods that may go.
 func (s *Syncer) SyncBatch(ctx context.Context, all bool) {
+	s.take()
 	s.mu.Lock()
 	var work []types.UID
 	for uid, e := range s.pods {

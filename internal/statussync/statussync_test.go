@@ -21,6 +21,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -36,11 +37,12 @@ func (w *workers) CouldHaveRunningContainers(uid types.UID) bool { return w.runn
 func (w *workers) IsPodFinished(uid types.UID) bool              { return w.finished[uid] }
 
 type harness struct {
-	t       *testing.T
-	client  *fake.Clientset
-	store   cache.Store
-	workers *workers
-	s       *Syncer
+	t        *testing.T
+	client   *fake.Clientset
+	store    cache.Store
+	workers  *workers
+	statuses *statusmanager.Manager
+	s        *Syncer
 }
 
 func newHarness(t *testing.T, pods ...*v1.Pod) *harness {
@@ -54,7 +56,8 @@ func newHarness(t *testing.T, pods ...*v1.Pod) *harness {
 	}
 	h := &harness{t: t, client: fake.NewClientset(objs...), store: store,
 		workers: &workers{running: map[types.UID]bool{}, finished: map[types.UID]bool{}}}
-	h.s = New(Deps{Client: h.client, APIPods: store, Workers: h.workers, Clock: testingclock.NewFakeClock(t0)})
+	h.statuses = statusmanager.New(nil)
+	h.s = New(Deps{Client: h.client, Statuses: h.statuses, APIPods: store, Workers: h.workers, Clock: testingclock.NewFakeClock(t0)})
 	return h
 }
 
@@ -148,19 +151,19 @@ func TestPatchesOnlyChanges(t *testing.T) {
 	ctx := context.Background()
 	var got []string
 
-	h.s.PodStatusChanged(pod, running(false))
+	h.statuses.SetPodStatus(pod, running(false))
 	h.s.SyncBatch(ctx, false)
 	got = append(got, h.writes()...)
 	h.refresh()
 
-	h.s.PodStatusChanged(pod, running(false)) // the same again: no request
+	h.statuses.SetPodStatus(pod, running(false)) // the same again: no request
 	h.s.SyncBatch(ctx, false)
 	h.s.SyncBatch(ctx, true)
 	if w := h.writes(); len(w) != 0 {
 		t.Errorf("unchanged status sent: %q", w)
 	}
 
-	h.s.PodStatusChanged(pod, running(true))
+	h.statuses.SetPodStatus(pod, running(true))
 	h.s.SyncBatch(ctx, false)
 	got = append(got, h.writes()...)
 	h.refresh()
@@ -186,7 +189,7 @@ func TestRetriesAndForgets(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	h.s.PodStatusChanged(pod, running(true))
+	h.statuses.SetPodStatus(pod, running(true))
 	h.s.SyncBatch(ctx, false)
 	if w := h.writes(); len(w) != 1 {
 		t.Fatalf("writes = %q, want one failed patch", w)
@@ -210,7 +213,7 @@ func TestRetriesAndForgets(t *testing.T) {
 // to.
 func TestOtherUIDUntouched(t *testing.T) {
 	h := newHarness(t, apiPod("web", "uid-2"))
-	h.s.PodStatusChanged(apiPod("web", "uid-1"), running(true))
+	h.statuses.SetPodStatus(apiPod("web", "uid-1"), running(true))
 	h.s.SyncBatch(context.Background(), false)
 	if w := h.writes(); len(w) != 0 {
 		t.Errorf("wrote to another pod: %q", w)
@@ -247,13 +250,13 @@ func TestFinalDelete(t *testing.T) {
 	h := newHarness(t, pod)
 	ctx := context.Background()
 	h.workers.running["uid-1"] = true
-	h.s.PodStatusChanged(pod, running(true))
+	h.statuses.SetPodStatus(pod, running(true))
 	h.s.SyncBatch(ctx, false)
 	h.refresh()
 	h.workers.running["uid-1"] = false
 	stopped := running(false)
 	stopped.Phase = v1.PodSucceeded
-	h.s.PodStatusChanged(pod, stopped)
+	h.statuses.SetPodStatus(pod, stopped)
 	h.s.SyncBatch(ctx, false)
 	if w := h.writes(); len(w) != 1 || !strings.HasPrefix(w[0], "patch") {
 		t.Fatalf("writes = %q, want the final status and no delete before the worker finished", w)
@@ -276,7 +279,7 @@ func TestStaticPodStatusToMirror(t *testing.T) {
 		Annotations: map[string]string{podspec.AnnotationConfigSource: "file"}}}
 	h := newHarness(t)
 	ctx := context.Background()
-	h.s.PodStatusChanged(static, running(true))
+	h.statuses.SetPodStatus(static, running(true))
 	h.s.SyncBatch(ctx, false)
 	if w := h.writes(); len(w) != 0 {
 		t.Fatalf("wrote with no mirror pod: %q", w)
