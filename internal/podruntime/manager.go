@@ -45,6 +45,8 @@ type ProbeResults interface {
 	LivenessFailed(containerID string) (failed bool, probe, message string)
 	StartupDone(containerID string) bool
 	Ready(containerID string) (ready, known bool)
+	Bound(containerID string) bool
+	ReadyUnbound(pod *v1.Pod, container string, startedAt time.Time) bool
 }
 
 // Statuses is the status cache (statusmanager.Manager): the manager sets

@@ -350,7 +350,9 @@ func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[stri
 		started[c.ID] = m.probes == nil || m.probes.StartupDone(c.ID)
 		ready[c.ID] = true
 		if m.probes != nil {
-			if r, known := m.probes.Ready(c.ID); known {
+			if !m.probes.Bound(c.ID) {
+				ready[c.ID] = m.probes.ReadyUnbound(pod, c.Name, c.StartedAt)
+			} else if r, known := m.probes.Ready(c.ID); known {
 				ready[c.ID] = r
 			}
 		}

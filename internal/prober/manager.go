@@ -67,6 +67,9 @@ const (
 // Manager runs the probe workers and keeps their results. It is safe for
 // concurrent use.
 type Manager struct {
+	// start is when the manager was made: a container started more than
+	// RestartGrace before it outlived a nodelet restart.
+	start    time.Time
 	exec     ExecRunner
 	grpc     GRPCChecker
 	clock    clock.WithTicker
@@ -133,7 +136,8 @@ func New(deps Deps) *Manager {
 		rec = nopRecorder{}
 	}
 	return &Manager{
-		exec: deps.Exec, grpc: deps.GRPC, clock: clk, log: log, recorder: rec,
+		start: clk.Now(),
+		exec:  deps.Exec, grpc: deps.GRPC, clock: clk, log: log, recorder: rec,
 		metrics: newMetrics(deps.Metrics),
 		updates: make(chan types.UID),
 		kick:    make(chan struct{}, 1),
@@ -364,7 +368,7 @@ func (m *Manager) SetContainers(pod *v1.Pod, podIP string, running map[string]Ru
 		switch {
 		case ok && rc.ID != "" && rc.ID != c.id:
 			m.unbindLocked(c)
-			m.bindLocked(c, rc)
+			m.bindLocked(c, rc, pod)
 			changed = true
 		case (!ok || rc.ID == "") && c.id != "":
 			m.unbindLocked(c)
@@ -375,13 +379,20 @@ func (m *Manager) SetContainers(pod *v1.Pod, podIP string, running map[string]Ru
 	}
 }
 
-// bindLocked binds c's workers to a new instance with fresh results.
-func (m *Manager) bindLocked(c *containerProbes, rc RunningContainer) {
+// bindLocked binds c's workers to a new instance with fresh results. An
+// instance that outlived a nodelet restart starts with the readiness the
+// pod last had (ReadyUnbound) rather than not ready, so a restart does not
+// make ready pods flap NotReady before their first probe.
+func (m *Manager) bindLocked(c *containerProbes, rc RunningContainer, pod *v1.Pod) {
 	c.id = rc.ID
-	m.results[rc.ID] = &instance{
+	in := &instance{
 		hasStartup:   c.workers[startup] != nil,
 		hasReadiness: c.workers[readiness] != nil,
 	}
+	if m.outlivedRestart(rc.StartedAt) {
+		in.ready = podReady(pod)
+	}
+	m.results[rc.ID] = in
 	for _, w := range c.workers {
 		if w != nil {
 			w.bindLocked(rc)
@@ -424,6 +435,49 @@ func (m *Manager) StartupDone(containerID string) bool {
 	defer m.mu.Unlock()
 	in := m.results[containerID]
 	return in != nil && (!in.hasStartup || in.startupDone)
+}
+
+// RestartGrace: a container started this long before the prober was made
+// is taken to have outlived a nodelet restart (the kubelet's 10 s).
+const RestartGrace = 10 * time.Second
+
+func (m *Manager) outlivedRestart(startedAt time.Time) bool {
+	return !startedAt.IsZero() && startedAt.Before(m.start.Add(-RestartGrace))
+}
+
+// Bound reports whether the probe workers are bound to the container
+// instance (after the first status that shows it running).
+func (m *Manager) Bound(containerID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.results[containerID] != nil
+}
+
+// ReadyUnbound is the readiness of a running container not yet Bound, as
+// the kubelet decides it: one that outlived a nodelet restart is ready if
+// it has no readiness probe, or if the pod was Ready as its status (from
+// the API server) last said; a new one is not ready until bound.
+func (m *Manager) ReadyUnbound(pod *v1.Pod, container string, startedAt time.Time) bool {
+	if !m.outlivedRestart(startedAt) {
+		return false
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			if c.Name == container && c.ReadinessProbe != nil {
+				return podReady(pod)
+			}
+		}
+	}
+	return true
+}
+
+func podReady(pod *v1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodReady {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // Ready reports the container's readiness probe result. known is false

@@ -382,3 +382,46 @@ func TestProbeErrorIsThrownAway(t *testing.T) {
 	}
 	h.noUpdate()
 }
+
+// A container that outlived a nodelet restart keeps the readiness its pod
+// last had until its first probe, as the kubelet's: a restart must not
+// make Ready pods flap NotReady in the API. A new container is not ready
+// until probed.
+func TestReadinessAcrossRestart(t *testing.T) {
+	h := newHarness(t)
+	pod := newPod("a", v1.Container{Name: "c", ReadinessProbe: execProbe("ready", func(p *v1.Probe) { p.FailureThreshold = 1 })},
+		v1.Container{Name: "plain"})
+	pod.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
+	before := h.clock.Now().Add(-time.Minute) // started before this nodelet
+	after := h.clock.Now()
+
+	if !h.m.ReadyUnbound(pod, "c", before) || !h.m.ReadyUnbound(pod, "plain", before) {
+		t.Error("containers of a Ready pod that outlived the restart are not ready before binding")
+	}
+	if h.m.ReadyUnbound(pod, "c", after) || h.m.ReadyUnbound(pod, "plain", after) {
+		t.Error("new containers are ready before binding")
+	}
+	notReady := pod.DeepCopy()
+	notReady.Status.Conditions[0].Status = v1.ConditionFalse
+	if h.m.ReadyUnbound(notReady, "c", before) || !h.m.ReadyUnbound(notReady, "plain", before) {
+		t.Error("a probed container of a NotReady pod is ready, or an unprobed one is not")
+	}
+
+	h.m.AddPod(pod)
+	if h.m.Bound("id1") {
+		t.Fatal("bound before SetContainers")
+	}
+	h.m.SetContainers(pod, "127.0.0.1", map[string]RunningContainer{"c": {ID: "id1", StartedAt: before}})
+	h.update()
+	if !h.m.Bound("id1") {
+		t.Fatal("not bound after SetContainers")
+	}
+	if ready, known := h.m.Ready("id1"); !ready || !known {
+		t.Errorf("Ready after binding a restarted container = %v, %v; want the pod's readiness (true) until probed", ready, known)
+	}
+	h.answer("ready", 1, "not yet") // due at once: the initial delay passed long ago
+	h.update()
+	if ready, _ := h.m.Ready("id1"); ready {
+		t.Error("the first probe's failure did not count")
+	}
+}
