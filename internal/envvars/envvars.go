@@ -20,12 +20,14 @@ type EnvVar struct {
 // object wrap it too.
 var ErrObjectNotFound = errors.New("not found")
 
-// Objects gives the ConfigMaps and Secrets env refers to. Both methods
-// return an error satisfying errors.Is(err, ErrObjectNotFound) when the
-// object does not exist; any other error is returned by Build as is.
+// Objects gives the ConfigMaps and Secrets env refers to: those of pod's
+// namespace that pod may read (a static pod the manifest directory's, a
+// pod of the API server the API's). Both methods return an error
+// satisfying errors.Is(err, ErrObjectNotFound) when the object does not
+// exist; any other error is returned by Build as is.
 type Objects interface {
-	ConfigMap(namespace, name string) (*v1.ConfigMap, error)
-	Secret(namespace, name string) (*v1.Secret, error)
+	ConfigMap(pod *v1.Pod, name string) (*v1.ConfigMap, error)
+	Secret(pod *v1.Pod, name string) (*v1.Secret, error)
 }
 
 // PodFacts are the facts about a pod that are not in its spec.
@@ -55,7 +57,7 @@ func (e *notFoundError) Unwrap() error { return ErrObjectNotFound }
 
 // objectCache fetches each object of a Build once.
 type objectCache struct {
-	namespace  string
+	pod        *v1.Pod
 	objects    Objects
 	configMaps map[string]*v1.ConfigMap
 	secrets    map[string]*v1.Secret
@@ -65,14 +67,14 @@ type objectCache struct {
 // optional.
 func (oc *objectCache) configMap(name string, optional bool) (*v1.ConfigMap, error) {
 	return cachedObject(oc, oc.configMaps, "configMap", "configmap", name, optional,
-		func(o Objects) (*v1.ConfigMap, error) { return o.ConfigMap(oc.namespace, name) })
+		func(o Objects) (*v1.ConfigMap, error) { return o.ConfigMap(oc.pod, name) })
 }
 
 // secret returns the named Secret, or (nil, nil) when it is absent and
 // optional.
 func (oc *objectCache) secret(name string, optional bool) (*v1.Secret, error) {
 	return cachedObject(oc, oc.secrets, "secret", "secret", name, optional,
-		func(o Objects) (*v1.Secret, error) { return o.Secret(oc.namespace, name) })
+		func(o Objects) (*v1.Secret, error) { return o.Secret(oc.pod, name) })
 }
 
 // cachedObject fetches a ConfigMap or Secret once per Build. clientKind and
@@ -84,7 +86,7 @@ func cachedObject[T any](oc *objectCache, cache map[string]*T, clientKind, kind,
 		return obj, nil
 	}
 	if oc.objects == nil {
-		return nil, fmt.Errorf("couldn't get %s %s/%s, no kubeClient defined", clientKind, oc.namespace, name)
+		return nil, fmt.Errorf("couldn't get %s %s/%s, no kubeClient defined", clientKind, oc.pod.Namespace, name)
 	}
 	obj, err := fetch(oc.objects)
 	if err == nil && obj == nil {
@@ -158,7 +160,7 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 		return nil, errors.New("envvars: nil pod or container")
 	}
 	oc := &objectCache{
-		namespace:  pod.Namespace,
+		pod:        pod,
 		objects:    objects,
 		configMaps: map[string]*v1.ConfigMap{},
 		secrets:    map[string]*v1.Secret{},

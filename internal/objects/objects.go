@@ -93,22 +93,22 @@ func (e notFoundError) Is(target error) bool {
 	return target == envvars.ErrObjectNotFound || target == volume.ErrObjectNotFound
 }
 
-// ConfigMap returns a copy of the named ConfigMap.
-func (s *Store) ConfigMap(namespace, name string) (*v1.ConfigMap, error) {
+// ConfigMap returns a copy of the named ConfigMap of the pod's namespace.
+func (s *Store) ConfigMap(pod *v1.Pod, name string) (*v1.ConfigMap, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if cm, ok := s.configMaps[namespace+"/"+name]; ok {
+	if cm, ok := s.configMaps[pod.Namespace+"/"+name]; ok {
 		return cm.DeepCopy(), nil
 	}
-	return nil, notFoundError{"configmap", namespace, name}
+	return nil, notFoundError{"configmap", pod.Namespace, name}
 }
 
-// Secret returns a copy of the named Secret.
-func (s *Store) Secret(namespace, name string) (*v1.Secret, error) {
+// Secret returns a copy of the named Secret of the pod's namespace.
+func (s *Store) Secret(pod *v1.Pod, name string) (*v1.Secret, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if sec, ok := s.secrets[namespace+"/"+name]; ok {
+	if sec, ok := s.secrets[pod.Namespace+"/"+name]; ok {
 		return sec.DeepCopy(), nil
 	}
-	return nil, notFoundError{"secret", namespace, name}
+	return nil, notFoundError{"secret", pod.Namespace, name}
 }

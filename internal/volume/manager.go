@@ -19,15 +19,16 @@ import (
 // not exist.
 var ErrObjectNotFound = errors.New("not found")
 
-// Objects gives the ConfigMaps and Secrets volumes and env refer to (in
-// standalone mode they come from manifest files).
+// Objects gives the ConfigMaps and Secrets volumes and env refer to: those
+// of pod's namespace that pod may read (a static pod the manifest
+// directory's, a pod of the API server the API's).
 type Objects interface {
 	// ConfigMap returns the ConfigMap; errors.Is(err, ErrObjectNotFound)
 	// when it does not exist.
-	ConfigMap(namespace, name string) (*v1.ConfigMap, error)
+	ConfigMap(pod *v1.Pod, name string) (*v1.ConfigMap, error)
 	// Secret returns the Secret; errors.Is(err, ErrObjectNotFound) when it
 	// does not exist.
-	Secret(namespace, name string) (*v1.Secret, error)
+	Secret(pod *v1.Pod, name string) (*v1.Secret, error)
 }
 
 // Downward resolves downward API fields for a pod (the integrator
@@ -139,13 +140,13 @@ func (m *Manager) setUpVolume(pod *v1.Pod, vol *v1.Volume) error {
 	case src.HostPath != nil:
 		return checkHostPathType(src.HostPath)
 	case src.ConfigMap != nil:
-		payload, err := m.configMapVolumePayload(pod.Namespace, src.ConfigMap)
+		payload, err := m.configMapVolumePayload(pod, src.ConfigMap)
 		if err != nil {
 			return err
 		}
 		return m.writeAtomicVolume(pod, vol.Name, pluginConfigMap, false, payload)
 	case src.Secret != nil:
-		payload, err := m.secretVolumePayload(pod.Namespace, src.Secret)
+		payload, err := m.secretVolumePayload(pod, src.Secret)
 		if err != nil {
 			return err
 		}
