@@ -1,8 +1,19 @@
-// Package objects is beside the pipeline: the ConfigMaps and Secrets that
-// pods' env and volumes refer to, behind one interface (ConfigMap,
-// Secret). Standalone, the manifest directory's documents fill it (Pass
-// takes them from the file source's updates on their way to the merge);
-// cluster mode will back the same interface with the API server.
+// Package objects is beside the pipeline: the API objects that pods' env
+// and volumes refer to, behind one interface (ConfigMap, Secret, both
+// asked for a pod):
+//
+//   - Store is the manifest directory's ConfigMaps and Secrets (Pass takes
+//     them from the file source's updates on their way to the merge);
+//     static pods read these.
+//   - Watcher is the API server's (cluster mode), each object watched on
+//     its own while pods of this node refer to it (the kubelet's
+//     watch-based manager; the podhooks.Objects hook registers pods);
+//     pods of the API server read these.
+//   - Router gives each pod its side.
+//
+// A change of either kind of object signals Store.Changed (the Watcher
+// calls Store.Notify), and the sync loop then syncs every pod: volumes
+// refresh their content.
 package objects
 
 import (
@@ -53,12 +64,19 @@ func (s *Store) Replace(configMaps []*v1.ConfigMap, secrets []*v1.Secret) bool {
 	s.configMaps, s.secrets = cms, ss
 	s.mu.Unlock()
 	if changed {
-		select {
-		case s.changed <- struct{}{}:
-		default: // one is pending already
-		}
+		s.Notify()
 	}
 	return changed
+}
+
+// Notify signals Changed (at most one signal is pending). The API's
+// objects (Watcher) signal their changes here too, so the sync loop has
+// one channel to listen to.
+func (s *Store) Notify() {
+	select {
+	case s.changed <- struct{}{}:
+	default: // one is pending already
+	}
 }
 
 // Pass forwards source updates from in to out until ctx ends, keeping the
