@@ -43,6 +43,10 @@ type PodFacts struct {
 	// NodeAllocatable is the node's allocatable resources: the limits of
 	// containers without one for resourceFieldRef (see ResourceRef).
 	NodeAllocatable v1.ResourceList
+	// Services are what the pod's service environment variables come from
+	// (see ServiceEnv): Services of any namespace, read only; nil without
+	// an API server, where there are none.
+	Services []*v1.Service
 }
 
 // notFoundError is the error for a missing ConfigMap or Secret: the message
@@ -136,9 +140,9 @@ func (e *orderedEnv) lookup(name string) (string, bool) {
 //     then env entries in order. A name defined again keeps its first
 //     position and takes the later value, so env overrides envFrom.
 //   - A non-empty env value is $(VAR)-expanded (see Expand) against the
-//     names defined before it (envFrom and earlier env entries); other
-//     values are not expanded. An entry with neither value nor valueFrom is
-//     the empty string.
+//     names defined before it (envFrom and earlier env entries), then the
+//     service variables; other values are not expanded. An entry with
+//     neither value nor valueFrom is the empty string.
 //   - valueFrom: fieldRef (FieldRef with facts), resourceFieldRef
 //     (ResourceRef against facts.NodeAllocatable), configMapKeyRef and
 //     secretKeyRef. A missing object or key of an optional reference skips
@@ -147,6 +151,9 @@ func (e *orderedEnv) lookup(name string) (string, bool) {
 //     `secret "s" not found`, `couldn't find key k in ConfigMap ns/cm`,
 //     `couldn't find key k in Secret ns/s`. fileKeyRef is an error: reading
 //     env files is the caller's job.
+//   - The service variables of facts.Services (ServiceEnv, with the pod's
+//     enableServiceLinks, true when unset) come last, those whose names
+//     envFrom or env did not define.
 //   - envFrom keys that cannot be environment names (empty, or with '=' or a
 //     byte that is not printable ASCII; the API server rejects such keys and
 //     prefixes, so this only happens to unvalidated objects) are skipped
@@ -166,6 +173,15 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 		secrets:    map[string]*v1.Secret{},
 	}
 	env := &orderedEnv{index: map[string]int{}}
+	services := ServiceEnv(facts.Services, pod.Namespace, enableServiceLinks(pod))
+	serviceVars := envMap(services)
+	lookup := func(name string) (string, bool) {
+		if v, ok := env.lookup(name); ok {
+			return v, true
+		}
+		v, ok := serviceVars[name]
+		return v, ok
+	}
 
 	for _, from := range c.EnvFrom {
 		switch {
@@ -198,7 +214,7 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 
 	for i := range c.Env {
 		e := &c.Env[i]
-		value, skip, err := resolve(pod, c, e, facts, oc, env)
+		value, skip, err := resolve(pod, c, e, facts, oc, lookup)
 		if err != nil {
 			return nil, err
 		}
@@ -207,14 +223,25 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 		}
 		env.set(e.Name, value)
 	}
+	for _, v := range services {
+		if _, defined := env.lookup(v.Name); !defined {
+			env.set(v.Name, v.Value)
+		}
+	}
 	return env.vars, nil
+}
+
+// enableServiceLinks is the pod's enableServiceLinks, true when unset (the
+// API's default).
+func enableServiceLinks(pod *v1.Pod) bool {
+	return pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
 }
 
 // resolve returns the value of one env entry, or skip for an optional
 // reference that does not resolve.
-func resolve(pod *v1.Pod, c *v1.Container, e *v1.EnvVar, facts PodFacts, oc *objectCache, env *orderedEnv) (value string, skip bool, err error) {
+func resolve(pod *v1.Pod, c *v1.Container, e *v1.EnvVar, facts PodFacts, oc *objectCache, lookup func(string) (string, bool)) (value string, skip bool, err error) {
 	if e.Value != "" {
-		return expand(e.Value, env.lookup), false, nil
+		return expand(e.Value, lookup), false, nil
 	}
 	src := e.ValueFrom
 	if src == nil {

@@ -10,6 +10,8 @@
 //     watch-based manager; the podhooks.Objects hook registers pods);
 //     pods of the API server read these.
 //   - Router gives each pod its side.
+//   - Services is an informer over the cluster's Services, for the
+//     service environment variables.
 //
 // A change of either kind of object signals Store.Changed (the Watcher
 // calls Store.Notify), and the sync loop then syncs every pod: volumes
