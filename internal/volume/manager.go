@@ -31,6 +31,18 @@ type Objects interface {
 	Secret(pod *v1.Pod, name string) (*v1.Secret, error)
 }
 
+// Tokens issues the service account tokens of serviceAccountToken
+// projections (cluster mode: the TokenRequest API).
+type Tokens interface {
+	// Token returns a token of the pod's service account for audience
+	// ("" is the API server's), bound to the pod, valid for
+	// expirationSeconds. It is called on every SetUp: it caches, and
+	// returns a new token only when the cached one needs refreshing.
+	Token(ctx context.Context, pod *v1.Pod, audience string, expirationSeconds int64) (string, error)
+	// Forget drops what is cached for the pod: its volumes are gone.
+	Forget(podUID types.UID)
+}
+
 // Downward resolves downward API fields for a pod (the integrator
 // implements it).
 type Downward interface {
@@ -64,6 +76,7 @@ type Manager struct {
 	rootDir  string
 	objects  Objects
 	downward Downward
+	tokens   Tokens
 	clock    clock.PassiveClock
 	log      *slog.Logger
 	locks    podLocks
@@ -75,6 +88,10 @@ type Option func(*Manager)
 // WithClock sets the clock that names the AtomicWriter's timestamped
 // directories (the real clock by default).
 func WithClock(c clock.PassiveClock) Option { return func(m *Manager) { m.clock = c } }
+
+// WithTokens sets what issues service account tokens. Without it (standalone
+// mode), a serviceAccountToken projection fails to set up.
+func WithTokens(t Tokens) Option { return func(m *Manager) { m.tokens = t } }
 
 // New returns a Manager keeping pod directories under rootDir/pods. It
 // starts nothing. objects and downward may be nil, in which case volumes
@@ -121,7 +138,7 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 			errs = append(errs, fmt.Errorf("set up volumes: %w", err))
 			break
 		}
-		if err := m.setUpVolume(pod, vol); err != nil {
+		if err := m.setUpVolume(ctx, pod, vol); err != nil {
 			errs = append(errs, fmt.Errorf("volume %q: %w", vol.Name, err))
 		}
 	}
@@ -129,7 +146,7 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 }
 
 // setUpVolume sets up one volume according to its type.
-func (m *Manager) setUpVolume(pod *v1.Pod, vol *v1.Volume) error {
+func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) error {
 	if err := checkPathElement("volume name", vol.Name); err != nil {
 		return err
 	}
@@ -158,7 +175,7 @@ func (m *Manager) setUpVolume(pod *v1.Pod, vol *v1.Volume) error {
 		}
 		return m.writeAtomicVolume(pod, vol.Name, pluginDownwardAPI, false, payload)
 	case src.Projected != nil:
-		payload, err := m.projectedPayload(pod, src.Projected)
+		payload, err := m.projectedPayload(ctx, pod, src.Projected)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -163,9 +164,9 @@ func (m *Manager) downwardValue(pod *v1.Pod, it *v1.DownwardAPIVolumeFile) (stri
 }
 
 // projectedPayload merges the payloads of every source (a later source
-// wins a path). serviceAccountToken, clusterTrustBundle and podCertificate
-// sources need an API server and fail.
-func (m *Manager) projectedPayload(pod *v1.Pod, src *v1.ProjectedVolumeSource) (map[string]fileProjection, error) {
+// wins a path). serviceAccountToken sources need Tokens (cluster mode);
+// clusterTrustBundle and podCertificate sources fail.
+func (m *Manager) projectedPayload(ctx context.Context, pod *v1.Pod, src *v1.ProjectedVolumeSource) (map[string]fileProjection, error) {
 	defaultMode := modeOrDefault(src.DefaultMode)
 	payload := map[string]fileProjection{}
 	for i, s := range src.Sources {
@@ -181,7 +182,7 @@ func (m *Manager) projectedPayload(pod *v1.Pod, src *v1.ProjectedVolumeSource) (
 		case s.DownwardAPI != nil:
 			part, err = m.downwardAPIPayload(pod, s.DownwardAPI.Items, defaultMode)
 		case s.ServiceAccountToken != nil:
-			err = errors.New("serviceAccountToken projection is not supported by nodelet: there is no API server to issue tokens in standalone mode")
+			part, err = m.projectedToken(ctx, pod, s.ServiceAccountToken, defaultMode)
 		case s.ClusterTrustBundle != nil:
 			err = errors.New("clusterTrustBundle projection is not supported by nodelet")
 		case s.PodCertificate != nil:
