@@ -5,20 +5,20 @@
 // third_party/forked/golang/expansion).
 //
 // Everything here is pure: ConfigMaps and Secrets come from the caller's
-// Objects, node facts (pod IPs, host IPs, node name, node allocatable) are
-// passed in, and nothing is logged.
+// Objects, node facts (pod IPs, host IPs, node name, node allocatable, the
+// cluster's Services) are passed in, and nothing is logged.
 //
 //   - Build returns a container's environment: envFrom first, then env, a
 //     later definition of a name replacing the value of an earlier one.
 //     Values of env entries are $(VAR)-expanded against the names defined
-//     before them. Errors carry the kubelet's CreateContainerConfigError
+//     before them and the service variables, which come last. Errors carry the kubelet's CreateContainerConfigError
 //     messages.
 //   - Expand, ExpandCommand and ExpandSubPathExpr apply the $(VAR) rules to a
 //     string, to a container's command and args, and to a volume mount's
 //     subPathExpr.
 //   - FieldRef and ResourceRef resolve downward API selectors; they are
 //     shared by env (fieldRef, resourceFieldRef) and downwardAPI volumes.
-//
-// Service links (the FOO_SERVICE_HOST variables) are not produced: nodelet
-// has no service list, so the kubelet's "service environment" is empty.
+//   - ServiceEnv gives the service links (FOO_SERVICE_HOST, FOO_PORT, ...)
+//     of a pod from a list of Services; Build adds them from
+//     PodFacts.Services, which is empty without an API server.
 package envvars

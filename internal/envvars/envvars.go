@@ -20,12 +20,14 @@ type EnvVar struct {
 // object wrap it too.
 var ErrObjectNotFound = errors.New("not found")
 
-// Objects gives the ConfigMaps and Secrets env refers to. Both methods
-// return an error satisfying errors.Is(err, ErrObjectNotFound) when the
-// object does not exist; any other error is returned by Build as is.
+// Objects gives the ConfigMaps and Secrets env refers to: those of pod's
+// namespace that pod may read (a static pod the manifest directory's, a
+// pod of the API server the API's). Both methods return an error
+// satisfying errors.Is(err, ErrObjectNotFound) when the object does not
+// exist; any other error is returned by Build as is.
 type Objects interface {
-	ConfigMap(namespace, name string) (*v1.ConfigMap, error)
-	Secret(namespace, name string) (*v1.Secret, error)
+	ConfigMap(pod *v1.Pod, name string) (*v1.ConfigMap, error)
+	Secret(pod *v1.Pod, name string) (*v1.Secret, error)
 }
 
 // PodFacts are the facts about a pod that are not in its spec.
@@ -41,6 +43,10 @@ type PodFacts struct {
 	// NodeAllocatable is the node's allocatable resources: the limits of
 	// containers without one for resourceFieldRef (see ResourceRef).
 	NodeAllocatable v1.ResourceList
+	// Services are what the pod's service environment variables come from
+	// (see ServiceEnv): Services of any namespace, read only; nil without
+	// an API server, where there are none.
+	Services []*v1.Service
 }
 
 // notFoundError is the error for a missing ConfigMap or Secret: the message
@@ -55,7 +61,7 @@ func (e *notFoundError) Unwrap() error { return ErrObjectNotFound }
 
 // objectCache fetches each object of a Build once.
 type objectCache struct {
-	namespace  string
+	pod        *v1.Pod
 	objects    Objects
 	configMaps map[string]*v1.ConfigMap
 	secrets    map[string]*v1.Secret
@@ -65,14 +71,14 @@ type objectCache struct {
 // optional.
 func (oc *objectCache) configMap(name string, optional bool) (*v1.ConfigMap, error) {
 	return cachedObject(oc, oc.configMaps, "configMap", "configmap", name, optional,
-		func(o Objects) (*v1.ConfigMap, error) { return o.ConfigMap(oc.namespace, name) })
+		func(o Objects) (*v1.ConfigMap, error) { return o.ConfigMap(oc.pod, name) })
 }
 
 // secret returns the named Secret, or (nil, nil) when it is absent and
 // optional.
 func (oc *objectCache) secret(name string, optional bool) (*v1.Secret, error) {
 	return cachedObject(oc, oc.secrets, "secret", "secret", name, optional,
-		func(o Objects) (*v1.Secret, error) { return o.Secret(oc.namespace, name) })
+		func(o Objects) (*v1.Secret, error) { return o.Secret(oc.pod, name) })
 }
 
 // cachedObject fetches a ConfigMap or Secret once per Build. clientKind and
@@ -84,7 +90,7 @@ func cachedObject[T any](oc *objectCache, cache map[string]*T, clientKind, kind,
 		return obj, nil
 	}
 	if oc.objects == nil {
-		return nil, fmt.Errorf("couldn't get %s %s/%s, no kubeClient defined", clientKind, oc.namespace, name)
+		return nil, fmt.Errorf("couldn't get %s %s/%s, no kubeClient defined", clientKind, oc.pod.Namespace, name)
 	}
 	obj, err := fetch(oc.objects)
 	if err == nil && obj == nil {
@@ -134,9 +140,9 @@ func (e *orderedEnv) lookup(name string) (string, bool) {
 //     then env entries in order. A name defined again keeps its first
 //     position and takes the later value, so env overrides envFrom.
 //   - A non-empty env value is $(VAR)-expanded (see Expand) against the
-//     names defined before it (envFrom and earlier env entries); other
-//     values are not expanded. An entry with neither value nor valueFrom is
-//     the empty string.
+//     names defined before it (envFrom and earlier env entries), then the
+//     service variables; other values are not expanded. An entry with
+//     neither value nor valueFrom is the empty string.
 //   - valueFrom: fieldRef (FieldRef with facts), resourceFieldRef
 //     (ResourceRef against facts.NodeAllocatable), configMapKeyRef and
 //     secretKeyRef. A missing object or key of an optional reference skips
@@ -145,6 +151,9 @@ func (e *orderedEnv) lookup(name string) (string, bool) {
 //     `secret "s" not found`, `couldn't find key k in ConfigMap ns/cm`,
 //     `couldn't find key k in Secret ns/s`. fileKeyRef is an error: reading
 //     env files is the caller's job.
+//   - The service variables of facts.Services (ServiceEnv, with the pod's
+//     enableServiceLinks, true when unset) come last, those whose names
+//     envFrom or env did not define.
 //   - envFrom keys that cannot be environment names (empty, or with '=' or a
 //     byte that is not printable ASCII; the API server rejects such keys and
 //     prefixes, so this only happens to unvalidated objects) are skipped
@@ -158,12 +167,21 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 		return nil, errors.New("envvars: nil pod or container")
 	}
 	oc := &objectCache{
-		namespace:  pod.Namespace,
+		pod:        pod,
 		objects:    objects,
 		configMaps: map[string]*v1.ConfigMap{},
 		secrets:    map[string]*v1.Secret{},
 	}
 	env := &orderedEnv{index: map[string]int{}}
+	services := ServiceEnv(facts.Services, pod.Namespace, enableServiceLinks(pod))
+	serviceVars := envMap(services)
+	lookup := func(name string) (string, bool) {
+		if v, ok := env.lookup(name); ok {
+			return v, true
+		}
+		v, ok := serviceVars[name]
+		return v, ok
+	}
 
 	for _, from := range c.EnvFrom {
 		switch {
@@ -196,7 +214,7 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 
 	for i := range c.Env {
 		e := &c.Env[i]
-		value, skip, err := resolve(pod, c, e, facts, oc, env)
+		value, skip, err := resolve(pod, c, e, facts, oc, lookup)
 		if err != nil {
 			return nil, err
 		}
@@ -205,14 +223,25 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 		}
 		env.set(e.Name, value)
 	}
+	for _, v := range services {
+		if _, defined := env.lookup(v.Name); !defined {
+			env.set(v.Name, v.Value)
+		}
+	}
 	return env.vars, nil
+}
+
+// enableServiceLinks is the pod's enableServiceLinks, true when unset (the
+// API's default).
+func enableServiceLinks(pod *v1.Pod) bool {
+	return pod.Spec.EnableServiceLinks == nil || *pod.Spec.EnableServiceLinks
 }
 
 // resolve returns the value of one env entry, or skip for an optional
 // reference that does not resolve.
-func resolve(pod *v1.Pod, c *v1.Container, e *v1.EnvVar, facts PodFacts, oc *objectCache, env *orderedEnv) (value string, skip bool, err error) {
+func resolve(pod *v1.Pod, c *v1.Container, e *v1.EnvVar, facts PodFacts, oc *objectCache, lookup func(string) (string, bool)) (value string, skip bool, err error) {
 	if e.Value != "" {
-		return expand(e.Value, env.lookup), false, nil
+		return expand(e.Value, lookup), false, nil
 	}
 	src := e.ValueFrom
 	if src == nil {

@@ -19,7 +19,8 @@ type fakeObjects struct {
 	calls      map[string]int
 }
 
-func (f *fakeObjects) ConfigMap(namespace, name string) (*v1.ConfigMap, error) {
+func (f *fakeObjects) ConfigMap(pod *v1.Pod, name string) (*v1.ConfigMap, error) {
+	namespace := pod.Namespace
 	f.calls["configmap/"+namespace+"/"+name]++
 	if f.fail != nil {
 		return nil, f.fail
@@ -30,7 +31,8 @@ func (f *fakeObjects) ConfigMap(namespace, name string) (*v1.ConfigMap, error) {
 	return nil, fmt.Errorf("configmap %s/%s: %w", namespace, name, ErrObjectNotFound)
 }
 
-func (f *fakeObjects) Secret(namespace, name string) (*v1.Secret, error) {
+func (f *fakeObjects) Secret(pod *v1.Pod, name string) (*v1.Secret, error) {
+	namespace := pod.Namespace
 	f.calls["secret/"+namespace+"/"+name]++
 	if f.fail != nil {
 		return nil, f.fail

@@ -1,8 +1,21 @@
-// Package objects is beside the pipeline: the ConfigMaps and Secrets that
-// pods' env and volumes refer to, behind one interface (ConfigMap,
-// Secret). Standalone, the manifest directory's documents fill it (Pass
-// takes them from the file source's updates on their way to the merge);
-// cluster mode will back the same interface with the API server.
+// Package objects is beside the pipeline: the API objects that pods' env
+// and volumes refer to, behind one interface (ConfigMap, Secret, both
+// asked for a pod):
+//
+//   - Store is the manifest directory's ConfigMaps and Secrets (Pass takes
+//     them from the file source's updates on their way to the merge);
+//     static pods read these.
+//   - Watcher is the API server's (cluster mode), each object watched on
+//     its own while pods of this node refer to it (the kubelet's
+//     watch-based manager; the podhooks.Objects hook registers pods);
+//     pods of the API server read these.
+//   - Router gives each pod its side.
+//   - Services is an informer over the cluster's Services, for the
+//     service environment variables.
+//
+// A change of either kind of object signals Store.Changed (the Watcher
+// calls Store.Notify), and the sync loop then syncs every pod: volumes
+// refresh their content.
 package objects
 
 import (
@@ -53,12 +66,19 @@ func (s *Store) Replace(configMaps []*v1.ConfigMap, secrets []*v1.Secret) bool {
 	s.configMaps, s.secrets = cms, ss
 	s.mu.Unlock()
 	if changed {
-		select {
-		case s.changed <- struct{}{}:
-		default: // one is pending already
-		}
+		s.Notify()
 	}
 	return changed
+}
+
+// Notify signals Changed (at most one signal is pending). The API's
+// objects (Watcher) signal their changes here too, so the sync loop has
+// one channel to listen to.
+func (s *Store) Notify() {
+	select {
+	case s.changed <- struct{}{}:
+	default: // one is pending already
+	}
 }
 
 // Pass forwards source updates from in to out until ctx ends, keeping the
@@ -93,22 +113,22 @@ func (e notFoundError) Is(target error) bool {
 	return target == envvars.ErrObjectNotFound || target == volume.ErrObjectNotFound
 }
 
-// ConfigMap returns a copy of the named ConfigMap.
-func (s *Store) ConfigMap(namespace, name string) (*v1.ConfigMap, error) {
+// ConfigMap returns a copy of the named ConfigMap of the pod's namespace.
+func (s *Store) ConfigMap(pod *v1.Pod, name string) (*v1.ConfigMap, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if cm, ok := s.configMaps[namespace+"/"+name]; ok {
+	if cm, ok := s.configMaps[pod.Namespace+"/"+name]; ok {
 		return cm.DeepCopy(), nil
 	}
-	return nil, notFoundError{"configmap", namespace, name}
+	return nil, notFoundError{"configmap", pod.Namespace, name}
 }
 
-// Secret returns a copy of the named Secret.
-func (s *Store) Secret(namespace, name string) (*v1.Secret, error) {
+// Secret returns a copy of the named Secret of the pod's namespace.
+func (s *Store) Secret(pod *v1.Pod, name string) (*v1.Secret, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if sec, ok := s.secrets[namespace+"/"+name]; ok {
+	if sec, ok := s.secrets[pod.Namespace+"/"+name]; ok {
 		return sec.DeepCopy(), nil
 	}
-	return nil, notFoundError{"secret", namespace, name}
+	return nil, notFoundError{"secret", pod.Namespace, name}
 }

@@ -16,6 +16,9 @@ func cm(name, value string) *v1.ConfigMap {
 	return &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Data: map[string]string{"k": value}}
 }
 
+// inDefault is a pod of namespace default, the one the tests read for.
+var inDefault = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "reader"}}
+
 func pending(s *Store) bool {
 	select {
 	case <-s.Changed():
@@ -38,14 +41,14 @@ func TestReplaceSignalsOnlyChanges(t *testing.T) {
 	if !pending(s) || pending(s) {
 		t.Error("a burst of changes must leave exactly one signal")
 	}
-	got, err := s.ConfigMap("default", "a")
+	got, err := s.ConfigMap(inDefault, "a")
 	if err == nil {
 		t.Errorf("ConfigMap a = %v after it was replaced away", got.Data)
 	}
 	if !errors.Is(err, envvars.ErrObjectNotFound) || !errors.Is(err, volume.ErrObjectNotFound) {
 		t.Errorf("not found error %v is not every consumer's sentinel", err)
 	}
-	if _, err := s.Secret("default", "s"); err != nil {
+	if _, err := s.Secret(inDefault, "s"); err != nil {
 		t.Errorf("Secret: %v", err)
 	}
 }
@@ -58,16 +61,16 @@ func TestPassKeepsFileSourceObjects(t *testing.T) {
 	<-out
 	in <- podsource.Update{Source: podsource.SourceFile, ConfigMaps: []*v1.ConfigMap{cm("file", "1")}}
 	<-out
-	if _, err := s.ConfigMap("default", "file"); err != nil {
+	if _, err := s.ConfigMap(inDefault, "file"); err != nil {
 		t.Errorf("file source's ConfigMap: %v", err)
 	}
-	if _, err := s.ConfigMap("default", "http"); err == nil {
+	if _, err := s.ConfigMap(inDefault, "http"); err == nil {
 		t.Error("the URL source's ConfigMap was kept (only manifest directories may hold objects)")
 	}
 	// A returned object is a copy: changing it changes nothing stored.
-	c, _ := s.ConfigMap("default", "file")
+	c, _ := s.ConfigMap(inDefault, "file")
 	c.Data["k"] = "changed"
-	if again, _ := s.ConfigMap("default", "file"); again.Data["k"] != "1" {
+	if again, _ := s.ConfigMap(inDefault, "file"); again.Data["k"] != "1" {
 		t.Error("ConfigMap returned the stored object")
 	}
 }

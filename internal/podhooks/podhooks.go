@@ -9,8 +9,11 @@
 // Prepare (Cleanup runs in reverse):
 //
 //  1. Cgroup: the pod cgroup under its QoS tier (the sandbox's parent);
-//  2. Volumes: the pod's volumes, refreshed on every sync;
-//  3. Probes: the pod's probe workers (bound to running containers by
+//  2. Objects (cluster mode): the API objects the pod refers to,
+//     registered so that they are watched before volumes and env read
+//     them, and unregistered once the volumes are gone;
+//  3. Volumes: the pod's volumes, refreshed on every sync;
+//  4. Probes: the pod's probe workers (bound to running containers by
 //     the status they hear of).
 package podhooks
 
@@ -47,6 +50,32 @@ func (h Cgroup) Cleanup(_ context.Context, pod *v1.Pod) error {
 }
 
 func (h Cgroup) Holding() ([]types.UID, error) { return h.Cgroups.Pods() }
+
+// ObjectRegistry is what the Objects hook needs of objects.Watcher.
+type ObjectRegistry interface {
+	RegisterPod(pod *v1.Pod)
+	UnregisterPod(pod *v1.Pod)
+}
+
+// Objects registers the ConfigMaps and Secrets a pod refers to with the
+// API server's watches before every sync, as the kubelet's SyncPod does
+// (a pod's references can change with its spec), and unregisters them once
+// the pod's containers have stopped and, Cleanup running in reverse
+// order, its volumes are torn down (the kubelet's SyncTerminatedPod). It
+// holds nothing on the machine.
+type Objects struct{ Registry ObjectRegistry }
+
+func (Objects) Name() string { return "api objects" }
+
+func (h Objects) Prepare(_ context.Context, pod *v1.Pod) error {
+	h.Registry.RegisterPod(pod)
+	return nil
+}
+
+func (h Objects) Cleanup(_ context.Context, pod *v1.Pod) error {
+	h.Registry.UnregisterPod(pod)
+	return nil
+}
 
 // VolumeManager is what the Volumes hook needs of volume.Manager.
 type VolumeManager interface {

@@ -3,6 +3,7 @@ package podhooks
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -62,5 +63,32 @@ func TestCleanupNeedsOnlyTheUID(t *testing.T) {
 	}
 	if err := (Cgroup{Cgroups: cgs}).Cleanup(context.Background(), orphan); err != nil || len(cgs.removed) != 1 || cgs.removed[0] != "u1/" {
 		t.Errorf("cgroup: %v %v", err, cgs.removed)
+	}
+}
+
+type fakeRegistry struct{ calls []string }
+
+func (f *fakeRegistry) RegisterPod(p *v1.Pod) { f.calls = append(f.calls, "register "+string(p.UID)) }
+func (f *fakeRegistry) UnregisterPod(p *v1.Pod) {
+	f.calls = append(f.calls, "unregister "+string(p.UID))
+}
+
+// The Objects hook registers on every Prepare and unregisters on Cleanup;
+// neither fails.
+func TestObjectsRegistersAndUnregisters(t *testing.T) {
+	reg := &fakeRegistry{}
+	h := Objects{Registry: reg}
+	pod := &v1.Pod{}
+	pod.UID = "u1"
+	for range 2 {
+		if err := h.Prepare(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Cleanup(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(reg.calls, ", "); got != "register u1, register u1, unregister u1" {
+		t.Errorf("calls: %s", got)
 	}
 }

@@ -91,6 +91,9 @@ type Deps struct {
 	PodStartStages StageObserver
 	// Objects are the ConfigMaps and Secrets env refers to.
 	Objects envvars.Objects
+	// Services, when set (cluster mode), are what the service environment
+	// variables come from.
+	Services Services
 	// Cgroups, when set, names the pod cgroup a sandbox goes under (the
 	// pod cgroup hook creates it before the sync).
 	Cgroups PodCgroups
@@ -138,6 +141,14 @@ type Volumes interface {
 	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error)
 }
 
+// Services gives the Services the service environment variables of a pod
+// come from (objects.Services).
+type Services interface {
+	// ServicesFor returns the Services of namespace and the master service
+	// default/kubernetes; an error until they have been read once.
+	ServicesFor(namespace string) ([]*v1.Service, error)
+}
+
 // PodCgroups names pod cgroups under the QoS hierarchy.
 type PodCgroups interface {
 	CgroupParent(pod *v1.Pod) string
@@ -155,6 +166,7 @@ type Manager struct {
 	podStart Observer
 	stages   StageObserver
 	objects  envvars.Objects
+	services Services
 	cgroups  PodCgroups
 	volumes  Volumes
 
@@ -194,7 +206,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, cgroups: deps.Cgroups, volumes: deps.Volumes,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, services: deps.Services, cgroups: deps.Cgroups, volumes: deps.Volumes,
 		pulls: newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/podnet"
 	"github.com/nodelet/nodelet/internal/podresources"
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/securitycontext"
 )
 
@@ -84,6 +85,16 @@ func (m *Manager) containerExtras(pod *v1.Pod, c *v1.Container, podIPs []string)
 	}
 	if pod.Spec.HostNetwork && m.opts.HostIP != "" {
 		facts.PodIPs = []string{m.opts.HostIP}
+	}
+	if m.services != nil {
+		// A pod of the API server waits until the Services have been read
+		// once (its KUBERNETES_SERVICE_HOST must not go missing after a
+		// restart); a static pod takes what there is, as the kubelet's.
+		services, err := m.services.ServicesFor(pod.Namespace)
+		if err != nil && !podspec.IsStatic(pod) {
+			return containerExtras{}, &configError{err}
+		}
+		facts.Services = services
 	}
 	env, err := envvars.Build(pod, c, facts, m.objects)
 	if err != nil {

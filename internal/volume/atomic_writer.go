@@ -23,10 +23,13 @@ const (
 	maxPathLength     = 4096
 )
 
-// fileProjection is one file of a payload: its content and mode.
+// fileProjection is one file of a payload: its content, mode and, when
+// set, owner (the kubelet's FsUser: a service account token readable by
+// the one user every container runs as).
 type fileProjection struct {
 	data []byte
 	mode int32
+	uid  *int64
 }
 
 // atomicWriter projects a payload (relative path → file) into dir with the
@@ -293,7 +296,7 @@ func pathsToRemove(payload map[string]fileProjection, oldTsPath string) ([]strin
 }
 
 // shouldWrite reports whether any file of the payload differs on disk in
-// content, mode or (with fsGroup) group.
+// content, mode, owner or (with fsGroup) group.
 func (w *atomicWriter) shouldWrite(payload map[string]fileProjection, oldTsPath string) (bool, error) {
 	for p, f := range payload {
 		full := filepath.Join(oldTsPath, p)
@@ -304,7 +307,7 @@ func (w *atomicWriter) shouldWrite(payload map[string]fileProjection, oldTsPath 
 		if err != nil {
 			return false, fmt.Errorf("checking the current volume contents: %w", err)
 		}
-		if !fi.Mode().IsRegular() || fi.Mode().Perm() != w.fileMode(f.mode) || !w.groupMatches(fi) {
+		if !fi.Mode().IsRegular() || fi.Mode().Perm() != w.fileMode(f.mode) || !w.groupMatches(fi) || !ownerMatches(fi, f.uid) {
 			return true, nil
 		}
 		data, err := os.ReadFile(full)
@@ -368,7 +371,7 @@ func writePayload(payload map[string]fileProjection, dir string) error {
 		}
 		full := filepath.Join(dir, p)
 		mode := fs.FileMode(f.mode) & fs.ModePerm
-		if err := writeNewFile(full, f.data, mode); err != nil {
+		if err := writeNewFile(full, f.data, mode, f.uid); err != nil {
 			return fmt.Errorf("writing %s: %w", p, err)
 		}
 	}
@@ -398,8 +401,9 @@ func mkdirAllMode(base, rel string, perm fs.FileMode) error {
 	return nil
 }
 
-// writeNewFile creates path (which must not exist) with data and mode.
-func writeNewFile(path string, data []byte, mode fs.FileMode) error {
+// writeNewFile creates path (which must not exist) with data and mode,
+// owned by uid when it is set.
+func writeNewFile(path string, data []byte, mode fs.FileMode, uid *int64) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
@@ -407,6 +411,12 @@ func writeNewFile(path string, data []byte, mode fs.FileMode) error {
 	if _, err := f.Write(data); err != nil {
 		_ = f.Close()
 		return err
+	}
+	if uid != nil {
+		if err := f.Chown(int(*uid), -1); err != nil {
+			_ = f.Close()
+			return err
+		}
 	}
 	if err := f.Chmod(mode); err != nil {
 		_ = f.Close()

@@ -16,6 +16,13 @@
 //	    volumes/kubernetes.io~projected/<volume>       AtomicWriter layout on a tmpfs
 //	    volume-subpaths/<volume>/<container>/<index>   bind mount of a verified subPath
 //
+// A serviceAccountToken projection (cluster mode, WithTokens) writes the
+// token Tokens gives, which refreshes it before 80% of its lifetime has
+// passed; SetUp on every sync writes a new one atomically. The file has
+// the projection's mode, or 0600 owned by the pod's one user when every
+// container runs as the same runAsUser (0640 with an fsGroup), as the
+// kubelet's. Standalone there are no tokens, and such a volume fails.
+//
 // A hostPath volume has no directory here: the host path is handed to the
 // runtime as it is, after the type check of its volume.
 //

@@ -109,6 +109,19 @@ func (w *atomicWriter) groupMatches(fi fs.FileInfo) bool {
 	return ok && int64(st.Gid) == *w.fsGroup
 }
 
+// ownerMatches reports whether fi is owned by uid, or by this process
+// when uid is nil (a file written without an owner).
+func ownerMatches(fi fs.FileInfo, uid *int64) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false
+	}
+	if uid == nil {
+		return int(st.Uid) == os.Geteuid()
+	}
+	return int64(st.Uid) == *uid
+}
+
 // readDirNames lists the directory open as fd (any open mode, O_PATH too).
 func readDirNames(fd int) ([]string, error) {
 	dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

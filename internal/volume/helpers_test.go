@@ -59,7 +59,8 @@ func (f *fakeObjects) putSecret(name string, data map[string][]byte) {
 	f.secrets["default/"+name] = &v1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Data: data}
 }
 
-func (f *fakeObjects) ConfigMap(ns, name string) (*v1.ConfigMap, error) {
+func (f *fakeObjects) ConfigMap(pod *v1.Pod, name string) (*v1.ConfigMap, error) {
+	ns := pod.Namespace
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cm, ok := f.configMaps[ns+"/"+name]; ok {
@@ -68,7 +69,8 @@ func (f *fakeObjects) ConfigMap(ns, name string) (*v1.ConfigMap, error) {
 	return nil, fmt.Errorf("configmap %s/%s: %w", ns, name, ErrObjectNotFound)
 }
 
-func (f *fakeObjects) Secret(ns, name string) (*v1.Secret, error) {
+func (f *fakeObjects) Secret(pod *v1.Pod, name string) (*v1.Secret, error) {
+	ns := pod.Namespace
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if s, ok := f.secrets[ns+"/"+name]; ok {

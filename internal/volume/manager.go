@@ -19,15 +19,28 @@ import (
 // not exist.
 var ErrObjectNotFound = errors.New("not found")
 
-// Objects gives the ConfigMaps and Secrets volumes and env refer to (in
-// standalone mode they come from manifest files).
+// Objects gives the ConfigMaps and Secrets volumes and env refer to: those
+// of pod's namespace that pod may read (a static pod the manifest
+// directory's, a pod of the API server the API's).
 type Objects interface {
 	// ConfigMap returns the ConfigMap; errors.Is(err, ErrObjectNotFound)
 	// when it does not exist.
-	ConfigMap(namespace, name string) (*v1.ConfigMap, error)
+	ConfigMap(pod *v1.Pod, name string) (*v1.ConfigMap, error)
 	// Secret returns the Secret; errors.Is(err, ErrObjectNotFound) when it
 	// does not exist.
-	Secret(namespace, name string) (*v1.Secret, error)
+	Secret(pod *v1.Pod, name string) (*v1.Secret, error)
+}
+
+// Tokens issues the service account tokens of serviceAccountToken
+// projections (cluster mode: the TokenRequest API).
+type Tokens interface {
+	// Token returns a token of the pod's service account for audience
+	// ("" is the API server's), bound to the pod, valid for
+	// expirationSeconds. It is called on every SetUp: it caches, and
+	// returns a new token only when the cached one needs refreshing.
+	Token(ctx context.Context, pod *v1.Pod, audience string, expirationSeconds int64) (string, error)
+	// Forget drops what is cached for the pod: its volumes are gone.
+	Forget(podUID types.UID)
 }
 
 // Downward resolves downward API fields for a pod (the integrator
@@ -63,6 +76,7 @@ type Manager struct {
 	rootDir  string
 	objects  Objects
 	downward Downward
+	tokens   Tokens
 	clock    clock.PassiveClock
 	log      *slog.Logger
 	locks    podLocks
@@ -74,6 +88,10 @@ type Option func(*Manager)
 // WithClock sets the clock that names the AtomicWriter's timestamped
 // directories (the real clock by default).
 func WithClock(c clock.PassiveClock) Option { return func(m *Manager) { m.clock = c } }
+
+// WithTokens sets what issues service account tokens. Without it (standalone
+// mode), a serviceAccountToken projection fails to set up.
+func WithTokens(t Tokens) Option { return func(m *Manager) { m.tokens = t } }
 
 // New returns a Manager keeping pod directories under rootDir/pods. It
 // starts nothing. objects and downward may be nil, in which case volumes
@@ -120,7 +138,7 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 			errs = append(errs, fmt.Errorf("set up volumes: %w", err))
 			break
 		}
-		if err := m.setUpVolume(pod, vol); err != nil {
+		if err := m.setUpVolume(ctx, pod, vol); err != nil {
 			errs = append(errs, fmt.Errorf("volume %q: %w", vol.Name, err))
 		}
 	}
@@ -128,7 +146,7 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 }
 
 // setUpVolume sets up one volume according to its type.
-func (m *Manager) setUpVolume(pod *v1.Pod, vol *v1.Volume) error {
+func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) error {
 	if err := checkPathElement("volume name", vol.Name); err != nil {
 		return err
 	}
@@ -139,13 +157,13 @@ func (m *Manager) setUpVolume(pod *v1.Pod, vol *v1.Volume) error {
 	case src.HostPath != nil:
 		return checkHostPathType(src.HostPath)
 	case src.ConfigMap != nil:
-		payload, err := m.configMapVolumePayload(pod.Namespace, src.ConfigMap)
+		payload, err := m.configMapVolumePayload(pod, src.ConfigMap)
 		if err != nil {
 			return err
 		}
 		return m.writeAtomicVolume(pod, vol.Name, pluginConfigMap, false, payload)
 	case src.Secret != nil:
-		payload, err := m.secretVolumePayload(pod.Namespace, src.Secret)
+		payload, err := m.secretVolumePayload(pod, src.Secret)
 		if err != nil {
 			return err
 		}
@@ -157,7 +175,7 @@ func (m *Manager) setUpVolume(pod *v1.Pod, vol *v1.Volume) error {
 		}
 		return m.writeAtomicVolume(pod, vol.Name, pluginDownwardAPI, false, payload)
 	case src.Projected != nil:
-		payload, err := m.projectedPayload(pod, src.Projected)
+		payload, err := m.projectedPayload(ctx, pod, src.Projected)
 		if err != nil {
 			return err
 		}

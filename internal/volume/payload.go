@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -18,52 +19,52 @@ func modeOrDefault(mode *int32) int32 {
 	return defaultFileMode
 }
 
-// getConfigMap fetches a ConfigMap; an optional one that does not exist is
-// returned empty.
-func (m *Manager) getConfigMap(namespace, name string, optional bool) (*v1.ConfigMap, error) {
+// getConfigMap fetches a ConfigMap of the pod's namespace; an optional one
+// that does not exist is returned empty.
+func (m *Manager) getConfigMap(pod *v1.Pod, name string, optional bool) (*v1.ConfigMap, error) {
 	var cm *v1.ConfigMap
 	err := fmt.Errorf("no ConfigMaps are available: %w", ErrObjectNotFound)
 	if m.objects != nil {
-		cm, err = m.objects.ConfigMap(namespace, name)
+		cm, err = m.objects.ConfigMap(pod, name)
 	}
 	if errors.Is(err, ErrObjectNotFound) && optional {
 		return &v1.ConfigMap{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("configMap %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("configMap %s/%s: %w", pod.Namespace, name, err)
 	}
 	return cm, nil
 }
 
-// getSecret fetches a Secret; an optional one that does not exist is
-// returned empty.
-func (m *Manager) getSecret(namespace, name string, optional bool) (*v1.Secret, error) {
+// getSecret fetches a Secret of the pod's namespace; an optional one that
+// does not exist is returned empty.
+func (m *Manager) getSecret(pod *v1.Pod, name string, optional bool) (*v1.Secret, error) {
 	var s *v1.Secret
 	err := fmt.Errorf("no Secrets are available: %w", ErrObjectNotFound)
 	if m.objects != nil {
-		s, err = m.objects.Secret(namespace, name)
+		s, err = m.objects.Secret(pod, name)
 	}
 	if errors.Is(err, ErrObjectNotFound) && optional {
 		return &v1.Secret{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("secret %s/%s: %w", namespace, name, err)
+		return nil, fmt.Errorf("secret %s/%s: %w", pod.Namespace, name, err)
 	}
 	return s, nil
 }
 
-func (m *Manager) configMapVolumePayload(namespace string, src *v1.ConfigMapVolumeSource) (map[string]fileProjection, error) {
+func (m *Manager) configMapVolumePayload(pod *v1.Pod, src *v1.ConfigMapVolumeSource) (map[string]fileProjection, error) {
 	optional := src.Optional != nil && *src.Optional
-	cm, err := m.getConfigMap(namespace, src.Name, optional)
+	cm, err := m.getConfigMap(pod, src.Name, optional)
 	if err != nil {
 		return nil, err
 	}
 	return configMapPayload(cm, src.Items, modeOrDefault(src.DefaultMode), optional)
 }
 
-func (m *Manager) secretVolumePayload(namespace string, src *v1.SecretVolumeSource) (map[string]fileProjection, error) {
+func (m *Manager) secretVolumePayload(pod *v1.Pod, src *v1.SecretVolumeSource) (map[string]fileProjection, error) {
 	optional := src.Optional != nil && *src.Optional
-	s, err := m.getSecret(namespace, src.SecretName, optional)
+	s, err := m.getSecret(pod, src.SecretName, optional)
 	if err != nil {
 		return nil, err
 	}
@@ -163,9 +164,9 @@ func (m *Manager) downwardValue(pod *v1.Pod, it *v1.DownwardAPIVolumeFile) (stri
 }
 
 // projectedPayload merges the payloads of every source (a later source
-// wins a path). serviceAccountToken, clusterTrustBundle and podCertificate
-// sources need an API server and fail.
-func (m *Manager) projectedPayload(pod *v1.Pod, src *v1.ProjectedVolumeSource) (map[string]fileProjection, error) {
+// wins a path). serviceAccountToken sources need Tokens (cluster mode);
+// clusterTrustBundle and podCertificate sources fail.
+func (m *Manager) projectedPayload(ctx context.Context, pod *v1.Pod, src *v1.ProjectedVolumeSource) (map[string]fileProjection, error) {
 	defaultMode := modeOrDefault(src.DefaultMode)
 	payload := map[string]fileProjection{}
 	for i, s := range src.Sources {
@@ -175,13 +176,13 @@ func (m *Manager) projectedPayload(pod *v1.Pod, src *v1.ProjectedVolumeSource) (
 		)
 		switch {
 		case s.ConfigMap != nil:
-			part, err = m.projectedConfigMap(pod.Namespace, s.ConfigMap, defaultMode)
+			part, err = m.projectedConfigMap(pod, s.ConfigMap, defaultMode)
 		case s.Secret != nil:
-			part, err = m.projectedSecret(pod.Namespace, s.Secret, defaultMode)
+			part, err = m.projectedSecret(pod, s.Secret, defaultMode)
 		case s.DownwardAPI != nil:
 			part, err = m.downwardAPIPayload(pod, s.DownwardAPI.Items, defaultMode)
 		case s.ServiceAccountToken != nil:
-			err = errors.New("serviceAccountToken projection is not supported by nodelet: there is no API server to issue tokens in standalone mode")
+			part, err = m.projectedToken(ctx, pod, s.ServiceAccountToken, defaultMode)
 		case s.ClusterTrustBundle != nil:
 			err = errors.New("clusterTrustBundle projection is not supported by nodelet")
 		case s.PodCertificate != nil:
@@ -199,18 +200,18 @@ func (m *Manager) projectedPayload(pod *v1.Pod, src *v1.ProjectedVolumeSource) (
 	return payload, nil
 }
 
-func (m *Manager) projectedConfigMap(namespace string, s *v1.ConfigMapProjection, defaultMode int32) (map[string]fileProjection, error) {
+func (m *Manager) projectedConfigMap(pod *v1.Pod, s *v1.ConfigMapProjection, defaultMode int32) (map[string]fileProjection, error) {
 	optional := s.Optional != nil && *s.Optional
-	cm, err := m.getConfigMap(namespace, s.Name, optional)
+	cm, err := m.getConfigMap(pod, s.Name, optional)
 	if err != nil {
 		return nil, err
 	}
 	return configMapPayload(cm, s.Items, defaultMode, optional)
 }
 
-func (m *Manager) projectedSecret(namespace string, s *v1.SecretProjection, defaultMode int32) (map[string]fileProjection, error) {
+func (m *Manager) projectedSecret(pod *v1.Pod, s *v1.SecretProjection, defaultMode int32) (map[string]fileProjection, error) {
 	optional := s.Optional != nil && *s.Optional
-	sec, err := m.getSecret(namespace, s.Name, optional)
+	sec, err := m.getSecret(pod, s.Name, optional)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,8 @@ import (
 // pod runs any more. It never follows a symlink out of the pod directory
 // and removes nothing outside it; while anything below the pod directory
 // stays mounted, nothing is removed and an error is returned (try again
-// later). A pod without a directory is already torn down.
+// later). A pod without a directory is already torn down. Once the pod is
+// torn down, its cached service account tokens are forgotten.
 //
 // The steps:
 //
@@ -40,6 +41,9 @@ func (m *Manager) TearDown(ctx context.Context, podUID types.UID) error {
 	defer unlock()
 	if err := m.tearDown(ctx, podUID); err != nil {
 		return fmt.Errorf("tear down volumes of pod %s: %w", podUID, err)
+	}
+	if m.tokens != nil {
+		m.tokens.Forget(podUID)
 	}
 	return nil
 }
