@@ -1,7 +1,5 @@
 package podspec
 
-import v1 "k8s.io/api/core/v1"
-
 // Labels and annotations nodelet puts on CRI sandboxes and containers. The
 // pod and container keys are the kubelet's, so tools that know the kubelet
 // (crictl, ctr) show nodelet's pods the same way. Everything nodelet needs
@@ -57,14 +55,3 @@ const (
 	AnnotationConfigFile   = "nodelet.io/config.file"
 )
 
-// ConfigSourceAPI is the config.source of pods from the API server; every
-// other source (the manifest path, the manifest URL) gives static pods.
-const ConfigSourceAPI = "api"
-
-// IsStatic tells whether pod came from a source other than the API server
-// (its config.source annotation, set by the merge): a static pod, whose
-// API object is a mirror pod.
-func IsStatic(pod *v1.Pod) bool {
-	src, ok := pod.Annotations[AnnotationConfigSource]
-	return ok && src != ConfigSourceAPI
-}
