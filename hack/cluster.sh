@@ -47,14 +47,16 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 
-dir=${CLUSTER_DIR:-$root/_output/cluster}
+# Absolute: the KubeletConfiguration names files by it, and a relative path
+# there is relative to the file itself.
+dir=$(realpath -m "${CLUSTER_DIR:-$root/_output/cluster}")
+nodelet_root=$(realpath -m "${NODELET_ROOT_DIR:-/var/lib/nodelet-cluster}")
 etcd_port=${CLUSTER_ETCD_PORT:-23790}
 etcd_peer_port=${CLUSTER_ETCD_PEER_PORT:-23800}
 apiserver_port=${CLUSTER_APISERVER_PORT:-6443}
 kcm_port=${CLUSTER_CONTROLLER_MANAGER_PORT:-10257}
 scheduler_port=${CLUSTER_SCHEDULER_PORT:-10259}
 timeout=${CLUSTER_TIMEOUT:-120}
-nodelet_root=${NODELET_ROOT_DIR:-/var/lib/nodelet-cluster}
 
 pki=$dir/pki
 logs=$dir/logs
