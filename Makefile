@@ -8,7 +8,12 @@ MANIFESTS ?= $(CURDIR)/examples
 FUZZTIME ?= 60s
 FUZZTIME_SHORT ?= 3s
 
-.PHONY: all setup build run test lint unit fuzz fuzz-short e2e bench clean
+# cluster mode's control plane: state, and the admin's kubectl
+CLUSTER_DIR ?= $(CURDIR)/_output/cluster
+KUBECTL := _output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/admin.kubeconfig
+CONTROL_PLANE := kube-apiserver kube-controller-manager kube-scheduler kubectl
+
+.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e bench clean
 
 all: build
 
@@ -28,6 +33,19 @@ run: setup build
 	@echo "nodelet: see the containers with: ctr --address $(ROOT_DIR)/containerd/containerd.sock -n k8s.io containers ls"
 	@echo "nodelet: container logs are under /var/log/pods/"
 	bin/nodelet --root-dir $(ROOT_DIR) --pod-manifest-path $(MANIFESTS)
+
+## cluster-run: a one-node control plane on 127.0.0.1 (hack/cluster.sh up),
+## nodelet joined to it through TLS bootstrap, and a Deployment on it
+cluster-run: setup build
+	CLUSTER_DIR=$(CLUSTER_DIR) hack/cluster.sh up
+	$(KUBECTL) apply -f examples/cluster/deployment.yaml
+	$(KUBECTL) rollout status deployment/hello --timeout=180s
+	$(KUBECTL) get nodes,pods -o wide
+
+## cluster-down: stop nodelet and the control plane; the state stays
+## (hack/cluster.sh down --purge deletes it)
+cluster-down:
+	CLUSTER_DIR=$(CLUSTER_DIR) hack/cluster.sh down
 
 ## test: lint, unit tests with the race detector, e2e against real containerd
 test: setup lint unit e2e
@@ -56,7 +74,11 @@ fuzz:
 fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
+# The cluster tests run the control plane from NODELET_CLUSTER_BIN (built
+# once per version, minutes the first time).
 e2e: build
+	@bins=$$(hack/build-upstream.sh $(CONTROL_PLANE)) || exit 1; \
+	export NODELET_CLUSTER_BIN=$$(dirname "$${bins%%$$'\n'*}"); \
 	$(GO) test -tags e2e -count=1 -timeout 25m -v ./test/e2e 2>&1 | tee /tmp/nodelet-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
 
 ## bench: performance against the runtime's own cost and the upstream kubelet

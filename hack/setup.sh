@@ -11,6 +11,10 @@ needs=(
   busybox-static:/bin/busybox
   iproute2:ip
   iptables:iptables
+  # the control plane of cluster mode (hack/cluster.sh)
+  etcd-server:etcd
+  curl:curl
+  openssl:openssl
 )
 
 missing=()
@@ -42,4 +46,6 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The Debian containerd package may start a system containerd; nodelet runs
 # its own and never uses that one, so leave it as the package set it up.
+# Likewise etcd-server's system etcd on 2379: hack/cluster.sh runs its own
+# on 23790.
 echo "setup: done"

@@ -66,6 +66,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	stopCluster()
 	tearDown(&shared)
 	return code
 }

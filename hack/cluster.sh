@@ -1,0 +1,679 @@
+#!/usr/bin/env bash
+# cluster.sh up|down [--purge]|status: a one-node Kubernetes control plane on
+# 127.0.0.1 for trying nodelet in cluster mode and for the e2e tests,
+# configured as kubeadm configures production clusters: a generated cluster
+# CA and certificates (etcd with its own CA, mutual TLS everywhere),
+# --authorization-mode=Node,RBAC with the NodeRestriction admission plugin, a
+# bootstrap token with kubeadm's RBAC for TLS bootstrapping and CSR
+# auto-approval, and the controller manager's CSR signer and approver,
+# service account, token, root-CA publisher, namespace, garbage collector and
+# node lifecycle controllers.
+#
+#   up      start etcd, kube-apiserver, kube-controller-manager, kube-scheduler
+#           (each only if not already running), apply the bootstrap token and
+#           RBAC, then start nodelet joined through TLS bootstrap (unless
+#           NODELET=0) and wait for its Node to be Ready. Every wait is
+#           bounded and shows the end of the component's log when it fails.
+#   down    stop them all (nodelet first); the state stays for the next up.
+#           --purge also deletes the state (certificates, etcd data, logs,
+#           kubeconfigs) and nodelet's cluster credentials under its root dir.
+#   status  what runs; exit 0 when every component runs and the API is ready.
+#
+# The paths scripts and people can rely on (default CLUSTER_DIR):
+#   _output/cluster/admin.kubeconfig      cluster admin (O=system:masters)
+#   _output/cluster/bootstrap.kubeconfig  the bootstrap token, for nodelet
+#   _output/cluster/nodelet-config.yaml   a KubeletConfiguration as kubeadm writes
+#   _output/cluster/pki/ca.crt            the cluster CA
+#   _output/cluster/logs/NAME.log         each process's output
+#   _output/bin/kubectl                   the kubectl of the same release
+#
+# Environment (defaults in brackets):
+#   CLUSTER_DIR [_output/cluster]  state; the e2e tests use a temporary one
+#   CLUSTER_BIN_DIR                kube-* binaries [built by hack/build-upstream.sh]
+#   ETCD [etcd on PATH]            etcd binary (Debian's etcd-server)
+#   CLUSTER_ETCD_PORT [23790], CLUSTER_ETCD_PEER_PORT [23800] (not 2379: a
+#     system etcd may hold it), CLUSTER_APISERVER_PORT [6443],
+#   CLUSTER_CONTROLLER_MANAGER_PORT [10257], CLUSTER_SCHEDULER_PORT [10259]
+#   CLUSTER_NODE_MONITOR_GRACE_PERIOD  controller manager's, e.g. 20s [its default]
+#   CLUSTER_TOLERATION_SECONDS     default not-ready/unreachable toleration of
+#                                  pods, i.e. how soon they are evicted [300]
+#   CLUSTER_SIGNING_DURATION       lifetime of certificates the CSR signer issues [1y]
+#   CLUSTER_TIMEOUT [120]          seconds each wait of up may take
+#   NODELET [1]                    0: control plane only
+#   NODELET_BIN [bin/nodelet], NODELET_ROOT_DIR [/var/lib/nodelet-cluster],
+#   NODELET_NODE_NAME [hostname], NODELET_ARGS (more flags, split on spaces)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+
+# Absolute: the KubeletConfiguration names files by it, and a relative path
+# there is relative to the file itself.
+dir=$(realpath -m "${CLUSTER_DIR:-$root/_output/cluster}")
+nodelet_root=$(realpath -m "${NODELET_ROOT_DIR:-/var/lib/nodelet-cluster}")
+etcd_port=${CLUSTER_ETCD_PORT:-23790}
+etcd_peer_port=${CLUSTER_ETCD_PEER_PORT:-23800}
+apiserver_port=${CLUSTER_APISERVER_PORT:-6443}
+kcm_port=${CLUSTER_CONTROLLER_MANAGER_PORT:-10257}
+scheduler_port=${CLUSTER_SCHEDULER_PORT:-10259}
+timeout=${CLUSTER_TIMEOUT:-120}
+
+pki=$dir/pki
+logs=$dir/logs
+run=$dir/run
+server=https://127.0.0.1:$apiserver_port
+service_cidr=10.96.0.0/12
+service_ip=10.96.0.1 # the first address of service_cidr: the kubernetes Service
+admin=$dir/admin.kubeconfig
+
+# Components in start order; down stops them in reverse.
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler nodelet)
+
+say() { echo "cluster: $*" >&2; }
+die() {
+	say "$*"
+	exit 1
+}
+
+# rel shows a path relative to the repository when it is inside it.
+rel() { echo "${1#"$root/"}"; }
+
+# die_log stops up with the end of component NAME's log.
+die_log() {
+	local name=$1
+	shift
+	say "$*; the end of $(rel "$logs/$name.log"):"
+	tail -n 40 "$logs/$name.log" >&2 || true
+	exit 1
+}
+
+# pid NAME prints the pid of component NAME if it runs: the pid file names
+# the process and the binary it was started from, so that a reused pid of
+# another program is not taken for it.
+pid() {
+	local f=$run/$1.pid p bin exe
+	[[ -f $f ]] || return 1
+	read -r p bin <"$f" || return 1
+	exe=$(readlink "/proc/$p/exe" 2>/dev/null) || return 1
+	[[ ${exe% (deleted)} == "$bin" ]] || return 1
+	echo "$p"
+}
+
+# start NAME BINARY ARGS... runs a component in its own session, detached
+# from the caller (so that Ctrl-C in the terminal that ran up leaves it
+# running), its output appended to logs/NAME.log. It does nothing if NAME
+# already runs.
+start() {
+	local name=$1 p
+	shift
+	if p=$(pid "$name"); then
+		say "$name already runs (pid $p)"
+		return
+	fi
+	echo "==== $(date -Is) $*" >>"$logs/$name.log"
+	(
+		# Only stdin, stdout and stderr: an inherited descriptor would outlive
+		# up in the component, such as the lock of a `flock FILE
+		# hack/cluster.sh up` (held until down) or the pipe of a caller that
+		# reads up's output to its end (which would never come).
+		for fd in /proc/self/fd/*; do
+			fd=${fd##*/}
+			if ((fd > 2)); then eval "exec $fd>&-"; fi
+		done
+		exec setsid "$@" </dev/null >>"$logs/$name.log" 2>&1
+	) &
+	echo "$! $(readlink -f "$1")" >"$run/$name.pid"
+}
+
+# stop NAME SECONDS sends SIGTERM, then SIGKILL after SECONDS.
+stop() {
+	local name=$1 grace=$2 p deadline killed=
+	if ! p=$(pid "$name"); then
+		rm -f "$run/$name.pid"
+		return
+	fi
+	say "stopping $name (pid $p)"
+	kill -TERM "$p" 2>/dev/null || true
+	deadline=$((SECONDS + grace))
+	# pid, not kill -0: a process that exited but nobody reaped yet is gone.
+	while pid "$name" >/dev/null; do
+		if ((SECONDS >= deadline + 10)); then
+			die "$name (pid $p) survives SIGKILL"
+		elif ((SECONDS >= deadline)) && [[ -z $killed ]]; then
+			say "$name did not exit within ${grace}s of SIGTERM; killing it"
+			kill -KILL "$p" 2>/dev/null || true
+			killed=1
+		fi
+		sleep 0.2
+	done
+	rm -f "$run/$name.pid"
+}
+
+# wait_for NAME WHAT CMD... polls CMD until it succeeds, for at most
+# $timeout seconds, and fails early if component NAME exits.
+wait_for() {
+	local name=$1 what=$2 deadline=$((SECONDS + timeout))
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		pid "$name" >/dev/null || die_log "$name" "$name exited while waiting for $what"
+		((SECONDS < deadline)) || die_log "$name" "$what: not within ${timeout}s"
+		sleep 0.5
+	done
+}
+
+# binaries finds the control plane's binaries: CLUSTER_BIN_DIR, or what
+# hack/build-upstream.sh builds (cached by version; minutes the first time).
+binaries() {
+	local out
+	if [[ -n ${CLUSTER_BIN_DIR:-} ]]; then
+		bindir=$CLUSTER_BIN_DIR
+	else
+		out=$("$root/hack/build-upstream.sh" kube-apiserver kube-controller-manager kube-scheduler kubectl)
+		bindir=$(dirname "${out%%$'\n'*}")
+	fi
+	for b in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+		[[ -x $bindir/$b ]] || die "no $b in $bindir (hack/build-upstream.sh $b builds it; CLUSTER_BIN_DIR says where they are)"
+	done
+	etcd=${ETCD:-$(command -v etcd || true)}
+	[[ -n $etcd && -x $etcd ]] || die "no etcd: install Debian's etcd-server (make setup), or set ETCD"
+	kubectl=$bindir/kubectl
+}
+
+# --- certificates ---------------------------------------------------------
+
+openssl_config() {
+	cat >"$pki/openssl.cnf" <<'EOF'
+# Extensions of the certificates hack/cluster.sh makes (kubeadm's).
+[req]
+distinguished_name = dn
+[dn]
+[ca]
+basicConstraints = critical, CA:TRUE
+keyUsage = critical, digitalSignature, keyEncipherment, keyCertSign
+subjectKeyIdentifier = hash
+[client]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = clientAuth
+authorityKeyIdentifier = keyid
+[server]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth
+authorityKeyIdentifier = keyid
+subjectAltName = $ENV::SAN
+[peer]
+basicConstraints = critical, CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth, clientAuth
+authorityKeyIdentifier = keyid
+subjectAltName = $ENV::SAN
+EOF
+}
+
+# key FILE makes an RSA key unless FILE exists. Written under umask 077.
+key() {
+	[[ -f $1 ]] || openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$1" 2>/dev/null
+}
+
+# ca NAME CN makes a self-signed CA of ten years unless NAME.crt exists.
+ca() {
+	[[ -f $pki/$1.crt ]] && return
+	key "$pki/$1.key"
+	SAN= openssl req -x509 -new -key "$pki/$1.key" -subj "/CN=$2" -days 3650 \
+		-config "$pki/openssl.cnf" -extensions ca -out "$pki/$1.crt.tmp"
+	mv "$pki/$1.crt.tmp" "$pki/$1.crt"
+}
+
+# cert NAME SUBJECT EXTENSIONS CA [SAN] makes a certificate of one year
+# (kubeadm's) signed by CA unless NAME.crt exists.
+cert() {
+	local name=$1 subject=$2 ext=$3 ca=$4
+	export SAN=${5:-}
+	[[ -f $pki/$name.crt ]] && return
+	key "$pki/$name.key"
+	openssl req -new -key "$pki/$name.key" -subj "$subject" -config "$pki/openssl.cnf" |
+		openssl x509 -req -CA "$pki/$ca.crt" -CAkey "$pki/$ca.key" -set_serial "0x$(openssl rand -hex 16)" \
+			-days 365 -extfile "$pki/openssl.cnf" -extensions "$ext" -out "$pki/$name.crt.tmp" 2>/dev/null
+	mv "$pki/$name.crt.tmp" "$pki/$name.crt"
+}
+
+certificates() {
+	mkdir -p "$pki/etcd"
+	openssl_config
+	ca ca kubernetes
+	ca etcd/ca etcd-ca
+	cert etcd/server /CN=127.0.0.1 peer etcd/ca "IP:127.0.0.1,DNS:localhost"
+	cert apiserver-etcd-client /CN=kube-apiserver-etcd-client client etcd/ca
+	cert apiserver /CN=kube-apiserver server ca \
+		"IP:127.0.0.1,IP:$service_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+	# What the API server shows nodelet's API (logs, exec, port-forward);
+	# bootstrap.yaml binds system:kubelet-api-admin to it.
+	cert apiserver-kubelet-client /CN=kube-apiserver-kubelet-client client ca
+	cert admin /O=system:masters/CN=kubernetes-admin client ca
+	cert controller-manager /CN=system:kube-controller-manager client ca
+	cert scheduler /CN=system:kube-scheduler client ca
+	key "$pki/sa.key"
+	[[ -f $pki/sa.pub ]] || openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
+	# id.secret, as kubeadm's tokens: [a-z0-9]{6}.[a-z0-9]{16}
+	[[ -f $pki/bootstrap-token ]] || echo "$(openssl rand -hex 3).$(openssl rand -hex 8)" >"$pki/bootstrap-token"
+	token=$(<"$pki/bootstrap-token")
+	token_id=${token%%.*}
+}
+
+# --- kubeconfigs and manifests --------------------------------------------
+
+b64() { base64 -w0 <"$1"; }
+
+# kubeconfig FILE USER CERT-NAME | kubeconfig FILE USER --token TOKEN
+kubeconfig() {
+	local file=$1 user=$2
+	{
+		cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubernetes
+  cluster:
+    server: $server
+    certificate-authority-data: $(b64 "$pki/ca.crt")
+contexts:
+- name: $user@kubernetes
+  context:
+    cluster: kubernetes
+    user: $user
+current-context: $user@kubernetes
+users:
+- name: $user
+  user:
+EOF
+		if [[ $3 == --token ]]; then
+			echo "    token: $4"
+		else
+			echo "    client-certificate-data: $(b64 "$pki/$3.crt")"
+			echo "    client-key-data: $(b64 "$pki/$3.key")"
+		fi
+	} >"$file.tmp"
+	mv "$file.tmp" "$file"
+}
+
+kubeconfigs() {
+	kubeconfig "$admin" kubernetes-admin admin
+	kubeconfig "$dir/controller-manager.kubeconfig" system:kube-controller-manager controller-manager
+	kubeconfig "$dir/scheduler.kubeconfig" system:kube-scheduler scheduler
+	kubeconfig "$dir/bootstrap.kubeconfig" "tls-bootstrap-token-user" --token "$token"
+}
+
+# nodelet_config writes the KubeletConfiguration kubeadm writes for its
+# kubelet, less what this cluster does not have (cluster DNS) and what is
+# the default anyway.
+nodelet_config() {
+	cat >"$dir/nodelet-config.yaml.tmp" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $pki/ca.crt
+authorization:
+  mode: Webhook
+rotateCertificates: true
+serverTLSBootstrap: false
+EOF
+	mv "$dir/nodelet-config.yaml.tmp" "$dir/nodelet-config.yaml"
+}
+
+# bootstrap_manifest writes what kubeadm init creates for joining nodes:
+# the bootstrap token, the RBAC of TLS bootstrapping and CSR auto-approval,
+# the kubelet API rights of the API server, and the cluster-info ConfigMap
+# that the bootstrap signer signs with the token.
+bootstrap_manifest() {
+	cat >"$dir/bootstrap.yaml.tmp" <<EOF
+apiVersion: v1
+kind: Secret
+metadata:
+  name: bootstrap-token-$token_id
+  namespace: kube-system
+type: bootstrap.kubernetes.io/token
+stringData:
+  description: nodelet's bootstrap token, made by hack/cluster.sh
+  token-id: $token_id
+  token-secret: ${token#*.}
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: system:bootstrappers:nodelet
+---
+# Bootstrap tokens may create CSRs.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:kubelet-bootstrap
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:node-bootstrapper
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: system:bootstrappers
+---
+# The controller manager approves their node client CSRs...
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-bootstrap
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:certificates.k8s.io:certificatesigningrequests:nodeclient
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: system:bootstrappers
+---
+# ... and the renewal CSRs of nodes for themselves.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kubeadm:node-autoapprove-certificate-rotation
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:certificates.k8s.io:certificatesigningrequests:selfnodeclient
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: Group
+  name: system:nodes
+---
+# The API server's client certificate for the kubelet API (logs, exec,
+# port-forward, metrics through the API server).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: kube-apiserver:kubelet-api-admin
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:kubelet-api-admin
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: kube-apiserver-kubelet-client
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cluster-info
+  namespace: kube-public
+data:
+  kubeconfig: |
+    apiVersion: v1
+    kind: Config
+    clusters:
+    - name: ""
+      cluster:
+        server: $server
+        certificate-authority-data: $(b64 "$pki/ca.crt")
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: kubeadm:bootstrap-signer-clusterinfo
+  namespace: kube-public
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  resourceNames: [cluster-info]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: kubeadm:bootstrap-signer-clusterinfo
+  namespace: kube-public
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: kubeadm:bootstrap-signer-clusterinfo
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: system:anonymous
+EOF
+	mv "$dir/bootstrap.yaml.tmp" "$dir/bootstrap.yaml"
+}
+
+# --- the processes --------------------------------------------------------
+
+start_etcd() {
+	start etcd "$etcd" \
+		--name=nodelet-cluster \
+		--data-dir="$dir/etcd" \
+		--logger=zap --log-outputs=stderr \
+		--listen-client-urls="https://127.0.0.1:$etcd_port" \
+		--advertise-client-urls="https://127.0.0.1:$etcd_port" \
+		--listen-peer-urls="https://127.0.0.1:$etcd_peer_port" \
+		--initial-advertise-peer-urls="https://127.0.0.1:$etcd_peer_port" \
+		--initial-cluster="nodelet-cluster=https://127.0.0.1:$etcd_peer_port" \
+		--cert-file="$pki/etcd/server.crt" --key-file="$pki/etcd/server.key" \
+		--client-cert-auth --trusted-ca-file="$pki/etcd/ca.crt" \
+		--peer-cert-file="$pki/etcd/server.crt" --peer-key-file="$pki/etcd/server.key" \
+		--peer-client-cert-auth --peer-trusted-ca-file="$pki/etcd/ca.crt" \
+		--snapshot-count=10000
+}
+
+etcd_healthy() {
+	curl -sf --max-time 2 --cacert "$pki/etcd/ca.crt" --cert "$pki/apiserver-etcd-client.crt" \
+		--key "$pki/apiserver-etcd-client.key" "https://127.0.0.1:$etcd_port/health" | grep -q '"health":"true"'
+}
+
+start_apiserver() {
+	local extra=()
+	if [[ -n ${CLUSTER_TOLERATION_SECONDS:-} ]]; then
+		extra+=(--default-not-ready-toleration-seconds="$CLUSTER_TOLERATION_SECONDS"
+			--default-unreachable-toleration-seconds="$CLUSTER_TOLERATION_SECONDS")
+	fi
+	# The kubernetes Service's endpoints may not be loopback addresses, so
+	# with --advertise-address=127.0.0.1 nothing maintains them
+	# (--endpoint-reconciler-type=none): the Service exists, without
+	# endpoints, and nothing here (no kube-proxy) would route it anyway.
+	start kube-apiserver "$bindir/kube-apiserver" \
+		--advertise-address=127.0.0.1 \
+		--endpoint-reconciler-type=none \
+		--bind-address=127.0.0.1 \
+		--secure-port="$apiserver_port" \
+		--allow-privileged=true \
+		--authorization-mode=Node,RBAC \
+		--enable-admission-plugins=NodeRestriction \
+		--enable-bootstrap-token-auth=true \
+		--client-ca-file="$pki/ca.crt" \
+		--tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
+		--kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" \
+		--kubelet-client-key="$pki/apiserver-kubelet-client.key" \
+		--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname \
+		--etcd-servers="https://127.0.0.1:$etcd_port" \
+		--etcd-cafile="$pki/etcd/ca.crt" \
+		--etcd-certfile="$pki/apiserver-etcd-client.crt" --etcd-keyfile="$pki/apiserver-etcd-client.key" \
+		--service-account-issuer=https://kubernetes.default.svc.cluster.local \
+		--service-account-key-file="$pki/sa.pub" \
+		--service-account-signing-key-file="$pki/sa.key" \
+		--service-cluster-ip-range="$service_cidr" \
+		"${extra[@]}"
+}
+
+# admin_get PATH: a GET as the cluster admin.
+admin_get() {
+	curl -sf --max-time 5 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "$server$1"
+}
+
+start_controller_manager() {
+	local extra=()
+	[[ -z ${CLUSTER_NODE_MONITOR_GRACE_PERIOD:-} ]] ||
+		extra+=(--node-monitor-grace-period="$CLUSTER_NODE_MONITOR_GRACE_PERIOD")
+	[[ -z ${CLUSTER_SIGNING_DURATION:-} ]] ||
+		extra+=(--cluster-signing-duration="$CLUSTER_SIGNING_DURATION")
+	# --leader-elect=false: there is one, and nothing restarts it when it
+	# loses its lease (an API server down for a minute would end it).
+	start kube-controller-manager "$bindir/kube-controller-manager" \
+		--bind-address=127.0.0.1 \
+		--secure-port="$kcm_port" \
+		--kubeconfig="$dir/controller-manager.kubeconfig" \
+		--authentication-kubeconfig="$dir/controller-manager.kubeconfig" \
+		--authorization-kubeconfig="$dir/controller-manager.kubeconfig" \
+		--client-ca-file="$pki/ca.crt" \
+		--cluster-name=kubernetes \
+		--controllers='*,bootstrapsigner,tokencleaner' \
+		--cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
+		--root-ca-file="$pki/ca.crt" \
+		--service-account-private-key-file="$pki/sa.key" \
+		--use-service-account-credentials=true \
+		--service-cluster-ip-range="$service_cidr" \
+		--leader-elect=false \
+		"${extra[@]}"
+}
+
+start_scheduler() {
+	start kube-scheduler "$bindir/kube-scheduler" \
+		--bind-address=127.0.0.1 \
+		--secure-port="$scheduler_port" \
+		--kubeconfig="$dir/scheduler.kubeconfig" \
+		--authentication-kubeconfig="$dir/scheduler.kubeconfig" \
+		--authorization-kubeconfig="$dir/scheduler.kubeconfig" \
+		--leader-elect=false
+}
+
+# healthz PORT: the /healthz of a component's own serving port, which its
+# self-signed certificate serves (hence -k) to anyone.
+healthz() { curl -sfk --max-time 2 "https://127.0.0.1:$1/healthz" | grep -qx ok; }
+
+# can_bootstrap: the token's user may create CSRs and have its node client
+# CSRs approved (the RBAC of bootstrap.yaml is in effect).
+can_bootstrap() {
+	local as=(--as="system:bootstrap:$token_id" --as-group=system:bootstrappers
+		--as-group=system:bootstrappers:nodelet --as-group=system:authenticated)
+	"$kubectl" --kubeconfig "$admin" auth can-i create certificatesigningrequests.certificates.k8s.io "${as[@]}" &&
+		"$kubectl" --kubeconfig "$admin" auth can-i create certificatesigningrequests.certificates.k8s.io \
+			--subresource=nodeclient "${as[@]}"
+}
+
+node_ready() {
+	[[ $("$kubectl" --kubeconfig "$admin" get node "$1" \
+		-o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+start_nodelet() {
+	local bin=${NODELET_BIN:-$root/bin/nodelet} node extra=()
+	[[ -x $bin ]] || die "no $bin: make build first (or NODELET=0 for the control plane only)"
+	((EUID == 0)) || die "nodelet runs pods and needs root: run as root, or NODELET=0 for the control plane only"
+	node=${NODELET_NODE_NAME:-$(hostname)}
+	node=${node,,}
+	read -ra extra <<<"${NODELET_ARGS:-}"
+	mkdir -p "$nodelet_root"
+	start nodelet "$bin" \
+		--root-dir "$nodelet_root" \
+		--bootstrap-kubeconfig "$dir/bootstrap.kubeconfig" \
+		--kubeconfig "$nodelet_root/kubelet.kubeconfig" \
+		--config "$dir/nodelet-config.yaml" \
+		--hostname-override "$node" \
+		"${extra[@]}"
+	say "waiting for node $node to be Ready"
+	if ! (wait_for nodelet "node $node Ready" node_ready "$node"); then
+		say "the control plane stays up (hack/cluster.sh down stops it)"
+		exit 1
+	fi
+}
+
+up() {
+	local begin=$SECONDS
+	binaries
+	mkdir -p "$root/_output/bin"
+	ln -sfn "$kubectl" "$root/_output/bin/kubectl"
+	# Keys and credentials 0600, directories 0700.
+	umask 077
+	mkdir -p "$dir" "$logs" "$run"
+	certificates
+	kubeconfigs
+	nodelet_config
+	bootstrap_manifest
+
+	start_etcd
+	wait_for etcd "etcd healthy on 127.0.0.1:$etcd_port" etcd_healthy
+	start_apiserver
+	wait_for kube-apiserver "kube-apiserver /readyz on $server" admin_get /readyz
+	"$kubectl" --kubeconfig "$admin" apply -f "$dir/bootstrap.yaml" >"$logs/bootstrap-apply.log" 2>&1 ||
+		die_log bootstrap-apply "applying $(rel "$dir/bootstrap.yaml") failed"
+	wait_for kube-apiserver "the bootstrap token's RBAC" can_bootstrap
+	start_controller_manager
+	start_scheduler
+	wait_for kube-controller-manager "kube-controller-manager /healthz on :$kcm_port" healthz "$kcm_port"
+	wait_for kube-scheduler "kube-scheduler /healthz on :$scheduler_port" healthz "$scheduler_port"
+	# Pods can be created once their namespace has its service account and
+	# root CA (the controller manager makes both).
+	wait_for kube-controller-manager "service account default/default" \
+		admin_get /api/v1/namespaces/default/serviceaccounts/default
+	wait_for kube-controller-manager "ConfigMap default/kube-root-ca.crt" \
+		admin_get /api/v1/namespaces/default/configmaps/kube-root-ca.crt
+	say "control plane ready in $((SECONDS - begin))s: $server (etcd 127.0.0.1:$etcd_port)"
+
+	if [[ ${NODELET:-1} != 0 ]]; then
+		start_nodelet
+		say "nodelet joined in $((SECONDS - begin))s (root dir $nodelet_root, log $(rel "$logs/nodelet.log"))"
+	fi
+	cat >&2 <<EOF
+cluster: admin kubeconfig: $(rel "$admin")
+cluster:   _output/bin/kubectl --kubeconfig $(rel "$admin") get nodes,pods -o wide
+cluster:   or: export KUBECONFIG=$admin; _output/bin/kubectl get nodes
+cluster: logs in $(rel "$logs")/; stop with hack/cluster.sh down (--purge deletes the state too)
+EOF
+}
+
+down() {
+	local purge=${1:-}
+	[[ -z $purge || $purge == --purge ]] || die "usage: $0 down [--purge]"
+	stop nodelet 90
+	stop kube-scheduler 30
+	stop kube-controller-manager 30
+	stop kube-apiserver 30
+	stop etcd 30
+	if [[ $purge == --purge ]]; then
+		say "deleting the state in $(rel "$dir") and nodelet's cluster credentials in $nodelet_root"
+		rm -rf "$pki" "$dir/etcd" "$logs" "$run" "$dir"/*.kubeconfig "$dir/nodelet-config.yaml" \
+			"$dir/bootstrap.yaml"
+		# Issued by the CA just deleted: the next nodelet bootstraps anew.
+		rm -f "$nodelet_root/kubelet.kubeconfig" "$nodelet_root"/pki/kubelet-client-*
+	fi
+}
+
+status() {
+	local name p all=0
+	for name in "${components[@]}"; do
+		if p=$(pid "$name"); then
+			echo "$name: running (pid $p)"
+		elif [[ $name == nodelet && ${NODELET:-1} == 0 ]]; then
+			echo "$name: not started (NODELET=0)"
+		else
+			echo "$name: stopped"
+			all=3
+		fi
+	done
+	if [[ -f $pki/admin.crt ]] && admin_get /readyz >/dev/null 2>&1; then
+		echo "kube-apiserver: $server ready; admin kubeconfig $(rel "$admin")"
+	else
+		echo "kube-apiserver: $server not ready"
+		all=3
+	fi
+	return $all
+}
+
+case ${1:-} in
+up) up ;;
+down) down "${2:-}" ;;
+status) status ;;
+*)
+	echo "usage: $0 up|down [--purge]|status" >&2
+	exit 2
+	;;
+esac
