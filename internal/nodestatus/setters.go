@@ -43,9 +43,9 @@ func (c *config) setStatus(node *v1.Node, f *Facts) []Event {
 	}
 	evs = append(evs, c.setPressure(node, f)...)
 	evs = append(evs, c.setReady(node, f)...)
-	if c.declaredFeatures != nil {
-		node.Status.DeclaredFeatures = c.declaredFeatures
-	}
+	// Always set: a kubelet this nodelet replaced may have declared
+	// features nodelet does not implement.
+	node.Status.DeclaredFeatures = c.declaredFeatures
 	return evs
 }
 

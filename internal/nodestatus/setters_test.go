@@ -360,3 +360,21 @@ func TestStatusChangedIgnoresHeartbeatAndOrder(t *testing.T) {
 		t.Error("a message change is not a change")
 	}
 }
+
+// Features a kubelet declared before nodelet replaced it are not
+// nodelet's: they go.
+func TestDeclaredFeaturesReplaced(t *testing.T) {
+	c := testConfig(t, testOptions())
+	node, _ := c.initialNode(testFacts(t0))
+	node.Status.DeclaredFeatures = []string{"InPlacePodResize"}
+	next, changed, _ := c.updateNode(node, testFacts(t0.Add(10*time.Second)))
+	if !changed || next.Status.DeclaredFeatures != nil {
+		t.Errorf("changed %v, declared %v", changed, next.Status.DeclaredFeatures)
+	}
+	o := testOptions()
+	o.DeclaredFeatures = []string{"RestartAllContainers"}
+	next, _, _ = testConfig(t, o).updateNode(node, testFacts(t0.Add(10*time.Second)))
+	if strings.Join(next.Status.DeclaredFeatures, ",") != "RestartAllContainers" {
+		t.Errorf("declared %v", next.Status.DeclaredFeatures)
+	}
+}
