@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
 const defaultRootDir = "/var/lib/nodelet"
@@ -251,6 +252,11 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary string
 		cfg.HostResolvConf, _ = readSmallFile(cfg.ResolvConf)
 	}
 	cfg.HostHosts, _ = readSmallFile("/etc/hosts")
+	if cfg.Kubeconfig != "" {
+		// What the Node reports of the machine; a part that cannot be
+		// read is left empty, as the kubelet leaves it.
+		cfg.Host, _ = nodestatus.ReadHostInfo(os.DirFS("/"))
+	}
 	return nil
 }
 

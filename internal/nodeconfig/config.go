@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/server"
 )
@@ -111,6 +112,9 @@ type Config struct {
 	// ClusterConfig are cluster mode's settings: Kubeconfig set joins an
 	// API server.
 	ClusterConfig
+	// Host are the machine's identity facts the Node reports (machine
+	// ID, boot ID, kernel, OS image), read by cmd/nodelet.
+	Host nodestatus.HostInfo
 
 	// Managed holds the settings of the managed runtime.
 	Managed ManagedConfig
