@@ -184,7 +184,9 @@ func TestClusterJoin(t *testing.T) {
 			t.Errorf("label %s = %q, want %q", k, node.Labels[k], v)
 		}
 	}
-	if !slices.ContainsFunc(node.Spec.Taints, func(tt v1.Taint) bool { return tt.Key == "example.com/dedicated" && tt.Effect == v1.TaintEffectNoSchedule }) {
+	if !slices.ContainsFunc(node.Spec.Taints, func(tt v1.Taint) bool {
+		return tt.Key == "example.com/dedicated" && tt.Effect == v1.TaintEffectNoSchedule
+	}) {
 		t.Errorf("taints %v lack the registered one", node.Spec.Taints)
 	}
 	if rv := node.Status.NodeInfo.ContainerRuntimeVersion; !strings.HasPrefix(rv, "containerd://") {
