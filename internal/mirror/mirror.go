@@ -53,6 +53,10 @@ type Deps struct {
 type Manager struct {
 	deps Deps
 	wake chan struct{}
+	// refused are the static pods (by namespace/name) whose mirror pod the
+	// API server refused, and the hash refused: not asked again until the
+	// static pod changes.
+	refused map[string]string
 }
 
 // New returns a Manager; Run starts it.
@@ -63,7 +67,7 @@ func New(deps Deps) *Manager {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Manager{deps: deps, wake: make(chan struct{}, 1)}
+	return &Manager{deps: deps, wake: make(chan struct{}, 1), refused: map[string]string{}}
 }
 
 // Poke asks for a pass at once: the static pods or the API's pods changed.
@@ -129,8 +133,16 @@ func (m *Manager) Reconcile(ctx context.Context) {
 			}
 			continue // created once the old one is gone
 		}
+		if m.refused[key] == Hash(static) {
+			continue
+		}
 		if err := m.create(ctx, static); err != nil {
 			log.Warn("mirror pod: create failed, retried", "err", err)
+		}
+	}
+	for key := range m.refused {
+		if !wanted[key] {
+			delete(m.refused, key)
 		}
 	}
 	for key, p := range mirrors {
@@ -158,7 +170,10 @@ func Pod(static *v1.Pod, nodeName string, nodeUID types.UID) *v1.Pod {
 	p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.ManagedFields = nil, nil, nil
 	p.Annotations[podspec.AnnotationConfigMirror] = Hash(static)
 	delete(p.Annotations, podspec.AnnotationConfigFile) // a path on this node: nothing for the API
-	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nodeName, UID: nodeUID}}
+	// NodeRestriction admits a node's pod only as the mirror pod of a
+	// static pod, with the Node as its controller.
+	controller := true
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nodeName, UID: nodeUID, Controller: &controller}}
 	p.Spec.NodeName = nodeName
 	return p
 }
@@ -178,6 +193,7 @@ func (m *Manager) create(ctx context.Context, static *v1.Pod) error {
 			// NodeRestriction refuses mirror pods that use API objects
 			// (secrets, service accounts, ...); nothing to retry for.
 			m.deps.Log.Warn("mirror pod refused by the API server; the static pod runs without one", "pod", p.Namespace+"/"+p.Name, "err", err)
+			m.refused[p.Namespace+"/"+p.Name] = Hash(static)
 			return nil
 		}
 		return err

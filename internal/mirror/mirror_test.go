@@ -154,12 +154,20 @@ func TestMirrorLifecycle(t *testing.T) {
 // secret) is not retried in a loop of errors: the static pod runs anyway.
 func TestMirrorRefused(t *testing.T) {
 	m, client := newManager(t, static("etcd", "hash-1"))
+	creates := 0
 	client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtimeObject, error) {
+		creates++
 		return true, nil, forbidden()
 	})
 	m.Reconcile(context.Background())
-	if got := mirrors(t, client); len(got) != 0 {
-		t.Fatalf("mirror pods = %+v", got)
+	m.Reconcile(context.Background())
+	if got := mirrors(t, client); len(got) != 0 || creates != 1 {
+		t.Fatalf("mirror pods = %+v after %d creates, want none after 1", got, creates)
+	}
+	m.deps.Sources = statics{static("etcd", "hash-2")} // changed: asked again
+	m.Reconcile(context.Background())
+	if creates != 2 {
+		t.Errorf("%d creates after the static pod changed, want 2", creates)
 	}
 }
 
