@@ -25,7 +25,8 @@ import (
 	"github.com/nodelet/nodelet/internal/podspec"
 )
 
-// Period is how often mirror pods are reconciled besides when poked.
+// Period is how often mirror pods are reconciled (the kubelet does it at
+// each pod sync, once a minute at least).
 const Period = 10 * time.Second
 
 // StaticPods are the static pods the sources want.
@@ -52,7 +53,6 @@ type Deps struct {
 // Manager keeps mirror pods in step with static pods.
 type Manager struct {
 	deps Deps
-	wake chan struct{}
 	// refused are the static pods (by namespace/name) whose mirror pod the
 	// API server refused, and the hash refused: not asked again until the
 	// static pod changes.
@@ -67,18 +67,10 @@ func New(deps Deps) *Manager {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Manager{deps: deps, wake: make(chan struct{}, 1), refused: map[string]string{}}
+	return &Manager{deps: deps, refused: map[string]string{}}
 }
 
-// Poke asks for a pass at once: the static pods or the API's pods changed.
-func (m *Manager) Poke() {
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Run reconciles mirror pods when poked and every Period until ctx ends.
+// Run reconciles mirror pods every Period until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	t := m.deps.Clock.NewTicker(Period)
 	defer t.Stop()
@@ -87,7 +79,6 @@ func (m *Manager) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.wake:
 		case <-t.C():
 		}
 	}

@@ -80,7 +80,6 @@ type entry struct {
 // Syncer sends pod statuses to the API server.
 type Syncer struct {
 	deps Deps
-	wake chan struct{}
 
 	mu   sync.Mutex
 	pods map[types.UID]*entry
@@ -94,7 +93,7 @@ func New(deps Deps) *Syncer {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Syncer{deps: deps, wake: make(chan struct{}, 1), pods: map[types.UID]*entry{}}
+	return &Syncer{deps: deps, pods: map[types.UID]*entry{}}
 }
 
 // take records the statuses that changed, marked dirty.
@@ -104,15 +103,6 @@ func (s *Syncer) take() {
 	defer s.mu.Unlock()
 	for _, c := range changed {
 		s.pods[c.Pod.UID] = &entry{pod: c.Pod, status: c.Status, dirty: true}
-	}
-}
-
-// Poke asks for a pass over the dirty pods at once (a pod's API object
-// changed: it may be deletable now).
-func (s *Syncer) Poke() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -127,7 +117,6 @@ func (s *Syncer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.deps.Statuses.Changed():
-		case <-s.wake:
 		case <-t.C():
 			all = true
 		}
