@@ -118,11 +118,12 @@ func (m *Manager) Reconcile(ctx context.Context) {
 			continue
 		}
 		if existing != nil {
-			if existing.DeletionTimestamp == nil {
-				log.Info("mirror pod outdated; replacing it")
-				m.delete(ctx, existing)
-			}
-			continue // created once the old one is gone
+			// Outdated, or being deleted (a user deleted it: the API
+			// server waits for the node): gone at once, as the kubelet
+			// deletes mirror pods, then created anew.
+			log.Info("mirror pod outdated or deleted; replacing it")
+			m.delete(ctx, existing)
+			continue // created once the informer shows it gone
 		}
 		if m.refused[key] == Hash(static) {
 			continue
@@ -137,7 +138,7 @@ func (m *Manager) Reconcile(ctx context.Context) {
 		}
 	}
 	for key, p := range mirrors {
-		if !wanted[key] && p.DeletionTimestamp == nil {
+		if !wanted[key] {
 			m.deps.Log.Info("mirror pod without a static pod; deleting it", "pod", key)
 			m.delete(ctx, p)
 		}
@@ -193,9 +194,12 @@ func (m *Manager) create(ctx context.Context, static *v1.Pod) error {
 	return nil
 }
 
+// delete deletes a mirror pod at once (grace 0: nothing runs of it; its
+// static pod's containers are the node's business), if it still has uid.
 func (m *Manager) delete(ctx context.Context, p *v1.Pod) {
-	uid := p.UID
-	err := m.deps.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	uid, zero := p.UID, int64(0)
+	err := m.deps.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		m.deps.Log.Warn("mirror pod: delete failed, retried", "pod", p.Namespace+"/"+p.Name, "err", err)
 	}
