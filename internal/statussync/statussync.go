@@ -58,6 +58,7 @@ type Workers interface {
 type Statuses interface {
 	Changed() <-chan struct{}
 	TakeChanged() []statusmanager.Entry
+	Get(uid types.UID) (v1.PodStatus, bool)
 }
 
 // Deps are what the Syncer uses.
@@ -157,6 +158,12 @@ func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
 	e.dirty = false
 	s.mu.Unlock()
 
+	if _, kept := s.deps.Statuses.Get(uid); !kept && podspec.IsStatic(pod) {
+		// A static pod no source wants any more, whose status
+		// housekeeping dropped: its mirror pod goes with it (mirror).
+		s.forget(uid, e)
+		return
+	}
 	api, gone := s.apiPod(pod)
 	if gone {
 		// The API object is gone (deleted, or the pod replaced by one
@@ -238,18 +245,6 @@ func (s *Syncer) forget(uid types.UID, e *entry) {
 	defer s.mu.Unlock()
 	if s.pods[uid] == e {
 		delete(s.pods, uid)
-	}
-}
-
-// Forget drops what the syncer holds for pods keep does not keep (static
-// pods no longer wanted; API pods are dropped when their object goes).
-func (s *Syncer) Forget(keep func(types.UID) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for uid, e := range s.pods {
-		if podspec.IsStatic(e.pod) && !keep(uid) {
-			delete(s.pods, uid)
-		}
 	}
 }
 
