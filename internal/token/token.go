@@ -21,6 +21,7 @@ package token
 import (
 	"context"
 	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -45,7 +46,7 @@ const refreshPercent = 80
 // concurrent use; it starts nothing.
 type Manager struct {
 	client corev1client.ServiceAccountsGetter
-	clock  clock.PassiveClock
+	clock  clock.Clock
 	log    *slog.Logger
 
 	mu    sync.Mutex
@@ -68,7 +69,7 @@ type entry struct {
 }
 
 // New returns a Manager asking client (a clientset's CoreV1()) for tokens.
-func New(client corev1client.ServiceAccountsGetter, clk clock.PassiveClock, log *slog.Logger) *Manager {
+func New(client corev1client.ServiceAccountsGetter, clk clock.Clock, log *slog.Logger) *Manager {
 	return &Manager{client: client, clock: clk, log: log, cache: map[key]entry{}}
 }
 
@@ -91,6 +92,21 @@ func (m *Manager) Token(ctx context.Context, pod *v1.Pod, audience string, expir
 	}
 
 	fresh, err := m.request(ctx, k)
+	// The Node authorizer learns that a pod is bound to this node a
+	// moment after the node does: a first token for a pod just bound can
+	// be refused ("pod scheduled on a different node") for that moment.
+	// Asked again shortly, as the kubelet's volume manager retries within
+	// the same sync, rather than failing the pod's sync for a back-off.
+	delay := forbiddenRetryDelay
+	for attempt := 0; err != nil && !ok && apierrors.IsForbidden(err) && attempt < forbiddenRetries; attempt++ {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-m.clock.After(delay):
+		}
+		delay *= 2
+		fresh, err = m.request(ctx, k)
+	}
 	if err != nil {
 		switch {
 		case !ok:
@@ -110,6 +126,13 @@ func (m *Manager) Token(ctx context.Context, pod *v1.Pod, audience string, expir
 	m.mu.Unlock()
 	return fresh.token, nil
 }
+
+// A first token refused as Forbidden is asked again forbiddenRetries
+// times, forbiddenRetryDelay apart at first, doubling (3.1 s in all).
+const (
+	forbiddenRetries    = 5
+	forbiddenRetryDelay = 100 * time.Millisecond
+)
 
 // Forget drops every token bound to the pod.
 func (m *Manager) Forget(podUID types.UID) {

@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"context"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -202,5 +205,59 @@ func TestForgetAndExpiry(t *testing.T) {
 	token(t, m, pod("c"), "", 3600)
 	if m.Cached() != 2 {
 		t.Errorf("cached %d, want 2 (b's expired token dropped)", m.Cached())
+	}
+}
+
+// A first token refused as Forbidden (the Node authorizer has not seen
+// the pod's binding yet) is asked again shortly within the same call;
+// a refusal that lasts is an error after a bounded wait.
+func TestForbiddenRetriedShortly(t *testing.T) {
+	m, is := newManager(t)
+	clk := is.clock
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts"}, "builder",
+		errors.New("node requested token bound to a pod scheduled on a different node"))
+	is.mu.Lock()
+	is.fail = forbidden
+	is.mu.Unlock()
+	type result struct {
+		tok string
+		err error
+	}
+	call := func(uid string) chan result {
+		done := make(chan result, 1)
+		go func() {
+			tok, err := m.Token(context.Background(), pod(uid), "", 3600)
+			done <- result{tok, err}
+		}()
+		return done
+	}
+	done := call("a")
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(100 * time.Millisecond) // first retry: still refused
+	for !clk.HasWaiters() {
+		time.Sleep(time.Millisecond)
+	}
+	is.mu.Lock()
+	is.fail = nil
+	is.mu.Unlock()
+	clk.Step(200 * time.Millisecond)
+	if r := <-done; r.err != nil || r.tok == "" {
+		t.Fatalf("Token after the binding became known: %q %v", r.tok, r.err)
+	}
+
+	is.mu.Lock()
+	is.fail = forbidden
+	is.mu.Unlock()
+	done = call("b")
+	for i := 0; i < forbiddenRetries; i++ {
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		clk.Step(2 * time.Second)
+	}
+	if r := <-done; r.err == nil || !apierrors.IsForbidden(r.err) {
+		t.Fatalf("a lasting refusal: %q %v, want the Forbidden error", r.tok, r.err)
 	}
 }
