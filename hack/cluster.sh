@@ -288,7 +288,7 @@ users:
   user:
 EOF
 		if [[ $3 == --token ]]; then
-			echo "    token: $4"
+			echo "    token: \"$4\""
 		else
 			echo "    client-certificate-data: $(b64 "$pki/$3.crt")"
 			echo "    client-key-data: $(b64 "$pki/$3.key")"
@@ -340,8 +340,9 @@ metadata:
 type: bootstrap.kubernetes.io/token
 stringData:
   description: nodelet's bootstrap token, made by hack/cluster.sh
-  token-id: $token_id
-  token-secret: ${token#*.}
+  # quoted: hex digits alone, or around an e, would be a YAML number
+  token-id: "$token_id"
+  token-secret: "${token#*.}"
   usage-bootstrap-authentication: "true"
   usage-bootstrap-signing: "true"
   auth-extra-groups: system:bootstrappers:nodelet
