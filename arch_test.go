@@ -412,8 +412,9 @@ func f(mountPath string) {
 
 // agentLineBudget bounds the composition root's production code: it
 // constructs, connects, starts and stops; logic that grows there belongs
-// in a package with its own tests (rule 13).
-const agentLineBudget = 400
+// in a package with its own tests (rule 13). Cluster mode's wiring (the
+// API connection and eight more parts) raised it from 400.
+const agentLineBudget = 550
 
 func TestAgentOnlyWires(t *testing.T) {
 	files, err := filepath.Glob("internal/agent/*.go")

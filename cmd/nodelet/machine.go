@@ -13,21 +13,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// evictionHardMemory is what the kubelet's default hard eviction threshold
-// (memory.available<100Mi) takes from allocatable memory.
-const evictionHardMemory = 100 << 20
-
-// allocatable is the node's capacity less the eviction threshold, as the
-// kubelet computes it with no reservations configured.
-// It also returns the memory capacity in bytes.
-func allocatable() (v1.ResourceList, int64, error) {
+// machineCapacity is the node's CPUs and memory, and the memory in bytes.
+func machineCapacity() (v1.ResourceList, int64, error) {
 	mem, err := memTotal()
 	if err != nil {
 		return nil, 0, err
 	}
 	return v1.ResourceList{
 		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
-		v1.ResourceMemory: *resource.NewQuantity(mem-evictionHardMemory, resource.BinarySI),
+		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI),
 	}, mem, nil
 }
 

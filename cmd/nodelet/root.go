@@ -9,47 +9,61 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
 const defaultRootDir = "/var/lib/nodelet"
 
+// rootOptions are the settings of `nodelet`: the configuration the flags
+// are bound to, and the flags that are parsed before they go into it.
+type rootOptions struct {
+	cfg              nodeconfig.Config
+	configFile       string
+	hostnameOverride string
+	verbosity        int
+	pauseBinary      string
+	urlHeaders       []string
+	logMaxSize       string
+	nodeLabels       string
+	taints           string
+	systemReserved   string
+	kubeReserved     string
+	evictionHard     string
+}
+
 // newRootCommand is `nodelet`: run the node agent in the foreground.
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
-	cfg := nodeconfig.DefaultConfig(defaultRootDir)
-	var (
-		hostnameOverride string
-		verbosity        int
-		pauseBinary      string
-		urlHeaders       []string
-		logMaxSize       string
-	)
+	cmd, _ := newRoot(stdout, stderr)
+	return cmd
+}
+
+// newRoot is newRootCommand, with the options its flags fill in.
+func newRoot(stdout, stderr io.Writer) (*cobra.Command, *rootOptions) {
+	o := &rootOptions{cfg: nodeconfig.DefaultConfig(defaultRootDir)}
 	cmd := &cobra.Command{
 		Use:   "nodelet",
 		Short: "Run Kubernetes pods on this machine the way the kubelet does",
 		Long: `nodelet runs the pods of a manifest directory on this machine through a CRI
 runtime. Without --container-runtime-endpoint it runs its own containerd and
-a local image registry under --root-dir.`,
+a local image registry under --root-dir. With --kubeconfig it joins a
+Kubernetes cluster as a node. --config reads a KubeletConfiguration file;
+flags given on the command line override it.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log := newLogger(stderr, verbosity)
-			if err := completeConfig(&cfg, hostnameOverride, pauseBinary); err != nil {
+			log := newLogger(stderr, o.verbosity)
+			cfg, err := o.config(cmd.Flags(), log)
+			if err != nil {
 				return err
-			}
-			var err error
-			if cfg.ManifestURLHeader, err = parseHeaders(urlHeaders); err != nil {
-				return err
-			}
-			if cfg.ContainerLogMaxSize, err = parseSize(logMaxSize); err != nil {
-				return fmt.Errorf("--container-log-max-size: %w", err)
 			}
 			a, err := agent.New(cfg, agent.Deps{Clock: clock.RealClock{}, Log: log})
 			if err != nil {
@@ -60,15 +74,17 @@ a local image registry under --root-dir.`,
 	}
 	cmd.SetOut(stdout)
 	cmd.SetErr(stderr)
+	cfg := &o.cfg
 	cmd.PersistentFlags().StringVar(&cfg.RootDir, "root-dir", cfg.RootDir, "Directory for nodelet's state: pod volumes, the managed runtime, images")
 	f := cmd.Flags()
+	f.StringVar(&o.configFile, "config", "", "KubeletConfiguration file (kubelet.config.k8s.io/v1beta1); flags given on the command line override it")
 	f.StringVar(&cfg.PodManifestPath, "pod-manifest-path", "", "Directory (or file) of static pod manifests to run")
 	f.StringVar(&cfg.RuntimeEndpoint, "container-runtime-endpoint", "", "CRI endpoint, e.g. unix:///run/containerd/containerd.sock; empty runs a managed containerd under --root-dir")
-	f.StringVar(&hostnameOverride, "hostname-override", "", "Node name to use instead of the hostname")
+	f.StringVar(&o.hostnameOverride, "hostname-override", "", "Node name to use instead of the hostname")
 	f.DurationVar(&cfg.FileCheckFrequency, "file-check-frequency", cfg.FileCheckFrequency, "How often the manifest path is re-read")
 	f.DurationVar(&cfg.SyncFrequency, "sync-frequency", cfg.SyncFrequency, "How often every pod is synced with the runtime")
 	f.StringVar(&cfg.ManifestURL, "manifest-url", "", "URL of pod manifests to run, polled every --http-check-frequency")
-	f.StringArrayVar(&urlHeaders, "manifest-url-header", nil, "HTTP headers for --manifest-url, as 'key:value,key2:value2' (repeatable)")
+	f.StringArrayVar(&o.urlHeaders, "manifest-url-header", nil, "HTTP headers for --manifest-url, as 'key:value,key2:value2' (repeatable)")
 	f.DurationVar(&cfg.HTTPCheckFrequency, "http-check-frequency", cfg.HTTPCheckFrequency, "How often --manifest-url is polled")
 	f.IntVar(&cfg.MaxPods, "max-pods", cfg.MaxPods, "Number of pods this node admits")
 	f.IntVar(&cfg.MaxParallelSandboxes, "max-parallel-sandboxes", 2*runtime.NumCPU(),
@@ -89,21 +105,114 @@ a local image registry under --root-dir.`,
 	f.IntVar(&cfg.ReadOnlyPort, "read-only-port", cfg.ReadOnlyPort, "Port serving /healthz and /metrics without authentication (0 disables it)")
 	f.StringVar(&cfg.NodeIP, "node-ip", "", "IP reported as the pods' hostIP (default: the first non-loopback address)")
 	f.IntVar(&cfg.MaxPerPodContainer, "maximum-dead-containers-per-container", cfg.MaxPerPodContainer, "Dead instances kept per container")
-	f.StringVar(&logMaxSize, "container-log-max-size", "10Mi", "Size at which a container log is rotated")
+	f.StringVar(&o.logMaxSize, "container-log-max-size", "10Mi", "Size at which a container log is rotated")
 	f.IntVar(&cfg.ContainerLogMaxFiles, "container-log-max-files", cfg.ContainerLogMaxFiles, "Log files kept per container, the current one included")
-	f.DurationVar(&cfg.ContainerLogMonitorInterval, "container-log-monitor-interval", 10*time.Second, "How often container logs are checked for rotation")
+	f.DurationVar(&cfg.ContainerLogMonitorInterval, "container-log-monitor-interval", cfg.ContainerLogMonitorInterval, "How often container logs are checked for rotation")
 	f.StringVar(&cfg.PodLogsDir, "pod-logs-dir", cfg.PodLogsDir, "Directory of container logs (CRI layout)")
+	f.StringVar(&cfg.ResolvConf, "resolv-conf", cfg.ResolvConf, "Resolver configuration the pods' DNS configuration starts from (empty: none)")
+	f.StringVar(&cfg.ClusterDomain, "cluster-domain", "", "The cluster's DNS domain, searched by pods with dnsPolicy ClusterFirst")
+	f.StringSliceVar(&cfg.ClusterDNS, "cluster-dns", nil, "IP addresses of the cluster's DNS servers, for pods with dnsPolicy ClusterFirst (comma-separated)")
+	f.StringVar(&o.systemReserved, "system-reserved", "", "Resources kept from pods for the system, e.g. cpu=200m,memory=500Mi,ephemeral-storage=1Gi")
+	f.StringVar(&o.kubeReserved, "kube-reserved", "", "Resources kept from pods for nodelet and the runtime, as --system-reserved")
+	f.StringVar(&o.evictionHard, "eviction-hard", "", "Hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10% (default: the kubelet's)")
 	f.StringVar(&cfg.Managed.Containerd.PodCIDR, "pod-cidr", cfg.Managed.Containerd.PodCIDR, "Pod IP range of the managed runtime's bridge network")
 	f.StringVar(&cfg.Managed.Containerd.BridgeName, "cni-bridge-name", cfg.Managed.Containerd.BridgeName, "Linux bridge of the managed runtime's network")
 	f.StringVar(&cfg.Managed.RegistryAddress, "image-registry-address", cfg.Managed.RegistryAddress, "Loopback address of the managed image registry (port 0 picks a free one)")
-	f.StringVar(&pauseBinary, "pause-binary", "", "Program the pause image is built from (default: 'pause' next to the nodelet binary, then PATH)")
+	f.StringVar(&o.pauseBinary, "pause-binary", "", "Program the pause image is built from (default: 'pause' next to the nodelet binary, then PATH)")
 	f.StringVar(&cfg.Managed.Images.BusyboxBinary, "busybox-binary", cfg.Managed.Images.BusyboxBinary, "Static busybox the busybox image is built from")
-	f.IntVarP(&verbosity, "v", "v", 0, "Log verbosity: 0 info, 1 and more debug")
+	f.IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 info, 1 and more debug")
 	_ = f.MarkHidden("pod-logs-dir")
+	addClusterFlags(f, o)
 
 	cmd.AddCommand(newImagesCommand(&cfg.RootDir), newVersionCommand(stdout))
 	cmd.AddCommand(newClientCommands(&cfg.RootDir)...)
-	return cmd
+	return cmd, o
+}
+
+// addClusterFlags are cluster mode's flags, by the kubelet's names.
+func addClusterFlags(f *pflag.FlagSet, o *rootOptions) {
+	cl := &o.cfg.ClusterConfig
+	f.StringVar(&cl.Kubeconfig, "kubeconfig", "", "Kubeconfig of the node's API credentials: joins the cluster as a node (with --bootstrap-kubeconfig, nodelet writes it)")
+	f.StringVar(&cl.BootstrapKubeconfig, "bootstrap-kubeconfig", "", "Kubeconfig whose credentials request the node's client certificate (TLS bootstrapping) when --kubeconfig has no usable one")
+	f.StringVar(&cl.CertDir, "cert-dir", "", "Directory of the node's client and serving certificates (default: --root-dir/pki)")
+	f.BoolVar(&cl.RotateCertificates, "rotate-certificates", false, "Request a new client certificate from the API server before the current one expires")
+	f.StringVar(&o.nodeLabels, "node-labels", "", "Labels the node registers with, key=value,... (in kubernetes.io and k8s.io only those a node may set on itself)")
+	f.BoolVar(&cl.RegisterNode, "register-node", cl.RegisterNode, "Register the Node object with the API server")
+	f.StringVar(&o.taints, "register-with-taints", "", "Taints the node registers with, key=value:Effect,... (NoSchedule, PreferNoSchedule, NoExecute)")
+	f.Int32Var(&cl.KubeAPIQPS, "kube-api-qps", cl.KubeAPIQPS, "Requests per second to the API server")
+	f.Int32Var(&cl.KubeAPIBurst, "kube-api-burst", cl.KubeAPIBurst, "Requests to the API server allowed in a burst")
+	f.StringVar(&cl.KubeAPIContentType, "kube-api-content-type", cl.KubeAPIContentType, "Content type of requests to the API server")
+	f.DurationVar(&cl.NodeStatusUpdateFrequency, "node-status-update-frequency", cl.NodeStatusUpdateFrequency, "How often the node's status is computed (and posted when it changed)")
+	f.BoolVar(&cl.AuthenticationTokenWebhook, "authentication-token-webhook", false, "Authenticate bearer tokens on the secure port with TokenReviews")
+	f.DurationVar(&cl.AuthenticationTokenWebhookCacheTTL, "authentication-token-webhook-cache-ttl", cl.AuthenticationTokenWebhookCacheTTL, "How long TokenReview answers are cached")
+}
+
+// config is the configuration the agent runs with: the defaults, then
+// --config's file, then the flags given on the command line (which win,
+// as the kubelet's do), then what comes from the machine.
+func (o *rootOptions) config(flags *pflag.FlagSet, log *slog.Logger) (nodeconfig.Config, error) {
+	if o.configFile != "" {
+		if err := applyConfigFile(flags, &o.cfg, o.configFile, log); err != nil {
+			return nodeconfig.Config{}, err
+		}
+	}
+	if err := o.parseFlags(flags); err != nil {
+		return nodeconfig.Config{}, err
+	}
+	cfg := o.cfg
+	if err := completeConfig(&cfg, o.hostnameOverride, o.pauseBinary); err != nil {
+		return nodeconfig.Config{}, err
+	}
+	return cfg, nil
+}
+
+// parseFlags reads the flags given on the command line whose values need
+// parsing into the configuration (only those given: the others leave the
+// defaults or --config's values).
+func (o *rootOptions) parseFlags(flags *pflag.FlagSet) error {
+	cfg := &o.cfg
+	var err error
+	if flags.Changed("manifest-url-header") {
+		if cfg.ManifestURLHeader, err = parseHeaders(o.urlHeaders); err != nil {
+			return err
+		}
+	}
+	if flags.Changed("container-log-max-size") {
+		if cfg.ContainerLogMaxSize, err = parseSize(o.logMaxSize); err != nil {
+			return fmt.Errorf("--container-log-max-size: %w", err)
+		}
+	}
+	if flags.Changed("node-labels") {
+		if cfg.NodeLabels, err = nodeconfig.ParseMap("node-labels", o.nodeLabels, "="); err != nil {
+			return err
+		}
+	}
+	if flags.Changed("register-with-taints") {
+		if cfg.RegisterWithTaints, err = nodeconfig.ParseTaints(o.taints); err != nil {
+			return err
+		}
+	}
+	for _, r := range []struct {
+		flag, value string
+		dst         *v1.ResourceList
+	}{{"system-reserved", o.systemReserved, &cfg.SystemReserved}, {"kube-reserved", o.kubeReserved, &cfg.KubeReserved}} {
+		if !flags.Changed(r.flag) {
+			continue
+		}
+		m, err := nodeconfig.ParseMap(r.flag, r.value, "=")
+		if err != nil {
+			return err
+		}
+		if *r.dst, err = nodeconfig.ParseReserved("--"+r.flag, m); err != nil {
+			return err
+		}
+	}
+	if flags.Changed("eviction-hard") {
+		if cfg.EvictionHard, err = nodeconfig.ParseMap("eviction-hard", o.evictionHard, "<"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // completeConfig fills in what comes from the machine: the node name,
@@ -127,14 +236,27 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary string
 	if cfg.NodeIP == "" {
 		cfg.NodeIP = nodeIP()
 	}
-	alloc, capacity, err := allocatable()
+	if cfg.CertDir == "" {
+		cfg.CertDir = cfg.CertDirectory()
+	}
+	capacity, mem, err := machineCapacity()
 	if err != nil {
 		return err
 	}
-	cfg.Allocatable, cfg.MemoryCapacity = alloc, capacity
+	cfg.Capacity, cfg.MemoryCapacity = capacity, mem
+	if cfg.Allocatable, err = nodeconfig.Allocatable(capacity, cfg.SystemReserved, cfg.KubeReserved, cfg.EvictionHard); err != nil {
+		return err
+	}
 	// Missing files: the runtime's defaults, as the kubelet.
-	cfg.HostResolvConf, _ = readSmallFile("/etc/resolv.conf")
+	if cfg.ResolvConf != "" {
+		cfg.HostResolvConf, _ = readSmallFile(cfg.ResolvConf)
+	}
 	cfg.HostHosts, _ = readSmallFile("/etc/hosts")
+	if cfg.Kubeconfig != "" {
+		// What the Node reports of the machine; a part that cannot be
+		// read is left empty, as the kubelet leaves it.
+		cfg.Host, _ = nodestatus.ReadHostInfo(os.DirFS("/"))
+	}
 	return nil
 }
 

@@ -7,6 +7,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"sync"
 
 	"k8s.io/utils/clock"
 
@@ -63,7 +64,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer rt.Close()
-	a.wire(rt).run(ctx)
+	var api *apiServer
+	if a.cfg.Kubeconfig != "" {
+		if api, err = a.connect(ctx); err != nil {
+			return err
+		}
+	}
+	p, err := a.wire(rt, api)
+	if err != nil {
+		return err
+	}
+	var fatalErr error
+	var once sync.Once
+	p.run(ctx, func(err error) { once.Do(func() { fatalErr = err; cancel() }) })
+	if fatalErr != nil {
+		return fatalErr
+	}
 	a.deps.Log.Info("stopped; pods keep running")
 	return nil
 }

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/admission"
+	"github.com/nodelet/nodelet/internal/certs"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/events"
@@ -19,7 +21,9 @@ import (
 	"github.com/nodelet/nodelet/internal/housekeeping"
 	"github.com/nodelet/nodelet/internal/logs"
 	"github.com/nodelet/nodelet/internal/metrics"
+	"github.com/nodelet/nodelet/internal/mirror"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/objects"
 	"github.com/nodelet/nodelet/internal/pleg"
 	"github.com/nodelet/nodelet/internal/podconfig"
@@ -33,7 +37,9 @@ import (
 	"github.com/nodelet/nodelet/internal/server"
 	"github.com/nodelet/nodelet/internal/stats"
 	"github.com/nodelet/nodelet/internal/statusmanager"
+	"github.com/nodelet/nodelet/internal/statussync"
 	"github.com/nodelet/nodelet/internal/syncloop"
+	"github.com/nodelet/nodelet/internal/token"
 	"github.com/nodelet/nodelet/internal/volume"
 )
 
@@ -59,12 +65,20 @@ type pipeline struct {
 	health []server.HealthCheck
 	api    server.Deps
 	status *statusmanager.Manager
+	// cluster is cluster mode's parts; nil standalone.
+	cluster *clusterParts
 }
 
-// wire constructs every part over rt and connects them. It starts nothing.
-func (a *Agent) wire(rt *cri.Client) *pipeline {
+// wire constructs every part over rt (and api, the API server in cluster
+// mode; nil standalone) and connects them. It starts nothing.
+func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	cfg, log, clk := a.cfg, a.deps.Log, a.deps.Clock
 	p := &pipeline{a: a, objects: objects.NewStore(), watcher: pleg.EventWatcher{Stream: rt}}
+	var cl *clusterParts
+	if api != nil {
+		cl = &clusterParts{api: api, pods: podsource.NewNodePodInformer(api.kube, cfg.NodeName)}
+		p.cluster = cl
+	}
 	reg, probeReg, resourceReg := prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()
 
 	// 1-2. Sources and their merge; what they refuse is a node event.
@@ -86,6 +100,10 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 			cfg.HTTPCheckFrequency, clk, log, manifestErrors, recorder))
 		names = append(names, podsource.SourceHTTP)
 	}
+	if cl != nil {
+		p.sources = append(p.sources, podsource.NewAPISource(cl.pods, log))
+		names = append(names, podsource.SourceAPI)
+	}
 	p.config = podconfig.New(names, clk, log)
 
 	// Beside the pipeline: probes, status, metrics, stats.
@@ -93,13 +111,24 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 	p.status = statusmanager.New(log, p.prober)
 	m := metrics.New(reg, p.status.Running, metrics.WithClock(clk))
 	rt.SetObserver(m.ObserveRuntimeCall)
-	statsProvider := stats.New(rt, stats.NewHostMachine(), cfg.NodeName, cfg.RootDir, clk, log,
+	machine := stats.NewHostMachine()
+	statsProvider := stats.New(rt, machine, cfg.NodeName, cfg.RootDir, clk, log,
 		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second))
 	resourceReg.MustRegister(statsProvider.ResourceCollector())
 
-	// 4. The per-pod resources, in the order they are prepared.
-	volumes := volume.New(cfg.RootDir, p.objects, envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}, log)
+	// 4. The per-pod resources, in the order they are prepared. Static
+	// pods read the manifest directory's objects, API pods the API's.
+	objs := objects.Router{Static: p.objects}
+	var volumeOpts []volume.Option
+	var services podruntime.Services
 	var hooks []podworker.Hook
+	if cl != nil {
+		cl.watcher = objects.NewWatcher(api.kube, p.objects.Notify, clk, log)
+		cl.services, cl.tokens = objects.NewServices(api.kube), token.New(api.kube.CoreV1(), clk, log)
+		objs.API, services = cl.watcher, cl.services
+		volumeOpts = append(volumeOpts, volume.WithTokens(cl.tokens))
+	}
+	volumes := volume.New(cfg.RootDir, objs, envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}, log, volumeOpts...)
 	var resources []housekeeping.Resource
 	var cgroups podruntime.PodCgroups
 	if cfg.CgroupRoot != "" {
@@ -112,6 +141,9 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 			resources = append(resources, podhooks.Cgroup{Cgroups: cg})
 		}
 	}
+	if cl != nil { // the objects a pod refers to are watched before its volumes are set up
+		hooks = append(hooks, podhooks.Objects{Registry: cl.watcher})
+	}
 	volumeHook := podhooks.Volumes{Volumes: volumes, Recorder: recorder}
 	hooks = append(hooks, volumeHook, podhooks.Probes{Prober: p.prober})
 	resources = append(resources, volumeHook)
@@ -122,7 +154,7 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 		PodsDir: filepath.Join(cfg.RootDir, "pods"), HostResolvConf: cfg.HostResolvConf, HostHosts: cfg.HostHosts,
 		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), NodeMemoryCapacity: cfg.MemoryCapacity,
 		MaxParallelSandboxes: cfg.MaxParallelSandboxes,
-	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Probes: p.prober, Objects: p.objects,
+	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Probes: p.prober, Objects: objs, Services: services,
 		Cgroups: cgroups, Volumes: volumes, PodStartDuration: m.PodStartDuration, PodStartStages: m})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
@@ -133,13 +165,41 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
 
+	// Cluster mode, beside the pipeline: the Node and its lease, pod
+	// statuses to the API, mirror pods of static pods.
+	var node func() *v1.Node
+	if cl != nil {
+		hb, err := api.heartbeatClient(cfg.NodeStatusUpdateFrequency, cfg.NodeLeaseDurationSeconds)
+		if err != nil {
+			return nil, err
+		}
+		cl.node, err = nodestatus.New(api.kube, cfg.NodeStatusOptions(), nodestatus.Deps{HeartbeatClient: hb,
+			Runtime: rt, Machine: machine, PLEGHealthy: p.pleg.Healthy, Events: recorder, Registerer: reg, Clock: clk, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		node = cl.node.Node
+		cl.status = statussync.New(statussync.Deps{Client: api.kube, Statuses: p.status, APIPods: cl.pods.GetStore(),
+			Workers: p.workers, Clock: clk, Log: log})
+		cl.mirrors = mirror.New(mirror.Deps{Client: api.kube, NodeName: cfg.NodeName, Sources: p.config,
+			APIPods: cl.pods.GetStore(), Clock: clk, Log: log})
+		if cfg.ServerTLSBootstrap {
+			cl.serving, err = certs.NewServing(certs.ServingConfig{NodeName: cfg.NodeName, CertDir: cfg.CertDirectory(),
+				Addresses: certs.StaticAddresses(cfg.NodeName, cfg.NodeIP), TLSCertFile: cfg.TLSCertFile,
+				TLSPrivateKeyFile: cfg.TLSPrivateKeyFile}, api.kube, certs.Deps{Clock: clk, Log: log})
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+
 	// 3. Housekeeping and the sync loop.
 	p.hk = housekeeping.New(housekeeping.Deps{Sources: p.config, Workers: p.workers, Runtime: runtime, Statuses: p.status,
 		Resources: resources, Log: log})
 	p.loop = syncloop.New(syncloop.Options{
 		SyncFrequency: cfg.SyncFrequency,
 		Node:          admission.Node{MaxPods: cfg.MaxPods, Allocatable: cfg.Allocatable},
-	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Seen: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Clock: clk, Log: log})
+	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Seen: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Node: node, Clock: clk, Log: log})
 
 	// The kubelet API.
 	p.health = []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
@@ -150,11 +210,12 @@ func (a *Agent) wire(rt *cri.Client) *pipeline {
 		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: resourceReg},
 		Configz: nodeconfig.Configz(cfg), Health: p.health, Log: log, Clock: clk,
 	}
-	return p
+	return p, nil
 }
 
 // run starts every part and returns when ctx ends and they have stopped.
-func (p *pipeline) run(ctx context.Context) {
+// fatal ends the agent with an error that needs a restart.
+func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	var wg sync.WaitGroup
 	goRun := func(f func()) {
 		wg.Add(1)
@@ -173,6 +234,9 @@ func (p *pipeline) run(ctx context.Context) {
 	goRun(func() { p.pleg.RunEvented(ctx, p.watcher, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.hk.PodActive) })
 	goRun(func() { p.prober.Run(ctx) })
+	if p.cluster != nil {
+		p.cluster.run(ctx, goRun, fatal)
+	}
 	p.serve(ctx, goRun)
 	p.loop.Run(ctx, syncloop.Inputs{Config: p.config.Updates(), PLEG: p.pleg.Events(), Pods: p.prober.Updates(), ResyncAll: p.objects.Changed()})
 	wg.Wait()
@@ -193,6 +257,13 @@ func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
 	if cfg.Port > 0 {
 		settings := server.Settings{RootDir: cfg.RootDir, Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)),
 			NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, Auth: cfg.Auth}
+		if c := p.cluster; c != nil {
+			settings.Client, settings.WebhookAuthn = c.api.kube, cfg.AuthenticationTokenWebhook
+			settings.TokenCacheTTL = cfg.AuthenticationTokenWebhookCacheTTL
+			if c.serving != nil {
+				settings.GetCertificate = c.serving.GetCertificate
+			}
+		}
 		scfg, err := settings.Load(clk)
 		var h http.Handler
 		if err == nil {

@@ -14,9 +14,12 @@ import (
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
+	"github.com/nodelet/nodelet/internal/podsource"
 	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/testutil"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 )
 
 // testPipeline is the agent's wiring over the cri-api fakes, with the pod
@@ -32,7 +35,10 @@ func testPipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log))
+	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); p.workers.Run(t.Context()) }()
 	t.Cleanup(func() { <-done })
@@ -114,5 +120,33 @@ func TestRemovedPodStatusIsForgotten(t *testing.T) {
 	p.hk.Housekeep(t.Context(), map[types.UID]*v1.Pod{other.UID: other})
 	if st, ok := p.status.Get(rejected.UID); ok {
 		t.Errorf("removed rejected pod's status kept: phase %s", st.Phase)
+	}
+}
+
+// In cluster mode the API server is a third source into the same merge,
+// and the parts that talk to it are wired; standalone has none of them.
+func TestWireClusterMode(t *testing.T) {
+	rs, is := critest.NewFakeRuntimeService(), critest.NewFakeImageService()
+	log := slog.New(slog.DiscardHandler)
+	cfg := nodeconfig.DefaultConfig(t.TempDir())
+	cfg.NodeName, cfg.CgroupRoot, cfg.PodLogsDir, cfg.Kubeconfig = "node1", "", t.TempDir(), "/unused"
+	a, err := New(cfg, Deps{Clock: testingclock.NewFakeClock(time.Unix(1_700_000_000, 0)), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &apiServer{kube: fake.NewClientset(), rest: &rest.Config{Host: "https://127.0.0.1:6443"}}
+	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), api)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := p.cluster
+	if c == nil || c.pods == nil || c.watcher == nil || c.services == nil || c.node == nil || c.status == nil || c.mirrors == nil {
+		t.Fatalf("cluster parts not wired: %+v", c)
+	}
+	if c.serving != nil {
+		t.Error("a serving certificate manager without serverTLSBootstrap")
+	}
+	if _, ok := p.sources[len(p.sources)-1].(*podsource.APISource); !ok {
+		t.Errorf("the API source is not among the sources: %T", p.sources)
 	}
 }

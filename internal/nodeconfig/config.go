@@ -7,6 +7,7 @@ package nodeconfig
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/server"
 )
@@ -85,8 +87,90 @@ type Config struct {
 	// rotation (10s).
 	ContainerLogMonitorInterval time.Duration
 
+	// ResolvConf is the host's resolver configuration file, the base of
+	// pods' DNS (--resolv-conf, resolvConf); cmd/nodelet reads it into
+	// HostResolvConf. Empty: none.
+	ResolvConf string
+	// ClusterDomain and ClusterDNS are the cluster's DNS domain and
+	// servers, for pods with dnsPolicy ClusterFirst (--cluster-domain,
+	// --cluster-dns).
+	ClusterDomain string
+	ClusterDNS    []string
+
+	// Capacity is the node's CPU and memory, read from the machine.
+	// Allocatable is Capacity less SystemReserved, KubeReserved and what
+	// the hard eviction thresholds keep (see Allocatable).
+	Capacity v1.ResourceList
+	// SystemReserved and KubeReserved are kept from pods for the system
+	// and for the node agent and runtime (--system-reserved,
+	// --kube-reserved).
+	SystemReserved, KubeReserved v1.ResourceList
+	// EvictionHard are the hard eviction thresholds, signal to quantity
+	// or percentage (--eviction-hard; DefaultEvictionHard).
+	EvictionHard map[string]string
+
+	// ClusterConfig are cluster mode's settings: Kubeconfig set joins an
+	// API server.
+	ClusterConfig
+	// Host are the machine's identity facts the Node reports (machine
+	// ID, boot ID, kernel, OS image), read by cmd/nodelet.
+	Host nodestatus.HostInfo
+
 	// Managed holds the settings of the managed runtime.
 	Managed ManagedConfig
+}
+
+// ClusterConfig are the settings of cluster mode, by the kubelet's flag
+// and KubeletConfiguration names.
+type ClusterConfig struct {
+	// Kubeconfig is the node's kubeconfig (--kubeconfig); empty is
+	// standalone mode. With BootstrapKubeconfig nodelet writes it.
+	Kubeconfig string
+	// BootstrapKubeconfig requests the node's client certificate with a
+	// CSR when Kubeconfig has no usable one (--bootstrap-kubeconfig).
+	BootstrapKubeconfig string
+	// CertDir holds the node's client and serving certificates
+	// (--cert-dir); empty is <RootDir>/pki.
+	CertDir string
+	// RotateCertificates renews the client certificate before it expires
+	// (--rotate-certificates, rotateCertificates).
+	RotateCertificates bool
+	// ServerTLSBootstrap has the secure port's certificate issued through
+	// a kubelet-serving CSR instead of self-signed (serverTLSBootstrap).
+	ServerTLSBootstrap bool
+	// RegisterNode registers the Node object (--register-node, true),
+	// with NodeLabels (--node-labels) and RegisterWithTaints
+	// (--register-with-taints, registerWithTaints).
+	RegisterNode       bool
+	NodeLabels         map[string]string
+	RegisterWithTaints []v1.Taint
+	// KubeAPIQPS and KubeAPIBurst limit requests to the API server
+	// (--kube-api-qps 50, --kube-api-burst 100); KubeAPIContentType is
+	// what they send (protobuf).
+	KubeAPIQPS         int32
+	KubeAPIBurst       int32
+	KubeAPIContentType string
+	// NodeStatusUpdateFrequency is how often node status is computed
+	// (10s); NodeStatusReportFrequency how often it is patched when
+	// nothing changed (5m); NodeLeaseDurationSeconds the lease's duration
+	// (40).
+	NodeStatusUpdateFrequency time.Duration
+	NodeStatusReportFrequency time.Duration
+	NodeLeaseDurationSeconds  int32
+	// AuthenticationTokenWebhook resolves bearer tokens on the secure
+	// port with TokenReviews, cached AuthenticationTokenWebhookCacheTTL
+	// (--authentication-token-webhook, authentication.webhook).
+	AuthenticationTokenWebhook         bool
+	AuthenticationTokenWebhookCacheTTL time.Duration
+}
+
+// CertDirectory is where the node's certificates are: CertDir, else
+// <RootDir>/pki.
+func (cfg Config) CertDirectory() string {
+	if cfg.CertDir != "" {
+		return cfg.CertDir
+	}
+	return server.PKIDir(cfg.RootDir)
 }
 
 // ManagedConfig configures the containerd and registry nodelet runs itself
@@ -104,22 +188,35 @@ type ManagedConfig struct {
 // DefaultConfig returns the defaults of every setting under rootDir.
 func DefaultConfig(rootDir string) Config {
 	return Config{
-		RootDir:              rootDir,
-		PodLogsDir:           "/var/log/pods",
-		FileCheckFrequency:   20 * time.Second,
-		HTTPCheckFrequency:   20 * time.Second,
-		SyncFrequency:        time.Minute,
-		PLEGRelistPeriod:     time.Second,
-		MaxPods:              110,
-		Port:                 10250,
-		Auth:                 server.Auth{AuthorizationMode: server.AuthorizationNodeletGroups},
-		HealthzBindAddress:   "127.0.0.1",
-		CgroupRoot:           "/sys/fs/cgroup",
-		HealthzPort:          10248,
-		Address:              "0.0.0.0",
-		MaxPerPodContainer:   1,
-		ContainerLogMaxSize:  10 << 20,
-		ContainerLogMaxFiles: 5,
+		RootDir:                     rootDir,
+		PodLogsDir:                  "/var/log/pods",
+		FileCheckFrequency:          20 * time.Second,
+		HTTPCheckFrequency:          20 * time.Second,
+		SyncFrequency:               time.Minute,
+		PLEGRelistPeriod:            time.Second,
+		MaxPods:                     110,
+		Port:                        10250,
+		Auth:                        server.Auth{AuthorizationMode: server.AuthorizationNodeletGroups},
+		HealthzBindAddress:          "127.0.0.1",
+		CgroupRoot:                  "/sys/fs/cgroup",
+		HealthzPort:                 10248,
+		Address:                     "0.0.0.0",
+		MaxPerPodContainer:          1,
+		ContainerLogMaxSize:         10 << 20,
+		ContainerLogMaxFiles:        5,
+		ContainerLogMonitorInterval: 10 * time.Second,
+		ResolvConf:                  "/etc/resolv.conf",
+		EvictionHard:                DefaultEvictionHard(),
+		ClusterConfig: ClusterConfig{
+			RegisterNode:                       true,
+			KubeAPIQPS:                         50,
+			KubeAPIBurst:                       100,
+			KubeAPIContentType:                 "application/vnd.kubernetes.protobuf",
+			NodeStatusUpdateFrequency:          10 * time.Second,
+			NodeStatusReportFrequency:          5 * time.Minute,
+			NodeLeaseDurationSeconds:           40,
+			AuthenticationTokenWebhookCacheTTL: 2 * time.Minute,
+		},
 		Managed: ManagedConfig{
 			Containerd:      containerd.DefaultConfig(rootDir),
 			RegistryAddress: "127.0.0.1:0",
@@ -139,7 +236,46 @@ func (cfg Config) Validate() error {
 	if cfg.FileCheckFrequency <= 0 || cfg.HTTPCheckFrequency <= 0 || cfg.SyncFrequency <= 0 || cfg.PLEGRelistPeriod <= 0 {
 		return errors.New("--file-check-frequency, --http-check-frequency and --sync-frequency must be positive")
 	}
+	if err := ValidateEvictionHard(cfg.EvictionHard); err != nil {
+		return err
+	}
+	for _, ip := range cfg.ClusterDNS {
+		if _, err := netip.ParseAddr(ip); err != nil {
+			return fmt.Errorf("--cluster-dns %q: not an IP address", ip)
+		}
+	}
+	if err := cfg.ClusterConfig.validate(); err != nil {
+		return err
+	}
 	return server.CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth)
+}
+
+// validate checks the cluster-mode settings. Those that only matter in
+// cluster mode (rotateCertificates, the node status frequencies) are not
+// refused standalone, so that a kubeadm KubeletConfiguration loads there;
+// those that cannot work without an API server are.
+func (c ClusterConfig) validate() error {
+	if c.Kubeconfig == "" {
+		switch {
+		case c.BootstrapKubeconfig != "":
+			return errors.New("--bootstrap-kubeconfig needs --kubeconfig: the file nodelet writes the node's credentials to")
+		case c.ServerTLSBootstrap:
+			return errors.New("serverTLSBootstrap needs --kubeconfig: the serving certificate is issued by the API server")
+		}
+	}
+	if c.KubeAPIQPS < 0 || c.KubeAPIBurst < 0 {
+		return errors.New("--kube-api-qps and --kube-api-burst must not be negative")
+	}
+	if c.NodeStatusUpdateFrequency <= 0 || c.NodeStatusReportFrequency <= 0 || c.NodeLeaseDurationSeconds <= 0 {
+		return errors.New("--node-status-update-frequency, nodeStatusReportFrequency and nodeLeaseDurationSeconds must be positive")
+	}
+	if c.AuthenticationTokenWebhookCacheTTL < 0 {
+		return errors.New("--authentication-token-webhook-cache-ttl must not be negative")
+	}
+	if err := ValidateNodeLabels(c.NodeLabels); err != nil {
+		return err
+	}
+	return ValidateTaints(c.RegisterWithTaints)
 }
 
 // ValidateNodeName checks a node name as the API server checks the name of

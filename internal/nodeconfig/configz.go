@@ -31,5 +31,24 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	if c.ContainerRuntimeEndpoint == "" {
 		c.ContainerRuntimeEndpoint = cfg.Managed.Containerd.Endpoint()
 	}
+	c.ResolverConfig = ptr.To(cfg.ResolvConf)
+	c.ClusterDomain, c.ClusterDNS = cfg.ClusterDomain, cfg.ClusterDNS
+	c.SystemReserved, c.KubeReserved = reservedMap(cfg.SystemReserved), reservedMap(cfg.KubeReserved)
+	c.EvictionHard = cfg.EvictionHard
+	configzCluster(c, cfg.ClusterConfig)
 	return c
+}
+
+// configzCluster fills in cluster mode's settings. --kubeconfig,
+// --bootstrap-kubeconfig, --cert-dir and --node-labels are flags only, not
+// KubeletConfiguration fields: /configz does not show them.
+func configzCluster(c *server.KubeletConfiguration, cl ClusterConfig) {
+	c.Authentication.Webhook.Enabled = ptr.To(cl.AuthenticationTokenWebhook)
+	c.Authentication.Webhook.CacheTTL = metav1.Duration{Duration: cl.AuthenticationTokenWebhookCacheTTL}
+	c.RotateCertificates, c.ServerTLSBootstrap = cl.RotateCertificates, cl.ServerTLSBootstrap
+	c.RegisterNode, c.RegisterWithTaints = ptr.To(cl.RegisterNode), cl.RegisterWithTaints
+	c.ContentType, c.KubeAPIQPS, c.KubeAPIBurst = cl.KubeAPIContentType, ptr.To(cl.KubeAPIQPS), cl.KubeAPIBurst
+	c.NodeStatusUpdateFrequency = metav1.Duration{Duration: cl.NodeStatusUpdateFrequency}
+	c.NodeStatusReportFrequency = metav1.Duration{Duration: cl.NodeStatusReportFrequency}
+	c.NodeLeaseDurationSeconds = cl.NodeLeaseDurationSeconds
 }

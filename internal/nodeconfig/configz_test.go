@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/nodelet/nodelet/internal/server"
 )
 
@@ -68,5 +71,47 @@ func TestConfigzHasNoSecrets(t *testing.T) {
 	}
 	if hdr, _ := got.KC["staticPodURLHeader"].(map[string]any); len(hdr) != 2 {
 		t.Errorf("staticPodURLHeader = %v", got.KC["staticPodURLHeader"])
+	}
+}
+
+// /configz shows cluster mode's settings by their KubeletConfiguration
+// names; flags that are no KubeletConfiguration field (--kubeconfig,
+// --bootstrap-kubeconfig, --cert-dir, --node-labels) are not shown.
+func TestConfigzShowsClusterSettings(t *testing.T) {
+	cfg := DefaultConfig("/var/lib/nodelet")
+	cfg.Kubeconfig, cfg.BootstrapKubeconfig, cfg.CertDir = "/etc/kubernetes/kubelet.conf", "/etc/kubernetes/bootstrap-kubelet.conf", "/secret/pki"
+	cfg.NodeLabels = map[string]string{"team": "infra"}
+	cfg.RotateCertificates, cfg.ServerTLSBootstrap, cfg.RegisterNode = true, true, false
+	cfg.RegisterWithTaints = []v1.Taint{{Key: "dedicated", Value: "edge", Effect: v1.TaintEffectNoSchedule}}
+	cfg.SystemReserved = v1.ResourceList{v1.ResourceMemory: resource.MustParse("512Mi")}
+	cfg.ClusterDomain, cfg.ClusterDNS = "cluster.local", []string{"10.96.0.10"}
+	cfg.AuthenticationTokenWebhook = true
+	b, err := json.Marshal(Configz(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"rotateCertificates": "true", "serverTLSBootstrap": "true", "registerNode": "false",
+		"registerWithTaints": `[{"effect":"NoSchedule","key":"dedicated","value":"edge"}]`,
+		"kubeAPIQPS":         "50", "kubeAPIBurst": "100", "contentType": `"application/vnd.kubernetes.protobuf"`,
+		"nodeStatusUpdateFrequency": `"10s"`, "nodeStatusReportFrequency": `"5m0s"`, "nodeLeaseDurationSeconds": "40",
+		"systemReserved": `{"memory":"512Mi"}`, "clusterDomain": `"cluster.local"`, "clusterDNS": `["10.96.0.10"]`,
+		"evictionHard":   `{"imagefs.available":"15%","imagefs.inodesFree":"5%","memory.available":"100Mi","nodefs.available":"10%","nodefs.inodesFree":"5%"}`,
+		"resolvConf":     `"/etc/resolv.conf"`,
+		"authentication": `{"anonymous":{"enabled":false},"webhook":{"cacheTTL":"2m0s","enabled":true},"x509":{}}`,
+	} {
+		v, _ := json.Marshal(got[name])
+		if string(v) != want {
+			t.Errorf("%s = %s, want %s", name, v, want)
+		}
+	}
+	for _, secret := range []string{"/etc/kubernetes/kubelet.conf", "bootstrap-kubelet.conf", "/secret/pki", "infra"} {
+		if strings.Contains(string(b), secret) {
+			t.Errorf("/configz shows %q", secret)
+		}
 	}
 }

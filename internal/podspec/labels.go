@@ -54,4 +54,3 @@ const (
 	AnnotationConfigMirror = "kubernetes.io/config.mirror"
 	AnnotationConfigFile   = "nodelet.io/config.file"
 )
-

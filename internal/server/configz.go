@@ -1,6 +1,7 @@
 package server
 
 import (
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/redact"
@@ -40,12 +41,38 @@ type KubeletConfiguration struct {
 	ContainerLogMaxFiles        *int32           `json:"containerLogMaxFiles,omitempty"`
 	ContainerLogMonitorInterval *metav1.Duration `json:"containerLogMonitorInterval,omitempty"`
 	ContainerRuntimeEndpoint    string           `json:"containerRuntimeEndpoint"`
+
+	ResolverConfig *string           `json:"resolvConf,omitempty"`
+	ClusterDomain  string            `json:"clusterDomain,omitempty"`
+	ClusterDNS     []string          `json:"clusterDNS,omitempty"`
+	SystemReserved map[string]string `json:"systemReserved,omitempty"`
+	KubeReserved   map[string]string `json:"kubeReserved,omitempty"`
+	EvictionHard   map[string]string `json:"evictionHard,omitempty"`
+
+	RotateCertificates        bool            `json:"rotateCertificates,omitempty"`
+	ServerTLSBootstrap        bool            `json:"serverTLSBootstrap,omitempty"`
+	RegisterNode              *bool           `json:"registerNode,omitempty"`
+	RegisterWithTaints        []v1.Taint      `json:"registerWithTaints,omitempty"`
+	ContentType               string          `json:"contentType,omitempty"`
+	KubeAPIQPS                *int32          `json:"kubeAPIQPS,omitempty"`
+	KubeAPIBurst              int32           `json:"kubeAPIBurst,omitempty"`
+	NodeStatusUpdateFrequency metav1.Duration `json:"nodeStatusUpdateFrequency,omitempty"`
+	NodeStatusReportFrequency metav1.Duration `json:"nodeStatusReportFrequency,omitempty"`
+	NodeLeaseDurationSeconds  int32           `json:"nodeLeaseDurationSeconds,omitempty"`
 }
 
 // KubeletAuthentication is the kubelet's authentication settings.
 type KubeletAuthentication struct {
 	X509      KubeletX509Authentication      `json:"x509"`
+	Webhook   KubeletWebhookAuthentication   `json:"webhook"`
 	Anonymous KubeletAnonymousAuthentication `json:"anonymous"`
+}
+
+// KubeletWebhookAuthentication says whether bearer tokens are resolved
+// with TokenReviews, and how long answers are cached.
+type KubeletWebhookAuthentication struct {
+	Enabled  *bool           `json:"enabled,omitempty"`
+	CacheTTL metav1.Duration `json:"cacheTTL,omitempty"`
 }
 
 // KubeletX509Authentication names the client CA bundle.

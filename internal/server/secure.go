@@ -58,8 +58,15 @@ type EventLister interface {
 type Config struct {
 	// Addr is where ServeTLS listens (--address, --port).
 	Addr string
-	// TLS is the serving certificate (LoadOrCreateServingCert).
+	// TLS is the serving certificate (LoadOrCreateServingCert), unless
+	// GetCertificate is set.
 	TLS tls.Certificate
+	// GetCertificate, when set, gives the serving certificate of every
+	// handshake instead of TLS: one that changes while the port serves
+	// (serverTLSBootstrap's, issued and rotated through the API server).
+	// An error fails the handshake: the port serves no certificate
+	// rather than a wrong one while none is issued.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 	// ClientCA verifies client certificates: --client-ca-file plus the
 	// local admin CA (LoadCertPool). Nil disables client certificates.
 	ClientCA *x509.CertPool
@@ -89,14 +96,18 @@ type Config struct {
 }
 
 // TLSConfig is the secure port's TLS configuration: the serving
-// certificate, and client certificates requested but not required
-// (verified against ClientCA when given; the authenticator checks them
-// again).
+// certificate (GetCertificate's when set, else TLS), and client
+// certificates requested but not required (verified against ClientCA
+// when given; the authenticator checks them again).
 func (c Config) TLSConfig() *tls.Config {
 	t := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{c.TLS},
-		ClientAuth:   tls.RequestClientCert,
+		MinVersion: tls.VersionTLS12,
+		ClientAuth: tls.RequestClientCert,
+	}
+	if c.GetCertificate != nil {
+		t.GetCertificate = c.GetCertificate
+	} else {
+		t.Certificates = []tls.Certificate{c.TLS}
 	}
 	if c.ClientCA != nil {
 		t.ClientAuth = tls.VerifyClientCertIfGiven

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,6 +55,10 @@ type Settings struct {
 	Client        kubernetes.Interface
 	WebhookAuthn  bool
 	TokenCacheTTL time.Duration
+	// GetCertificate, when set, serves the certificates it gives
+	// (serverTLSBootstrap: certs.Serving.GetCertificate) instead of
+	// TLSCertFile or a self-signed one; see Config.GetCertificate.
+	GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
 }
 
 // Load reads or creates what the settings name (the serving certificate,
@@ -64,13 +69,16 @@ func (s Settings) Load(clk clock.PassiveClock) (Config, error) {
 		return Config{}, errors.New("--authorization-mode=Webhook needs an API server (cluster mode); use NodeletGroups standalone")
 	}
 	dir := PKIDir(s.RootDir)
-	hosts := []string{s.NodeName}
-	if s.NodeIP != "" {
-		hosts = append(hosts, s.NodeIP)
-	}
-	cert, err := LoadOrCreateServingCert(dir, s.TLSCertFile, s.TLSPrivateKeyFile, hosts, clk)
-	if err != nil {
-		return Config{}, fmt.Errorf("serving certificate: %w", err)
+	var cert tls.Certificate
+	if s.GetCertificate == nil {
+		hosts := []string{s.NodeName}
+		if s.NodeIP != "" {
+			hosts = append(hosts, s.NodeIP)
+		}
+		var err error
+		if cert, err = LoadOrCreateServingCert(dir, s.TLSCertFile, s.TLSPrivateKeyFile, hosts, clk); err != nil {
+			return Config{}, fmt.Errorf("serving certificate: %w", err)
+		}
 	}
 	creds, err := EnsureAdminCredentials(dir, clk)
 	if err != nil {
@@ -87,7 +95,7 @@ func (s Settings) Load(clk clock.PassiveClock) (Config, error) {
 		}
 	}
 	cfg := Config{
-		Addr: s.Addr, TLS: cert, ClientCA: pool, AnonymousAuth: s.AnonymousAuth, Tokens: tokens,
+		Addr: s.Addr, TLS: cert, GetCertificate: s.GetCertificate, ClientCA: pool, AnonymousAuth: s.AnonymousAuth, Tokens: tokens,
 		AuthorizationMode: s.AuthorizationMode, ReadGroup: s.AuthorizationReadGroup, NodeName: s.NodeName,
 	}
 	if s.Client != nil {

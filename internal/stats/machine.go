@@ -27,15 +27,19 @@ type HostMachine struct {
 	// CgroupDir is where the cgroup hierarchies are mounted
 	// (/sys/fs/cgroup).
 	CgroupDir string
+	// SysDir is where sysfs is mounted (/sys); empty: no huge pages are
+	// read.
+	SysDir string
 
 	bootOnce sync.Once
 	boot     time.Time
 	bootErr  error
 }
 
-// NewHostMachine returns the HostMachine of /proc and /sys/fs/cgroup.
+// NewHostMachine returns the HostMachine of /proc, /sys and
+// /sys/fs/cgroup.
 func NewHostMachine() *HostMachine {
-	return &HostMachine{ProcDir: "/proc", CgroupDir: "/sys/fs/cgroup"}
+	return &HostMachine{ProcDir: "/proc", CgroupDir: "/sys/fs/cgroup", SysDir: "/sys"}
 }
 
 // BootTime is btime of /proc/stat (read once).

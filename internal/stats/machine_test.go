@@ -150,3 +150,58 @@ func TestHostMachineReal(t *testing.T) {
 		t.Errorf("IsTmpfs(/proc) = %v, %v", tmp, err)
 	}
 }
+
+func TestHostMachineCapacity(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"proc/stat":                   "cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 9 10\ncpu3 1 2 3 4 5 6 7 8 9 10\nintr 1\nbtime 1700000000\n",
+		"proc/meminfo":                fakeMeminfo,
+		"proc/loadavg":                "1.36 3.49 4.53 2/3518 3715089\n",
+		"proc/sys/kernel/pid_max":     "4194304\n",
+		"proc/sys/kernel/threads-max": "126423\n",
+		"sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages":    "4\n",
+		"sys/kernel/mm/hugepages/hugepages-1048576kB/nr_hugepages": "0\n",
+	})
+	m := &HostMachine{ProcDir: filepath.Join(dir, "proc"), SysDir: filepath.Join(dir, "sys")}
+	if n, err := m.NumCPU(); err != nil || n != 2 {
+		t.Errorf("NumCPU = %d, %v; want 2 (cpu0 and cpu3)", n, err)
+	}
+	if b, err := m.MemoryCapacity(); err != nil || b != 16000000*1024 {
+		t.Errorf("MemoryCapacity = %d, %v", b, err)
+	}
+	hp, err := m.HugePages()
+	if err != nil || len(hp) != 2 || hp[2<<20] != 4 || hp[1<<30] != 0 {
+		t.Errorf("HugePages = %v, %v", hp, err)
+	}
+	running, limit, err := m.Processes()
+	if err != nil || running != 3518 || limit != 126423 {
+		t.Errorf("Processes = %d, %d, %v", running, limit, err)
+	}
+
+	none := &HostMachine{ProcDir: filepath.Join(dir, "proc"), SysDir: filepath.Join(dir, "missing")}
+	if hp, err := none.HugePages(); err != nil || len(hp) != 0 {
+		t.Errorf("HugePages without sysfs = %v, %v", hp, err)
+	}
+	if _, err := (&HostMachine{ProcDir: filepath.Join(dir, "missing")}).NumCPU(); err == nil {
+		t.Error("NumCPU without /proc: no error")
+	}
+}
+
+func TestHostMachineCapacityReal(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("HostMachine reads Linux interfaces")
+	}
+	m := NewHostMachine()
+	if n, err := m.NumCPU(); err != nil || n < 1 {
+		t.Errorf("NumCPU = %d, %v", n, err)
+	}
+	if b, err := m.MemoryCapacity(); err != nil || b < 64<<20 {
+		t.Errorf("MemoryCapacity = %d, %v", b, err)
+	}
+	if _, err := m.HugePages(); err != nil {
+		t.Errorf("HugePages: %v", err)
+	}
+	if running, limit, err := m.Processes(); err != nil || running == 0 || limit < running {
+		t.Errorf("Processes = %d, %d, %v", running, limit, err)
+	}
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/nodeconfig"
+)
+
+// configFrom parses args as `nodelet` would and returns the configuration
+// it would run the agent with, and what it logged.
+func configFrom(t *testing.T, args ...string) (nodeconfig.Config, string, error) {
+	t.Helper()
+	cmd, o := newRoot(io.Discard, io.Discard)
+	if err := cmd.ParseFlags(append([]string{"--hostname-override", "node-a", "--root-dir", t.TempDir()}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	cfg, err := o.config(cmd.Flags(), slog.New(slog.NewTextHandler(&logged, nil)))
+	return cfg, logged.String(), err
+}
+
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	doc := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n" + body
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// Flags given on the command line override the file; the file overrides
+// the defaults; what neither sets keeps the default.
+func TestConfigFilePrecedence(t *testing.T) {
+	path := writeConfig(t, `maxPods: 50
+syncFrequency: 30s
+port: 10260
+containerLogMaxSize: 50Mi
+staticPodURL: https://manifests.example/a.yaml
+staticPodURLHeader:
+  X-From: [file]
+clusterDNS: [10.96.0.10]
+registerWithTaints:
+- {key: file, effect: NoSchedule}
+nodeStatusUpdateFrequency: 20s
+kubeAPIQPS: 5
+rotateCertificates: true
+`)
+	cfg, _, err := configFrom(t, "--config", path,
+		"--max-pods", "70", "--container-log-max-size", "20Mi", "--manifest-url-header", "X-From:flag",
+		"--cluster-dns", "10.0.0.10,10.0.0.11", "--register-with-taints", "flag=x:NoExecute",
+		"--node-status-update-frequency", "7s", "--kubeconfig", "/etc/kubernetes/kubelet.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range map[string][2]any{
+		"maxPods (flag)":                   {cfg.MaxPods, 70},
+		"syncFrequency (file)":             {cfg.SyncFrequency, 30 * time.Second},
+		"port (file)":                      {cfg.Port, 10260},
+		"containerLogMaxSize (flag)":       {cfg.ContainerLogMaxSize, int64(20 << 20)},
+		"staticPodURL (file)":              {cfg.ManifestURL, "https://manifests.example/a.yaml"},
+		"staticPodURLHeader (flag)":        {strings.Join(cfg.ManifestURLHeader["X-From"], ","), "flag"},
+		"clusterDNS (flag)":                {strings.Join(cfg.ClusterDNS, ","), "10.0.0.10,10.0.0.11"},
+		"taints (flag)":                    {len(cfg.RegisterWithTaints) == 1 && cfg.RegisterWithTaints[0].Key == "flag", true},
+		"nodeStatusUpdateFrequency (flag)": {cfg.NodeStatusUpdateFrequency, 7 * time.Second},
+		// The file set only the update frequency: reports follow it.
+		"nodeStatusReportFrequency (file rule)": {cfg.NodeStatusReportFrequency, 20 * time.Second},
+		"kubeAPIQPS (file)":                     {cfg.KubeAPIQPS, int32(5)},
+		"kubeAPIBurst (default)":                {cfg.KubeAPIBurst, int32(100)},
+		"rotateCertificates (file)":             {cfg.RotateCertificates, true},
+		"fileCheckFrequency (default)":          {cfg.FileCheckFrequency, 20 * time.Second},
+		"certDir (default)":                     {cfg.CertDir, filepath.Join(cfg.RootDir, "pki")},
+	} {
+		if got[0] != got[1] {
+			t.Errorf("%s = %v, want %v", name, got[0], got[1])
+		}
+	}
+}
+
+// A flag given with its default value still overrides the file.
+func TestFlagAtItsDefaultOverridesFile(t *testing.T) {
+	path := writeConfig(t, "maxPods: 50\nhealthzPort: 0\n")
+	cfg, _, err := configFrom(t, "--config", path, "--max-pods", "110")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxPods != 110 || cfg.HealthzPort != 0 {
+		t.Errorf("maxPods %d (want the flag's 110), healthzPort %d (want the file's 0)", cfg.MaxPods, cfg.HealthzPort)
+	}
+}
+
+// A file nodelet cannot read is an error naming it and the field; fields
+// it does not implement are warnings in the log, and it runs.
+func TestConfigFileErrorsAndWarnings(t *testing.T) {
+	_, _, err := configFrom(t, "--config", writeConfig(t, "maxPodz: 3\n"))
+	if err == nil || !strings.Contains(err.Error(), "config.yaml") || !strings.Contains(err.Error(), `unknown field "maxPodz"`) {
+		t.Errorf("unknown field: %v", err)
+	}
+	_, _, err = configFrom(t, "--config", filepath.Join(t.TempDir(), "none.yaml"))
+	if err == nil || !strings.Contains(err.Error(), "--config") {
+		t.Errorf("missing file: %v", err)
+	}
+	_, logged, err := configFrom(t, "--config", writeConfig(t, "cgroupDriver: systemd\nimageGCHighThresholdPercent: 90\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, field := range []string{"cgroupDriver", "imageGCHighThresholdPercent"} {
+		if !strings.Contains(logged, "level=WARN") || !strings.Contains(logged, field+" is not implemented") {
+			t.Errorf("no warning about %s in %q", field, logged)
+		}
+	}
+}
+
+// Allocatable is the machine's capacity less the reservations and the
+// hard eviction threshold.
+func TestAllocatableFromFlags(t *testing.T) {
+	cfg, _, err := configFrom(t, "--system-reserved", "memory=1Gi,cpu=100m", "--kube-reserved", "memory=512Mi",
+		"--eviction-hard", "memory.available<256Mi")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := cfg.Capacity[v1.ResourceMemory]
+	want := mem.DeepCopy()
+	want.Sub(resource.MustParse("1792Mi"))
+	if got := cfg.Allocatable[v1.ResourceMemory]; got.Cmp(want) != 0 {
+		t.Errorf("allocatable memory %s, want %s (capacity %s)", got.String(), want.String(), mem.String())
+	}
+	if got := cfg.Allocatable[v1.ResourceCPU]; got.MilliValue() != cfg.Capacity.Cpu().MilliValue()-100 {
+		t.Errorf("allocatable cpu %s", got.String())
+	}
+	if cfg.MemoryCapacity != mem.Value() {
+		t.Errorf("memory capacity %d, want %d", cfg.MemoryCapacity, mem.Value())
+	}
+	// The defaults: only the kubelet's 100Mi memory threshold.
+	cfg, _, err = configFrom(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem = cfg.Capacity[v1.ResourceMemory]
+	if got := cfg.Allocatable[v1.ResourceMemory]; mem.Value()-got.Value() != 100<<20 {
+		t.Errorf("default allocatable memory %s of %s", got.String(), mem.String())
+	}
+}
+
+// Node labels and taints from flags are checked as the kubelet checks
+// them.
+func TestClusterFlags(t *testing.T) {
+	cfg, _, err := configFrom(t, "--kubeconfig", "/k", "--bootstrap-kubeconfig", "/b", "--cert-dir", "/pki", "--rotate-certificates",
+		"--node-labels", "team=infra,node.kubernetes.io/pool=a", "--register-node=false", "--kube-api-qps", "20", "--kube-api-burst", "40")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kubeconfig != "/k" || cfg.BootstrapKubeconfig != "/b" || cfg.CertDir != "/pki" || !cfg.RotateCertificates ||
+		cfg.RegisterNode || cfg.KubeAPIQPS != 20 || cfg.KubeAPIBurst != 40 || cfg.NodeLabels["team"] != "infra" {
+		t.Errorf("cluster flags not applied: %+v", cfg.ClusterConfig)
+	}
+	if _, _, err := configFrom(t, "--register-with-taints", "a=b:Never"); err == nil {
+		t.Error("bad taint accepted")
+	}
+	if _, _, err := configFrom(t, "--eviction-hard", "memory.available=1Gi"); err == nil {
+		t.Error("eviction threshold without < accepted")
+	}
+}
+
+// Every flag of the brief exists with the kubelet's name.
+func TestKubeletFlagNames(t *testing.T) {
+	f := newRootCommand(io.Discard, io.Discard).Flags()
+	for _, name := range []string{"config", "kubeconfig", "bootstrap-kubeconfig", "cert-dir", "rotate-certificates", "node-labels",
+		"register-node", "register-with-taints", "kube-api-qps", "kube-api-burst", "node-status-update-frequency",
+		"system-reserved", "kube-reserved", "eviction-hard", "cluster-dns", "cluster-domain", "resolv-conf"} {
+		if f.Lookup(name) == nil {
+			t.Errorf("no --%s", name)
+		}
+	}
+	if got := f.Lookup("register-node").DefValue; got != "true" {
+		t.Errorf("--register-node defaults to %s", got)
+	}
+	if got := f.Lookup("kube-api-qps").DefValue; !slices.Contains([]string{"50"}, got) {
+		t.Errorf("--kube-api-qps defaults to %s", got)
+	}
+}

@@ -1,0 +1,280 @@
+package nodeconfig
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+var rewrite = flag.Bool("rewrite", false, "rewrite golden files in testdata/")
+
+// fileView is what a KubeletConfiguration file can set of a Config, for
+// the golden files.
+type fileView struct {
+	PodManifestPath, PodLogsDir, ManifestURL            string
+	ManifestURLHeader                                   map[string][]string
+	SyncFrequency, FileCheckFrequency                   string
+	HTTPCheckFrequency                                  string
+	Address                                             string
+	Port, ReadOnlyPort, HealthzPort                     int
+	HealthzBindAddress, TLSCertFile, TLSPrivateKeyFile  string
+	ClientCAFile                                        string
+	AnonymousAuth                                       bool
+	AuthorizationMode                                   string
+	AuthenticationTokenWebhook                          bool
+	AuthenticationTokenWebhookCacheTTL                  string
+	MaxPods                                             int
+	PodCIDR, ResolvConf, ClusterDomain, RuntimeEndpoint string
+	ClusterDNS                                          []string
+	ContainerLogMaxSize                                 int64
+	ContainerLogMaxFiles                                int
+	ContainerLogMonitorInterval                         string
+	SystemReserved, KubeReserved                        map[string]string
+	EvictionHard                                        map[string]string
+	RotateCertificates, ServerTLSBootstrap              bool
+	RegisterNode                                        bool
+	RegisterWithTaints                                  []v1.Taint
+	KubeAPIQPS, KubeAPIBurst                            int32
+	KubeAPIContentType                                  string
+	NodeStatusUpdateFrequency                           string
+	NodeStatusReportFrequency                           string
+	NodeLeaseDurationSeconds                            int32
+	Warnings                                            []string
+}
+
+func view(cfg Config, warnings []string) fileView {
+	return fileView{
+		PodManifestPath: cfg.PodManifestPath, PodLogsDir: cfg.PodLogsDir, ManifestURL: cfg.ManifestURL, ManifestURLHeader: cfg.ManifestURLHeader,
+		SyncFrequency: cfg.SyncFrequency.String(), FileCheckFrequency: cfg.FileCheckFrequency.String(), HTTPCheckFrequency: cfg.HTTPCheckFrequency.String(),
+		Address: cfg.Address, Port: cfg.Port, ReadOnlyPort: cfg.ReadOnlyPort, HealthzPort: cfg.HealthzPort,
+		HealthzBindAddress: cfg.HealthzBindAddress, TLSCertFile: cfg.TLSCertFile, TLSPrivateKeyFile: cfg.TLSPrivateKeyFile,
+		ClientCAFile: cfg.ClientCAFile, AnonymousAuth: cfg.AnonymousAuth, AuthorizationMode: cfg.AuthorizationMode,
+		AuthenticationTokenWebhook: cfg.AuthenticationTokenWebhook, AuthenticationTokenWebhookCacheTTL: cfg.AuthenticationTokenWebhookCacheTTL.String(),
+		MaxPods: cfg.MaxPods, PodCIDR: cfg.Managed.Containerd.PodCIDR, ResolvConf: cfg.ResolvConf, ClusterDomain: cfg.ClusterDomain,
+		RuntimeEndpoint: cfg.RuntimeEndpoint, ClusterDNS: cfg.ClusterDNS,
+		ContainerLogMaxSize: cfg.ContainerLogMaxSize, ContainerLogMaxFiles: cfg.ContainerLogMaxFiles,
+		ContainerLogMonitorInterval: cfg.ContainerLogMonitorInterval.String(),
+		SystemReserved:              reservedMap(cfg.SystemReserved), KubeReserved: reservedMap(cfg.KubeReserved), EvictionHard: cfg.EvictionHard,
+		RotateCertificates: cfg.RotateCertificates, ServerTLSBootstrap: cfg.ServerTLSBootstrap, RegisterNode: cfg.RegisterNode,
+		RegisterWithTaints: cfg.RegisterWithTaints, KubeAPIQPS: cfg.KubeAPIQPS, KubeAPIBurst: cfg.KubeAPIBurst,
+		KubeAPIContentType: cfg.KubeAPIContentType, NodeStatusUpdateFrequency: cfg.NodeStatusUpdateFrequency.String(),
+		NodeStatusReportFrequency: cfg.NodeStatusReportFrequency.String(), NodeLeaseDurationSeconds: cfg.NodeLeaseDurationSeconds,
+		Warnings: warnings,
+	}
+}
+
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *rewrite {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -rewrite to write it)", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("differs from %s (run go test -rewrite to accept):\n%s", path, got)
+	}
+}
+
+// A kubeadm node's file, and one tuned as operators tune them, map to the
+// Config in the golden files: every field nodelet implements, the
+// defaults where the file leaves a field out or at zero, and one warning
+// per field set that nodelet does not implement.
+func TestFileMapsToConfig(t *testing.T) {
+	for _, name := range []string{"kubeadm", "tuned"} {
+		t.Run(name, func(t *testing.T) {
+			f, err := ReadFile(filepath.Join("testdata", name+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Path = name + ".yaml" // stable in the golden file
+			cfg := DefaultConfig("/var/lib/nodelet")
+			warnings, err := f.Apply(&cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.MarshalIndent(view(cfg, warnings), "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, name+".golden", append(got, '\n'))
+		})
+	}
+}
+
+// The kubeadm file loads: the only warning is the systemd cgroup driver;
+// all the zero values kubeadm writes are defaults, not warnings.
+func TestKubeadmFileWarnsOnlyOnCgroupDriver(t *testing.T) {
+	f, err := ReadFile(filepath.Join("testdata", "kubeadm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig("/var/lib/nodelet")
+	warnings, err := f.Apply(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "cgroupDriver") || !strings.Contains(warnings[0], "kubeadm.yaml") {
+		t.Errorf("warnings %q, want one about cgroupDriver naming the file", warnings)
+	}
+	cfg.NodeName = "node-a"
+	cfg.Kubeconfig = "/etc/kubernetes/kubelet.conf"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("kubeadm file does not validate: %v", err)
+	}
+	// Standalone too: rotateCertificates and Webhook do not stop it.
+	cfg.Kubeconfig = ""
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("kubeadm file standalone: %v", err)
+	}
+}
+
+// Strict decoding: what the kubelet would refuse, nodelet refuses, naming
+// the file and the field.
+func TestFileStrictErrors(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, tc := range []struct{ name, doc, want string }{
+		{"unknown field", head + "maxPod: 10\n", `unknown field "maxPod"`},
+		{"unknown nested field", head + "authentication:\n  x509:\n    clientCAFiles: /x\n", `unknown field "authentication.x509.clientCAFiles"`},
+		{"duplicate field", head + "maxPods: 10\nmaxPods: 20\n", `"maxPods"`},
+		{"wrong type", head + "maxPods: lots\n", "maxPods"},
+		{"bad duration", head + "syncFrequency: often\n", "often"},
+		{"wrong kind", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeProxyConfiguration\n", `kind "KubeProxyConfiguration"`},
+		{"wrong version", "apiVersion: kubelet.config.k8s.io/v1alpha1\nkind: KubeletConfiguration\n", `apiVersion "kubelet.config.k8s.io/v1alpha1"`},
+		{"no object", "- a\n- b\n", "not a KubeletConfiguration"},
+		{"not yaml", "{{", "--config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeFile("/etc/nodelet/config.yaml", []byte(tc.doc))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "/etc/nodelet/config.yaml") {
+				t.Errorf("err = %v, want one naming the file and %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Values that decode but do not parse are errors naming the field.
+func TestFileValueErrors(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, tc := range []struct{ name, doc, want string }{
+		{"log size", head + "containerLogMaxSize: big\n", "containerLogMaxSize"},
+		{"reserved resource", head + "systemReserved:\n  gpu: \"1\"\n", `systemReserved: cannot reserve "gpu"`},
+		{"reserved quantity", head + "kubeReserved:\n  memory: lots\n", "kubeReserved memory"},
+		{"eviction signal", head + "evictionHard:\n  memory.free: 1Gi\n", `unknown signal "memory.free"`},
+		{"eviction value", head + "evictionHard:\n  memory.available: 120%\n", "memory.available"},
+		{"taint effect", head + "registerWithTaints:\n- key: a\n  effect: Sometimes\n", `effect "Sometimes"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := DecodeFile("c.yaml", []byte(tc.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig("/var/lib/nodelet")
+			_, err = f.Apply(&cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "c.yaml") {
+				t.Errorf("err = %v, want one naming the file and %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Fields the kubelet knows and nodelet does not implement load with one
+// warning each, unless set to a value nodelet behaves as anyway.
+func TestFileUnimplementedFieldsWarn(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, tc := range []struct {
+		doc  string
+		want string // "" for no warning
+	}{
+		{"cgroupDriver: systemd\n", "cgroupDriver"},
+		{"cgroupDriver: cgroupfs\n", ""},
+		{"failSwapOn: true\n", "failSwapOn"},
+		{"failSwapOn: false\n", ""},
+		{"cgroupsPerQOS: false\n", "cgroupsPerQOS"},
+		{"featureGates:\n  Foo: true\n", "featureGates"},
+		{"imageGCHighThresholdPercent: 90\n", "imageGCHighThresholdPercent"},
+		{"shutdownGracePeriod: 30s\n", "shutdownGracePeriod"},
+		{"shutdownGracePeriod: 0s\n", ""},
+		{"authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n", "authorization.webhook"},
+		{"logging:\n  verbosity: 4\n", "logging"},
+	} {
+		f, err := DecodeFile("c.yaml", []byte(head+tc.doc))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.doc, err)
+		}
+		cfg := DefaultConfig("/var/lib/nodelet")
+		warnings, err := f.Apply(&cfg)
+		if err != nil {
+			t.Fatalf("%q: %v", tc.doc, err)
+		}
+		switch {
+		case tc.want == "" && len(warnings) != 0:
+			t.Errorf("%q: warnings %q, want none", tc.doc, warnings)
+		case tc.want != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], tc.want+" is not implemented")):
+			t.Errorf("%q: warnings %q, want one about %s", tc.doc, warnings, tc.want)
+		}
+	}
+}
+
+// A file that sets only nodeStatusUpdateFrequency reports at that
+// frequency too, as the kubelet defaults it; evictionHard replaces the
+// defaults unless merged.
+func TestFileKubeletDefaultingRules(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	apply := func(doc string) Config {
+		t.Helper()
+		f, err := DecodeFile("c.yaml", []byte(head+doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig("/var/lib/nodelet")
+		if _, err := f.Apply(&cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if cfg := apply("nodeStatusUpdateFrequency: 20s\n"); cfg.NodeStatusReportFrequency != 20*time.Second {
+		t.Errorf("report frequency %s, want the update frequency", cfg.NodeStatusReportFrequency)
+	}
+	if cfg := apply(""); cfg.NodeStatusUpdateFrequency != 10*time.Second || cfg.NodeStatusReportFrequency != 5*time.Minute || cfg.NodeLeaseDurationSeconds != 40 {
+		t.Errorf("defaults: %s %s %d", cfg.NodeStatusUpdateFrequency, cfg.NodeStatusReportFrequency, cfg.NodeLeaseDurationSeconds)
+	}
+	if cfg := apply("evictionHard:\n  memory.available: 1Gi\n"); fmt.Sprint(cfg.EvictionHard) != "map[memory.available:1Gi]" {
+		t.Errorf("evictionHard %v, want only the file's", cfg.EvictionHard)
+	}
+	if cfg := apply("evictionHard:\n  memory.available: 1Gi\nmergeDefaultEvictionSettings: true\n"); len(cfg.EvictionHard) != 5 || cfg.EvictionHard["memory.available"] != "1Gi" {
+		t.Errorf("merged evictionHard %v", cfg.EvictionHard)
+	}
+	if cfg := apply("enableServer: false\n"); cfg.Port != 0 {
+		t.Errorf("enableServer false: port %d", cfg.Port)
+	}
+	if cfg := apply("healthzPort: 0\nregisterNode: false\nkubeAPIQPS: 0\n"); cfg.HealthzPort != 0 || cfg.RegisterNode || cfg.KubeAPIQPS != 0 {
+		t.Errorf("pointer fields set to zero are applied: healthz %d registerNode %v qps %d", cfg.HealthzPort, cfg.RegisterNode, cfg.KubeAPIQPS)
+	}
+}
+
+// A file larger than 1 MiB is refused, not read whole.
+func TestReadFileBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	big := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n# " + strings.Repeat("x", maxFileSize) + "\n"
+	if err := os.WriteFile(path, []byte(big), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(path); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := ReadFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "--config") {
+		t.Errorf("missing: %v", err)
+	}
+}

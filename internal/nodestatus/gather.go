@@ -1,0 +1,277 @@
+package nodestatus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// gatherTimeout bounds the runtime calls of one computation, so that a
+// hung runtime delays a status by seconds, not by the CRI client's
+// minutes (the runtime is then reported down).
+const gatherTimeout = 5 * time.Second
+
+// errNetworkUnknown is the network's state before the runtime's first
+// status (the kubelet's ErrNetworkUnknown).
+var errNetworkUnknown = errors.New("network state unknown")
+
+// runtimeState is what the runtime last said: the kubelet's runtimeState,
+// updated at each computation instead of every 5 s. Only the status
+// goroutine uses it.
+type runtimeState struct {
+	// lastReady is when the runtime last reported RuntimeReady.
+	lastReady  time.Time
+	runtimeErr error
+	networkErr error
+	name       string
+	handlers   []v1.NodeRuntimeHandler
+	features   *v1.NodeFeatures
+	// images is the last image list, kept when listing fails.
+	images []Image
+	// warned is the last error logged per reading.
+	warned map[string]string
+}
+
+// warn logs err as msg when it differs from the last error of the same
+// reading, and that the reading works again: a reading failing every
+// 10 s is logged once.
+func (s *runtimeState) warn(key, msg string, err error, log *slog.Logger) {
+	text := ""
+	if err != nil {
+		text = err.Error()
+	}
+	if s.warned[key] == text {
+		return
+	}
+	if s.warned == nil {
+		s.warned = map[string]string{}
+	}
+	s.warned[key] = text
+	if err != nil {
+		log.Warn(msg, "err", err)
+	} else {
+		log.Info("node status: reading works again", "reading", key)
+	}
+}
+
+// gather reads the facts of one computation. Nothing it reads failing is
+// an error: each failure is a fact (a missing capacity, a runtime
+// reported down, a signal not observed), as in the kubelet.
+func (m *Manager) gather(ctx context.Context) *Facts {
+	ctx, cancel := context.WithTimeout(ctx, gatherTimeout)
+	defer cancel()
+	f := &Facts{Now: m.clk.Now()}
+	obs := map[string]observation{}
+
+	// The machine's size and the root filesystem.
+	var errs []error
+	var err error
+	if f.CPUs, err = m.machine.NumCPU(); err != nil {
+		errs = append(errs, err)
+	}
+	if f.MemoryBytes, err = m.machine.MemoryCapacity(); err != nil {
+		errs = append(errs, err)
+	}
+	if f.HugePages, err = m.machine.HugePages(); err != nil {
+		errs = append(errs, err)
+	}
+	f.MachineErr = errors.Join(errs...)
+	m.rt.warn("machine", "node status: cannot read the machine's size; reporting 0 CPU and memory", f.MachineErr, m.log)
+	capacity, avail, _, inodes, free, err := m.machine.FsStats(m.cfg.rootDir)
+	m.rt.warn("rootfs", "node status: cannot read the root filesystem; no ephemeral-storage capacity", err, m.log)
+	if err == nil {
+		f.RootFsBytes = capacity
+		obs[signalNodeFsAvailable] = observation{available: int64(avail), capacity: int64(capacity)}
+		obs[signalNodeFsInodes] = observation{available: int64(free), capacity: int64(inodes)}
+	}
+
+	// The runtime.
+	m.readRuntimeStatus(ctx, f.Now)
+	f.RuntimeVersion = m.runtimeVersion(ctx)
+	f.Images = m.listImages(ctx)
+	f.RuntimeHandlers, f.RuntimeFeatures = m.rt.handlers, m.rt.features
+	m.observeImageFs(ctx, obs)
+	f.RuntimeErr, f.NetworkErr = m.readiness(f.Now)
+
+	// Pressure.
+	if ws, _, avail, _, _, _, err := m.machine.NodeMemory(); err != nil {
+		m.log.Debug("node status: no memory.available", "err", err)
+	} else {
+		obs[signalMemoryAvailable] = observation{available: int64(avail), capacity: int64(avail + ws)}
+	}
+	if running, limit, err := m.machine.Processes(); err != nil {
+		m.log.Debug("node status: no pid.available", "err", err)
+	} else {
+		obs[signalPIDAvailable] = observation{available: int64(limit) - int64(running), capacity: int64(limit)}
+	}
+	f.MemoryPressure, f.DiskPressure, f.PIDPressure = m.pressure.update(conditionsMet(m.cfg.all, obs), f.Now)
+	return f
+}
+
+// readRuntimeStatus asks the runtime for its conditions (the kubelet's
+// updateRuntimeUp). A runtime that does not answer keeps its last state;
+// readiness turns it down after runtimeSyncThreshold.
+func (m *Manager) readRuntimeStatus(ctx context.Context, now time.Time) {
+	resp, err := m.runtime.Status(ctx, false)
+	m.rt.warn("status", "node status: container runtime status check failed", err, m.log)
+	if err != nil {
+		return
+	}
+	st := resp.GetStatus()
+	if st == nil {
+		return
+	}
+	network, ready := runtimeCondition(st, runtimeapi.NetworkReady), runtimeCondition(st, runtimeapi.RuntimeReady)
+	if network == nil || !network.Status {
+		m.rt.networkErr = fmt.Errorf("container runtime network not ready: %s", conditionString(network))
+	} else {
+		m.rt.networkErr = nil
+	}
+	if ready == nil || !ready.Status {
+		m.rt.runtimeErr = fmt.Errorf("container runtime not ready: %s", conditionString(ready))
+		return
+	}
+	m.rt.runtimeErr = nil
+	m.rt.handlers = runtimeHandlers(resp.GetRuntimeHandlers())
+	m.rt.features = nil
+	if fs := resp.GetFeatures(); fs != nil {
+		sgp := fs.GetSupplementalGroupsPolicy()
+		m.rt.features = &v1.NodeFeatures{SupplementalGroupsPolicy: &sgp}
+	}
+	m.rt.lastReady = now
+}
+
+func runtimeCondition(st *runtimeapi.RuntimeStatus, t string) *runtimeapi.RuntimeCondition {
+	for _, c := range st.GetConditions() {
+		if c.GetType() == t {
+			return c
+		}
+	}
+	return nil
+}
+
+// conditionString is a runtime condition in the kubelet's words
+// (RuntimeReady=false reason:... message:...).
+func conditionString(c *runtimeapi.RuntimeCondition) string {
+	if c == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("%s=%t reason:%s message:%s", c.GetType(), c.GetStatus(), c.GetReason(), c.GetMessage())
+}
+
+// runtimeHandlers are the runtime's handlers sorted by name, as the
+// kubelet publishes them.
+func runtimeHandlers(hs []*runtimeapi.RuntimeHandler) []v1.NodeRuntimeHandler {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]v1.NodeRuntimeHandler, 0, len(hs))
+	for _, h := range hs {
+		rro, userns := h.GetFeatures().GetRecursiveReadOnlyMounts(), h.GetFeatures().GetUserNamespaces()
+		out = append(out, v1.NodeRuntimeHandler{
+			Name:     h.GetName(),
+			Features: &v1.NodeRuntimeHandlerFeatures{RecursiveReadOnlyMounts: &rro, UserNamespaces: &userns},
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// runtimeVersion is "<runtime>://<version>", the version as the kubelet
+// parses it (semantic, else generic: containerd's v1.6.20 is 1.6.20), or
+// Unknown.
+func (m *Manager) runtimeVersion(ctx context.Context) string {
+	version := "Unknown"
+	resp, err := m.runtime.Version(ctx)
+	if err != nil {
+		m.log.Debug("node status: no runtime version", "err", err)
+	} else {
+		if resp.GetRuntimeName() != "" {
+			m.rt.name = resp.GetRuntimeName()
+		}
+		v, err := utilversion.ParseSemantic(resp.GetRuntimeVersion())
+		if err != nil {
+			v, err = utilversion.ParseGeneric(resp.GetRuntimeVersion())
+		}
+		if err == nil {
+			version = v.String()
+		}
+	}
+	name := m.rt.name
+	if name == "" {
+		name = "unknown"
+	}
+	return name + "://" + version
+}
+
+// listImages is the runtime's images, largest first (ties: ID
+// descending), as the kubelet's image cache; the last list when listing
+// fails.
+func (m *Manager) listImages(ctx context.Context) []Image {
+	list, err := m.runtime.ListImages(ctx, nil)
+	m.rt.warn("images", "node status: cannot list images; reporting the last list", err, m.log)
+	if err != nil {
+		return m.rt.images
+	}
+	images := make([]Image, 0, len(list))
+	for _, img := range list {
+		images = append(images, Image{ID: img.GetId(), RepoTags: img.GetRepoTags(), RepoDigests: img.GetRepoDigests(), Size: img.GetSize()})
+	}
+	sort.Slice(images, func(i, j int) bool {
+		if images[i].Size != images[j].Size {
+			return images[i].Size > images[j].Size
+		}
+		return images[i].ID > images[j].ID
+	})
+	m.rt.images = images
+	return images
+}
+
+// observeImageFs adds the imagefs signals: the size of the filesystem the
+// runtime keeps its images on (its first one, as the kubelet).
+func (m *Manager) observeImageFs(ctx context.Context, obs map[string]observation) {
+	resp, err := m.runtime.ImageFsInfo(ctx)
+	if err != nil {
+		m.log.Debug("node status: no image filesystem", "err", err)
+		return
+	}
+	fss := resp.GetImageFilesystems()
+	if len(fss) == 0 || fss[0].GetFsId().GetMountpoint() == "" {
+		return
+	}
+	mp := fss[0].GetFsId().GetMountpoint()
+	capacity, avail, _, inodes, free, err := m.machine.FsStats(mp)
+	if err != nil {
+		m.log.Debug("node status: cannot statfs the image filesystem", "path", mp, "err", err)
+		return
+	}
+	obs[signalImageFsAvail] = observation{available: int64(avail), capacity: int64(capacity)}
+	obs[signalImageFsInodes] = observation{available: int64(free), capacity: int64(inodes)}
+}
+
+// readiness are the runtime's and the network's errors as the kubelet
+// words them (runtimeErrors, networkErrors), PLEG health included.
+func (m *Manager) readiness(now time.Time) (runtimeErr, networkErr error) {
+	var errs []error
+	switch {
+	case m.rt.lastReady.IsZero():
+		errs = append(errs, errors.New("container runtime status check may not have completed yet"))
+	case !m.rt.lastReady.Add(runtimeSyncThreshold).After(now):
+		errs = append(errs, errors.New("container runtime is down"))
+	}
+	if m.plegHealthy != nil {
+		if ok, err := m.plegHealthy(); !ok {
+			errs = append(errs, fmt.Errorf("PLEG is not healthy: %v", err))
+		}
+	}
+	errs = append(errs, m.rt.runtimeErr)
+	return utilerrors.NewAggregate(errs), utilerrors.NewAggregate([]error{m.rt.networkErr})
+}
