@@ -342,7 +342,7 @@ func newClusterKubelet(b *testing.B, cp *controlPlane) *clusterAgent {
 		// dir, where a certificate of another cluster may be.
 		return exec.Command(bin, "--config", config, "--root-dir", root, "--cert-dir", filepath.Join(root, "pki"),
 			"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(root, "kubelet.kubeconfig"),
-			"--hostname-override", a.node, "--v", kubeletVerbosity())
+			"--hostname-override", a.node, "--node-ip", "127.0.0.1", "--v", kubeletVerbosity())
 	}
 	return a
 }
@@ -357,7 +357,7 @@ func newClusterNodelet(b *testing.B, cp *controlPlane) *clusterAgent {
 	a.command = func() *exec.Cmd {
 		return exec.Command(shared.nodelet, "--config", cp.NodeletConfig, "--root-dir", root,
 			"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(root, "kubelet.kubeconfig"),
-			"--hostname-override", a.node, "--container-runtime-endpoint", shared.endpoint,
+			"--hostname-override", a.node, "--node-ip", "127.0.0.1", "--container-runtime-endpoint", shared.endpoint,
 			"--pod-logs-dir", filepath.Join(work, "logs"), "--address", "127.0.0.1", "--port", apiPort,
 			"--healthz-port", healthzPort, "--read-only-port", roPort)
 	}
@@ -559,15 +559,6 @@ func (w *podWatch) countsLocked() (ready, all int) {
 		}
 	}
 	return ready, len(w.pods)
-}
-
-func podReady(p *v1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == v1.PodReady {
-			return c.Status == v1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // scale sets the Deployment's replicas to n and waits until it has n pods,
