@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -80,12 +81,14 @@ func startCluster(t testing.TB) *controlPlane {
 	return sharedCluster.cp
 }
 
-// stopCluster stops the control plane if a test brought it up.
+// stopCluster stops the control plane if a test brought it up; a later
+// startCluster fails.
 func stopCluster() {
 	if cp := sharedCluster.cp; cp != nil {
 		if out, err := cp.script("down"); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e: hack/cluster.sh down: %v\n%s", err, out)
 		}
+		sharedCluster.cp, sharedCluster.err = nil, errors.New("stopped")
 	}
 }
 
