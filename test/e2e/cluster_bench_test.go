@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,7 +38,8 @@ import (
 // containerd, in one run: the upstream kubelet of the release nodelet's
 // k8s.io modules are, then nodelet. Each joins through the bootstrap
 // kubeconfig as its own node (bench-kubelet, bench-nodelet), alone: the
-// agent before it is stopped, its Node deleted and the runtime emptied.
+// agent before it has torn its pods down and stopped, its Node is deleted
+// and the runtime emptied.
 // For each it measures, with a Deployment of busybox pods that sleep, held
 // on its node by a nodeSelector:
 //
@@ -312,6 +314,7 @@ func benchAdmin(b *testing.B, cp *controlPlane) kubernetes.Interface {
 type clusterAgent struct {
 	label   string // kubelet, nodelet
 	node    string // its Node's name
+	work    string // its directories (root dir, pod logs)
 	logPath string // its output, appended to
 	command func() *exec.Cmd
 
@@ -339,7 +342,7 @@ func newClusterKubelet(b *testing.B, cp *controlPlane) *clusterAgent {
 	if err := os.WriteFile(config, append(base, machine...), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	a := &clusterAgent{label: "kubelet", node: "bench-kubelet", logPath: benchLogPath("cluster-kubelet")}
+	a := &clusterAgent{label: "kubelet", node: "bench-kubelet", work: work, logPath: benchLogPath("cluster-kubelet")}
 	root := filepath.Join(work, "root")
 	a.command = func() *exec.Cmd {
 		// --cert-dir: its default is /var/lib/kubelet/pki whatever the root
@@ -356,7 +359,7 @@ func newClusterKubelet(b *testing.B, cp *controlPlane) *clusterAgent {
 func newClusterNodelet(b *testing.B, cp *controlPlane) *clusterAgent {
 	work := filepath.Join(shared.work, "cluster-nodelet")
 	healthzPort, roPort, apiPort := freePort(b), freePort(b), freePort(b)
-	a := &clusterAgent{label: "nodelet", node: "bench-nodelet", logPath: benchLogPath("cluster-nodelet")}
+	a := &clusterAgent{label: "nodelet", node: "bench-nodelet", work: work, logPath: benchLogPath("cluster-nodelet")}
 	root := filepath.Join(work, "root")
 	a.command = func() *exec.Cmd {
 		return exec.Command(shared.nodelet, "--config", cp.NodeletConfig, "--root-dir", root,
@@ -383,6 +386,19 @@ func (a *clusterAgent) start() error {
 	a.done = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(a.cmd, a.done)
 	return nil
+}
+
+// running tells whether the agent was started and has not exited.
+func (a *clusterAgent) running() bool {
+	if a.cmd == nil {
+		return false
+	}
+	select {
+	case <-a.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // why is err, or the agent's exit with the end of its log if it exited.
@@ -418,13 +434,18 @@ func (a *clusterAgent) stop() error {
 	}
 }
 
-// cleanUp stops the agent and removes what the API holds of it: its
-// Deployment's pods (forcibly: nobody runs them any more) and its Node.
-// The runtime is the caller's to clean.
+// cleanUp removes what the agent left: its pods, which the agent itself
+// tears down while it runs (their containers stopped, their volumes
+// unmounted, as on a node that is drained); the agent; what the API holds
+// of it (pods it could not finish, deleted forcibly, and its Node); and
+// the mounts it left under its work directory (the kubelet's root dir
+// bind-mounted onto itself, or volumes of pods it did not tear down), so
+// that the harness can delete that directory. The runtime is the caller's
+// to clean.
 func (a *clusterAgent) cleanUp(admin kubernetes.Interface) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	errs := []error{a.stop()}
+	var errs []error
 	name := "bench-" + a.label
 	notFound := func(err error) error {
 		if apierrors.IsNotFound(err) {
@@ -432,31 +453,75 @@ func (a *clusterAgent) cleanUp(admin kubernetes.Interface) error {
 		}
 		return err
 	}
-	// Replicas 0 first, so that no ReplicaSet makes new pods while the
-	// Deployment's are deleted.
+	selector := metav1.ListOptions{LabelSelector: "app=" + name}
+	// none waits until the Deployment has no pod left, for at most limit.
+	none := func(limit time.Duration) error {
+		ctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
+		for {
+			left, err := admin.CoreV1().Pods(benchNamespace).List(ctx, selector)
+			if err == nil && len(left.Items) == 0 {
+				return nil
+			}
+			if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+				return fmt.Errorf("the pods of %s not gone: %w", name, err)
+			}
+		}
+	}
+	// Replicas 0: the ReplicaSet deletes the pods with their grace period
+	// and makes no new ones.
 	patch := []byte(`{"spec":{"replicas":0}}`)
 	_, err := admin.AppsV1().Deployments(benchNamespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	errs = append(errs, notFound(err))
+	if a.running() {
+		begin := time.Now()
+		if err := none(2 * time.Minute); err != nil {
+			errs = append(errs, fmt.Errorf("%s did not tear its pods down: %w", a.label, err))
+		} else {
+			fmt.Printf("cluster bench: %s tore its pods down in %v\n", a.label, time.Since(begin).Round(100*time.Millisecond))
+		}
+	}
+	errs = append(errs, a.stop())
 	background := metav1.DeletePropagationBackground
 	errs = append(errs, notFound(admin.AppsV1().Deployments(benchNamespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &background})))
 	now := int64(0)
-	selector := metav1.ListOptions{LabelSelector: "app=" + name}
-	for {
-		err := admin.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &now}, selector)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("delete the pods of %s: %w", name, err))
-			break
-		}
-		left, err := admin.CoreV1().Pods(benchNamespace).List(ctx, selector)
-		if err == nil && len(left.Items) == 0 {
-			break
-		}
-		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
-			errs = append(errs, fmt.Errorf("the pods of %s not gone: %w", name, err))
-			break
+	if err := admin.CoreV1().Pods(benchNamespace).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &now}, selector); err != nil {
+		errs = append(errs, fmt.Errorf("delete the pods of %s: %w", name, err))
+	}
+	errs = append(errs, none(time.Minute))
+	errs = append(errs, notFound(admin.CoreV1().Nodes().Delete(ctx, a.node, metav1.DeleteOptions{})))
+	errs = append(errs, unmountBelow(a.work))
+	return errors.Join(errs...)
+}
+
+// unmountBelow detaches every mount below dir, the deepest first.
+func unmountBelow(dir string) error {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var below []string
+	sc := bufio.NewScanner(io.LimitReader(f, 64<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// ID parent major:minor root mountpoint ...; a space in a path is
+		// \040, and the benchmark's paths have none.
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			below = append(below, fields[4])
 		}
 	}
-	errs = append(errs, notFound(admin.CoreV1().Nodes().Delete(ctx, a.node, metav1.DeleteOptions{})))
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	sort.Slice(below, func(i, j int) bool { return len(below[i]) > len(below[j]) })
+	var errs []error
+	for _, m := range below {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
