@@ -121,6 +121,14 @@ func stdlibOrAPI(p string) bool {
 	return !strings.Contains(first, ".") || is("k8s.io/api", "k8s.io/apimachinery")(p)
 }
 
+// apiClients are the packages that talk to the API server (DESIGN rule
+// 7): cluster mode's parts, the secure port's webhook authentication and
+// authorization, and agent, which wires them.
+var apiClients = []string{
+	internal("certs"), internal("nodestatus"), internal("statussync"), internal("mirror"), internal("objects"),
+	internal("token"), internal("podsource"), internal("server"), internal("agent"),
+}
+
 // kubernetesAllowed are the only k8s.io/kubernetes packages that
 // apivalidation imports directly (see its doc comment): the internal core
 // types, their v1 defaults and conversions, core validation, and the pod
@@ -177,6 +185,14 @@ func rules() []rule {
 			Name:      "6: only cmd/nodelet reads flags",
 			From:      is(module + "/internal"),
 			Forbidden: is("flag", "github.com/spf13/pflag", "github.com/spf13/cobra"),
+		},
+		{
+			Name: "7: only the cluster-mode packages talk to the API server",
+			From: func(p string) bool {
+				return strings.HasPrefix(p, module+"/internal") && !is(apiClients...)(p)
+			},
+			Forbidden: either(is("k8s.io/client-go/kubernetes", "k8s.io/client-go/rest", "k8s.io/client-go/informers",
+				"k8s.io/client-go/tools/cache", "k8s.io/client-go/dynamic")),
 		},
 		{
 			Name:      "8: only apivalidation imports k8s.io/kubernetes",
@@ -261,6 +277,7 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		{ImportPath: internal("server"), Imports: []string{internal("agent")}},
 		{ImportPath: internal("gc"), Imports: []string{"testing"}},
 		{ImportPath: internal("server"), Imports: []string{"flag"}},
+		{ImportPath: internal("podruntime"), Imports: []string{"k8s.io/client-go/kubernetes"}},
 		{ImportPath: internal("podsource"), Imports: []string{"k8s.io/kubernetes/pkg/apis/core/validation"}},
 		{ImportPath: internal("apivalidation"), Imports: []string{
 			"k8s.io/kubernetes/pkg/apis/core", // allowed

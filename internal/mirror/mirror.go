@@ -25,7 +25,8 @@ import (
 	"github.com/nodelet/nodelet/internal/podspec"
 )
 
-// Period is how often mirror pods are reconciled besides when poked.
+// Period is how often mirror pods are reconciled (the kubelet does it at
+// each pod sync, once a minute at least).
 const Period = 10 * time.Second
 
 // StaticPods are the static pods the sources want.
@@ -52,7 +53,10 @@ type Deps struct {
 // Manager keeps mirror pods in step with static pods.
 type Manager struct {
 	deps Deps
-	wake chan struct{}
+	// refused are the static pods (by namespace/name) whose mirror pod the
+	// API server refused, and the hash refused: not asked again until the
+	// static pod changes.
+	refused map[string]string
 }
 
 // New returns a Manager; Run starts it.
@@ -63,18 +67,10 @@ func New(deps Deps) *Manager {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Manager{deps: deps, wake: make(chan struct{}, 1)}
+	return &Manager{deps: deps, refused: map[string]string{}}
 }
 
-// Poke asks for a pass at once: the static pods or the API's pods changed.
-func (m *Manager) Poke() {
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
-}
-
-// Run reconciles mirror pods when poked and every Period until ctx ends.
+// Run reconciles mirror pods every Period until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
 	t := m.deps.Clock.NewTicker(Period)
 	defer t.Stop()
@@ -83,7 +79,6 @@ func (m *Manager) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.wake:
 		case <-t.C():
 		}
 	}
@@ -123,18 +118,27 @@ func (m *Manager) Reconcile(ctx context.Context) {
 			continue
 		}
 		if existing != nil {
-			if existing.DeletionTimestamp == nil {
-				log.Info("mirror pod outdated; replacing it")
-				m.delete(ctx, existing)
-			}
-			continue // created once the old one is gone
+			// Outdated, or being deleted (a user deleted it: the API
+			// server waits for the node): gone at once, as the kubelet
+			// deletes mirror pods, then created anew.
+			log.Info("mirror pod outdated or deleted; replacing it")
+			m.delete(ctx, existing)
+			continue // created once the informer shows it gone
+		}
+		if m.refused[key] == Hash(static) {
+			continue
 		}
 		if err := m.create(ctx, static); err != nil {
 			log.Warn("mirror pod: create failed, retried", "err", err)
 		}
 	}
+	for key := range m.refused {
+		if !wanted[key] {
+			delete(m.refused, key)
+		}
+	}
 	for key, p := range mirrors {
-		if !wanted[key] && p.DeletionTimestamp == nil {
+		if !wanted[key] {
 			m.deps.Log.Info("mirror pod without a static pod; deleting it", "pod", key)
 			m.delete(ctx, p)
 		}
@@ -158,7 +162,10 @@ func Pod(static *v1.Pod, nodeName string, nodeUID types.UID) *v1.Pod {
 	p.DeletionTimestamp, p.DeletionGracePeriodSeconds, p.ManagedFields = nil, nil, nil
 	p.Annotations[podspec.AnnotationConfigMirror] = Hash(static)
 	delete(p.Annotations, podspec.AnnotationConfigFile) // a path on this node: nothing for the API
-	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nodeName, UID: nodeUID}}
+	// NodeRestriction admits a node's pod only as the mirror pod of a
+	// static pod, with the Node as its controller.
+	controller := true
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: nodeName, UID: nodeUID, Controller: &controller}}
 	p.Spec.NodeName = nodeName
 	return p
 }
@@ -178,6 +185,7 @@ func (m *Manager) create(ctx context.Context, static *v1.Pod) error {
 			// NodeRestriction refuses mirror pods that use API objects
 			// (secrets, service accounts, ...); nothing to retry for.
 			m.deps.Log.Warn("mirror pod refused by the API server; the static pod runs without one", "pod", p.Namespace+"/"+p.Name, "err", err)
+			m.refused[p.Namespace+"/"+p.Name] = Hash(static)
 			return nil
 		}
 		return err
@@ -186,9 +194,12 @@ func (m *Manager) create(ctx context.Context, static *v1.Pod) error {
 	return nil
 }
 
+// delete deletes a mirror pod at once (grace 0: nothing runs of it; its
+// static pod's containers are the node's business), if it still has uid.
 func (m *Manager) delete(ctx context.Context, p *v1.Pod) {
-	uid := p.UID
-	err := m.deps.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	uid, zero := p.UID, int64(0)
+	err := m.deps.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		m.deps.Log.Warn("mirror pod: delete failed, retried", "pod", p.Namespace+"/"+p.Name, "err", err)
 	}

@@ -118,9 +118,23 @@ func TestMirrorLifecycle(t *testing.T) {
 		t.Errorf("%d creates for one static pod over two passes, want 1", creates)
 	}
 
-	// Deleted by a user: created again.
-	if err := client.CoreV1().Pods("kube-system").Delete(ctx, etcd.Name, metav1.DeleteOptions{}); err != nil {
+	// Deleted by a user: the API server marks it and waits for the node,
+	// which deletes it at once (grace 0) and creates it again.
+	marked := got[0].DeepCopy()
+	now := metav1.Now()
+	marked.DeletionTimestamp = &now
+	if _, err := client.CoreV1().Pods("kube-system").Update(ctx, marked, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	client.ClearActions()
+	m.Reconcile(ctx)
+	if got := mirrors(t, client); len(got) != 0 {
+		t.Fatalf("mirror pod being deleted not deleted at once: %+v", got)
+	}
+	for _, a := range client.Actions() {
+		if d, ok := a.(k8stesting.DeleteAction); ok && (d.GetDeleteOptions().GracePeriodSeconds == nil || *d.GetDeleteOptions().GracePeriodSeconds != 0) {
+			t.Errorf("mirror pod deleted with grace %v, want 0", d.GetDeleteOptions().GracePeriodSeconds)
+		}
 	}
 	m.Reconcile(ctx)
 	if got := mirrors(t, client); len(got) != 1 {
@@ -154,12 +168,20 @@ func TestMirrorLifecycle(t *testing.T) {
 // secret) is not retried in a loop of errors: the static pod runs anyway.
 func TestMirrorRefused(t *testing.T) {
 	m, client := newManager(t, static("etcd", "hash-1"))
+	creates := 0
 	client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtimeObject, error) {
+		creates++
 		return true, nil, forbidden()
 	})
 	m.Reconcile(context.Background())
-	if got := mirrors(t, client); len(got) != 0 {
-		t.Fatalf("mirror pods = %+v", got)
+	m.Reconcile(context.Background())
+	if got := mirrors(t, client); len(got) != 0 || creates != 1 {
+		t.Fatalf("mirror pods = %+v after %d creates, want none after 1", got, creates)
+	}
+	m.deps.Sources = statics{static("etcd", "hash-2")} // changed: asked again
+	m.Reconcile(context.Background())
+	if creates != 2 {
+		t.Errorf("%d creates after the static pod changed, want 2", creates)
 	}
 }
 

@@ -58,6 +58,7 @@ type Workers interface {
 type Statuses interface {
 	Changed() <-chan struct{}
 	TakeChanged() []statusmanager.Entry
+	Get(uid types.UID) (v1.PodStatus, bool)
 }
 
 // Deps are what the Syncer uses.
@@ -80,7 +81,6 @@ type entry struct {
 // Syncer sends pod statuses to the API server.
 type Syncer struct {
 	deps Deps
-	wake chan struct{}
 
 	mu   sync.Mutex
 	pods map[types.UID]*entry
@@ -94,7 +94,7 @@ func New(deps Deps) *Syncer {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Syncer{deps: deps, wake: make(chan struct{}, 1), pods: map[types.UID]*entry{}}
+	return &Syncer{deps: deps, pods: map[types.UID]*entry{}}
 }
 
 // take records the statuses that changed, marked dirty.
@@ -104,15 +104,6 @@ func (s *Syncer) take() {
 	defer s.mu.Unlock()
 	for _, c := range changed {
 		s.pods[c.Pod.UID] = &entry{pod: c.Pod, status: c.Status, dirty: true}
-	}
-}
-
-// Poke asks for a pass over the dirty pods at once (a pod's API object
-// changed: it may be deletable now).
-func (s *Syncer) Poke() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
 	}
 }
 
@@ -127,7 +118,6 @@ func (s *Syncer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.deps.Statuses.Changed():
-		case <-s.wake:
 		case <-t.C():
 			all = true
 		}
@@ -168,6 +158,12 @@ func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
 	e.dirty = false
 	s.mu.Unlock()
 
+	if _, kept := s.deps.Statuses.Get(uid); !kept && podspec.IsStatic(pod) {
+		// A static pod no source wants any more, whose status
+		// housekeeping dropped: its mirror pod goes with it (mirror).
+		s.forget(uid, e)
+		return
+	}
 	api, gone := s.apiPod(pod)
 	if gone {
 		// The API object is gone (deleted, or the pod replaced by one
@@ -249,18 +245,6 @@ func (s *Syncer) forget(uid types.UID, e *entry) {
 	defer s.mu.Unlock()
 	if s.pods[uid] == e {
 		delete(s.pods, uid)
-	}
-}
-
-// Forget drops what the syncer holds for pods keep does not keep (static
-// pods no longer wanted; API pods are dropped when their object goes).
-func (s *Syncer) Forget(keep func(types.UID) bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for uid, e := range s.pods {
-		if podspec.IsStatic(e.pod) && !keep(uid) {
-			delete(s.pods, uid)
-		}
 	}
 }
 

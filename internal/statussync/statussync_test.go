@@ -308,4 +308,11 @@ func TestStaticPodStatusToMirror(t *testing.T) {
 	if len(w) != 1 || !strings.Contains(w[0], `"uid":"mirror-uid"`) {
 		t.Fatalf("writes = %q, want one status patch of the mirror pod", w)
 	}
+
+	// The static pod gone (housekeeping dropped its status): forgotten.
+	h.statuses.RemoveOrphans(func(types.UID) bool { return false })
+	h.s.SyncBatch(ctx, true)
+	if len(h.s.pods) != 0 {
+		t.Error("a static pod no source wants is still tracked")
+	}
 }
