@@ -258,15 +258,11 @@ func newKubeletAgent(b *testing.B) *manifestAgent {
 }
 
 // kubeletConfig is the standalone kubelet's configuration:
-//   - the pods and the runtime: the manifest directory (watched with inotify,
-//     re-read every 20 s, as nodelet does) and the shared containerd;
-//   - what this machine needs: the cgroupfs driver (containerd runs runc
-//     with SystemdCgroup = false), cgroup v1 allowed, swap not refused;
-//   - loopback ports with anonymous, allow-all access, since nothing but
-//     the benchmark talks to it (/metrics on the read-only port);
-//   - nothing that acts on its own during the benchmark: no image garbage
-//     collection (the images are nodelet's too), and eviction only at 1 MiB
-//     of free memory, so that a nearly full disk does not evict the pods.
+//   - the pods: the manifest directory (watched with inotify, re-read every
+//     20 s, as nodelet does);
+//   - the machine's (kubeletMachineConfig);
+//   - anonymous, allow-all access, since nothing but the benchmark talks to
+//     it (/metrics on the read-only port).
 //
 // Everything else is the kubelet's default: pod and QoS cgroups, RuntimeDefault
 // seccomp for every sandbox and none for containers (no --seccomp-default),
@@ -275,7 +271,24 @@ func kubeletConfig(endpoint, manifests, logs, healthzPort, roPort, apiPort strin
 	return `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: ` + manifests + `
-containerRuntimeEndpoint: ` + endpoint + `
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+` + kubeletMachineConfig(endpoint, logs, healthzPort, roPort, apiPort)
+}
+
+// kubeletMachineConfig is what the kubelet needs on this machine beside
+// nodelet, as top-level KubeletConfiguration fields:
+//   - the shared containerd, and pod logs where the benchmark keeps them;
+//   - the cgroupfs driver (containerd runs runc with SystemdCgroup = false),
+//     cgroup v1 allowed, swap not refused;
+//   - loopback ports;
+//   - nothing that acts on its own during the benchmark: no image garbage
+//     collection (the images are nodelet's too), and eviction only at 1 MiB
+//     of free memory, so that a nearly full disk does not evict the pods.
+func kubeletMachineConfig(endpoint, logs, healthzPort, roPort, apiPort string) string {
+	return `containerRuntimeEndpoint: ` + endpoint + `
 podLogsDir: ` + logs + `
 cgroupDriver: cgroupfs
 failCgroupV1: false
@@ -285,10 +298,6 @@ port: ` + apiPort + `
 readOnlyPort: ` + roPort + `
 healthzBindAddress: 127.0.0.1
 healthzPort: ` + healthzPort + `
-authentication:
-  anonymous: {enabled: true}
-  webhook: {enabled: false}
-authorization: {mode: AlwaysAllow}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: 1Mi}
