@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,6 +52,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	closeInheritedOnExec()
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e: must run as root (containerd, runc and CNI need it)")
 		return 1
@@ -69,6 +72,23 @@ func run(m *testing.M) int {
 	stopCluster()
 	tearDown(&shared)
 	return code
+}
+
+// closeInheritedOnExec keeps what the tests start (containerd and its
+// shims, agents) from inheriting the descriptors this process inherited,
+// such as the lock of `flock /tmp/nodelet-e2e.lock make e2e`: held by a
+// process that outlives the tests, it would keep the next run waiting. Go
+// opens its own descriptors close-on-exec; these it did not open.
+func closeInheritedOnExec() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd)
+		}
+	}
 }
 
 func setUp(e *env) error {
