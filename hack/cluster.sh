@@ -39,6 +39,11 @@
 #                                  pods, i.e. how soon they are evicted [300]
 #   CLUSTER_SIGNING_DURATION       lifetime of certificates the CSR signer issues [1y]
 #   CLUSTER_TIMEOUT [120]          seconds each wait of up may take
+#   AUDIT_LOG                      a path: the API server writes there, as JSON
+#                                  lines, an audit event (level Metadata) of
+#                                  every request by a node (group system:nodes)
+#                                  and of nothing else; how make bench counts
+#                                  an agent's requests. Unset: no audit log
 #   NODELET [1]                    0: control plane only
 #   NODELET_BIN [bin/nodelet], NODELET_ROOT_DIR [/var/lib/nodelet-cluster],
 #   NODELET_NODE_NAME [hostname], NODELET_ARGS (more flags, split on spaces)
@@ -446,6 +451,22 @@ EOF
 	mv "$dir/bootstrap.yaml.tmp" "$dir/bootstrap.yaml"
 }
 
+# audit_policy writes the policy of AUDIT_LOG: the requests of nodes at
+# level Metadata (who, verb, resource, code; no bodies), each once, when its
+# response is complete (a watch: also when it started), and nothing else.
+audit_policy() {
+	cat >"$dir/audit-policy.yaml.tmp" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  userGroups: ["system:nodes"]
+- level: None
+EOF
+	mv "$dir/audit-policy.yaml.tmp" "$dir/audit-policy.yaml"
+}
+
 # --- the processes --------------------------------------------------------
 
 start_etcd() {
@@ -475,6 +496,16 @@ start_apiserver() {
 	if [[ -n ${CLUSTER_TOLERATION_SECONDS:-} ]]; then
 		extra+=(--default-not-ready-toleration-seconds="$CLUSTER_TOLERATION_SECONDS"
 			--default-unreachable-toleration-seconds="$CLUSTER_TOLERATION_SECONDS")
+	fi
+	if [[ -n ${AUDIT_LOG:-} ]]; then
+		audit_policy
+		# blocking: an event is written before its request is answered, so a
+		# reader that saw the answer finds the event. No rotation below
+		# 200 MB: a reader reads one file.
+		extra+=(--audit-policy-file="$dir/audit-policy.yaml"
+			--audit-log-path="$(realpath -m "$AUDIT_LOG")"
+			--audit-log-format=json --audit-log-mode=blocking
+			--audit-log-maxsize=200 --audit-log-maxbackup=1)
 	fi
 	# The kubernetes Service's endpoints may not be loopback addresses, so
 	# with --advertise-address=127.0.0.1 nothing maintains them
@@ -641,7 +672,7 @@ down() {
 	if [[ $purge == --purge ]]; then
 		say "deleting the state in $(rel "$dir") and nodelet's cluster credentials in $nodelet_root"
 		rm -rf "$pki" "$dir/etcd" "$logs" "$run" "$dir"/*.kubeconfig "$dir/nodelet-config.yaml" \
-			"$dir/bootstrap.yaml"
+			"$dir/bootstrap.yaml" "$dir/audit-policy.yaml"
 		# Issued by the CA just deleted: the next nodelet bootstraps anew.
 		rm -f "$nodelet_root/kubelet.kubeconfig" "$nodelet_root"/pki/kubelet-client-*
 	fi
