@@ -43,6 +43,7 @@ type controlPlane struct {
 	CAFile              string // the cluster CA: serving, client and CSR signing
 	NodeletConfig       string // a KubeletConfiguration as kubeadm writes one
 	TokenID             string // the bootstrap token's id: its user is system:bootstrap:<id>
+	AuditLog            string // the requests of nodes (group system:nodes), one JSON event a line
 	AdminConfig         *rest.Config
 	Admin               kubernetes.Interface
 
@@ -96,13 +97,18 @@ func clusterUp(dir string) (*controlPlane, error) {
 	env := []string{}
 	for _, kv := range os.Environ() {
 		// The user's own cluster settings are not the tests'.
-		if !strings.HasPrefix(kv, "CLUSTER_") && !strings.HasPrefix(kv, "NODELET") && !strings.HasPrefix(kv, "ETCD=") {
+		if !strings.HasPrefix(kv, "CLUSTER_") && !strings.HasPrefix(kv, "NODELET") && !strings.HasPrefix(kv, "ETCD=") &&
+			!strings.HasPrefix(kv, "AUDIT_LOG=") {
 			env = append(env, kv)
 		}
 	}
+	auditLog := filepath.Join(dir, "logs", "audit.log")
 	env = append(env,
 		"CLUSTER_DIR="+dir,
 		"NODELET=0",
+		// What the nodes ask the API server for, so that a test or a
+		// benchmark can count it (a line per request, of nodes only).
+		"AUDIT_LOG="+auditLog,
 		"CLUSTER_ETCD_PORT="+ports[0],
 		"CLUSTER_ETCD_PEER_PORT="+ports[1],
 		"CLUSTER_APISERVER_PORT="+ports[2],
@@ -121,6 +127,7 @@ func clusterUp(dir string) (*controlPlane, error) {
 		BootstrapKubeconfig: filepath.Join(dir, "bootstrap.kubeconfig"),
 		CAFile:              filepath.Join(dir, "pki", "ca.crt"),
 		NodeletConfig:       filepath.Join(dir, "nodelet-config.yaml"),
+		AuditLog:            auditLog,
 		env:                 env,
 	}
 	if out, err := cp.script("up"); err != nil {
