@@ -1,0 +1,647 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/podspec"
+)
+
+// What users of a cluster node count on (issue 11, "Resilience"): the API
+// server away for a minute, nodelet restarted, and nothing asked of the API
+// server that the Node authorizer or NodeRestriction refuses.
+//
+// The harness leaves the controller manager's node-monitor grace period
+// (50 s) and the pods' not-ready and unreachable tolerations (300 s) at
+// their defaults: a minute without the API server may get the node marked
+// unreachable, its pods NotReady and the node tainted, but no pod is
+// evicted before these tests end.
+
+// The API server stopped for 60 s: the node's pods keep running and the
+// file source keeps syncing meanwhile; once it is back, the lease, the
+// Node's Ready and the pods' status catch up within seconds, the static
+// pod added meanwhile gets its mirror pod, and nothing was restarted.
+func TestClusterAPIServerOutage(t *testing.T) {
+	cp := startCluster(t)
+	cp.logsOnFailure(t)
+	const node, ns = "resil-api", "resil-api"
+	n := joinNode(t, cp, node)
+	c := cp.Admin
+	resilNamespace(t, c, ns)
+	writeManifest(t, n.manifests, "static-a.yaml", resilStaticPod(ns, "static-a"))
+	resilCreate(t, c, resilWeb(ns, "web", node, 3))
+	pods := waitPodsReady(t, c, ns, "app=web", 3, 2*time.Minute)
+	mirrorA := waitMirrorRunning(t, c, ns, "static-a-"+node, time.Minute)
+	before := runtimeContainers(t, ns)
+	checkAPIContainers(t, "before the outage", append(pods, *mirrorA), before)
+
+	stopped := time.Now()
+	if out, err := cp.script("stop-apiserver"); err != nil {
+		t.Fatalf("hack/cluster.sh stop-apiserver: %v\n%s", err, out)
+	}
+	// Back for the tests that follow if this one ends early.
+	t.Cleanup(func() { cp.script("start-apiserver") })
+	writeManifest(t, n.manifests, "static-b.yaml", resilStaticPod(ns, "static-b"))
+	waitContainerRunning(t, 50*time.Second, "static-b-"+node, "main")
+	t.Logf("a static pod added without the API server runs after %v", time.Since(stopped).Round(100*time.Millisecond))
+	time.Sleep(time.Until(stopped.Add(60 * time.Second)))
+	checkSameContainers(t, "after 60 s without the API server", before, runtimeContainers(t, ns))
+
+	if out, err := cp.script("start-apiserver"); err != nil {
+		t.Fatalf("hack/cluster.sh start-apiserver: %v\n%s", err, out)
+	}
+	back := time.Now()
+	t.Logf("API server away for %v", back.Sub(stopped).Round(100*time.Millisecond))
+	// The controller manager's verdict on the node comes within seconds of
+	// the return: Unknown, and the node's pods NotReady, if it saw no lease
+	// renewed for its grace period. nodelet has to put both right.
+	readyLog := watchNodeReady(t, c, node)
+	podLog := watchPods(t, c, ns, "")
+	waitLeaseRenewed(t, c, node, stopped, time.Minute)
+	leaseIn := time.Since(back)
+	mirrorB := waitMirrorRunning(t, c, ns, "static-b-"+node, time.Minute)
+	mirrorIn := time.Since(back)
+	time.Sleep(time.Until(back.Add(30 * time.Second)))
+	changes := readyLog.finish(t)
+	t.Logf("after the API server returned: lease renewed in %v, mirror pod of static-b Running in %v; Node Ready: %s; pods' Ready: %s",
+		leaseIn.Round(100*time.Millisecond), mirrorIn.Round(100*time.Millisecond), readyHistory(changes, back), podReadyHistory(podLog.finish(t), back))
+	if last := changes[len(changes)-1]; last.status != v1.ConditionTrue {
+		t.Errorf("Node not Ready 30 s after the API server returned: %s", readyHistory(changes, back))
+	}
+	pods = waitPodsReady(t, c, ns, "app=web", 3, 5*time.Second)
+	mirrorA2 := waitMirrorRunning(t, c, ns, "static-a-"+node, 5*time.Second)
+
+	after := runtimeContainers(t, ns)
+	checkSameContainers(t, "after the outage", before, after)
+	checkAPIContainers(t, "after the outage", append(pods, *mirrorA2), before)
+	for _, p := range pods {
+		if !slices.Contains(before.pods(), p.Name) {
+			t.Errorf("pod %s is new: the Deployment's pods were replaced", p.Name)
+		}
+	}
+	if mirrorA2.UID != mirrorA.UID {
+		t.Errorf("mirror pod %s was recreated", mirrorA.Name)
+	}
+	checkAPIContainers(t, "static pod added during the outage", []v1.Pod{*mirrorB}, after)
+}
+
+// nodelet stopped (SIGINT) and started again with 20 pods: no container
+// restarts, and for 30 s after it is back no pod's Ready condition goes
+// False in the API and the Node stays Ready.
+func TestClusterNodeletRestart(t *testing.T) {
+	cp := startCluster(t)
+	cp.logsOnFailure(t)
+	const node, ns = "resil-restart", "resil-restart"
+	n := joinNode(t, cp, node)
+	c := cp.Admin
+	resilNamespace(t, c, ns)
+	resilCreate(t, c, resilWeb(ns, "web", node, 20))
+	pods := waitPodsReady(t, c, ns, "app=web", 20, 4*time.Minute)
+	before := runtimeContainers(t, ns)
+	checkAPIContainers(t, "before the restart", pods, before)
+
+	podLog := watchPods(t, c, ns, "app=web")
+	readyLog := watchNodeReady(t, c, node)
+	begin := time.Now()
+	if err := n.proc.stop(t); err != nil {
+		t.Fatalf("nodelet exit: %v", err)
+	}
+	stopped := time.Now()
+	n.start(t)
+	waitLeaseRenewed(t, c, node, stopped, time.Minute)
+	back := time.Now()
+	t.Logf("nodelet stopped in %v, and back (lease renewed) %v later", stopped.Sub(begin).Round(100*time.Millisecond), back.Sub(stopped).Round(100*time.Millisecond))
+	time.Sleep(30 * time.Second)
+
+	events := podLog.finish(t)
+	for _, e := range events {
+		p, ok := e.obj.(*v1.Pod)
+		if !ok || e.typ != watch.Modified {
+			t.Errorf("pod watch at +%v: %s %T", e.at.Sub(begin).Round(100*time.Millisecond), e.typ, e.obj)
+			continue
+		}
+		if !podReady(p) {
+			t.Errorf("pod %s not Ready at +%v (conditions %v)", p.Name, e.at.Sub(begin).Round(100*time.Millisecond), p.Status.Conditions)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount != 0 || cs.State.Running == nil {
+				t.Errorf("pod %s container %s at +%v: restartCount %d, state %+v", p.Name, cs.Name, e.at.Sub(begin).Round(100*time.Millisecond), cs.RestartCount, cs.State)
+			}
+		}
+	}
+	changes := readyLog.finish(t)
+	t.Logf("%d pod updates in the API during the restart; Node Ready: %s", len(events), readyHistory(changes, begin))
+	for _, ch := range changes {
+		if ch.status != v1.ConditionTrue {
+			t.Errorf("Node Ready %s at +%v (%s)", ch.status, ch.at.Sub(begin).Round(100*time.Millisecond), ch.reason)
+		}
+	}
+	checkSameContainers(t, "after the restart", before, runtimeContainers(t, ns))
+	list, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAPIContainers(t, "after the restart", list.Items, before)
+}
+
+// A node's own requests are all allowed by the Node authorizer and the
+// NodeRestriction admission plugin: the API server's audit log (of nodes'
+// requests) shows no 403 for the node's user after a representative
+// workload: a Deployment with a ConfigMap volume, a Secret in an
+// environment variable and a projected service account token; a static pod
+// with its mirror pod; a pod deleted with grace.
+func TestClusterNodeRestriction(t *testing.T) {
+	cp := startCluster(t)
+	cp.logsOnFailure(t)
+	const node, ns = "resil-audit", "resil-audit"
+	n := joinNode(t, cp, node)
+	c := cp.Admin
+	ctx := clusterContext(t, 5*time.Minute)
+	resilNamespace(t, c, ns)
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"color": "blue"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Secrets(ns).Create(ctx, &v1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds"}, StringData: map[string]string{"password": "s3cret"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	d := resilWeb(ns, "web", node, 2)
+	spec := &d.Spec.Template.Spec
+	spec.Volumes = []v1.Volume{
+		{Name: "settings", VolumeSource: v1.VolumeSource{ConfigMap: &v1.ConfigMapVolumeSource{LocalObjectReference: v1.LocalObjectReference{Name: "settings"}}}},
+		{Name: "token", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{Sources: []v1.VolumeProjection{{
+			ServiceAccountToken: &v1.ServiceAccountTokenProjection{Audience: "example.com/resil", ExpirationSeconds: ptr.To[int64](3600), Path: "token"}}}}}},
+	}
+	spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "settings", MountPath: "/etc/settings"}, {Name: "token", MountPath: "/var/run/resil"}}
+	spec.Containers[0].Env = []v1.EnvVar{{Name: "PASSWORD", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{
+		LocalObjectReference: v1.LocalObjectReference{Name: "creds"}, Key: "password"}}}}
+	resilCreate(t, c, d)
+	writeManifest(t, n.manifests, "static.yaml", resilStaticPod(ns, "static"))
+
+	graceful := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "graceful", Namespace: ns, Labels: map[string]string{"app": "graceful"}},
+		Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To[int64](10),
+			Containers: []v1.Container{{Name: "main", Image: "busybox:1.35",
+				Command: []string{"sh", "-c", "trap 'sleep 2; exit 0' TERM; while true; do sleep 1; done"}}}}}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, graceful, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodsReady(t, c, ns, "app=web", 2, 2*time.Minute)
+	waitMirrorRunning(t, c, ns, "static-"+node, time.Minute)
+	waitPodsReady(t, c, ns, "app=graceful", 1, time.Minute)
+	if err := c.CoreV1().Pods(ns).Delete(ctx, "graceful", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "pod graceful deleted", func() error {
+		_, err := c.CoreV1().Pods(ns).Get(context.Background(), "graceful", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+
+	user := "system:node:" + node
+	counts, denied := readAudit(t, cp.AuditLog, user)
+	if len(counts) == 0 {
+		t.Fatalf("no request of %s in the audit log %s", user, cp.AuditLog)
+	}
+	var lines []string
+	for k, v := range counts {
+		lines = append(lines, fmt.Sprintf("  %-7s %-40s %d: %d", k.verb, k.resource, k.code, v))
+	}
+	sort.Strings(lines)
+	t.Logf("requests of %s (verb, resource, code: count):\n%s", user, strings.Join(lines, "\n"))
+	for _, e := range denied {
+		t.Errorf("403 for %s: %s %s: %s", user, e.Verb, e.RequestURI, e.reason())
+	}
+}
+
+// --- workload ---------------------------------------------------------------
+
+// resilNamespace creates namespace ns, deleted when the test ends, and
+// waits for its default service account.
+func resilNamespace(t *testing.T, c kubernetes.Interface, ns string) {
+	t.Helper()
+	_, err := c.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	eventually(t, time.Minute, "service account "+ns+"/default", func() error {
+		_, err := c.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
+		return err
+	})
+}
+
+// resilWeb is a Deployment of busybox pods on node: a sleep loop that ends
+// at SIGTERM, and a web server for the readiness probe.
+func resilWeb(ns, name, node string, replicas int32) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: v1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To[int64](5),
+					Containers: []v1.Container{{Name: "main", Image: "busybox:1.35",
+						Command: []string{"sh", "-c", "trap 'exit 0' TERM; mkdir -p /www && echo ok >/www/index.html && httpd -p 8080 -h /www; while true; do sleep 1; done"},
+						ReadinessProbe: &v1.Probe{ProbeHandler: v1.ProbeHandler{HTTPGet: &v1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}},
+							PeriodSeconds: 2}}}}}}}
+}
+
+func resilCreate(t *testing.T, c kubernetes.Interface, d *appsv1.Deployment) {
+	t.Helper()
+	if _, err := c.AppsV1().Deployments(d.Namespace).Create(context.Background(), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// resilStaticPod is the manifest of a static pod: a sleep loop.
+func resilStaticPod(ns, name string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox:1.35
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
+`, name, ns)
+}
+
+// waitMirrorRunning waits for the mirror pod name in ns to show the static
+// pod Running and Ready, and returns it.
+func waitMirrorRunning(t *testing.T, c kubernetes.Interface, ns, name string, timeout time.Duration) *v1.Pod {
+	t.Helper()
+	var mirror *v1.Pod
+	eventually(t, timeout, "mirror pod "+name+" Running", func() error {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Annotations[podspec.AnnotationConfigMirror] == "" {
+			return fmt.Errorf("not a mirror pod: annotations %v", p.Annotations)
+		}
+		if p.Status.Phase != v1.PodRunning || !podReady(p) {
+			return fmt.Errorf("phase %s, conditions %v", p.Status.Phase, p.Status.Conditions)
+		}
+		mirror = p
+		return nil
+	})
+	return mirror
+}
+
+// --- what the runtime runs --------------------------------------------------
+
+// criContainer is a container in the runtime, of pod/name.
+type criContainer struct {
+	pod, name string
+	running   bool
+}
+
+// criContainers are the containers of a namespace's pods, whatever their
+// state, by ID.
+type criContainers map[string]criContainer
+
+func runtimeContainers(t *testing.T, ns string) criContainers {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs, err := shared.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{LabelSelector: map[string]string{podspec.LabelPodNamespace: ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := criContainers{}
+	for _, c := range cs {
+		out[c.Id] = criContainer{pod: c.Labels[podspec.LabelPodName], name: c.Metadata.GetName(), running: c.State == runtimeapi.ContainerState_CONTAINER_RUNNING}
+	}
+	return out
+}
+
+func (cs criContainers) pods() []string {
+	var out []string
+	for _, c := range cs {
+		if !slices.Contains(out, c.pod) {
+			out = append(out, c.pod)
+		}
+	}
+	return out
+}
+
+// checkSameContainers fails the test unless the containers of before all
+// still run, and the pods of before have no other container (a restart
+// would have made one).
+func checkSameContainers(t *testing.T, when string, before, now criContainers) {
+	t.Helper()
+	for id, c := range before {
+		if n, ok := now[id]; !ok || !n.running {
+			t.Errorf("%s: container %s of %s/%s is gone or stopped (in the runtime: %v, running: %v)", when, id, c.pod, c.name, ok, n.running)
+		}
+	}
+	pods := before.pods()
+	for id, c := range now {
+		if _, ok := before[id]; !ok && slices.Contains(pods, c.pod) {
+			t.Errorf("%s: pod %s has a new container %s/%s (running: %v): restarted", when, c.pod, id, c.name, c.running)
+		}
+	}
+}
+
+// checkAPIContainers fails the test unless each pod's status in the API
+// reports the containers of runtime, never restarted.
+func checkAPIContainers(t *testing.T, when string, pods []v1.Pod, runtime criContainers) {
+	t.Helper()
+	for _, p := range pods {
+		if len(p.Status.ContainerStatuses) == 0 {
+			t.Errorf("%s: pod %s has no container status", when, p.Name)
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			id := strings.TrimPrefix(cs.ContainerID, "containerd://")
+			if c, ok := runtime[id]; !ok || c.pod != p.Name || cs.RestartCount != 0 {
+				t.Errorf("%s: pod %s container %s: %s restartCount %d; the runtime has %+v", when, p.Name, cs.Name, cs.ContainerID, cs.RestartCount, c)
+			}
+		}
+	}
+}
+
+// --- what the API shows over time ---------------------------------------------
+
+// waitLeaseRenewed waits until the node's lease was renewed after since.
+func waitLeaseRenewed(t *testing.T, c kubernetes.Interface, node string, since time.Time, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, "lease of "+node+" renewed", func() error {
+		l, err := c.CoordinationV1().Leases("kube-node-lease").Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
+			return fmt.Errorf("renewTime %v", l.Spec.RenewTime)
+		}
+		return nil
+	})
+}
+
+// watchLog keeps what a watch delivers, with the time it came, until
+// finish.
+type watchLog struct {
+	w      watch.Interface
+	mu     sync.Mutex
+	events []timedEvent
+	ended  bool // the watch ended before finish
+	done   chan struct{}
+}
+
+type timedEvent struct {
+	at  time.Time
+	typ watch.EventType
+	obj any
+}
+
+func startWatchLog(w watch.Interface) *watchLog {
+	l := &watchLog{w: w, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for e := range w.ResultChan() {
+			l.mu.Lock()
+			l.events = append(l.events, timedEvent{at: time.Now(), typ: e.Type, obj: e.Object})
+			l.mu.Unlock()
+		}
+		l.mu.Lock()
+		l.ended = true
+		l.mu.Unlock()
+	}()
+	return l
+}
+
+// finish stops the watch and returns what it delivered; it fails the test
+// if the watch ended before (what it missed is unknown).
+func (l *watchLog) finish(t *testing.T) []timedEvent {
+	t.Helper()
+	l.mu.Lock()
+	ended := l.ended
+	l.mu.Unlock()
+	if ended {
+		t.Errorf("a watch ended early: what it would have shown is unknown")
+	}
+	l.w.Stop()
+	<-l.done
+	return l.events
+}
+
+// watchPods watches the pods of ns matching selector from now on.
+func watchPods(t *testing.T, c kubernetes.Interface, ns, selector string) *watchLog {
+	t.Helper()
+	ctx := clusterContext(t, 10*time.Minute)
+	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startWatchLog(w)
+}
+
+// readyLog is the history of a Node's Ready condition.
+type readyLog struct {
+	first readyChange
+	log   *watchLog
+}
+
+type readyChange struct {
+	at     time.Time
+	status v1.ConditionStatus
+	reason string
+}
+
+// watchNodeReady follows the node's Ready condition from now on.
+func watchNodeReady(t *testing.T, c kubernetes.Interface, node string) *readyLog {
+	t.Helper()
+	ctx := clusterContext(t, 10*time.Minute)
+	list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("node %s: %d found", node, len(list.Items))
+	}
+	first := nodeReady(&list.Items[0])
+	first.at = time.Now()
+	w, err := c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &readyLog{first: first, log: startWatchLog(w)}
+}
+
+func nodeReady(n *v1.Node) readyChange {
+	for _, c := range n.Status.Conditions {
+		if c.Type == v1.NodeReady {
+			return readyChange{status: c.Status, reason: c.Reason}
+		}
+	}
+	return readyChange{status: "absent"}
+}
+
+// finish returns the changes of the Node's Ready condition, starting with
+// the one it had when the watch began.
+func (r *readyLog) finish(t *testing.T) []readyChange {
+	t.Helper()
+	out := []readyChange{r.first}
+	for _, e := range r.log.finish(t) {
+		n, ok := e.obj.(*v1.Node)
+		if !ok || e.typ != watch.Modified {
+			t.Errorf("node watch: %s %T", e.typ, e.obj)
+			continue
+		}
+		ch := nodeReady(n)
+		ch.at = e.at
+		if last := out[len(out)-1]; ch.status != last.status || ch.reason != last.reason {
+			out = append(out, ch)
+		}
+	}
+	return out
+}
+
+// podReadyHistory shows when each pod's Ready condition changed in events.
+func podReadyHistory(events []timedEvent, since time.Time) string {
+	last := map[string]v1.ConditionStatus{}
+	var parts []string
+	for _, e := range events {
+		p, ok := e.obj.(*v1.Pod)
+		if !ok {
+			continue
+		}
+		status := v1.ConditionStatus("absent")
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodReady {
+				status = c.Status
+			}
+		}
+		if prev, seen := last[p.Name]; seen && prev == status || !seen && status == v1.ConditionTrue {
+			last[p.Name] = status
+			continue
+		}
+		last[p.Name] = status
+		parts = append(parts, fmt.Sprintf("%s %s at %+.1fs", p.Name, status, e.at.Sub(since).Seconds()))
+	}
+	if len(parts) == 0 {
+		return "no change"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func readyHistory(changes []readyChange, since time.Time) string {
+	var parts []string
+	for _, ch := range changes {
+		parts = append(parts, fmt.Sprintf("%s (%s) at %+.1fs", ch.status, ch.reason, ch.at.Sub(since).Seconds()))
+	}
+	return strings.Join(parts, ", then ")
+}
+
+// --- the audit log ----------------------------------------------------------
+
+// auditEvent is what the tests read of an audit event (audit.k8s.io/v1).
+type auditEvent struct {
+	Stage      string `json:"stage"`
+	RequestURI string `json:"requestURI"`
+	Verb       string `json:"verb"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code    int    `json:"code"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+	} `json:"responseStatus"`
+	Annotations map[string]string `json:"annotations"`
+}
+
+// reason is why the request was refused: the authorizer's reason, or the
+// message of the answer (an admission plugin's).
+func (e auditEvent) reason() string {
+	var parts []string
+	if r := e.Annotations["authorization.k8s.io/reason"]; r != "" {
+		parts = append(parts, "authorizer: "+r)
+	}
+	if e.ResponseStatus != nil && e.ResponseStatus.Message != "" {
+		parts = append(parts, e.ResponseStatus.Message)
+	}
+	if len(parts) == 0 {
+		return "(no reason given)"
+	}
+	return strings.Join(parts, "; ")
+}
+
+type auditKey struct {
+	verb, resource string
+	code           int
+}
+
+// readAudit reads the audit log (at most 512 MiB, lines of at most 4 MiB)
+// for the completed requests of user: their counts by verb, resource and
+// response code, and those answered 403.
+func readAudit(t *testing.T, path, user string) (map[auditKey]int, []auditEvent) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("audit log: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, 512<<20))
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	counts := map[auditKey]int{}
+	var denied []auditEvent
+	for sc.Scan() {
+		var e auditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("audit log %s: %v in %.200q", path, err, sc.Bytes())
+		}
+		if e.User.Username != user || e.Stage != "ResponseComplete" {
+			continue
+		}
+		k := auditKey{verb: e.Verb, resource: "(" + e.RequestURI + ")"}
+		if e.ObjectRef != nil {
+			k.resource = e.ObjectRef.Resource
+			if e.ObjectRef.Subresource != "" {
+				k.resource += "/" + e.ObjectRef.Subresource
+			}
+		}
+		if e.ResponseStatus != nil {
+			k.code = e.ResponseStatus.Code
+		}
+		counts[k]++
+		if k.code == 403 {
+			denied = append(denied, e)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("audit log %s: %v", path, err)
+	}
+	return counts, denied
+}
