@@ -20,9 +20,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
@@ -50,12 +53,17 @@ func TestClusterAPIServerOutage(t *testing.T) {
 	n := joinNode(t, cp, node)
 	c := cp.Admin
 	resilNamespace(t, c, ns)
+	written := time.Now()
 	writeManifest(t, n.manifests, "static-a.yaml", resilStaticPod(ns, "static-a"))
+	waitContainerRunning(t, time.Minute, "static-a-"+node, "main")
+	t.Logf("a static pod added with the API server up runs after %v", time.Since(written).Round(100*time.Millisecond))
 	resilCreate(t, c, resilWeb(ns, "web", node, 3))
 	pods := waitPodsReady(t, c, ns, "app=web", 3, 2*time.Minute)
-	mirrorA := waitMirrorRunning(t, c, ns, "static-a-"+node, time.Minute)
+	// A missing mirror pod fails the test but lets it go on: what the
+	// outage does to the rest is worth knowing too.
+	mirrorA := mirrorRunning(t, c, ns, "static-a-"+node, time.Minute)
 	before := runtimeContainers(t, ns)
-	checkAPIContainers(t, "before the outage", append(pods, *mirrorA), before)
+	checkAPIContainers(t, "before the outage", append(pods, mirrorA...), before)
 
 	stopped := time.Now()
 	if out, err := cp.script("stop-apiserver"); err != nil {
@@ -63,9 +71,16 @@ func TestClusterAPIServerOutage(t *testing.T) {
 	}
 	// Back for the tests that follow if this one ends early.
 	t.Cleanup(func() { cp.script("start-apiserver") })
+	written = time.Now()
 	writeManifest(t, n.manifests, "static-b.yaml", resilStaticPod(ns, "static-b"))
 	waitContainerRunning(t, 50*time.Second, "static-b-"+node, "main")
-	t.Logf("a static pod added without the API server runs after %v", time.Since(stopped).Round(100*time.Millisecond))
+	took := time.Since(written)
+	t.Logf("a static pod added without the API server runs after %v", took.Round(100*time.Millisecond))
+	// The file source needs no API server: ten times the check frequency
+	// (2 s, joinNode's) is plenty (it fails the test, which goes on).
+	if took > 20*time.Second {
+		t.Errorf("a static pod added without the API server runs only after %v (with it: a second)", took.Round(100*time.Millisecond))
+	}
 	time.Sleep(time.Until(stopped.Add(60 * time.Second)))
 	checkSameContainers(t, "after 60 s without the API server", before, runtimeContainers(t, ns))
 
@@ -78,33 +93,34 @@ func TestClusterAPIServerOutage(t *testing.T) {
 	// the return: Unknown, and the node's pods NotReady, if it saw no lease
 	// renewed for its grace period. nodelet has to put both right.
 	readyLog := watchNodeReady(t, c, node)
-	podLog := watchPods(t, c, ns, "")
-	waitLeaseRenewed(t, c, node, stopped, time.Minute)
-	leaseIn := time.Since(back)
-	mirrorB := waitMirrorRunning(t, c, ns, "static-b-"+node, time.Minute)
+	podLog, podsAtReturn := watchPods(t, c, ns, "")
+	leaseAt := waitLeaseRenewed(t, c, node, stopped, time.Minute).Sub(back)
+	mirrorB := mirrorRunning(t, c, ns, "static-b-"+node, time.Minute)
 	mirrorIn := time.Since(back)
 	time.Sleep(time.Until(back.Add(30 * time.Second)))
 	changes := readyLog.finish(t)
-	t.Logf("after the API server returned: lease renewed in %v, mirror pod of static-b Running in %v; Node Ready: %s; pods' Ready: %s",
-		leaseIn.Round(100*time.Millisecond), mirrorIn.Round(100*time.Millisecond), readyHistory(changes, back), podReadyHistory(podLog.finish(t), back))
+	t.Logf("after the API server answered /readyz: lease renewed at %+.1fs, mirror pod of static-b Running in %v; Node Ready: %s; pods' Ready: %s",
+		leaseAt.Seconds(), mirrorIn.Round(100*time.Millisecond), readyHistory(changes, back), podReadyHistory(podsAtReturn, podLog.finish(t), back))
 	if last := changes[len(changes)-1]; last.status != v1.ConditionTrue {
 		t.Errorf("Node not Ready 30 s after the API server returned: %s", readyHistory(changes, back))
 	}
 	pods = waitPodsReady(t, c, ns, "app=web", 3, 5*time.Second)
-	mirrorA2 := waitMirrorRunning(t, c, ns, "static-a-"+node, 5*time.Second)
-
-	after := runtimeContainers(t, ns)
-	checkSameContainers(t, "after the outage", before, after)
-	checkAPIContainers(t, "after the outage", append(pods, *mirrorA2), before)
 	for _, p := range pods {
 		if !slices.Contains(before.pods(), p.Name) {
 			t.Errorf("pod %s is new: the Deployment's pods were replaced", p.Name)
 		}
 	}
-	if mirrorA2.UID != mirrorA.UID {
-		t.Errorf("mirror pod %s was recreated", mirrorA.Name)
+	after := runtimeContainers(t, ns)
+	checkSameContainers(t, "after the outage", before, after)
+	checkAPIContainers(t, "after the outage", pods, before)
+	if len(mirrorA) == 1 {
+		mirrorA2 := mirrorRunning(t, c, ns, mirrorA[0].Name, 5*time.Second)
+		checkAPIContainers(t, "after the outage", mirrorA2, before)
+		if len(mirrorA2) == 1 && mirrorA2[0].UID != mirrorA[0].UID {
+			t.Errorf("mirror pod %s was recreated", mirrorA[0].Name)
+		}
 	}
-	checkAPIContainers(t, "static pod added during the outage", []v1.Pod{*mirrorB}, after)
+	checkAPIContainers(t, "static pod added during the outage", mirrorB, after)
 }
 
 // nodelet stopped (SIGINT) and started again with 20 pods: no container
@@ -122,7 +138,7 @@ func TestClusterNodeletRestart(t *testing.T) {
 	before := runtimeContainers(t, ns)
 	checkAPIContainers(t, "before the restart", pods, before)
 
-	podLog := watchPods(t, c, ns, "app=web")
+	podLog, _ := watchPods(t, c, ns, "app=web")
 	readyLog := watchNodeReady(t, c, node)
 	begin := time.Now()
 	if err := n.proc.stop(t); err != nil {
@@ -130,8 +146,7 @@ func TestClusterNodeletRestart(t *testing.T) {
 	}
 	stopped := time.Now()
 	n.start(t)
-	waitLeaseRenewed(t, c, node, stopped, time.Minute)
-	back := time.Now()
+	back := waitLeaseRenewed(t, c, node, stopped, time.Minute)
 	t.Logf("nodelet stopped in %v, and back (lease renewed) %v later", stopped.Sub(begin).Round(100*time.Millisecond), back.Sub(stopped).Round(100*time.Millisecond))
 	time.Sleep(30 * time.Second)
 
@@ -139,11 +154,15 @@ func TestClusterNodeletRestart(t *testing.T) {
 	for _, e := range events {
 		p, ok := e.obj.(*v1.Pod)
 		if !ok || e.typ != watch.Modified {
-			t.Errorf("pod watch at +%v: %s %T", e.at.Sub(begin).Round(100*time.Millisecond), e.typ, e.obj)
+			if e.typ != watch.Error { // finish reported it
+				t.Errorf("pod watch at +%v: %s %T", e.at.Sub(begin).Round(100*time.Millisecond), e.typ, e.obj)
+			}
 			continue
 		}
-		if !podReady(p) {
-			t.Errorf("pod %s not Ready at +%v (conditions %v)", p.Name, e.at.Sub(begin).Round(100*time.Millisecond), p.Status.Conditions)
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodReady && c.Status != v1.ConditionTrue {
+				t.Errorf("pod %s Ready %s at +%v: %s: %s", p.Name, c.Status, e.at.Sub(begin).Round(100*time.Millisecond), c.Reason, c.Message)
+			}
 		}
 		for _, cs := range p.Status.ContainerStatuses {
 			if cs.RestartCount != 0 || cs.State.Running == nil {
@@ -207,7 +226,7 @@ func TestClusterNodeRestriction(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPodsReady(t, c, ns, "app=web", 2, 2*time.Minute)
-	waitMirrorRunning(t, c, ns, "static-"+node, time.Minute)
+	mirrorRunning(t, c, ns, "static-"+node, time.Minute)
 	waitPodsReady(t, c, ns, "app=graceful", 1, time.Minute)
 	if err := c.CoreV1().Pods(ns).Delete(ctx, "graceful", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -290,26 +309,29 @@ spec:
 `, name, ns)
 }
 
-// waitMirrorRunning waits for the mirror pod name in ns to show the static
-// pod Running and Ready, and returns it.
-func waitMirrorRunning(t *testing.T, c kubernetes.Interface, ns, name string, timeout time.Duration) *v1.Pod {
+// mirrorRunning waits for the mirror pod name in ns to show the static pod
+// Running and Ready, and returns it; if it does not within timeout, it
+// fails the test, lets it go on, and returns none.
+func mirrorRunning(t *testing.T, c kubernetes.Interface, ns, name string, timeout time.Duration) []v1.Pod {
 	t.Helper()
-	var mirror *v1.Pod
-	eventually(t, timeout, "mirror pod "+name+" Running", func() error {
+	deadline := time.Now().Add(timeout)
+	for {
 		p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
-		if err != nil {
-			return err
+		switch {
+		case err != nil:
+		case p.Annotations[podspec.AnnotationConfigMirror] == "":
+			err = fmt.Errorf("not a mirror pod: annotations %v", p.Annotations)
+		case p.Status.Phase != v1.PodRunning || !podReady(p):
+			err = fmt.Errorf("phase %s, conditions %v", p.Status.Phase, p.Status.Conditions)
+		default:
+			return []v1.Pod{*p}
 		}
-		if p.Annotations[podspec.AnnotationConfigMirror] == "" {
-			return fmt.Errorf("not a mirror pod: annotations %v", p.Annotations)
+		if time.Now().After(deadline) {
+			t.Errorf("mirror pod %s Running: not within %v: %v", name, timeout, err)
+			return nil
 		}
-		if p.Status.Phase != v1.PodRunning || !podReady(p) {
-			return fmt.Errorf("phase %s, conditions %v", p.Status.Phase, p.Status.Conditions)
-		}
-		mirror = p
-		return nil
-	})
-	return mirror
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // --- what the runtime runs --------------------------------------------------
@@ -368,8 +390,8 @@ func checkSameContainers(t *testing.T, when string, before, now criContainers) {
 }
 
 // checkAPIContainers fails the test unless each pod's status in the API
-// reports the containers of runtime, never restarted.
-func checkAPIContainers(t *testing.T, when string, pods []v1.Pod, runtime criContainers) {
+// reports the containers that rt (the runtime) has, never restarted.
+func checkAPIContainers(t *testing.T, when string, pods []v1.Pod, rt criContainers) {
 	t.Helper()
 	for _, p := range pods {
 		if len(p.Status.ContainerStatuses) == 0 {
@@ -377,7 +399,7 @@ func checkAPIContainers(t *testing.T, when string, pods []v1.Pod, runtime criCon
 		}
 		for _, cs := range p.Status.ContainerStatuses {
 			id := strings.TrimPrefix(cs.ContainerID, "containerd://")
-			if c, ok := runtime[id]; !ok || c.pod != p.Name || cs.RestartCount != 0 {
+			if c, ok := rt[id]; !ok || c.pod != p.Name || cs.RestartCount != 0 {
 				t.Errorf("%s: pod %s container %s: %s restartCount %d; the runtime has %+v", when, p.Name, cs.Name, cs.ContainerID, cs.RestartCount, c)
 			}
 		}
@@ -386,9 +408,11 @@ func checkAPIContainers(t *testing.T, when string, pods []v1.Pod, runtime criCon
 
 // --- what the API shows over time ---------------------------------------------
 
-// waitLeaseRenewed waits until the node's lease was renewed after since.
-func waitLeaseRenewed(t *testing.T, c kubernetes.Interface, node string, since time.Time, timeout time.Duration) {
+// waitLeaseRenewed waits until the node's lease was renewed after since,
+// and returns when it was.
+func waitLeaseRenewed(t *testing.T, c kubernetes.Interface, node string, since time.Time, timeout time.Duration) time.Time {
 	t.Helper()
+	var renewed time.Time
 	eventually(t, timeout, "lease of "+node+" renewed", func() error {
 		l, err := c.CoordinationV1().Leases("kube-node-lease").Get(context.Background(), node, metav1.GetOptions{})
 		if err != nil {
@@ -397,18 +421,21 @@ func waitLeaseRenewed(t *testing.T, c kubernetes.Interface, node string, since t
 		if l.Spec.RenewTime == nil || !l.Spec.RenewTime.After(since) {
 			return fmt.Errorf("renewTime %v", l.Spec.RenewTime)
 		}
+		renewed = l.Spec.RenewTime.Time
 		return nil
 	})
+	return renewed
 }
 
 // watchLog keeps what a watch delivers, with the time it came, until
 // finish.
 type watchLog struct {
-	w      watch.Interface
-	mu     sync.Mutex
-	events []timedEvent
-	ended  bool // the watch ended before finish
-	done   chan struct{}
+	w        watch.Interface
+	mu       sync.Mutex
+	events   []timedEvent
+	ended    bool // the watch ended before finish
+	stopping bool // finish stops it: what comes now is not the API's
+	done     chan struct{}
 }
 
 type timedEvent struct {
@@ -423,11 +450,13 @@ func startWatchLog(w watch.Interface) *watchLog {
 		defer close(l.done)
 		for e := range w.ResultChan() {
 			l.mu.Lock()
-			l.events = append(l.events, timedEvent{at: time.Now(), typ: e.Type, obj: e.Object})
+			if !l.stopping {
+				l.events = append(l.events, timedEvent{at: time.Now(), typ: e.Type, obj: e.Object})
+			}
 			l.mu.Unlock()
 		}
 		l.mu.Lock()
-		l.ended = true
+		l.ended = !l.stopping
 		l.mu.Unlock()
 	}()
 	return l
@@ -439,28 +468,46 @@ func (l *watchLog) finish(t *testing.T) []timedEvent {
 	t.Helper()
 	l.mu.Lock()
 	ended := l.ended
+	l.stopping = true
 	l.mu.Unlock()
 	if ended {
 		t.Errorf("a watch ended early: what it would have shown is unknown")
 	}
 	l.w.Stop()
 	<-l.done
+	for _, e := range l.events {
+		if e.typ == watch.Error {
+			t.Errorf("watch error at %v: %v", e.at.Format(time.TimeOnly), apierrors.FromObject(e.obj.(runtime.Object)))
+		}
+	}
 	return l.events
 }
 
-// watchPods watches the pods of ns matching selector from now on.
-func watchPods(t *testing.T, c kubernetes.Interface, ns, selector string) *watchLog {
+// retryWatch watches from resourceVersion on, across the API server's
+// errors (such as a resource version its cache has not reached yet, right
+// after it started).
+func retryWatch(t *testing.T, resourceVersion string, w cache.WatchFuncWithContext) *watchLog {
+	t.Helper()
+	rw, err := watchtools.NewRetryWatcherWithContext(clusterContext(t, 10*time.Minute), resourceVersion, &cache.ListWatch{WatchFuncWithContext: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startWatchLog(rw)
+}
+
+// watchPods watches the pods of ns matching selector from now on; it
+// returns them as they are now too.
+func watchPods(t *testing.T, c kubernetes.Interface, ns, selector string) (*watchLog, []v1.Pod) {
 	t.Helper()
 	ctx := clusterContext(t, 10*time.Minute)
 	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{LabelSelector: selector, ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startWatchLog(w)
+	return retryWatch(t, list.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.LabelSelector = selector
+		return c.CoreV1().Pods(ns).Watch(ctx, o)
+	}), list.Items
 }
 
 // readyLog is the history of a Node's Ready condition.
@@ -488,11 +535,10 @@ func watchNodeReady(t *testing.T, c kubernetes.Interface, node string) *readyLog
 	}
 	first := nodeReady(&list.Items[0])
 	first.at = time.Now()
-	w, err := c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + node, ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &readyLog{first: first, log: startWatchLog(w)}
+	return &readyLog{first: first, log: retryWatch(t, list.ResourceVersion, func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.FieldSelector = "metadata.name=" + node
+		return c.CoreV1().Nodes().Watch(ctx, o)
+	})}
 }
 
 func nodeReady(n *v1.Node) readyChange {
@@ -512,7 +558,9 @@ func (r *readyLog) finish(t *testing.T) []readyChange {
 	for _, e := range r.log.finish(t) {
 		n, ok := e.obj.(*v1.Node)
 		if !ok || e.typ != watch.Modified {
-			t.Errorf("node watch: %s %T", e.typ, e.obj)
+			if e.typ != watch.Error { // finish reported it
+				t.Errorf("node watch: %s %T", e.typ, e.obj)
+			}
 			continue
 		}
 		ch := nodeReady(n)
@@ -524,21 +572,30 @@ func (r *readyLog) finish(t *testing.T) []readyChange {
 	return out
 }
 
-// podReadyHistory shows when each pod's Ready condition changed in events.
-func podReadyHistory(events []timedEvent, since time.Time) string {
+// podReadyHistory shows the pods of initial that were not Ready, and when
+// each pod's Ready condition changed in events.
+func podReadyHistory(initial []v1.Pod, events []timedEvent, since time.Time) string {
+	readiness := func(p *v1.Pod) v1.ConditionStatus {
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodReady {
+				return c.Status
+			}
+		}
+		return "absent"
+	}
 	last := map[string]v1.ConditionStatus{}
 	var parts []string
+	for _, p := range initial {
+		if last[p.Name] = readiness(&p); last[p.Name] != v1.ConditionTrue {
+			parts = append(parts, fmt.Sprintf("%s %s at first", p.Name, last[p.Name]))
+		}
+	}
 	for _, e := range events {
 		p, ok := e.obj.(*v1.Pod)
 		if !ok {
 			continue
 		}
-		status := v1.ConditionStatus("absent")
-		for _, c := range p.Status.Conditions {
-			if c.Type == v1.PodReady {
-				status = c.Status
-			}
-		}
+		status := readiness(p)
 		if prev, seen := last[p.Name]; seen && prev == status || !seen && status == v1.ConditionTrue {
 			last[p.Name] = status
 			continue
@@ -547,7 +604,7 @@ func podReadyHistory(events []timedEvent, since time.Time) string {
 		parts = append(parts, fmt.Sprintf("%s %s at %+.1fs", p.Name, status, e.at.Sub(since).Seconds()))
 	}
 	if len(parts) == 0 {
-		return "no change"
+		return "all Ready throughout"
 	}
 	return strings.Join(parts, ", ")
 }
@@ -564,6 +621,7 @@ func readyHistory(changes []readyChange, since time.Time) string {
 
 // auditEvent is what the tests read of an audit event (audit.k8s.io/v1).
 type auditEvent struct {
+	AuditID    string `json:"auditID"`
 	Stage      string `json:"stage"`
 	RequestURI string `json:"requestURI"`
 	Verb       string `json:"verb"`
@@ -604,8 +662,9 @@ type auditKey struct {
 }
 
 // readAudit reads the audit log (at most 512 MiB, lines of at most 4 MiB)
-// for the completed requests of user: their counts by verb, resource and
-// response code, and those answered 403.
+// for the requests of user, each once (a watch still open has only
+// started): their counts by verb, resource and response code, and those
+// answered 403.
 func readAudit(t *testing.T, path, user string) (map[auditKey]int, []auditEvent) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -615,16 +674,30 @@ func readAudit(t *testing.T, path, user string) (map[auditKey]int, []auditEvent)
 	defer f.Close()
 	sc := bufio.NewScanner(io.LimitReader(f, 512<<20))
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	counts := map[auditKey]int{}
-	var denied []auditEvent
+	requests := map[string]auditEvent{}
+	var order []string
 	for sc.Scan() {
 		var e auditEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("audit log %s: %v in %.200q", path, err, sc.Bytes())
 		}
-		if e.User.Username != user || e.Stage != "ResponseComplete" {
+		if e.User.Username != user {
 			continue
 		}
+		if _, seen := requests[e.AuditID]; !seen {
+			order = append(order, e.AuditID)
+		}
+		if e.Stage == "ResponseComplete" || requests[e.AuditID].Stage == "" {
+			requests[e.AuditID] = e
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("audit log %s: %v", path, err)
+	}
+	counts := map[auditKey]int{}
+	var denied []auditEvent
+	for _, id := range order {
+		e := requests[id]
 		k := auditKey{verb: e.Verb, resource: "(" + e.RequestURI + ")"}
 		if e.ObjectRef != nil {
 			k.resource = e.ObjectRef.Resource
@@ -639,9 +712,6 @@ func readAudit(t *testing.T, path, user string) (map[auditKey]int, []auditEvent)
 		if k.code == 403 {
 			denied = append(denied, e)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatalf("audit log %s: %v", path, err)
 	}
 	return counts, denied
 }
