@@ -93,7 +93,7 @@ func TestClusterAPIServerOutage(t *testing.T) {
 	// the return: Unknown, and the node's pods NotReady, if it saw no lease
 	// renewed for its grace period. nodelet has to put both right.
 	readyLog := watchNodeReady(t, c, node)
-	podLog, podsAtReturn := watchPods(t, c, ns, "")
+	podLog, podsAtReturn := watchPodChanges(t, c, ns, "")
 	leaseAt := waitLeaseRenewed(t, c, node, stopped, time.Minute).Sub(back)
 	mirrorB := mirrorRunning(t, c, ns, "static-b-"+node, time.Minute)
 	mirrorIn := time.Since(back)
@@ -138,7 +138,7 @@ func TestClusterNodeletRestart(t *testing.T) {
 	before := runtimeContainers(t, ns)
 	checkAPIContainers(t, "before the restart", pods, before)
 
-	podLog, _ := watchPods(t, c, ns, "app=web")
+	podLog, _ := watchPodChanges(t, c, ns, "app=web")
 	readyLog := watchNodeReady(t, c, node)
 	begin := time.Now()
 	if err := n.proc.stop(t); err != nil {
@@ -240,7 +240,7 @@ func TestClusterNodeRestriction(t *testing.T) {
 	})
 
 	user := "system:node:" + node
-	counts, denied := readAudit(t, cp.AuditLog, user)
+	counts, denied := readNodeAudit(t, cp.AuditLog, user)
 	if len(counts) == 0 {
 		t.Fatalf("no request of %s in the audit log %s", user, cp.AuditLog)
 	}
@@ -495,9 +495,9 @@ func retryWatch(t *testing.T, resourceVersion string, w cache.WatchFuncWithConte
 	return startWatchLog(rw)
 }
 
-// watchPods watches the pods of ns matching selector from now on; it
+// watchPodChanges watches the pods of ns matching selector from now on; it
 // returns them as they are now too.
-func watchPods(t *testing.T, c kubernetes.Interface, ns, selector string) (*watchLog, []v1.Pod) {
+func watchPodChanges(t *testing.T, c kubernetes.Interface, ns, selector string) (*watchLog, []v1.Pod) {
 	t.Helper()
 	ctx := clusterContext(t, 10*time.Minute)
 	list, err := c.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
@@ -619,8 +619,8 @@ func readyHistory(changes []readyChange, since time.Time) string {
 
 // --- the audit log ----------------------------------------------------------
 
-// auditEvent is what the tests read of an audit event (audit.k8s.io/v1).
-type auditEvent struct {
+// nodeAuditEvent is what the tests read of an audit event (audit.k8s.io/v1).
+type nodeAuditEvent struct {
 	AuditID    string `json:"auditID"`
 	Stage      string `json:"stage"`
 	RequestURI string `json:"requestURI"`
@@ -642,7 +642,7 @@ type auditEvent struct {
 
 // reason is why the request was refused: the authorizer's reason, or the
 // message of the answer (an admission plugin's).
-func (e auditEvent) reason() string {
+func (e nodeAuditEvent) reason() string {
 	var parts []string
 	if r := e.Annotations["authorization.k8s.io/reason"]; r != "" {
 		parts = append(parts, "authorizer: "+r)
@@ -656,16 +656,16 @@ func (e auditEvent) reason() string {
 	return strings.Join(parts, "; ")
 }
 
-type auditKey struct {
+type nodeAuditKey struct {
 	verb, resource string
 	code           int
 }
 
-// readAudit reads the audit log (at most 512 MiB, lines of at most 4 MiB)
+// readNodeAudit reads the audit log (at most 512 MiB, lines of at most 4 MiB)
 // for the requests of user, each once (a watch still open has only
 // started): their counts by verb, resource and response code, and those
 // answered 403.
-func readAudit(t *testing.T, path, user string) (map[auditKey]int, []auditEvent) {
+func readNodeAudit(t *testing.T, path, user string) (map[nodeAuditKey]int, []nodeAuditEvent) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -674,10 +674,10 @@ func readAudit(t *testing.T, path, user string) (map[auditKey]int, []auditEvent)
 	defer f.Close()
 	sc := bufio.NewScanner(io.LimitReader(f, 512<<20))
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	requests := map[string]auditEvent{}
+	requests := map[string]nodeAuditEvent{}
 	var order []string
 	for sc.Scan() {
-		var e auditEvent
+		var e nodeAuditEvent
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("audit log %s: %v in %.200q", path, err, sc.Bytes())
 		}
@@ -694,11 +694,11 @@ func readAudit(t *testing.T, path, user string) (map[auditKey]int, []auditEvent)
 	if err := sc.Err(); err != nil {
 		t.Fatalf("audit log %s: %v", path, err)
 	}
-	counts := map[auditKey]int{}
-	var denied []auditEvent
+	counts := map[nodeAuditKey]int{}
+	var denied []nodeAuditEvent
 	for _, id := range order {
 		e := requests[id]
-		k := auditKey{verb: e.Verb, resource: "(" + e.RequestURI + ")"}
+		k := nodeAuditKey{verb: e.Verb, resource: "(" + e.RequestURI + ")"}
 		if e.ObjectRef != nil {
 			k.resource = e.ObjectRef.Resource
 			if e.ObjectRef.Subresource != "" {
