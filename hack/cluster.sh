@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# cluster.sh up|down [--purge]|status: a one-node Kubernetes control plane on
-# 127.0.0.1 for trying nodelet in cluster mode and for the e2e tests,
+# cluster.sh up|down [--purge]|status|stop-apiserver|start-apiserver: a
+# one-node Kubernetes control plane on 127.0.0.1 for trying nodelet in
+# cluster mode and for the e2e tests,
 # configured as kubeadm configures production clusters: a generated cluster
 # CA and certificates (etcd with its own CA, mutual TLS everywhere),
 # --authorization-mode=Node,RBAC with the NodeRestriction admission plugin, a
@@ -18,6 +19,10 @@
 #           --purge also deletes the state (certificates, etcd data, logs,
 #           kubeconfigs) and nodelet's cluster credentials under its root dir.
 #   status  what runs; exit 0 when every component runs and the API is ready.
+#   stop-apiserver, start-apiserver
+#           stop only kube-apiserver, and start it again with the flags of up
+#           (waiting for /readyz): an API server that is away for a while, as
+#           the resilience tests need; the rest keeps running.
 #
 # The paths scripts and people can rely on (default CLUSTER_DIR):
 #   _output/cluster/admin.kubeconfig      cluster admin (O=system:masters)
@@ -679,6 +684,16 @@ down() {
 	fi
 }
 
+# start_apiserver_again starts the API server of a cluster that up made,
+# after stop-apiserver.
+start_apiserver_again() {
+	[[ -f $pki/apiserver.crt ]] || die "no cluster in $(rel "$dir"): hack/cluster.sh up first"
+	binaries
+	umask 077
+	start_apiserver
+	wait_for kube-apiserver "kube-apiserver /readyz on $server" admin_get /readyz
+}
+
 status() {
 	local name p all=0
 	for name in "${components[@]}"; do
@@ -704,8 +719,10 @@ case ${1:-} in
 up) up ;;
 down) down "${2:-}" ;;
 status) status ;;
+stop-apiserver) stop kube-apiserver 30 ;;
+start-apiserver) start_apiserver_again ;;
 *)
-	echo "usage: $0 up|down [--purge]|status" >&2
+	echo "usage: $0 up|down [--purge]|status|stop-apiserver|start-apiserver" >&2
 	exit 2
 	;;
 esac
