@@ -9,19 +9,13 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
 // DefaultEvictionHard are the kubelet's hard eviction thresholds on Linux
-// when none are configured.
-func DefaultEvictionHard() map[string]string {
-	return map[string]string{
-		"memory.available":   "100Mi",
-		"nodefs.available":   "10%",
-		"nodefs.inodesFree":  "5%",
-		"imagefs.available":  "15%",
-		"imagefs.inodesFree": "5%",
-	}
-}
+// when none are configured: the ones node status reports pressure by.
+func DefaultEvictionHard() map[string]string { return nodestatus.DefaultEvictionHard() }
 
 // evictionSignals are the signals a threshold may name.
 var evictionSignals = []string{
