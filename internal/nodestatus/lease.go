@@ -100,6 +100,7 @@ func (m *Manager) leaseFailed(ctx context.Context, err error) time.Duration {
 		m.log.Warn("node status: lease renewal failed; retrying", "err", err)
 	}
 	m.heartbeatFailed(&m.leaseFailures)
+	m.apiUnreachable.Store(true)
 	return m.leaseBackoff.next()
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -82,6 +83,14 @@ type Manager struct {
 	// known is the Node as the API last returned it to nodelet (create,
 	// get, patch); local the last Node computed before registration.
 	known, local *v1.Node
+
+	// apiUnreachable is set when a lease renewal failed: while the API
+	// server was away the node lifecycle controller may have marked the
+	// Node Unknown, and the informer's copy (which reconnects with
+	// back-off) may not show it yet; the next status is computed over
+	// the API server's own Node, so that a Node marked Unknown is
+	// reported Ready again at once, as the kubelet's GET each update does.
+	apiUnreachable atomic.Bool
 
 	// Owned by the status goroutine.
 	rt          runtimeState
@@ -440,7 +449,7 @@ func (m *Manager) original(ctx context.Context) (*v1.Node, error) {
 	m.mu.Lock()
 	n := m.apiNodeLocked()
 	m.mu.Unlock()
-	if n != nil && !m.refetch {
+	if n != nil && !m.refetch && !m.apiUnreachable.Load() {
 		return n, nil
 	}
 	n, err := m.heartbeat.CoreV1().Nodes().Get(ctx, m.cfg.nodeName, metav1.GetOptions{})
@@ -448,6 +457,7 @@ func (m *Manager) original(ctx context.Context) (*v1.Node, error) {
 		return nil, fmt.Errorf("get Node: %w", err)
 	}
 	m.refetch = false
+	m.apiUnreachable.Store(false)
 	m.setKnown(n)
 	return n, nil
 }

@@ -67,8 +67,8 @@ const (
 // Manager runs the probe workers and keeps their results. It is safe for
 // concurrent use.
 type Manager struct {
-	// start is when the manager was made: a container started more than
-	// RestartGrace before it outlived a nodelet restart.
+	// start is when the manager was made: a container started before it
+	// outlived a nodelet restart.
 	start    time.Time
 	exec     ExecRunner
 	grpc     GRPCChecker
@@ -437,12 +437,13 @@ func (m *Manager) StartupDone(containerID string) bool {
 	return in != nil && (!in.hasStartup || in.startupDone)
 }
 
-// RestartGrace: a container started this long before the prober was made
-// is taken to have outlived a nodelet restart (the kubelet's 10 s).
-const RestartGrace = 10 * time.Second
-
+// outlivedRestart tells whether a container started before this prober
+// was made: by an earlier nodelet. (The kubelet asks for 10 s before its
+// start, so that containers started in the last 10 s before a restart
+// flap NotReady; the runtime's clock is this machine's, and nodelet
+// starts no container before its prober exists.)
 func (m *Manager) outlivedRestart(startedAt time.Time) bool {
-	return !startedAt.IsZero() && startedAt.Before(m.start.Add(-RestartGrace))
+	return !startedAt.IsZero() && startedAt.Before(m.start)
 }
 
 // Bound reports whether the probe workers are bound to the container
