@@ -110,8 +110,11 @@ func TestClusterAPIServerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range list.Items {
-		if slices.Contains(before.pods(), p.Name) && !podReady(&p) {
-			t.Errorf("pod %s not Ready 30 s after the API server returned: %v", p.Name, p.Status.Conditions)
+		for _, cond := range p.Status.Conditions {
+			if slices.Contains(before.pods(), p.Name) && cond.Type == v1.PodReady && cond.Status != v1.ConditionTrue {
+				t.Errorf("pod %s not Ready 30 s after the API server returned: Ready %s since %v (%s)", p.Name, cond.Status,
+					cond.LastTransitionTime.Time.Format(time.TimeOnly), cond.Reason)
+			}
 		}
 	}
 	// A mirror pod pass (10 s) and two status syncs (10 s each) are plenty
