@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodelet/nodelet/internal/admission"
 	"github.com/nodelet/nodelet/internal/certs"
@@ -179,8 +180,12 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 			return nil, err
 		}
 		node = cl.node.Node
-		cl.status = statussync.New(statussync.Deps{Client: api.kube, Statuses: p.status, APIPods: cl.pods.GetStore(),
-			Workers: p.workers, Clock: clk, Log: log})
+		cl.status = statussync.New(statussync.Deps{NodeName: cfg.NodeName, Client: api.kube, Statuses: p.status,
+			APIPods: cl.pods.GetStore(), Workers: p.workers, Clock: clk, Log: log})
+		status := cl.status
+		if err := cl.pods.SetWatchErrorHandler(func(*cache.Reflector, error) { status.Stale() }); err != nil {
+			return nil, err
+		}
 		cl.mirrors = mirror.New(mirror.Deps{Client: api.kube, NodeName: cfg.NodeName, Sources: p.config,
 			APIPods: cl.pods.GetStore(), Clock: clk, Log: log})
 		if cfg.ServerTLSBootstrap {

@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -63,6 +64,9 @@ type Statuses interface {
 
 // Deps are what the Syncer uses.
 type Deps struct {
+	// NodeName is the node whose pods are re-read after the API server
+	// was unreachable (see Stale).
+	NodeName string
 	Client   kubernetes.Interface
 	Statuses Statuses
 	APIPods  APIPods
@@ -81,6 +85,14 @@ type entry struct {
 // Syncer sends pod statuses to the API server.
 type Syncer struct {
 	deps Deps
+	// stale is set when the pod informer lost its watch (Stale): the next
+	// pass reads the node's pods from the API server once instead of the
+	// informer's copies, which reconnect with back-off and miss what
+	// others wrote meanwhile (the node lifecycle controller marks pods
+	// NotReady while the node is unreachable).
+	stale atomic.Bool
+	// fresh is that one read, by namespace/name, for the pass in progress.
+	fresh map[string]*v1.Pod
 
 	mu   sync.Mutex
 	pods map[types.UID]*entry
@@ -96,6 +108,10 @@ func New(deps Deps) *Syncer {
 	}
 	return &Syncer{deps: deps, pods: map[types.UID]*entry{}}
 }
+
+// Stale says the pod informer lost its watch (a cache.WatchErrorHandler):
+// the next pass compares with the API server's own pods.
+func (s *Syncer) Stale() { s.stale.Store(true) }
 
 // take records the statuses that changed, marked dirty.
 func (s *Syncer) take() {
@@ -129,6 +145,21 @@ func (s *Syncer) Run(ctx context.Context) {
 // is set, and deletes the deleted pods that may go.
 func (s *Syncer) SyncBatch(ctx context.Context, all bool) {
 	s.take()
+	s.fresh = nil
+	if s.stale.Load() {
+		list, err := s.deps.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+			FieldSelector: "spec.nodeName=" + s.deps.NodeName, ResourceVersion: "0"})
+		if err != nil {
+			return // still away: the next pass tries again
+		}
+		s.stale.Store(false)
+		s.fresh = make(map[string]*v1.Pod, len(list.Items))
+		for i := range list.Items {
+			p := &list.Items[i]
+			s.fresh[p.Namespace+"/"+p.Name] = p
+		}
+		all = true
+	}
 	s.mu.Lock()
 	var work []types.UID
 	for uid, e := range s.pods {
@@ -214,9 +245,10 @@ func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
 // a static pod's mirror pod (nil, false when there is none yet). gone
 // is set when the pod has no API object and will not have one.
 func (s *Syncer) apiPod(pod *v1.Pod) (api *v1.Pod, gone bool) {
-	obj, ok, err := s.deps.APIPods.GetByKey(pod.Namespace + "/" + pod.Name)
 	var p *v1.Pod
-	if err == nil && ok {
+	if s.fresh != nil {
+		p = s.fresh[pod.Namespace+"/"+pod.Name]
+	} else if obj, ok, err := s.deps.APIPods.GetByKey(pod.Namespace + "/" + pod.Name); err == nil && ok {
 		p, _ = obj.(*v1.Pod)
 	}
 	if podspec.IsStatic(pod) {

@@ -316,3 +316,42 @@ func TestStaticPodStatusToMirror(t *testing.T) {
 		t.Error("a static pod no source wants is still tracked")
 	}
 }
+
+// After the pod informer lost its watch, the next pass compares with the
+// API server's own pods: what the node lifecycle controller wrote while
+// the node was away (Ready False) is set right at once, though the
+// informer's copy still shows the old status.
+func TestStaleInformerReadsTheAPI(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	h := newHarness(t, pod)
+	h.s.deps.NodeName = "node-a"
+	ctx := context.Background()
+	h.statuses.SetPodStatus(pod, running(true))
+	h.s.SyncBatch(ctx, false)
+	h.refresh()
+	// The controller marks the pod NotReady; the informer does not see it.
+	api, _ := h.client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+	for i, c := range api.Status.Conditions {
+		if c.Type == v1.PodReady {
+			api.Status.Conditions[i].Status = v1.ConditionFalse
+		}
+	}
+	if _, err := h.client.CoreV1().Pods("default").UpdateStatus(ctx, api, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.client.ClearActions()
+	h.s.SyncBatch(ctx, true)
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("patched from the informer's stale copy: %q", w)
+	}
+	h.s.Stale()
+	h.s.SyncBatch(ctx, false)
+	w := h.writes()
+	if len(w) != 1 || !strings.Contains(w[0], `"status":"True","type":"Ready"`) {
+		t.Fatalf("writes = %q, want Ready set True again", w)
+	}
+	h.s.SyncBatch(ctx, true)
+	if lists := len(h.client.Actions()); lists != 0 {
+		t.Errorf("%d more requests after the one re-read", lists)
+	}
+}
