@@ -125,17 +125,24 @@ func podReady(p *v1.Pod) bool {
 	return false
 }
 
+// kubectlBin is the control plane's kubectl: from $NODELET_CLUSTER_BIN,
+// else built (cached) by hack/build-upstream.sh.
+func kubectlBin(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("NODELET_CLUSTER_BIN"); dir != "" {
+		return filepath.Join(dir, "kubectl")
+	}
+	out, err := exec.Command(filepath.Join(shared.repoRoot, "hack", "build-upstream.sh"), "kubectl").Output()
+	if err != nil {
+		t.Fatalf("kubectl: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // kubectl runs the control plane's kubectl as the admin.
 func kubectl(t *testing.T, cp *controlPlane, timeout time.Duration, args ...string) (string, error) {
 	t.Helper()
-	bin := filepath.Join(os.Getenv("NODELET_CLUSTER_BIN"), "kubectl")
-	if os.Getenv("NODELET_CLUSTER_BIN") == "" {
-		out, err := exec.Command(filepath.Join(shared.repoRoot, "hack", "build-upstream.sh"), "kubectl").Output()
-		if err != nil {
-			t.Fatalf("kubectl: %v", err)
-		}
-		bin = strings.TrimSpace(string(out))
-	}
+	bin := kubectlBin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, append([]string{"--kubeconfig", cp.AdminKubeconfig}, args...)...)

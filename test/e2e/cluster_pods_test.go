@@ -263,15 +263,7 @@ spec:
 func portForward(t *testing.T, cp *controlPlane, ns, pod string, port int) (string, error) {
 	t.Helper()
 	local := freePort(t)
-	bin := filepath.Join(os.Getenv("NODELET_CLUSTER_BIN"), "kubectl")
-	if os.Getenv("NODELET_CLUSTER_BIN") == "" {
-		out, err := exec.Command(filepath.Join(shared.repoRoot, "hack", "build-upstream.sh"), "kubectl").Output()
-		if err != nil {
-			return "", err
-		}
-		bin = strings.TrimSpace(string(out))
-	}
-	cmd := exec.Command(bin, "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "port-forward", "pod/"+pod, fmt.Sprintf("%s:%d", local, port))
+	cmd := exec.Command(kubectlBin(t), "--kubeconfig", cp.AdminKubeconfig, "-n", ns, "port-forward", "pod/"+pod, fmt.Sprintf("%s:%d", local, port))
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return "", err
