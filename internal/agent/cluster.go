@@ -14,7 +14,6 @@ import (
 	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/objects"
 	"github.com/nodelet/nodelet/internal/statussync"
-	"github.com/nodelet/nodelet/internal/token"
 )
 
 // apiServer is the node's connection to the API server (cluster mode).
@@ -60,7 +59,6 @@ type clusterParts struct {
 	pods     cache.SharedIndexInformer
 	watcher  *objects.Watcher
 	services *objects.Services
-	tokens   *token.Manager
 	node     *nodestatus.Manager
 	status   *statussync.Syncer
 	mirrors  *mirror.Manager

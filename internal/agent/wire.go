@@ -125,9 +125,9 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	var hooks []podworker.Hook
 	if cl != nil {
 		cl.watcher = objects.NewWatcher(api.kube, p.objects.Notify, clk, log)
-		cl.services, cl.tokens = objects.NewServices(api.kube), token.New(api.kube.CoreV1(), clk, log)
+		cl.services = objects.NewServices(api.kube)
 		objs.API, services = cl.watcher, cl.services
-		volumeOpts = append(volumeOpts, volume.WithTokens(cl.tokens))
+		volumeOpts = append(volumeOpts, volume.WithTokens(token.New(api.kube.CoreV1(), clk, log)))
 	}
 	volumes := volume.New(cfg.RootDir, objs, envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}, log, volumeOpts...)
 	var resources []housekeeping.Resource
