@@ -175,19 +175,24 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 			return nil, err
 		}
 		cl.node, err = nodestatus.New(api.kube, cfg.NodeStatusOptions(), nodestatus.Deps{HeartbeatClient: hb,
-			Runtime: rt, Machine: machine, PLEGHealthy: p.pleg.Healthy, Events: recorder, Registerer: reg, Clock: clk, Log: log})
+			Runtime: rt, Machine: machine, PLEGHealthy: p.pleg.Healthy, Events: recorder, Registerer: reg,
+			OnLeaseFailure: func() { cl.status.Stale() }, Clock: clk, Log: log})
 		if err != nil {
 			return nil, err
 		}
 		node = cl.node.Node
 		cl.status = statussync.New(statussync.Deps{NodeName: cfg.NodeName, Client: api.kube, Statuses: p.status,
-			APIPods: cl.pods.GetStore(), Workers: p.workers, Clock: clk, Log: log})
+			APIPods: cl.pods.GetStore(), Workers: p.workers, KickMirrors: func() { cl.mirrors.Kick() },
+			APIPodsVersion: cl.pods.LastSyncResourceVersion, Clock: clk, Log: log})
 		status := cl.status
 		if err := cl.pods.SetWatchErrorHandler(func(*cache.Reflector, error) { status.Stale() }); err != nil {
 			return nil, err
 		}
 		cl.mirrors = mirror.New(mirror.Deps{Client: api.kube, NodeName: cfg.NodeName, Sources: p.config,
-			APIPods: cl.pods.GetStore(), Clock: clk, Log: log})
+			APIPods: cl.pods.GetStore(), Created: status.MirrorCreated, Clock: clk, Log: log})
+		if _, err := cl.pods.AddEventHandler(cl.mirrors.Handler()); err != nil {
+			return nil, err
+		}
 		if cfg.ServerTLSBootstrap {
 			cl.serving, err = certs.NewServing(certs.ServingConfig{NodeName: cfg.NodeName, CertDir: cfg.CertDirectory(),
 				Addresses: certs.StaticAddresses(cfg.NodeName, cfg.NodeIP), TLSCertFile: cfg.TLSCertFile,

@@ -20,14 +20,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/podspec"
 )
 
-// Period is how often mirror pods are reconciled (the kubelet does it at
-// each pod sync, once a minute at least).
-const Period = 10 * time.Second
+// Period is how often mirror pods are reconciled, as the kubelet's
+// housekeeping does (HandlePodCleanups). A pass with nothing to do sends
+// no request.
+const Period = 2 * time.Second
+
+// RetryAfter is how long a static pod whose mirror pod could not be
+// created, replaced or deleted waits for the next try.
+const RetryAfter = 10 * time.Second
 
 // StaticPods are the static pods the sources want.
 type StaticPods interface {
@@ -46,8 +52,12 @@ type Deps struct {
 	NodeName string
 	Sources  StaticPods
 	APIPods  APIPods
-	Clock    clock.WithTicker
-	Log      *slog.Logger
+	// Created, when set, is given each mirror pod created, as the API
+	// server returned it: the informer shows it only later, and after the
+	// API server was away only once its watch is back (statussync).
+	Created func(*v1.Pod)
+	Clock   clock.WithTicker
+	Log     *slog.Logger
 }
 
 // Manager keeps mirror pods in step with static pods.
@@ -57,6 +67,19 @@ type Manager struct {
 	// API server refused, and the hash refused: not asked again until the
 	// static pod changes.
 	refused map[string]string
+	// tried are the last attempts, by namespace/name: the same one is not
+	// made again before RetryAfter.
+	tried map[string]attempt
+	kick  chan struct{}
+}
+
+// attempt is what a pass did for a static pod: create the mirror pod for
+// hash, replacing or deleting the API pod with uid, until which time it
+// is held back.
+type attempt struct {
+	hash  string
+	uid   types.UID
+	until time.Time
 }
 
 // New returns a Manager; Run starts it.
@@ -67,10 +90,46 @@ func New(deps Deps) *Manager {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Manager{deps: deps, refused: map[string]string{}}
+	return &Manager{deps: deps, refused: map[string]string{}, tried: map[string]attempt{}, kick: make(chan struct{}, 1)}
 }
 
-// Run reconciles mirror pods every Period until ctx ends.
+// Kick asks for a pass now, without waiting for the Period: a static pod
+// has no mirror pod yet (statussync asks, as the kubelet creates mirror
+// pods in syncPod).
+func (m *Manager) Kick() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Handler is for the node's pod informer: a mirror pod deleted or marked
+// for deletion (by a user, or the garbage collector) starts a pass, so it
+// is created again at once, as the kubelet does on the pod update.
+func (m *Manager) Handler() cache.ResourceEventHandler {
+	isMirror := func(obj any) bool {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		p, ok := obj.(*v1.Pod)
+		return ok && p.Annotations[podspec.AnnotationConfigMirror] != ""
+	}
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if isMirror(obj) && obj.(*v1.Pod).DeletionTimestamp != nil {
+				m.Kick()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if isMirror(obj) {
+				m.Kick()
+			}
+		},
+	}
+}
+
+// Run reconciles mirror pods every Period, and when kicked, until ctx
+// ends.
 func (m *Manager) Run(ctx context.Context) {
 	t := m.deps.Clock.NewTicker(Period)
 	defer t.Stop()
@@ -80,6 +139,7 @@ func (m *Manager) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		case <-m.kick:
 		}
 	}
 }
@@ -102,35 +162,33 @@ func (m *Manager) Reconcile(ctx context.Context) {
 		}
 	}
 	wanted := map[string]bool{}
+	now := m.deps.Clock.Now()
 	for _, static := range m.deps.Sources.Pods() {
 		if !podspec.IsStatic(static) {
 			continue
 		}
 		key := static.Namespace + "/" + static.Name
 		wanted[key] = true
-		log := m.deps.Log.With("pod", key)
-		if others[key] {
-			log.Warn("mirror pod: an API pod of the same name exists; no mirror pod for this static pod")
-			continue
-		}
 		existing := mirrors[key]
 		if existing != nil && existing.DeletionTimestamp == nil && existing.Annotations[podspec.AnnotationConfigMirror] == Hash(static) {
+			delete(m.tried, key)
 			continue
-		}
-		if existing != nil {
-			// Outdated, or being deleted (a user deleted it: the API
-			// server waits for the node): gone at once, as the kubelet
-			// deletes mirror pods, then created anew.
-			log.Info("mirror pod outdated or deleted; replacing it")
-			m.delete(ctx, existing)
-			continue // created once the informer shows it gone
 		}
 		if m.refused[key] == Hash(static) {
 			continue
 		}
-		if err := m.create(ctx, static); err != nil {
-			log.Warn("mirror pod: create failed, retried", "err", err)
+		// The same attempt is made again after RetryAfter, if it failed
+		// or the informer does not show its result by then (after the
+		// API server was away, it lags): not a request every pass.
+		a := attempt{hash: Hash(static), until: now.Add(RetryAfter)}
+		if existing != nil {
+			a.uid = existing.UID
 		}
+		if last, ok := m.tried[key]; ok && last.hash == a.hash && last.uid == a.uid && now.Before(last.until) {
+			continue
+		}
+		m.tried[key] = a
+		m.ensure(ctx, key, static, existing, others[key])
 	}
 	for key := range m.refused {
 		if !wanted[key] {
@@ -138,10 +196,46 @@ func (m *Manager) Reconcile(ctx context.Context) {
 		}
 	}
 	for key, p := range mirrors {
-		if !wanted[key] {
-			m.deps.Log.Info("mirror pod without a static pod; deleting it", "pod", key)
-			m.delete(ctx, p)
+		if wanted[key] {
+			continue
 		}
+		a := attempt{uid: p.UID, until: now.Add(RetryAfter)}
+		if last, ok := m.tried[key]; ok && last.hash == "" && last.uid == a.uid && now.Before(last.until) {
+			continue
+		}
+		m.tried[key] = a
+		m.deps.Log.Info("mirror pod without a static pod; deleting it", "pod", key)
+		m.delete(ctx, p)
+	}
+	for key, a := range m.tried {
+		if !wanted[key] && mirrors[key] == nil || !now.Before(a.until) {
+			delete(m.tried, key)
+		}
+	}
+}
+
+// ensure creates static's mirror pod, replacing existing (outdated or
+// being deleted).
+func (m *Manager) ensure(ctx context.Context, key string, static, existing *v1.Pod, nameTaken bool) {
+	log := m.deps.Log.With("pod", key)
+	if nameTaken {
+		log.Warn("mirror pod: an API pod of the same name exists; no mirror pod for this static pod")
+		return
+	}
+	if existing != nil {
+		// Outdated, or being deleted (a user deleted it: the API server
+		// waits for the node): gone at once, as the kubelet deletes
+		// mirror pods, then created anew.
+		log.Info("mirror pod outdated or deleted; replacing it")
+		if !m.delete(ctx, existing) {
+			return
+		}
+		// Gone at once unless someone holds it with a finalizer; then
+		// the create below is refused as already there and tried again
+		// at the next pass.
+	}
+	if err := m.create(ctx, static); err != nil {
+		log.Warn("mirror pod: create failed, retried", "err", err, "retryAfter", RetryAfter)
 	}
 }
 
@@ -176,7 +270,7 @@ func (m *Manager) create(ctx context.Context, static *v1.Pod) error {
 		return err
 	}
 	p := Pod(static, m.deps.NodeName, uid)
-	_, err = m.deps.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	created, err := m.deps.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil // the informer has not shown it yet
 	}
@@ -191,18 +285,24 @@ func (m *Manager) create(ctx context.Context, static *v1.Pod) error {
 		return err
 	}
 	m.deps.Log.Info("mirror pod created", "pod", p.Namespace+"/"+p.Name)
+	if m.deps.Created != nil {
+		m.deps.Created(created)
+	}
 	return nil
 }
 
 // delete deletes a mirror pod at once (grace 0: nothing runs of it; its
 // static pod's containers are the node's business), if it still has uid.
-func (m *Manager) delete(ctx context.Context, p *v1.Pod) {
+// It says whether the pod is gone.
+func (m *Manager) delete(ctx context.Context, p *v1.Pod) bool {
 	uid, zero := p.UID, int64(0)
 	err := m.deps.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		m.deps.Log.Warn("mirror pod: delete failed, retried", "pod", p.Namespace+"/"+p.Name, "err", err)
+		return false
 	}
+	return true
 }
 
 // nodeUIDOf looks up the Node's UID at each create: after the Node was

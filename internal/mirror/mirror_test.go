@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/podspec"
@@ -55,6 +57,13 @@ func static(name, hash string) *v1.Pod {
 func newManager(t *testing.T, pods ...*v1.Pod) (*Manager, *fake.Clientset) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "node-uid"}}
 	client := fake.NewClientset(node)
+	// The API server gives every object it creates a new UID.
+	n := 0
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		n++
+		a.(k8stesting.CreateAction).GetObject().(*v1.Pod).UID = types.UID(fmt.Sprintf("mirror-uid-%d", n))
+		return false, nil, nil
+	})
 	m := New(Deps{Client: client, NodeName: "node-a", Sources: statics(pods), APIPods: apiPods{client},
 		Clock: testingclock.NewFakeClock(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))})
 	return m, client
@@ -127,26 +136,25 @@ func TestMirrorLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.ClearActions()
+	var handed []*v1.Pod
+	m.deps.Created = func(p *v1.Pod) { handed = append(handed, p) }
 	m.Reconcile(ctx)
-	if got := mirrors(t, client); len(got) != 0 {
-		t.Fatalf("mirror pod being deleted not deleted at once: %+v", got)
+	got = mirrors(t, client)
+	if len(got) != 1 || got[0].DeletionTimestamp != nil || got[0].UID == marked.UID {
+		t.Fatalf("mirror pod being deleted not replaced in one pass: %+v", got)
 	}
 	for _, a := range client.Actions() {
 		if d, ok := a.(k8stesting.DeleteAction); ok && (d.GetDeleteOptions().GracePeriodSeconds == nil || *d.GetDeleteOptions().GracePeriodSeconds != 0) {
 			t.Errorf("mirror pod deleted with grace %v, want 0", d.GetDeleteOptions().GracePeriodSeconds)
 		}
 	}
-	m.Reconcile(ctx)
-	if got := mirrors(t, client); len(got) != 1 {
-		t.Fatalf("mirror pod not recreated: %+v", got)
+	// The new one is handed over as created, before any informer shows it.
+	if len(handed) != 1 || handed[0].Name != "etcd-node-a" || handed[0].UID != got[0].UID {
+		t.Fatalf("created mirror pods handed over = %+v, want the new one", handed)
 	}
 
-	// The static pod changed: the old mirror goes, then the new one comes.
+	// The static pod changed: the old mirror goes and the new one comes.
 	m.deps.Sources = statics{static("etcd", "hash-2")}
-	m.Reconcile(ctx)
-	if got := mirrors(t, client); len(got) != 0 {
-		t.Fatalf("outdated mirror pod not deleted first: %+v", got)
-	}
 	m.Reconcile(ctx)
 	if got := mirrors(t, client); len(got) != 1 || got[0].Annotations[podspec.AnnotationConfigMirror] != "hash-2" {
 		t.Fatalf("mirror pod not replaced: %+v", got)
@@ -187,7 +195,87 @@ func TestMirrorRefused(t *testing.T) {
 
 type runtimeObject = runtime.Object
 
+// Passes come every 2 s; a create that failed (the API server away) is
+// tried again after RetryAfter, not at each pass, and a pass with nothing
+// to do sends nothing.
+func TestMirrorRetryHeldBack(t *testing.T) {
+	m, client := newManager(t, static("etcd", "hash-1"))
+	clk := m.deps.Clock.(*testingclock.FakeClock)
+	down := true
+	client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtimeObject, error) {
+		if down {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	creates := func() int {
+		n := 0
+		for _, a := range client.Actions() {
+			if a.GetVerb() == "create" {
+				n++
+			}
+		}
+		client.ClearActions()
+		return n
+	}
+	for range 4 {
+		m.Reconcile(context.Background())
+		clk.Step(Period)
+	}
+	if n := creates(); n != 1 {
+		t.Fatalf("%d creates in 4 passes over 8 s, want 1", n)
+	}
+	down = false
+	clk.Step(RetryAfter - 4*Period)
+	m.Reconcile(context.Background())
+	if n := creates(); n != 1 || len(mirrors(t, client)) != 1 {
+		t.Fatalf("%d creates once RetryAfter passed, want 1 and the mirror pod", n)
+	}
+	client.ClearActions()
+	m.Reconcile(context.Background())
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "list" { // the fake informer's
+			t.Errorf("a pass in step sent %s %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+}
+
 func forbidden() error {
 	return apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "etcd-node-a",
 		errors.New(`pod does not have "kubernetes.io/config.mirror" annotation, node "node-a" can only create mirror pods`))
+}
+
+// The informer's handler starts a pass when a mirror pod is deleted or
+// marked for deletion, and for nothing else.
+func TestMirrorHandlerKicks(t *testing.T) {
+	m, _ := newManager(t)
+	h := m.Handler()
+	kicked := func() bool {
+		select {
+		case <-m.kick:
+			return true
+		default:
+			return false
+		}
+	}
+	mirror := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "etcd-node-a", Annotations: map[string]string{podspec.AnnotationConfigMirror: "h"}}}
+	marked := mirror.DeepCopy()
+	now := metav1.Now()
+	marked.DeletionTimestamp = &now
+	other := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", DeletionTimestamp: &now}}
+
+	h.OnUpdate(mirror, mirror)
+	h.OnUpdate(other, other)
+	h.OnDelete(other)
+	if kicked() {
+		t.Fatal("kicked for a mirror pod in step or an API pod")
+	}
+	h.OnUpdate(mirror, marked)
+	if !kicked() {
+		t.Error("not kicked for a mirror pod marked for deletion")
+	}
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "kube-system/etcd-node-a", Obj: mirror})
+	if !kicked() {
+		t.Error("not kicked for a mirror pod deleted")
+	}
 }

@@ -185,8 +185,9 @@ type harness struct {
 	rand    atomic.Uint64 // math.Float64bits of what Rand returns
 	pleg    atomic.Pointer[error]
 
-	failures atomic.Int64 // OnRepeatedHeartbeatFailure calls
-	uids     atomic.Int64
+	failures      atomic.Int64 // OnRepeatedHeartbeatFailure calls
+	leaseFailures atomic.Int64 // OnLeaseFailure calls
+	uids          atomic.Int64
 
 	mu      sync.Mutex
 	actions []recorded
@@ -252,6 +253,7 @@ func newHarness(t *testing.T, opts func(o *Options), objects ...runtime.Object) 
 		},
 		Events:                     h.events,
 		OnRepeatedHeartbeatFailure: func() { h.failures.Add(1) },
+		OnLeaseFailure:             func() { h.leaseFailures.Add(1) },
 		Clock:                      h.clk,
 		Log:                        slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Rand:                       func() float64 { return math.Float64frombits(h.rand.Load()) },

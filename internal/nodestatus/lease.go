@@ -101,6 +101,9 @@ func (m *Manager) leaseFailed(ctx context.Context, err error) time.Duration {
 	}
 	m.heartbeatFailed(&m.leaseFailures)
 	m.apiUnreachable.Store(true)
+	if m.onLease != nil {
+		m.onLease()
+	}
 	return m.leaseBackoff.next()
 }
 

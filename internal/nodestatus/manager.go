@@ -61,6 +61,7 @@ type Manager struct {
 	plegHealthy func() (bool, error)
 	events      EventRecorder
 	onFailure   func()
+	onLease     func()
 	clk         clock.Clock
 	log         *slog.Logger
 	rand        func() float64
@@ -135,6 +136,7 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		plegHealthy: d.PLEGHealthy,
 		events:      d.Events,
 		onFailure:   d.OnRepeatedHeartbeatFailure,
+		onLease:     d.OnLeaseFailure,
 		clk:         d.Clock,
 		log:         log.With("node", cfg.nodeName),
 		rand:        d.Rand,

@@ -374,6 +374,9 @@ func TestAPIErrorsRetried(t *testing.T) {
 	if got := h.failures.Load(); got != 1 {
 		t.Errorf("connections dropped %d times after two failed lease requests, want 1", got)
 	}
+	if got := h.leaseFailures.Load(); got != 2 {
+		t.Errorf("OnLeaseFailure called %d times for two failed lease requests, want 2", got)
+	}
 
 	// Status patches fail twice: retried after 100 and 200 ms, the retry
 	// from a fresh GET. The first computation reads the Node from the

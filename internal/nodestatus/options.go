@@ -189,8 +189,13 @@ type Deps struct {
 	// client's connections there, so that a dead TCP connection is not
 	// reused. It is called from two goroutines. Optional.
 	OnRepeatedHeartbeatFailure func()
-	Clock                      clock.Clock
-	Log                        *slog.Logger
+	// OnLeaseFailure is called when a lease renewal fails: the API server
+	// may be away, and informers miss what others write meanwhile until
+	// their watch is back, which may be long after the API server
+	// (statussync.Syncer.Stale). Optional.
+	OnLeaseFailure func()
+	Clock          clock.Clock
+	Log            *slog.Logger
 	// Rand returns numbers in [0, 1) for jitter, from two goroutines;
 	// nil: math/rand/v2.
 	Rand func() float64

@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -71,8 +70,15 @@ type Deps struct {
 	Statuses Statuses
 	APIPods  APIPods
 	Workers  Workers
-	Clock    clock.WithTicker
-	Log      *slog.Logger
+	// APIPodsVersion, when set, is the informer's last synced resource
+	// version (SharedIndexInformer.LastSyncResourceVersion): it tells when
+	// the informer listed again after it lost its watch (Stale).
+	APIPodsVersion func() string
+	// KickMirrors, when set, asks for a static pod's mirror pod at once
+	// (mirror.Manager.Kick) when it has none yet.
+	KickMirrors func()
+	Clock       clock.WithTicker
+	Log         *slog.Logger
 }
 
 // entry is the newest status of a pod, and the pod it is for.
@@ -85,17 +91,30 @@ type entry struct {
 // Syncer sends pod statuses to the API server.
 type Syncer struct {
 	deps Deps
-	// stale is set when the pod informer lost its watch (Stale): the next
-	// pass reads the node's pods from the API server once instead of the
-	// informer's copies, which reconnect with back-off and miss what
-	// others wrote meanwhile (the node lifecycle controller marks pods
-	// NotReady while the node is unreachable).
-	stale atomic.Bool
-	// fresh is that one read, by namespace/name, for the pass in progress.
+	// stale is set when the pod informer lost its watch (Stale): passes
+	// compare with the node's pods read from the API server instead of
+	// the informer's copies, which miss what others wrote meanwhile (the
+	// node lifecycle controller marks pods NotReady while the node is
+	// unreachable). The informer reconnects with back-off, up to a minute
+	// after the API server is back; it is trusted again once it listed
+	// anew: its resource version is not staleVersion any more.
+	stale        bool
+	staleVersion string
+	// fresh is the last read of the node's pods, by namespace/name, while
+	// stale; it is read again at each full pass.
 	fresh map[string]*v1.Pod
+	// freshNow: fresh was read in this pass (a pod it lacks is gone).
+	freshNow bool
+
+	// wake starts a pass when a mirror pod was created.
+	wake chan struct{}
 
 	mu   sync.Mutex
 	pods map[types.UID]*entry
+	// created are the mirror pods created on this node (MirrorCreated)
+	// that the informer does not show yet, by namespace/name, as the API
+	// server last returned them.
+	created map[string]*v1.Pod
 }
 
 // New returns a Syncer; Run starts it.
@@ -106,12 +125,85 @@ func New(deps Deps) *Syncer {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Syncer{deps: deps, pods: map[types.UID]*entry{}}
+	return &Syncer{deps: deps, pods: map[types.UID]*entry{}, created: map[string]*v1.Pod{}, wake: make(chan struct{}, 1)}
+}
+
+// MirrorCreated is given the mirror pod created for a static pod (a
+// mirror.Deps.Created): the static pod's status goes to it at once,
+// before the informer shows it.
+func (s *Syncer) MirrorCreated(p *v1.Pod) {
+	key := p.Namespace + "/" + p.Name
+	s.mu.Lock()
+	s.created[key] = p
+	for _, e := range s.pods {
+		if podspec.IsStatic(e.pod) && e.pod.Namespace+"/"+e.pod.Name == key {
+			e.dirty = true
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Stale says the pod informer lost its watch (a cache.WatchErrorHandler):
-// the next pass compares with the API server's own pods.
-func (s *Syncer) Stale() { s.stale.Store(true) }
+// passes compare with the API server's own pods until the informer listed
+// again.
+func (s *Syncer) Stale() {
+	v := ""
+	if s.deps.APIPodsVersion != nil {
+		v = s.deps.APIPodsVersion()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.stale {
+		s.deps.Log.Info("status: the pod informer lost its watch; comparing with the API server's pods until it lists again",
+			"resourceVersion", v)
+	}
+	s.stale, s.staleVersion = true, v
+}
+
+// readAPI says whether this pass reads the node's pods from the API
+// server (see stale), and sets s.fresh to them; it clears stale once the
+// informer has listed again. It returns false when it cannot read them:
+// the pass is skipped.
+func (s *Syncer) readAPI(ctx context.Context, all bool) (read, ok bool) {
+	s.mu.Lock()
+	stale, v := s.stale, s.staleVersion
+	if stale && s.deps.APIPodsVersion != nil && s.deps.APIPodsVersion() != v {
+		s.stale, stale = false, false
+		s.deps.Log.Info("status: the pod informer listed again; using its pods", "resourceVersion", s.deps.APIPodsVersion())
+	}
+	s.mu.Unlock()
+	if !stale {
+		s.fresh = nil
+		return false, true
+	}
+	if s.fresh != nil && !all {
+		return false, true // a dirty pass: the last read will do
+	}
+	list, err := s.deps.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + s.deps.NodeName, ResourceVersion: "0"})
+	if err != nil {
+		s.deps.Log.Debug("status: cannot read the node's pods; the pass waits", "err", err)
+		return false, false // still away: the next pass tries again
+	}
+	if s.deps.APIPodsVersion == nil {
+		// Nothing tells when the informer is back: one read only.
+		s.mu.Lock()
+		if s.staleVersion == v {
+			s.stale = false
+		}
+		s.mu.Unlock()
+	}
+	s.fresh = make(map[string]*v1.Pod, len(list.Items))
+	for i := range list.Items {
+		p := &list.Items[i]
+		s.fresh[p.Namespace+"/"+p.Name] = p
+	}
+	return true, true
+}
 
 // take records the statuses that changed, marked dirty.
 func (s *Syncer) take() {
@@ -134,6 +226,7 @@ func (s *Syncer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-s.deps.Statuses.Changed():
+		case <-s.wake:
 		case <-t.C():
 			all = true
 		}
@@ -145,21 +238,12 @@ func (s *Syncer) Run(ctx context.Context) {
 // is set, and deletes the deleted pods that may go.
 func (s *Syncer) SyncBatch(ctx context.Context, all bool) {
 	s.take()
-	s.fresh = nil
-	if s.stale.Load() {
-		list, err := s.deps.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{
-			FieldSelector: "spec.nodeName=" + s.deps.NodeName, ResourceVersion: "0"})
-		if err != nil {
-			return // still away: the next pass tries again
-		}
-		s.stale.Store(false)
-		s.fresh = make(map[string]*v1.Pod, len(list.Items))
-		for i := range list.Items {
-			p := &list.Items[i]
-			s.fresh[p.Namespace+"/"+p.Name] = p
-		}
-		all = true
+	read, ok := s.readAPI(ctx, all)
+	if !ok {
+		return
 	}
+	s.freshNow = read
+	all = all || read
 	s.mu.Lock()
 	var work []types.UID
 	for uid, e := range s.pods {
@@ -193,6 +277,12 @@ func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
 		// A static pod no source wants any more, whose status
 		// housekeeping dropped: its mirror pod goes with it (mirror).
 		s.forget(uid, e)
+		s.mu.Lock()
+		delete(s.created, pod.Namespace+"/"+pod.Name)
+		s.mu.Unlock()
+		if s.deps.KickMirrors != nil {
+			s.deps.KickMirrors()
+		}
 		return
 	}
 	api, gone := s.apiPod(pod)
@@ -213,17 +303,19 @@ func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
 		return
 	}
 	if changed {
-		_, err := s.deps.Client.CoreV1().Pods(api.Namespace).Patch(ctx, api.Name, types.StrategicMergePatchType, patch,
+		got, err := s.deps.Client.CoreV1().Pods(api.Namespace).Patch(ctx, api.Name, types.StrategicMergePatchType, patch,
 			metav1.PatchOptions{}, "status")
 		switch {
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 			log.Debug("status: pod gone or replaced in the API", "err", err)
+			s.patched(api, true)
 			return
 		case err != nil:
 			log.Warn("status: patch failed, retried", "err", err)
 			s.markDirty(uid, e)
 			return
 		}
+		s.patched(got, false)
 		log.Debug("status: patched", "phase", merged.Phase)
 	}
 	if api.DeletionTimestamp != nil && !podspec.IsStatic(pod) && s.deps.Workers.IsPodFinished(uid) {
@@ -252,15 +344,68 @@ func (s *Syncer) apiPod(pod *v1.Pod) (api *v1.Pod, gone bool) {
 		p, _ = obj.(*v1.Pod)
 	}
 	if podspec.IsStatic(pod) {
-		if p == nil || p.Annotations[podspec.AnnotationConfigMirror] == "" || p.DeletionTimestamp != nil {
-			return nil, false
-		}
-		return p, false
+		return s.mirrorOf(pod, p), false
+	}
+	if (p == nil || p.UID != pod.UID) && s.fresh != nil && !s.freshNow {
+		return nil, false // the pod may be newer than the last read: the next full pass reads again
 	}
 	if p == nil || p.UID != pod.UID {
 		return nil, true
 	}
 	return p, false
+}
+
+// mirrorOf is static's mirror pod: p, the API's pod of its name as the
+// informer (or the one re-read) shows it, or the one created here that
+// the informer does not show yet. With neither, the mirror manager is
+// asked for one and nil returned.
+func (s *Syncer) mirrorOf(static, p *v1.Pod) *v1.Pod {
+	key := static.Namespace + "/" + static.Name
+	if p != nil && (p.Annotations[podspec.AnnotationConfigMirror] == "" || p.DeletionTimestamp != nil) {
+		p = nil
+	}
+	s.mu.Lock()
+	c := s.created[key]
+	if c != nil && p != nil && p.UID == c.UID {
+		delete(s.created, key) // the informer caught up
+		c = nil
+	}
+	s.mu.Unlock()
+	switch {
+	case c != nil:
+		return c
+	case p != nil:
+		return p
+	}
+	if s.deps.KickMirrors != nil {
+		s.deps.KickMirrors()
+	}
+	return nil
+}
+
+// patched records the API's copy of a pod after a status patch, in the
+// last read of the API (fresh) and when it is a mirror pod the informer
+// does not show yet; gone drops it.
+func (s *Syncer) patched(p *v1.Pod, gone bool) {
+	key := p.Namespace + "/" + p.Name
+	if f := s.fresh[key]; f != nil && f.UID == p.UID {
+		if gone {
+			delete(s.fresh, key)
+		} else {
+			s.fresh[key] = p
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.created[key]
+	if c == nil || c.UID != p.UID {
+		return
+	}
+	if gone {
+		delete(s.created, key)
+	} else {
+		s.created[key] = p
+	}
 }
 
 func (s *Syncer) markDirty(uid types.UID, e *entry) {

@@ -355,3 +355,102 @@ func TestStaleInformerReadsTheAPI(t *testing.T) {
 		t.Errorf("%d more requests after the one re-read", lists)
 	}
 }
+
+// A mirror pod created on this node takes the static pod's status at
+// once, before the informer shows it (after an outage, the informer's
+// watch comes back only with back-off). Without one, the mirror manager
+// is asked for it.
+func TestStatusToCreatedMirror(t *testing.T) {
+	static := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-node-a", UID: "static-uid",
+		Annotations: map[string]string{podspec.AnnotationConfigSource: "file"}}}
+	h := newHarness(t)
+	kicks := 0
+	h.s.deps.KickMirrors = func() { kicks++ }
+	ctx := context.Background()
+	h.statuses.SetPodStatus(static, running(true))
+	h.s.SyncBatch(ctx, false)
+	if w := h.writes(); len(w) != 0 || kicks != 1 {
+		t.Fatalf("with no mirror pod: writes %q, %d kicks; want none and 1", w, kicks)
+	}
+
+	mirror := static.DeepCopy()
+	mirror.UID = "mirror-uid"
+	mirror.Annotations = map[string]string{podspec.AnnotationConfigMirror: "static-uid"}
+	created, err := h.client.CoreV1().Pods("kube-system").Create(ctx, mirror, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.client.ClearActions()
+	h.s.MirrorCreated(created) // the informer does not show it
+	select {
+	case <-h.s.wake:
+	default:
+		t.Fatal("a created mirror pod does not start a pass")
+	}
+	h.s.SyncBatch(ctx, false)
+	w := h.writes()
+	if len(w) != 1 || !strings.Contains(w[0], `"uid":"mirror-uid"`) || !strings.Contains(w[0], `"phase":"Running"`) {
+		t.Fatalf("writes = %q, want the status patched onto the created mirror pod", w)
+	}
+	// Nothing changed since: no second patch, though the informer
+	// still has nothing.
+	h.s.SyncBatch(ctx, true)
+	if w := h.writes(); len(w) != 0 || kicks != 1 {
+		t.Fatalf("second pass: writes %q, %d kicks; want none and 1", w, kicks)
+	}
+	// The informer caught up: its copy is used from now on.
+	h.refresh()
+	h.s.SyncBatch(ctx, true)
+	if w := h.writes(); len(w) != 0 || len(h.s.created) != 0 {
+		t.Fatalf("after the informer caught up: writes %q, %d created kept", w, len(h.s.created))
+	}
+}
+
+// While the informer has not listed again since it lost its watch (its
+// resource version unchanged), each full pass reads the API anew: what the
+// node lifecycle controller writes after the first read is put right too.
+// Once the informer listed, its copies are used again.
+func TestStaleUntilInformerListed(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	h := newHarness(t, pod)
+	h.s.deps.NodeName = "node-a"
+	version := "10"
+	h.s.deps.APIPodsVersion = func() string { return version }
+	ctx := context.Background()
+	h.statuses.SetPodStatus(pod, running(true))
+	h.s.SyncBatch(ctx, false)
+	h.refresh()
+	notReady := func() {
+		t.Helper()
+		api, _ := h.client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+		for i, c := range api.Status.Conditions {
+			if c.Type == v1.PodReady {
+				api.Status.Conditions[i].Status = v1.ConditionFalse
+			}
+		}
+		if _, err := h.client.CoreV1().Pods("default").UpdateStatus(ctx, api, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		h.client.ClearActions()
+	}
+	h.s.Stale()
+	h.s.SyncBatch(ctx, true) // the API is back: read, nothing to put right yet
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("writes = %q, want none", w)
+	}
+	notReady()                                  // the controller, after that read
+	h.statuses.SetPodStatus(pod, running(true)) // no change: the entry dirty all the same
+	h.s.SyncBatch(ctx, false)
+	if a := h.client.Actions(); len(a) != 0 {
+		t.Fatalf("a pass for a change read the API again or patched: %v", a)
+	}
+	h.s.SyncBatch(ctx, true)
+	if w := h.writes(); len(w) != 1 || !strings.Contains(w[0], `"status":"True","type":"Ready"`) {
+		t.Fatalf("writes = %q, want Ready set True again", w)
+	}
+	version = "11" // the informer listed again
+	h.s.SyncBatch(ctx, true)
+	if n := len(h.client.Actions()); n != 0 {
+		t.Errorf("%d requests after the informer listed again, want none", n)
+	}
+}

@@ -42,6 +42,113 @@ import (
 // unreachable, its pods NotReady and the node tainted, but no pod is
 // evicted before these tests end.
 
+// The API server stopped for 60 s: the node's pods keep running and the
+// file source keeps syncing meanwhile; once it is back, the lease, the
+// Node's Ready and the pods' status catch up within seconds, the static
+// pod added meanwhile gets its mirror pod, and nothing was restarted.
+func TestClusterAPIServerOutage(t *testing.T) {
+	cp := startCluster(t)
+	cp.logsOnFailure(t)
+	const node, ns = "resil-api", "resil-api"
+	n := joinNode(t, cp, node)
+	c := cp.Admin
+	resilNamespace(t, c, ns)
+	written := time.Now()
+	writeManifest(t, n.manifests, "static-a.yaml", resilStaticPod(ns, "static-a"))
+	waitContainerRunning(t, time.Minute, "static-a-"+node, "main")
+	runs := time.Since(written)
+	// A missing mirror pod fails the test but lets it go on: what the
+	// outage does to the rest is worth knowing too.
+	mirrorA := mirrorRunning(t, c, ns, "static-a-"+node, time.Minute)
+	t.Logf("a static pod added with the API server up runs after %v, its mirror pod shows it Running after %v",
+		runs.Round(100*time.Millisecond), time.Since(written).Round(100*time.Millisecond))
+	resilCreate(t, c, resilWeb(ns, "web", node, 3))
+	pods := waitPodsReady(t, c, ns, "app=web", 3, 2*time.Minute)
+	before := runtimeContainers(t, ns)
+	checkAPIContainers(t, "before the outage", append(pods, mirrorA...), before)
+
+	stopped := time.Now()
+	if out, err := cp.script("stop-apiserver"); err != nil {
+		t.Fatalf("hack/cluster.sh stop-apiserver: %v\n%s", err, out)
+	}
+	// Back for the tests that follow if this one ends early.
+	t.Cleanup(func() { cp.script("start-apiserver") })
+	written = time.Now()
+	writeManifest(t, n.manifests, "static-b.yaml", resilStaticPod(ns, "static-b"))
+	waitContainerRunning(t, 50*time.Second, "static-b-"+node, "main")
+	took := time.Since(written)
+	t.Logf("a static pod added without the API server runs after %v", took.Round(100*time.Millisecond))
+	// The file source needs no API server: ten times the check frequency
+	// (2 s, joinNode's) is plenty (it fails the test, which goes on).
+	if took > 20*time.Second {
+		t.Errorf("a static pod added without the API server runs only after %v (with it: a second)", took.Round(100*time.Millisecond))
+	}
+	time.Sleep(time.Until(stopped.Add(60 * time.Second)))
+	checkSameContainers(t, "after 60 s without the API server", before, runtimeContainers(t, ns))
+
+	if out, err := cp.script("start-apiserver"); err != nil {
+		t.Fatalf("hack/cluster.sh start-apiserver: %v\n%s", err, out)
+	}
+	back := time.Now()
+	t.Logf("API server away for %v", back.Sub(stopped).Round(100*time.Millisecond))
+	// The controller manager's verdict on the node comes within seconds of
+	// the return: Unknown, and the node's pods NotReady, if it saw no lease
+	// renewed for its grace period. nodelet has to put both right, within
+	// seconds: two status updates (10 s each) are plenty.
+	readyLog := watchNodeReady(t, c, node)
+	podLog, podsAtReturn := watchPodChanges(t, c, ns, "")
+	leaseAt := waitLeaseRenewed(t, c, node, stopped, time.Minute).Sub(back)
+	time.Sleep(time.Until(back.Add(30 * time.Second)))
+	changes := readyLog.finish(t)
+	t.Logf("after the API server answered /readyz: lease renewed at %+.1fs; Node Ready: %s; pods' Ready: %s",
+		leaseAt.Seconds(), readyHistory(changes, back), podReadyHistory(podsAtReturn, podLog.finish(t), back))
+	if last := changes[len(changes)-1]; last.status != v1.ConditionTrue {
+		t.Errorf("Node not Ready 30 s after the API server returned: %s", readyHistory(changes, back))
+	}
+	list, err := c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		for _, cond := range p.Status.Conditions {
+			if slices.Contains(before.pods(), p.Name) && cond.Type == v1.PodReady && cond.Status != v1.ConditionTrue {
+				t.Errorf("pod %s not Ready 30 s after the API server returned: Ready %s since %v (%s)", p.Name, cond.Status,
+					cond.LastTransitionTime.Time.Format(time.TimeOnly), cond.Reason)
+			}
+		}
+	}
+	// A mirror pod pass (10 s) and two status syncs (10 s each) are plenty
+	// for the static pod added meanwhile; waited for up to a minute, to
+	// tell how long it takes.
+	mirrorB := mirrorRunning(t, c, ns, "static-b-"+node, time.Until(back.Add(time.Minute)))
+	mirrorIn := time.Since(back)
+	t.Logf("the mirror pod of static-b shows it Running %v after the return", mirrorIn.Round(100*time.Millisecond))
+	if len(mirrorB) == 1 && mirrorIn > 30*time.Second {
+		t.Errorf("the mirror pod of the static pod added during the outage shows it Running only %v after the API server returned", mirrorIn.Round(100*time.Millisecond))
+	}
+
+	after := runtimeContainers(t, ns)
+	checkSameContainers(t, "after the outage", before, after)
+	if list, err = c.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=web"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if !slices.Contains(before.pods(), p.Name) {
+			t.Errorf("pod %s is new: the Deployment's pods were replaced", p.Name)
+		}
+	}
+	checkAPIContainers(t, "after the outage", list.Items, before)
+	if len(mirrorA) == 1 {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), mirrorA[0].Name, metav1.GetOptions{})
+		if err != nil || p.UID != mirrorA[0].UID {
+			t.Errorf("mirror pod %s recreated or gone: %v", mirrorA[0].Name, err)
+		} else {
+			checkAPIContainers(t, "after the outage", []v1.Pod{*p}, before)
+		}
+	}
+	checkAPIContainers(t, "static pod added during the outage", mirrorB, after)
+}
+
 // nodelet stopped (SIGINT) and started again with 20 pods: no container
 // restarts, and for 30 s after it is back no pod's Ready condition goes
 // False in the API and the Node stays Ready.
@@ -489,6 +596,43 @@ func (r *readyLog) finish(t *testing.T) []readyChange {
 		}
 	}
 	return out
+}
+
+// podReadyHistory shows the pods of initial that were not Ready, and when
+// each pod's Ready condition changed in events.
+func podReadyHistory(initial []v1.Pod, events []timedEvent, since time.Time) string {
+	readiness := func(p *v1.Pod) v1.ConditionStatus {
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodReady {
+				return c.Status
+			}
+		}
+		return "absent"
+	}
+	last := map[string]v1.ConditionStatus{}
+	var parts []string
+	for _, p := range initial {
+		if last[p.Name] = readiness(&p); last[p.Name] != v1.ConditionTrue {
+			parts = append(parts, fmt.Sprintf("%s %s at first", p.Name, last[p.Name]))
+		}
+	}
+	for _, e := range events {
+		p, ok := e.obj.(*v1.Pod)
+		if !ok {
+			continue
+		}
+		status := readiness(p)
+		if prev, seen := last[p.Name]; seen && prev == status || !seen && status == v1.ConditionTrue {
+			last[p.Name] = status
+			continue
+		}
+		last[p.Name] = status
+		parts = append(parts, fmt.Sprintf("%s %s at %+.1fs", p.Name, status, e.at.Sub(since).Seconds()))
+	}
+	if len(parts) == 0 {
+		return "all Ready throughout"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func readyHistory(changes []readyChange, since time.Time) string {
