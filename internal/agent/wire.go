@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodelet/nodelet/internal/admission"
@@ -159,7 +160,11 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		Cgroups: cgroups, Volumes: volumes, PodStartDuration: m.PodStartDuration, PodStartStages: m})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
-	p.workers = podworker.New(podworker.Deps{Syncer: runtime, Hooks: hooks, Metrics: m, Clock: clk, Log: log},
+	var onFinished func(types.UID)
+	if cl != nil {
+		onFinished = func(uid types.UID) { cl.status.PodFinished(uid) }
+	}
+	p.workers = podworker.New(podworker.Deps{Syncer: runtime, Hooks: hooks, Metrics: m, OnFinished: onFinished, Clock: clk, Log: log},
 		podworker.Options{ResyncInterval: 10 * cfg.SyncFrequency})
 	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log,
 		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))

@@ -14,7 +14,10 @@ import (
 
 // SyncTerminatingPod stops every running container of the pod in parallel
 // with the grace period (SIGTERM, SIGKILL when it runs out), then its
-// sandboxes. A terminal pod keeps its last status.
+// sandboxes, and publishes the pod's final status: its containers
+// terminated, the phase Succeeded or Failed (a terminal pod keeps its
+// phase), as the kubelet's syncTerminatingPod does before the pod is
+// deleted from the API.
 func (m *Manager) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
 	return m.killPod(ctx, pod, pod.UID, pod.Name, pod.Namespace, &grace)
 }
@@ -44,7 +47,18 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid types.UID, name,
 	if err := m.killContainers(ctx, pod, firstIP(obs), kills, log); err != nil {
 		return err
 	}
-	return m.stopSandboxes(ctx, obs, log)
+	if err := m.stopSandboxes(ctx, obs, log); err != nil {
+		return err
+	}
+	if pod == nil || len(obs.Sandboxes) == 0 && len(obs.Containers) == 0 {
+		return nil // nothing ran: the status stays as it is (a rejected pod's)
+	}
+	final, err := m.Observe(ctx, uid, name, namespace)
+	if err != nil {
+		return err
+	}
+	m.publish(pod, final, nil, nil, true)
+	return nil
 }
 
 // RunningPods returns the pods nodelet has objects for in the runtime, with

@@ -260,6 +260,17 @@ func TestSyncTerminatingPodStopsContainersThenSandbox(t *testing.T) {
 	if err != nil || hasRunningFake(running) {
 		t.Errorf("still running after termination: %v %v", running, err)
 	}
+	// The final status: every container terminated, the phase terminal
+	// though the restart policy is Always (the pod goes for good).
+	st, _ := f.m.status.Get(testPod().UID)
+	for _, c := range st.ContainerStatuses {
+		if c.State.Terminated == nil {
+			t.Errorf("container %s after termination: %+v, want terminated", c.Name, c.State)
+		}
+	}
+	if st.Phase != v1.PodSucceeded && st.Phase != v1.PodFailed {
+		t.Errorf("phase after termination %s, want Succeeded or Failed", st.Phase)
+	}
 }
 
 func TestSyncTerminatingPodKeepsSandboxWhenAContainerWillNotStop(t *testing.T) {

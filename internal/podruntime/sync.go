@@ -99,7 +99,7 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 	if actions.PodFailed {
 		failed = &status.Rejection{Reason: actions.Failure.Reason, Message: actions.Failure.Message}
 	}
-	st := m.publish(pod, obs, waiting, failed)
+	st := m.publish(pod, obs, waiting, failed, false)
 	if st.Phase == v1.PodRunning && !start.started.IsZero() {
 		m.stage(start, metrics.PodStartStageStatus, m.clock.Since(start.started))
 	}
@@ -343,8 +343,10 @@ func (m *Manager) startupDone(obs *observed.PodStatus) map[string]bool {
 	return out
 }
 
-// publish computes the pod's status from the facts and hands it on.
-func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[string]plan.Waiting, failed *status.Rejection) v1.PodStatus {
+// publish computes the pod's status from the facts and hands it on;
+// terminal: the pod was stopped for good (status.Facts.Terminal).
+func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[string]plan.Waiting, failed *status.Rejection,
+	terminal bool) v1.PodStatus {
 	ready, started := map[string]bool{}, map[string]bool{}
 	for _, c := range obs.Running() {
 		started[c.ID] = m.probes == nil || m.probes.StartupDone(c.ID)
@@ -364,7 +366,7 @@ func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[stri
 	st := status.Generate(status.Facts{
 		Pod: pod, Observed: obs, Waiting: waiting, Ready: ready, Started: started,
 		HostIP: m.opts.HostIP, Now: m.clock.Now(), Previous: prev, Failed: failed,
-		RuntimeName: m.opts.RuntimeName,
+		RuntimeName: m.opts.RuntimeName, Terminal: terminal,
 	})
 	if st.Phase == v1.PodRunning && (prev == nil || prev.Phase != v1.PodRunning) {
 		m.observeStart(pod)

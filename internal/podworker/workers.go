@@ -71,9 +71,11 @@ type Workers struct {
 	syncer  Syncer
 	hooks   []Hook
 	metrics Metrics
-	clk     clock.WithTicker
-	log     *slog.Logger
-	opts    Options
+	// onFinished: Deps.OnFinished.
+	onFinished func(uid types.UID)
+	clk        clock.WithTicker
+	log        *slog.Logger
+	opts       Options
 
 	mu   sync.Mutex
 	pods map[types.UID]*podState
@@ -139,8 +141,12 @@ type Deps struct {
 	// (see Hook).
 	Hooks   []Hook
 	Metrics Metrics // nil: none
-	Clock   clock.WithTicker
-	Log     *slog.Logger
+	// OnFinished, when set, is called once a pod's worker finished (see
+	// IsPodFinished), from its goroutine: a pod deleted in the API may go
+	// at once (statussync).
+	OnFinished func(uid types.UID)
+	Clock      clock.WithTicker
+	Log        *slog.Logger
 }
 
 // New returns pod workers calling deps.Syncer and deps.Hooks. It starts
@@ -153,13 +159,14 @@ func New(deps Deps, opts Options) *Workers {
 		opts.BackOffPeriod = defaultBackOffPeriod
 	}
 	return &Workers{
-		syncer:  deps.Syncer,
-		hooks:   deps.Hooks,
-		metrics: deps.Metrics,
-		clk:     deps.Clock,
-		log:     deps.Log,
-		opts:    opts,
-		pods:    map[types.UID]*podState{},
+		syncer:     deps.Syncer,
+		hooks:      deps.Hooks,
+		metrics:    deps.Metrics,
+		onFinished: deps.OnFinished,
+		clk:        deps.Clock,
+		log:        deps.Log,
+		opts:       opts,
+		pods:       map[types.UID]*podState{},
 	}
 }
 
@@ -506,6 +513,9 @@ func (w *Workers) loop(ctx context.Context, ps *podState) {
 		}
 		res, err := w.call(syncCtx, wk)
 		if !w.complete(ctx, ps, wk, syncCtx, cancel, res, err, w.clk.Now()) {
+			if wk.state == Terminated && err == nil && w.onFinished != nil {
+				w.onFinished(ps.uid)
+			}
 			return
 		}
 	}

@@ -60,7 +60,10 @@ func TestPendingCreateStaysCreate(t *testing.T) {
 }
 
 func TestKillDuringSyncCancelsAndTerminates(t *testing.T) {
-	h := newHarness(t, Options{}).run()
+	h := newHarness(t, Options{})
+	finished := make(chan types.UID, 2)
+	h.w.onFinished = func(uid types.UID) { finished <- uid }
+	h.run()
 	pod := testPod("a", "1", secs(30))
 	h.w.UpdatePod(update(podupdate.Add, pod))
 	c := h.expect(kindSync, "a")
@@ -96,6 +99,14 @@ func TestKillDuringSyncCancelsAndTerminates(t *testing.T) {
 	h.waitExit("a")
 	if !h.w.IsPodFinished("a") {
 		t.Error("pod not finished after SyncTerminatedPod")
+	}
+	select {
+	case uid := <-finished:
+		if uid != "a" || len(finished) != 0 {
+			t.Errorf("OnFinished told %q (and %d more), want a once", uid, len(finished))
+		}
+	default:
+		t.Error("OnFinished not called for the finished pod")
 	}
 
 	want := Info{State: Finished, GracePeriod: 5 * time.Second, Evicted: true, Reason: "node pressure"}

@@ -89,6 +89,11 @@ type Facts struct {
 	// under restartPolicy Never, active deadline exceeded, ...): phase
 	// Failed with this reason and message; the rest is computed as usual.
 	Failed *Rejection
+	// Terminal says the pod was stopped for good (deleted, evicted, its
+	// manifest removed): stopped containers are not restarted, so once
+	// none runs the phase is Succeeded if all exited 0, else Failed (the
+	// kubelet's podIsTerminal).
+	Terminal bool
 }
 
 // Generate computes the pod's API status from f.
@@ -124,7 +129,7 @@ func Generate(f Facts) v1.PodStatus {
 	})
 
 	all := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
-	s.Phase = phase(pod, all, g.anyActiveRegularContainer())
+	s.Phase = phase(pod, all, g.anyActiveRegularContainer(), f.Terminal)
 	if !terminal(s.Phase) {
 		switch {
 		case terminal(prev.Phase):
@@ -440,9 +445,9 @@ func findStatus(statuses []v1.ContainerStatus, name string) (*v1.ContainerStatus
 	return nil, false
 }
 
-// phase is the kubelet's getPhase (ContainerRestartRules enabled, pod not
-// being terminated).
-func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodPhase {
+// phase is the kubelet's getPhase (ContainerRestartRules enabled);
+// podIsTerminal: the pod was stopped for good.
+func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized, podIsTerminal bool) v1.PodPhase {
 	pendingInit, pendingSidecars, failedInitNotRestartable := 0, 0, 0
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
@@ -546,7 +551,7 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized bool) v1.PodP
 	case running > 0 && unknown == 0:
 		return v1.PodRunning
 	case running == 0 && stopped > 0 && unknown == 0:
-		if stopped != stoppedNotRestartable {
+		if stopped != stoppedNotRestartable && !podIsTerminal {
 			// At least one is going to be restarted.
 			return v1.PodRunning
 		}

@@ -706,3 +706,31 @@ func TestAPITerminalPhaseSticks(t *testing.T) {
 		t.Errorf("phase %s, want Failed", got)
 	}
 }
+
+// A pod stopped for good (deleted, evicted) is not restarted: once no
+// container runs, its phase is terminal even under restartPolicy Always,
+// Succeeded only if every container exited 0.
+func TestTerminalPodPhase(t *testing.T) {
+	for _, tc := range []struct {
+		codes    []int32
+		terminal bool
+		want     v1.PodPhase
+	}{
+		{[]int32{0, 0}, false, v1.PodRunning},
+		{[]int32{0, 0}, true, v1.PodSucceeded},
+		{[]int32{0, 137}, true, v1.PodFailed},
+	} {
+		pod := newPod(app("a", "b"))
+		f := facts(pod, obs(exited("a", "ca", 1, tc.codes[0], ""), exited("b", "cb", 1, tc.codes[1], "")))
+		f.Terminal = tc.terminal
+		if got := Generate(f).Phase; got != tc.want {
+			t.Errorf("exit codes %v, terminal %v: phase %s, want %s", tc.codes, tc.terminal, got, tc.want)
+		}
+	}
+	// Still running: not terminal yet.
+	f := facts(newPod(app("a")), obs(running("a", "ca", 1)))
+	f.Terminal = true
+	if got := Generate(f).Phase; got != v1.PodRunning {
+		t.Errorf("a container running: phase %s, want Running", got)
+	}
+}

@@ -106,7 +106,7 @@ type Syncer struct {
 	// freshNow: fresh was read in this pass (a pod it lacks is gone).
 	freshNow bool
 
-	// wake starts a pass when a mirror pod was created.
+	// wake starts a pass when a mirror pod was created or a pod finished.
 	wake chan struct{}
 
 	mu   sync.Mutex
@@ -128,6 +128,28 @@ func New(deps Deps) *Syncer {
 	return &Syncer{deps: deps, pods: map[types.UID]*entry{}, created: map[string]*v1.Pod{}, wake: make(chan struct{}, 1)}
 }
 
+// PodFinished is told a pod's worker finished (podworker.Deps.OnFinished):
+// its terminal phase may be reported now, and a pod deleted in the API
+// deleted for good, without waiting for the next full pass.
+func (s *Syncer) PodFinished(uid types.UID) {
+	s.mu.Lock()
+	e := s.pods[uid]
+	if e != nil {
+		e.dirty = true
+	}
+	s.mu.Unlock()
+	if e != nil {
+		s.wakeUp()
+	}
+}
+
+func (s *Syncer) wakeUp() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // MirrorCreated is given the mirror pod created for a static pod (a
 // mirror.Deps.Created): the static pod's status goes to it at once,
 // before the informer shows it.
@@ -141,10 +163,7 @@ func (s *Syncer) MirrorCreated(p *v1.Pod) {
 		}
 	}
 	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.wakeUp()
 }
 
 // Stale says the pod informer lost its watch (a cache.WatchErrorHandler):

@@ -263,7 +263,14 @@ func TestFinalDelete(t *testing.T) {
 	}
 	h.refresh()
 	h.workers.finished["uid-1"] = true
-	h.s.SyncBatch(ctx, true)
+	// The worker says it finished: a pass at once, not at the next full one.
+	h.s.PodFinished("uid-1")
+	select {
+	case <-h.s.wake:
+	default:
+		t.Fatal("a finished pod does not start a pass")
+	}
+	h.s.SyncBatch(ctx, false)
 	if w := h.writes(); len(w) != 1 || w[0] != "delete default/web grace=0 uid=uid-1" {
 		t.Fatalf("writes = %q, want the final delete", w)
 	}
