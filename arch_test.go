@@ -126,7 +126,7 @@ func stdlibOrAPI(p string) bool {
 // authorization, and agent, which wires them.
 var apiClients = []string{
 	internal("certs"), internal("nodestatus"), internal("statussync"), internal("mirror"), internal("objects"),
-	internal("token"), internal("podsource"), internal("server"), internal("agent"),
+	internal("token"), internal("podsource"), internal("server"), internal("agent"), internal("apievents"),
 }
 
 // kubernetesAllowed are the only k8s.io/kubernetes packages that

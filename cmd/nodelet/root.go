@@ -141,6 +141,8 @@ func addClusterFlags(f *pflag.FlagSet, o *rootOptions) {
 	f.StringVar(&o.taints, "register-with-taints", "", "Taints the node registers with, key=value:Effect,... (NoSchedule, PreferNoSchedule, NoExecute)")
 	f.Int32Var(&cl.KubeAPIQPS, "kube-api-qps", cl.KubeAPIQPS, "Requests per second to the API server")
 	f.Int32Var(&cl.KubeAPIBurst, "kube-api-burst", cl.KubeAPIBurst, "Requests to the API server allowed in a burst")
+	f.Int32Var(&cl.EventRecordQPS, "event-qps", cl.EventRecordQPS, "Events sent to the API server per second (0: no limit)")
+	f.Int32Var(&cl.EventBurst, "event-burst", cl.EventBurst, "Events sent to the API server in a burst")
 	f.StringVar(&cl.KubeAPIContentType, "kube-api-content-type", cl.KubeAPIContentType, "Content type of requests to the API server")
 	f.DurationVar(&cl.NodeStatusUpdateFrequency, "node-status-update-frequency", cl.NodeStatusUpdateFrequency, "How often the node's status is computed (and posted when it changed)")
 	f.BoolVar(&cl.AuthenticationTokenWebhook, "authentication-token-webhook", false, "Authenticate bearer tokens on the secure port with TokenReviews")

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodelet/nodelet/internal/apievents"
 	"github.com/nodelet/nodelet/internal/certs"
 	"github.com/nodelet/nodelet/internal/mirror"
 	"github.com/nodelet/nodelet/internal/nodestatus"
@@ -53,6 +54,18 @@ func (s *apiServer) heartbeatClient(statusEvery time.Duration, leaseSeconds int3
 	return kubernetes.NewForConfig(c)
 }
 
+// eventClient is the client of the events sent to the API server, as the
+// kubelet's: its own rate limit (eventRecordQPS, eventBurst), so events
+// never hold back pod status patches.
+func (s *apiServer) eventClient(qps, burst int32) (kubernetes.Interface, error) {
+	c := rest.CopyConfig(s.rest)
+	c.QPS, c.Burst = float32(qps), int(burst)
+	if qps == 0 {
+		c.QPS = -1
+	}
+	return kubernetes.NewForConfig(c)
+}
+
 // clusterParts are what cluster mode adds to the pipeline.
 type clusterParts struct {
 	api      *apiServer
@@ -63,6 +76,7 @@ type clusterParts struct {
 	status   *statussync.Syncer
 	mirrors  *mirror.Manager
 	serving  *certs.Serving
+	events   *apievents.Sink
 }
 
 // run starts cluster mode's parts; a failure that needs a restart (no
@@ -74,6 +88,7 @@ func (c *clusterParts) run(ctx context.Context, goRun func(func()), fatal func(e
 	goRun(func() { c.node.Run(ctx) })
 	goRun(func() { c.status.Run(ctx) })
 	goRun(func() { c.mirrors.Run(ctx) })
+	goRun(func() { c.events.Run(ctx) })
 	goRun(func() {
 		if err := c.api.certs.Run(ctx); err != nil && ctx.Err() == nil {
 			fatal(err)

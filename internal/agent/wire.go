@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodelet/nodelet/internal/admission"
+	"github.com/nodelet/nodelet/internal/apievents"
 	"github.com/nodelet/nodelet/internal/certs"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/envvars"
@@ -85,6 +86,14 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 
 	// 1-2. Sources and their merge; what they refuse is a node event.
 	recorder := events.New(events.DefaultMax, clk, log)
+	if cl != nil {
+		ec, err := api.eventClient(cfg.EventRecordQPS, cfg.EventBurst)
+		if err != nil {
+			return nil, err
+		}
+		cl.events = apievents.New(ec, cfg.NodeName, log)
+		recorder.SetForwarder(cl.events)
+	}
 	manifestErrors := podsource.NewManifestErrorsCounter(reg)
 	var names []string
 	if cfg.PodManifestPath != "" {

@@ -3,7 +3,8 @@
 // BackOff, Unhealthy, FailedPostStartHook, ...), and of events about the
 // node itself (FailedToLoadManifest). Repeats of the same event are folded
 // into one with a count, as the kubelet's event correlator does. Every
-// event is also logged; the HTTP API and the CLI read them from here.
+// event is also logged; the HTTP API and the CLI read them from here, and
+// a Forwarder may send them on (to the API server, in cluster mode).
 package events
 
 import (
@@ -36,11 +37,20 @@ type Event struct {
 	LastTime  time.Time
 }
 
+// Forwarder gets every event as it is recorded, before folding (in
+// cluster mode, package apievents sends them to the API server).
+type Forwarder interface {
+	PodEvent(pod *v1.Pod, eventType, reason, message string)
+	NodeEvent(node, eventType, reason, message string)
+}
+
 // Recorder keeps the newest events, at most Max of them.
 type Recorder struct {
 	max   int
 	clock clock.PassiveClock
 	log   *slog.Logger
+	// forward, if set (SetForwarder, before any event), gets every event.
+	forward Forwarder
 
 	mu     sync.Mutex
 	events []Event // oldest first
@@ -60,11 +70,18 @@ func New(max int, clk clock.PassiveClock, log *slog.Logger) *Recorder {
 	return &Recorder{max: max, clock: clk, log: log}
 }
 
+// SetForwarder makes f get every event from now on; call it before the
+// recorder is used.
+func (r *Recorder) SetForwarder(f Forwarder) { r.forward = f }
+
 // Event records an event about pod. An event equal to one already kept
 // (same pod, type, reason and message) updates that one's count and time.
 func (r *Recorder) Event(pod *v1.Pod, eventType, reason, message string) {
 	r.logf(eventType)("event", "pod", pod.Namespace+"/"+pod.Name, "type", eventType, "reason", reason, "message", message)
 	r.record(Event{PodUID: pod.UID, Namespace: pod.Namespace, Pod: pod.Name, Type: eventType, Reason: reason, Message: message})
+	if r.forward != nil {
+		r.forward.PodEvent(pod, eventType, reason, message)
+	}
 }
 
 // NodeEvent records an event about the node itself, named node (as the
@@ -74,6 +91,9 @@ func (r *Recorder) Event(pod *v1.Pod, eventType, reason, message string) {
 func (r *Recorder) NodeEvent(node, eventType, reason, message string) {
 	r.logf(eventType)("event", "node", node, "type", eventType, "reason", reason, "message", message)
 	r.record(Event{Node: node, Type: eventType, Reason: reason, Message: message})
+	if r.forward != nil {
+		r.forward.NodeEvent(node, eventType, reason, message)
+	}
 }
 
 // logf is the log function for an event of eventType.

@@ -150,6 +150,10 @@ type ClusterConfig struct {
 	KubeAPIQPS         int32
 	KubeAPIBurst       int32
 	KubeAPIContentType string
+	// EventRecordQPS and EventBurst limit the events sent to the API
+	// server (--event-qps 50, --event-burst 100); 0 QPS: no limit.
+	EventRecordQPS int32
+	EventBurst     int32
 	// NodeStatusUpdateFrequency is how often node status is computed
 	// (10s); NodeStatusReportFrequency how often it is patched when
 	// nothing changed (5m); NodeLeaseDurationSeconds the lease's duration
@@ -212,6 +216,8 @@ func DefaultConfig(rootDir string) Config {
 			KubeAPIQPS:                         50,
 			KubeAPIBurst:                       100,
 			KubeAPIContentType:                 "application/vnd.kubernetes.protobuf",
+			EventRecordQPS:                     50,
+			EventBurst:                         100,
 			NodeStatusUpdateFrequency:          10 * time.Second,
 			NodeStatusReportFrequency:          5 * time.Minute,
 			NodeLeaseDurationSeconds:           40,
@@ -262,6 +268,9 @@ func (c ClusterConfig) validate() error {
 		case c.ServerTLSBootstrap:
 			return errors.New("serverTLSBootstrap needs --kubeconfig: the serving certificate is issued by the API server")
 		}
+	}
+	if c.EventRecordQPS < 0 || c.EventBurst < 0 {
+		return errors.New("--event-qps and --event-burst must not be negative")
 	}
 	if c.KubeAPIQPS < 0 || c.KubeAPIBurst < 0 {
 		return errors.New("--kube-api-qps and --kube-api-burst must not be negative")

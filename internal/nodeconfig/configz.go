@@ -48,6 +48,7 @@ func configzCluster(c *server.KubeletConfiguration, cl ClusterConfig) {
 	c.RotateCertificates, c.ServerTLSBootstrap = cl.RotateCertificates, cl.ServerTLSBootstrap
 	c.RegisterNode, c.RegisterWithTaints = ptr.To(cl.RegisterNode), cl.RegisterWithTaints
 	c.ContentType, c.KubeAPIQPS, c.KubeAPIBurst = cl.KubeAPIContentType, ptr.To(cl.KubeAPIQPS), cl.KubeAPIBurst
+	c.EventRecordQPS, c.EventBurst = ptr.To(cl.EventRecordQPS), cl.EventBurst
 	c.NodeStatusUpdateFrequency = metav1.Duration{Duration: cl.NodeStatusUpdateFrequency}
 	c.NodeStatusReportFrequency = metav1.Duration{Duration: cl.NodeStatusReportFrequency}
 	c.NodeLeaseDurationSeconds = cl.NodeLeaseDurationSeconds

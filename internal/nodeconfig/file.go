@@ -196,6 +196,12 @@ func (f *File) applyCluster(cfg *Config) error {
 	if kc.KubeAPIBurst != 0 {
 		cfg.KubeAPIBurst = kc.KubeAPIBurst
 	}
+	if kc.EventRecordQPS != nil {
+		cfg.EventRecordQPS = *kc.EventRecordQPS
+	}
+	if kc.EventBurst != 0 {
+		cfg.EventBurst = kc.EventBurst
+	}
 	setString(&cfg.KubeAPIContentType, kc.ContentType)
 	setDuration(&cfg.NodeStatusUpdateFrequency, kc.NodeStatusUpdateFrequency)
 	switch {
@@ -252,6 +258,7 @@ var implemented = []string{
 	"tlsPrivateKeyFile", "rotateCertificates", "serverTLSBootstrap", "authentication", "authorization", "healthzPort",
 	"healthzBindAddress", "clusterDomain", "clusterDNS", "nodeStatusUpdateFrequency", "nodeStatusReportFrequency",
 	"nodeLeaseDurationSeconds", "maxPods", "podCIDR", "resolvConf", "contentType", "kubeAPIQPS", "kubeAPIBurst",
+	"eventRecordQPS", "eventBurst",
 	"evictionHard", "mergeDefaultEvictionSettings", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
 	"containerRuntimeEndpoint",

@@ -56,6 +56,8 @@ type KubeletConfiguration struct {
 	ContentType               string          `json:"contentType,omitempty"`
 	KubeAPIQPS                *int32          `json:"kubeAPIQPS,omitempty"`
 	KubeAPIBurst              int32           `json:"kubeAPIBurst,omitempty"`
+	EventRecordQPS            *int32          `json:"eventRecordQPS,omitempty"`
+	EventBurst                int32           `json:"eventBurst,omitempty"`
 	NodeStatusUpdateFrequency metav1.Duration `json:"nodeStatusUpdateFrequency,omitempty"`
 	NodeStatusReportFrequency metav1.Duration `json:"nodeStatusReportFrequency,omitempty"`
 	NodeLeaseDurationSeconds  int32           `json:"nodeLeaseDurationSeconds,omitempty"`

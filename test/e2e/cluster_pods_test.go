@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,31 @@ func TestClusterPods(t *testing.T) {
 		if body, err := portForward(t, cp, ns, pod, 8080); err != nil || strings.TrimSpace(body) != "hello-from-nodelet" {
 			t.Errorf("kubectl port-forward: %v %q", err, body)
 		}
+		// Why a pod does not start reaches kubectl describe: the node's
+		// Warning events, as the kubelet's.
+		broken := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "broken", Namespace: ns},
+			Spec: v1.PodSpec{NodeSelector: onNode, Containers: []v1.Container{{Name: "main", Image: "busybox:no-such-tag"}}}}
+		if _, err := c.CoreV1().Pods(ns).Create(ctx, broken, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, time.Minute, "the node's Warning events of pod broken in the API", func() error {
+			list, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+				FieldSelector: "involvedObject.kind=Pod,involvedObject.name=broken"})
+			if err != nil {
+				return err
+			}
+			var reasons []string
+			for _, e := range list.Items {
+				if e.Source.Component == "kubelet" && e.Source.Host == node && e.Type == v1.EventTypeWarning {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			if !slices.Contains(reasons, "Failed") {
+				return fmt.Errorf("Warning reasons from kubelet on %s: %v, want Failed", node, reasons)
+			}
+			return nil
+		})
+		_ = c.CoreV1().Pods(ns).Delete(ctx, "broken", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
 
 	t.Run("DeleteWithGrace", func(t *testing.T) {
