@@ -72,7 +72,7 @@ type Deps struct {
 	Workers  Workers
 	// APIPodsVersion, when set, is the informer's last synced resource
 	// version (SharedIndexInformer.LastSyncResourceVersion): it tells when
-	// the informer listed again after it lost its watch (Stale).
+	// the informer caught up after Stale.
 	APIPodsVersion func() string
 	// KickMirrors, when set, asks for a static pod's mirror pod at once
 	// (mirror.Manager.Kick) when it has none yet.
@@ -91,17 +91,9 @@ type entry struct {
 // Syncer sends pod statuses to the API server.
 type Syncer struct {
 	deps Deps
-	// stale is set when the pod informer lost its watch (Stale): passes
-	// compare with the node's pods read from the API server instead of
-	// the informer's copies, which miss what others wrote meanwhile (the
-	// node lifecycle controller marks pods NotReady while the node is
-	// unreachable). The informer reconnects with back-off, up to a minute
-	// after the API server is back; it is trusted again once it listed
-	// anew: its resource version is not staleVersion any more.
-	stale        bool
-	staleVersion string
 	// fresh is the last read of the node's pods, by namespace/name, while
-	// stale; it is read again at each full pass.
+	// stale; it is read again at each full pass. It and freshNow belong
+	// to the Run goroutine.
 	fresh map[string]*v1.Pod
 	// freshNow: fresh was read in this pass (a pod it lacks is gone).
 	freshNow bool
@@ -111,6 +103,16 @@ type Syncer struct {
 
 	mu   sync.Mutex
 	pods map[types.UID]*entry
+	// stale is set when the pod informer may be behind (Stale): passes
+	// compare with the node's pods read from the API server instead of
+	// the informer's copies, which miss what others wrote meanwhile (the
+	// node lifecycle controller marks pods NotReady while the node is
+	// unreachable). The informer reconnects with back-off, up to a minute
+	// after the API server is back; it is trusted again once its resource
+	// version is not staleVersion any more (it listed, or its watch
+	// delivered events).
+	stale        bool
+	staleVersion string
 	// created are the mirror pods created on this node (MirrorCreated)
 	// that the informer does not show yet, by namespace/name, as the API
 	// server last returned them.
@@ -166,9 +168,11 @@ func (s *Syncer) MirrorCreated(p *v1.Pod) {
 	s.wakeUp()
 }
 
-// Stale says the pod informer lost its watch (a cache.WatchErrorHandler):
-// passes compare with the API server's own pods until the informer listed
-// again.
+// Stale says the pod informer may miss what others wrote: it lost its
+// watch (a cache.WatchErrorHandler), or the API server did not answer (a
+// failed lease renewal: the reflector resumes a watch the API server
+// closed without telling its error handler). Passes compare with the API
+// server's own pods until the informer's resource version moves.
 func (s *Syncer) Stale() {
 	v := ""
 	if s.deps.APIPodsVersion != nil {
@@ -177,7 +181,7 @@ func (s *Syncer) Stale() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.stale {
-		s.deps.Log.Info("status: the pod informer lost its watch; comparing with the API server's pods until it lists again",
+		s.deps.Log.Info("status: the pod informer may be behind; comparing with the API server's pods until it catches up",
 			"resourceVersion", v)
 	}
 	s.stale, s.staleVersion = true, v
@@ -185,14 +189,14 @@ func (s *Syncer) Stale() {
 
 // readAPI says whether this pass reads the node's pods from the API
 // server (see stale), and sets s.fresh to them; it clears stale once the
-// informer has listed again. It returns false when it cannot read them:
+// informer caught up. It returns false when it cannot read them:
 // the pass is skipped.
 func (s *Syncer) readAPI(ctx context.Context, all bool) (read, ok bool) {
 	s.mu.Lock()
 	stale, v := s.stale, s.staleVersion
 	if stale && s.deps.APIPodsVersion != nil && s.deps.APIPodsVersion() != v {
 		s.stale, stale = false, false
-		s.deps.Log.Info("status: the pod informer listed again; using its pods", "resourceVersion", s.deps.APIPodsVersion())
+		s.deps.Log.Info("status: the pod informer caught up; using its pods", "resourceVersion", s.deps.APIPodsVersion())
 	}
 	s.mu.Unlock()
 	if !stale {

@@ -162,7 +162,7 @@ func peerNode(t *testing.T, c kubernetes.Interface, name string) {
 		if apierrors.IsNotFound(err) {
 			_, err = c.CoordinationV1().Leases(v1.NamespaceNodeLease).Create(ctx, &coordinationv1.Lease{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: v1.NamespaceNodeLease},
-				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now}},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now}},
 				metav1.CreateOptions{})
 			return err
 		}
