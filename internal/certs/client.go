@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/certificate"
 )
 
@@ -102,6 +103,14 @@ func LoadClient(ctx context.Context, cfg ClientConfig, deps Deps) (*Client, erro
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
+	if certPEM, _, err := clientCertPEM(base); err == nil {
+		if certs, err := certutil.ParseCertsPEM(certPEM); err == nil {
+			if err := certNodeProblem(certs[0], cfg.NodeName); err != nil {
+				return nil, fmt.Errorf("--kubeconfig %s: %w: the API server would refuse its requests; "+
+					"give the node that name (--hostname-override), or a --bootstrap-kubeconfig to get one for this node", cfg.Kubeconfig, err)
+			}
+		}
+	}
 	applyClientSettings(base, cfg)
 	c := &Client{cfg: base, deps: deps}
 	if !cfg.RotateCertificates {
@@ -136,7 +145,7 @@ func ensureClientCert(ctx context.Context, cfg ClientConfig, deps Deps) error {
 	kc, err := loadKubeconfig(cfg.Kubeconfig)
 	switch {
 	case err == nil:
-		if err = clientCertProblem(kc, deps.Clock.Now()); err == nil {
+		if err = clientCertProblem(kc, cfg.NodeName, deps.Clock.Now()); err == nil {
 			log.Debug("kubeconfig is valid: no bootstrap", "kubeconfig", cfg.Kubeconfig)
 			return nil
 		}

@@ -84,7 +84,7 @@ func checkWrittenKubeconfig(t *testing.T, e *env) *rest.Config {
 	if kc.Host != bootstrapServer || string(kc.CAData) != string(e.ca.certPEM) || kc.BearerToken != "" {
 		t.Errorf("kubeconfig server %q, CA %d bytes, token %q", kc.Host, len(kc.CAData), kc.BearerToken)
 	}
-	if err := clientCertProblem(kc, e.clk.Now()); err != nil {
+	if err := clientCertProblem(kc, "node-a", e.clk.Now()); err != nil {
 		t.Errorf("written kubeconfig: %v", err)
 	}
 	return kc
@@ -178,6 +178,11 @@ func TestUnusableKubeconfigBootstraps(t *testing.T) {
 			writeTestKubeconfig(t, e.kubeconfig, bootstrapServer, e.ca.certPEM, clientcmdapi.AuthInfo{
 				ClientCertificate: filepath.Join(e.certDir, "kubelet-client-current.pem"), ClientKey: filepath.Join(e.certDir, "kubelet-client-current.pem")})
 		},
+		"another node's": func(e *env) { // the node was renamed
+			now := e.clk.Now()
+			cert, key := e.ca.clientPair(t, "node-b", now.Add(-time.Hour), now.Add(time.Hour))
+			writeTestKubeconfig(t, e.kubeconfig, bootstrapServer, e.ca.certPEM, clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key})
+		},
 		"token only": func(e *env) {
 			writeTestKubeconfig(t, e.kubeconfig, bootstrapServer, e.ca.certPEM, clientcmdapi.AuthInfo{Token: "x"})
 		},
@@ -219,6 +224,15 @@ func TestNoBootstrapKubeconfig(t *testing.T) {
 	}
 	if c.RESTConfig().BearerToken != "admin-token" || len(e.srv.createdCSRs()) != 0 {
 		t.Errorf("token kubeconfig not used as is")
+	}
+	// Another node's certificate: refused at once, saying what to do,
+	// rather than every request refused by the Node authorizer.
+	now := e.clk.Now()
+	cert, key := e.ca.clientPair(t, "node-b", now.Add(-time.Hour), now.Add(time.Hour))
+	writeTestKubeconfig(t, e.kubeconfig, bootstrapServer, e.ca.certPEM, clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key})
+	if _, err := LoadClient(t.Context(), cfg, e.deps(t)); err == nil || !strings.Contains(err.Error(), "system:node:node-b") ||
+		!strings.Contains(err.Error(), "--hostname-override") {
+		t.Errorf("another node's certificate: %v", err)
 	}
 }
 

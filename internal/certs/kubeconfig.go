@@ -95,9 +95,11 @@ func clientCertPEM(cfg *rest.Config) (certPEM, keyPEM []byte, err error) {
 }
 
 // clientCertProblem says why the client certificate cfg names cannot be
-// used at now, as the kubelet judges a kubeconfig before bootstrapping:
-// missing, unreadable, not matching its key, or expired. nil: usable.
-func clientCertProblem(cfg *rest.Config, now time.Time) error {
+// used by node nodeName at now, as the kubelet judges a kubeconfig before
+// bootstrapping: missing, unreadable, not matching its key, or expired;
+// and, beyond the kubelet, issued to another node (the node was renamed:
+// the Node authorizer would refuse every request). nil: usable.
+func clientCertProblem(cfg *rest.Config, nodeName string, now time.Time) error {
 	certPEM, keyPEM, err := clientCertPEM(cfg)
 	if err != nil {
 		return err
@@ -113,6 +115,15 @@ func clientCertProblem(cfg *rest.Config, now time.Time) error {
 		if now.After(c.NotAfter) {
 			return fmt.Errorf("its client certificate %s expired at %s", subject(c), c.NotAfter.UTC().Format(time.RFC3339))
 		}
+	}
+	return certNodeProblem(certs[0], nodeName)
+}
+
+// certNodeProblem says whether c, a node's client certificate, is another
+// node's than nodeName's.
+func certNodeProblem(c *x509.Certificate, nodeName string) error {
+	if want := "system:node:" + nodeName; c.Subject.CommonName != want {
+		return fmt.Errorf("its client certificate is %s's, not this node's (%s)", c.Subject.CommonName, want)
 	}
 	return nil
 }
