@@ -11,11 +11,22 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 )
 
+// gcPercent is the garbage collector's target unless GOGC says otherwise.
+// nodelet's live heap is small (about 11 MiB with 100 pods), so the
+// default 100 % leaves as much again of garbage resident between
+// collections; 50 % keeps about 5 MiB less resident at 100 pods for
+// collections of a small heap twice as often.
+const gcPercent = 50
+
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)

@@ -133,6 +133,7 @@ type clusterResult struct {
 	memoryStart time.Duration // from idle to memory pods Ready
 	rssKiB      int64         // (4) VmRSS
 	hwmKiB      int64         // VmHWM: the peak RSS until then
+	anonKiB     int64         // RssAnon: the part of VmRSS that is the process's own (the rest is its binary's pages, in the page cache)
 	pid         int
 	binary      string
 }
@@ -224,7 +225,7 @@ func runClusterAgent(cp *controlPlane, admin kubernetes.Interface, a *clusterAge
 		return nil, a.why(err)
 	}
 	res.memoryStart = t3.Sub(t2)
-	if res.rssKiB, res.hwmKiB, err = procMemory(res.pid); err != nil {
+	if res.rssKiB, res.hwmKiB, res.anonKiB, err = procMemory(res.pid); err != nil {
 		return nil, a.why(err)
 	}
 	saveHeapProfile(ctx, admin, a)
@@ -668,10 +669,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // procMemory is a process's VmRSS and VmHWM in KiB, from /proc/<pid>/status.
-func procMemory(pid int) (rss, hwm int64, err error) {
+func procMemory(pid int) (rss, hwm, anon int64, err error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
@@ -689,15 +690,17 @@ func procMemory(pid int) (rss, hwm int64, err error) {
 			rss = kib()
 		case "VmHWM":
 			hwm = kib()
+		case "RssAnon":
+			anon = kib()
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if rss == 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+		return 0, 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 	}
-	return rss, hwm, nil
+	return rss, hwm, anon, nil
 }
 
 // window is a span of time, ends included.
@@ -854,6 +857,7 @@ func printClusterTable(w io.Writer, s clusterSizes, names []string, res []*clust
 	info("  (idle window, from then)", func(r *clusterResult) string { return r.idleWindow.Round(time.Second).String() })
 	info(fmt.Sprintf("  (%d to %d pods all Ready)", s.idle, s.memory), func(r *clusterResult) string { return seconds(r.memoryStart.Seconds()) })
 	info("  (peak RSS until then, VmHWM)", func(r *clusterResult) string { return mib(float64(r.hwmKiB)) })
+	info("  (of the RSS: anonymous, RssAnon)", func(r *clusterResult) string { return mib(float64(r.anonKiB)) })
 	for i, r := range res {
 		if r != nil {
 			fmt.Fprintf(w, "  memory of %s: /proc/%d/status of %s, the agent's own process (containerd is the harness's, shared, not counted)\n",
@@ -931,7 +935,8 @@ func saveHeapProfile(ctx context.Context, admin kubernetes.Interface, a *cluster
 	if dir == "" {
 		return
 	}
-	body, err := admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", a.node, "proxy/debug/pprof/heap").DoRaw(ctx)
+	body, err := admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", a.node, "proxy/debug/pprof/heap").
+		SetHeader("Accept", "*/*").DoRaw(ctx)
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(a.label, " ", "-")+".heap"), body, 0o600)
 	}
