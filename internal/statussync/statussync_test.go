@@ -93,6 +93,27 @@ func (h *harness) refresh() {
 	h.client.ClearActions()
 }
 
+// markNotReady sets the API pod's Ready condition False, as the node
+// lifecycle controller does for the pods of an unreachable node; the
+// store (the informer) does not see it.
+func (h *harness) markNotReady(name string) {
+	h.t.Helper()
+	ctx := context.Background()
+	api, err := h.client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for i, c := range api.Status.Conditions {
+		if c.Type == v1.PodReady {
+			api.Status.Conditions[i].Status = v1.ConditionFalse
+		}
+	}
+	if _, err := h.client.CoreV1().Pods("default").UpdateStatus(ctx, api, metav1.UpdateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.client.ClearActions()
+}
+
 func apiPod(name string, uid types.UID) *v1.Pod {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: uid,
 		Annotations: map[string]string{podspec.AnnotationConfigSource: podspec.ConfigSourceAPI}}}
@@ -337,16 +358,7 @@ func TestStaleInformerReadsTheAPI(t *testing.T) {
 	h.s.SyncBatch(ctx, false)
 	h.refresh()
 	// The controller marks the pod NotReady; the informer does not see it.
-	api, _ := h.client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
-	for i, c := range api.Status.Conditions {
-		if c.Type == v1.PodReady {
-			api.Status.Conditions[i].Status = v1.ConditionFalse
-		}
-	}
-	if _, err := h.client.CoreV1().Pods("default").UpdateStatus(ctx, api, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	h.client.ClearActions()
+	h.markNotReady("web")
 	h.s.SyncBatch(ctx, true)
 	if w := h.writes(); len(w) != 0 {
 		t.Fatalf("patched from the informer's stale copy: %q", w)
@@ -427,25 +439,12 @@ func TestStaleUntilInformerListed(t *testing.T) {
 	h.statuses.SetPodStatus(pod, running(true))
 	h.s.SyncBatch(ctx, false)
 	h.refresh()
-	notReady := func() {
-		t.Helper()
-		api, _ := h.client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
-		for i, c := range api.Status.Conditions {
-			if c.Type == v1.PodReady {
-				api.Status.Conditions[i].Status = v1.ConditionFalse
-			}
-		}
-		if _, err := h.client.CoreV1().Pods("default").UpdateStatus(ctx, api, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		h.client.ClearActions()
-	}
 	h.s.Stale()
 	h.s.SyncBatch(ctx, true) // the API is back: read, nothing to put right yet
 	if w := h.writes(); len(w) != 0 {
 		t.Fatalf("writes = %q, want none", w)
 	}
-	notReady()                                  // the controller, after that read
+	h.markNotReady("web")                       // the controller, after that read
 	h.statuses.SetPodStatus(pod, running(true)) // no change: the entry dirty all the same
 	h.s.SyncBatch(ctx, false)
 	if a := h.client.Actions(); len(a) != 0 {
