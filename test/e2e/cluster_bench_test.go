@@ -228,7 +228,6 @@ func runClusterAgent(cp *controlPlane, admin kubernetes.Interface, a *clusterAge
 	if res.rssKiB, res.hwmKiB, res.anonKiB, err = procMemory(res.pid); err != nil {
 		return nil, a.why(err)
 	}
-	saveHeapProfile(ctx, admin, a)
 
 	// Every request received in the windows has been answered by now, and
 	// so is in the log (blocking audit).
@@ -923,24 +922,5 @@ func reportClusterMetrics(b *testing.B, s clusterSizes, res []*clusterResult) {
 		b.ReportMetric(float64(r.startReqs.total)/float64(s.start), "req/podstart-"+agent)
 		b.ReportMetric(float64(r.idleReqs.total)/r.idleWindow.Minutes(), fmt.Sprintf("req/min-idle%d-%s", s.idle, agent))
 		b.ReportMetric(float64(r.rssKiB)/1024, fmt.Sprintf("MiB-rss%d-%s", s.memory, agent))
-	}
-}
-
-// saveHeapProfile writes the agent's heap profile, through the API
-// server's node proxy (/debug/pprof/heap, which both agents serve), to
-// $NODELET_BENCH_PROFILES/<label>.heap when that is set: to see what the
-// memory figure is made of (go tool pprof -sample_index=inuse_space).
-func saveHeapProfile(ctx context.Context, admin kubernetes.Interface, a *clusterAgent) {
-	dir := os.Getenv("NODELET_BENCH_PROFILES")
-	if dir == "" {
-		return
-	}
-	body, err := admin.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", a.node, "proxy/debug/pprof/heap").
-		SetHeader("Accept", "*/*").DoRaw(ctx)
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, strings.ReplaceAll(a.label, " ", "-")+".heap"), body, 0o600)
-	}
-	if err != nil {
-		fmt.Printf("cluster bench: %s: heap profile: %v\n", a.label, err)
 	}
 }
