@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
@@ -98,6 +99,12 @@ func TestClusterAPIServerOutage(t *testing.T) {
 	// seconds: two status updates (10 s each) are plenty.
 	readyLog := watchNodeReady(t, c, node)
 	podLog, podsAtReturn := watchPodChanges(t, c, ns, "")
+	// Whether the controller does so depends on who is first after the
+	// return, it or nodelet's lease renewal. So the test writes what it
+	// would, at once, while nodelet's pod informer is still reconnecting
+	// (with back-off, up to a minute): every pod that ran before the
+	// outage marked NotReady, as the controller's MarkPodsNotReady.
+	markNotReady(t, c, ns, before.pods())
 	leaseAt := waitLeaseRenewed(t, c, node, stopped, time.Minute).Sub(back)
 	time.Sleep(time.Until(back.Add(30 * time.Second)))
 	changes := readyLog.finish(t)
@@ -377,6 +384,33 @@ func mirrorRunning(t *testing.T, c kubernetes.Interface, ns, name string, timeou
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// markNotReady sets the Ready condition of the pods names in ns False, as
+// the node lifecycle controller does for the pods of a node it finds
+// unreachable.
+func markNotReady(t *testing.T, c kubernetes.Interface, ns string, names []string) {
+	t.Helper()
+	ctx := clusterContext(t, time.Minute)
+	for _, name := range names {
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := c.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for i, cond := range p.Status.Conditions {
+				if cond.Type == v1.PodReady && cond.Status == v1.ConditionTrue {
+					p.Status.Conditions[i].Status, p.Status.Conditions[i].Reason = v1.ConditionFalse, "NodeNotReady"
+					p.Status.Conditions[i].LastTransitionTime = metav1.Now()
+				}
+			}
+			_, err = c.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("mark pod %s NotReady: %v", name, err)
+		}
 	}
 }
 
