@@ -37,7 +37,7 @@ const RetryAfter = 10 * time.Second
 
 // StaticPods are the static pods the sources want.
 type StaticPods interface {
-	Pods() []*v1.Pod
+	StaticPods() []*v1.Pod
 }
 
 // APIPods lists this node's pods as the API server has them (the node's
@@ -163,7 +163,7 @@ func (m *Manager) Reconcile(ctx context.Context) {
 	}
 	wanted := map[string]bool{}
 	now := m.deps.Clock.Now()
-	for _, static := range m.deps.Sources.Pods() {
+	for _, static := range m.deps.Sources.StaticPods() {
 		if !podspec.IsStatic(static) {
 			continue
 		}

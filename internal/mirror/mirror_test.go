@@ -30,7 +30,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden")
 
 type statics []*v1.Pod
 
-func (s statics) Pods() []*v1.Pod { return s }
+func (s statics) StaticPods() []*v1.Pod { return s }
 
 // apiPods lists the fake API's pods, as the informer store would.
 type apiPods struct{ client *fake.Clientset }

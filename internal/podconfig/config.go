@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/podsource"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // Config merges the Updates of the configured sources (Run) into the
@@ -142,7 +143,15 @@ func (c *Config) SourcesReady() bool {
 // Pods is the current merged set of pods of all sources, sorted by
 // namespace and name; a namespace and name defined by two sources is the
 // pod of the first configured one. The caller owns the pods.
-func (c *Config) Pods() []*v1.Pod {
+func (c *Config) Pods() []*v1.Pod { return c.pods(nil) }
+
+// StaticPods is the part of Pods that are static pods (from the file and
+// URL sources), without copying the others: what the mirror manager
+// looks at every 2 s.
+func (c *Config) StaticPods() []*v1.Pod { return c.pods(podspec.IsStatic) }
+
+// pods is Pods, of the pods keep keeps (nil: all).
+func (c *Config) pods(keep func(*v1.Pod) bool) []*v1.Pod {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []*v1.Pod
@@ -154,7 +163,9 @@ func (c *Config) Pods() []*v1.Pod {
 				continue
 			}
 			taken[name] = true
-			out = append(out, p.DeepCopy())
+			if keep == nil || keep(p) {
+				out = append(out, p.DeepCopy())
+			}
 		}
 	}
 	sortPods(out)

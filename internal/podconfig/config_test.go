@@ -183,3 +183,24 @@ func podMap(pods []*v1.Pod) map[types.UID]*v1.Pod {
 	}
 	return m
 }
+
+// StaticPods is Pods without the API server's pods: the file and URL
+// sources' only, copied.
+func TestConfigStaticPods(t *testing.T) {
+	h := start(t, podsource.SourceFile, podsource.SourceAPI)
+	h.send(podsource.Update{Source: podsource.SourceFile, Pods: []*v1.Pod{pod("etcd", "f1")}})
+	h.recv()
+	h.send(podsource.Update{Source: podsource.SourceAPI, Pods: []*v1.Pod{pod("web", "a1")}})
+	h.recv()
+	if n := len(h.cfg.Pods()); n != 2 {
+		t.Fatalf("%d pods, want 2", n)
+	}
+	static := h.cfg.StaticPods()
+	if len(static) != 1 || static[0].Name != "etcd" {
+		t.Fatalf("static pods %v, want etcd only", static)
+	}
+	static[0].Name = "changed"
+	if h.cfg.StaticPods()[0].Name != "etcd" {
+		t.Error("StaticPods returned the stored pods")
+	}
+}
