@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"syscall"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -150,10 +152,15 @@ func peerNode(t *testing.T, c kubernetes.Interface, name string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteNode(c, name) })
+	// The controllers may write the new Node at once (taints): no
+	// resource version, a merge patch of the status.
 	now := metav1.Now()
-	node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
-		LastHeartbeatTime: now, LastTransitionTime: now}}
-	if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	status, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []v1.NodeCondition{{Type: v1.NodeReady,
+		Status: v1.ConditionTrue, Reason: "KubeletReady", LastHeartbeatTime: now, LastTransitionTime: now}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Nodes().Patch(ctx, node.Name, types.StrategicMergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 	renew := func() error {
