@@ -34,13 +34,9 @@ import (
 // unreachable (it takes that for its own outage), so a peer Node, its
 // lease renewed by the test, stays Ready meanwhile.
 func TestClusterNodeLost(t *testing.T) {
-	cp := startCluster(t)
-	cp.logsOnFailure(t)
 	const node, ns = "resil-lost", "resil-lost"
-	n := joinNode(t, cp, node)
-	c := cp.Admin
+	_, n, c := resilNode(t, node)
 	peerNode(t, c, node+"-peer")
-	resilNamespace(t, c, ns)
 	ctx := clusterContext(t, 10*time.Minute)
 	writeManifest(t, n.manifests, "static.yaml", resilStaticPod(ns, "static"))
 	for _, p := range []*v1.Pod{lostPod(ns, "evicted", node, ptr.To[int64](0)), lostPod(ns, "kept", node, nil)} {

@@ -49,12 +49,8 @@ import (
 // Node's Ready and the pods' status catch up within seconds, the static
 // pod added meanwhile gets its mirror pod, and nothing was restarted.
 func TestClusterAPIServerOutage(t *testing.T) {
-	cp := startCluster(t)
-	cp.logsOnFailure(t)
 	const node, ns = "resil-api", "resil-api"
-	n := joinNode(t, cp, node)
-	c := cp.Admin
-	resilNamespace(t, c, ns)
+	cp, n, c := resilNode(t, node)
 	written := time.Now()
 	writeManifest(t, n.manifests, "static-a.yaml", resilStaticPod(ns, "static-a"))
 	waitContainerRunning(t, time.Minute, "static-a-"+node, "main")
@@ -176,12 +172,8 @@ func TestClusterAPIServerOutage(t *testing.T) {
 // restarts, and for 30 s after it is back no pod's Ready condition goes
 // False in the API and the Node stays Ready.
 func TestClusterNodeletRestart(t *testing.T) {
-	cp := startCluster(t)
-	cp.logsOnFailure(t)
 	const node, ns = "resil-restart", "resil-restart"
-	n := joinNode(t, cp, node)
-	c := cp.Admin
-	resilNamespace(t, c, ns)
+	_, n, c := resilNode(t, node)
 	resilCreate(t, c, resilWeb(ns, "web", node, 20))
 	pods := waitPodsReady(t, c, ns, "app=web", 20, 4*time.Minute)
 	before := runtimeContainers(t, ns)
@@ -241,13 +233,9 @@ func TestClusterNodeletRestart(t *testing.T) {
 // environment variable and a projected service account token; a static pod
 // with its mirror pod; a pod deleted with grace.
 func TestClusterNodeRestriction(t *testing.T) {
-	cp := startCluster(t)
-	cp.logsOnFailure(t)
 	const node, ns = "resil-audit", "resil-audit"
-	n := joinNode(t, cp, node)
-	c := cp.Admin
+	cp, n, c := resilNode(t, node)
 	ctx := clusterContext(t, 5*time.Minute)
-	resilNamespace(t, c, ns)
 	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"color": "blue"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +297,18 @@ func TestClusterNodeRestriction(t *testing.T) {
 }
 
 // --- workload ---------------------------------------------------------------
+
+// resilNode is how each resilience test begins: the control plane
+// (startCluster), a node named name joined to it, and a namespace of the
+// same name.
+func resilNode(t *testing.T, name string) (*controlPlane, *clusterNode, kubernetes.Interface) {
+	t.Helper()
+	cp := startCluster(t)
+	cp.logsOnFailure(t)
+	n := joinNode(t, cp, name)
+	resilNamespace(t, cp.Admin, name)
+	return cp, n, cp.Admin
+}
 
 // resilNamespace creates namespace ns, deleted when the test ends, and
 // waits for its default service account.
