@@ -91,7 +91,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		if err != nil {
 			return nil, err
 		}
-		cl.events = apievents.New(ec, cfg.NodeName, log)
+		cl.events = apievents.New(ec, cfg.NodeName)
 		recorder.SetForwarder(cl.events)
 	}
 	manifestErrors := podsource.NewManifestErrorsCounter(reg)

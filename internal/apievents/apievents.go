@@ -18,7 +18,6 @@ package apievents
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -37,26 +36,19 @@ var LocalReasons = []string{"Pulled", "Created", "Started", "Admitted", "Sandbox
 
 // Sink sends events to the API server; it is an events.Forwarder.
 type Sink struct {
-	nodeName    string
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
-	log         *slog.Logger
 }
 
 // New returns a Sink for node nodeName that sends through client (its own
 // rate limit: the kubelet's eventRecordQPS and eventBurst); Run starts
 // it.
-func New(client kubernetes.Interface, nodeName string, log *slog.Logger) *Sink {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+func New(client kubernetes.Interface, nodeName string) *Sink {
 	b := record.NewBroadcaster(record.WithContext(context.Background()))
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
 	return &Sink{
-		nodeName:    nodeName,
 		broadcaster: b,
 		recorder:    b.NewRecorder(scheme.Scheme, v1.EventSource{Component: Component, Host: nodeName}),
-		log:         log,
 	}
 }
 

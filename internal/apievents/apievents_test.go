@@ -20,7 +20,7 @@ var _ events.Forwarder = (*Sink)(nil)
 // count; a healthy container's start-up steps stay on the node.
 func TestEventsToTheAPI(t *testing.T) {
 	client := fake.NewClientset()
-	s := New(client, "node-a", nil)
+	s := New(client, "node-a")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
