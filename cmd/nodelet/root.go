@@ -30,6 +30,7 @@ type rootOptions struct {
 	hostnameOverride string
 	verbosity        int
 	pauseBinary      string
+	containerdBinary string
 	urlHeaders       []string
 	logMaxSize       string
 	nodeLabels       string
@@ -119,6 +120,7 @@ flags given on the command line override it.`,
 	f.StringVar(&cfg.Managed.Containerd.BridgeName, "cni-bridge-name", cfg.Managed.Containerd.BridgeName, "Linux bridge of the managed runtime's network")
 	f.StringVar(&cfg.Managed.RegistryAddress, "image-registry-address", cfg.Managed.RegistryAddress, "Loopback address of the managed image registry (port 0 picks a free one)")
 	f.StringVar(&o.pauseBinary, "pause-binary", "", "Program the pause image is built from (default: 'pause' next to the nodelet binary, then PATH)")
+	f.StringVar(&o.containerdBinary, "containerd-binary", "", "containerd of the managed runtime, 2.x or 1.6/1.7; its runc shim is looked up in its directory first (default: 'containerd' next to the nodelet binary, as make build puts it, then PATH)")
 	f.StringVar(&cfg.Managed.Images.BusyboxBinary, "busybox-binary", cfg.Managed.Images.BusyboxBinary, "Static busybox the busybox image is built from")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 info, 1 and more debug")
 	_ = f.MarkHidden("pod-logs-dir")
@@ -162,7 +164,7 @@ func (o *rootOptions) config(flags *pflag.FlagSet, log *slog.Logger) (nodeconfig
 		return nodeconfig.Config{}, err
 	}
 	cfg := o.cfg
-	if err := completeConfig(&cfg, o.hostnameOverride, o.pauseBinary); err != nil {
+	if err := completeConfig(&cfg, o.hostnameOverride, o.pauseBinary, o.containerdBinary); err != nil {
 		return nodeconfig.Config{}, err
 	}
 	return cfg, nil
@@ -219,7 +221,7 @@ func (o *rootOptions) parseFlags(flags *pflag.FlagSet) error {
 
 // completeConfig fills in what comes from the machine: the node name,
 // where the binaries are, the node's resources, resolv.conf and hosts.
-func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary string) error {
+func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, containerdBinary string) error {
 	cfg.NodeName = strings.ToLower(strings.TrimSpace(hostnameOverride))
 	from := "--hostname-override"
 	if cfg.NodeName == "" {
@@ -234,7 +236,8 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary string
 	}
 	cfg.Managed.Containerd.Dir = filepath.Join(cfg.RootDir, "containerd")
 	cfg.Managed.Containerd.Env = childEnv()
-	cfg.Managed.Images.PauseBinary = findPause(pauseBinary)
+	cfg.Managed.Images.PauseBinary = findBinary("pause", pauseBinary)
+	cfg.Managed.Containerd.Binary = findBinary("containerd", containerdBinary)
 	if cfg.NodeIP == "" {
 		cfg.NodeIP = nodeIP()
 	}
@@ -300,22 +303,22 @@ func suggestNodeName(name string) string {
 	return s
 }
 
-// findPause locates the pause program: the flag, then next to this binary,
-// then PATH.
-func findPause(flag string) string {
+// findBinary locates one of the programs nodelet runs (pause, containerd):
+// the flag, then next to this binary, then PATH.
+func findBinary(name, flag string) string {
 	if flag != "" {
 		return flag
 	}
 	if self, err := os.Executable(); err == nil {
-		candidate := filepath.Join(filepath.Dir(self), "pause")
+		candidate := filepath.Join(filepath.Dir(self), name)
 		if _, err := os.Stat(candidate); err == nil {
 			return candidate
 		}
 	}
-	if p, err := exec.LookPath("pause"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p
 	}
-	return "pause (not found next to nodelet or in PATH)"
+	return name + " (not found next to nodelet or in PATH)"
 }
 
 // childEnv is the environment of the managed containerd: ours, with the

@@ -11,11 +11,27 @@ import (
 
 var rewrite = flag.Bool("rewrite", false, "rewrite golden files in testdata/")
 
-// TestRenderGolden pins every generated file. Run with -rewrite after an
-// intended change and read the diff.
+// defaultConfig is DefaultConfig for containerd 2.x.
+func defaultConfig(rootDir string) Config {
+	c := DefaultConfig(rootDir)
+	c.Major = 2
+	return c
+}
+
+// TestRenderGolden pins every generated file, for both config formats. Run
+// with -rewrite after an intended change and read the diff.
 func TestRenderGolden(t *testing.T) {
-	cfg := DefaultConfig("/var/lib/nodelet")
-	cfg.Mirror = "127.0.0.1:5050"
+	for major, golden := range map[int]string{2: "render.golden", 1: "render-containerd1.golden"} {
+		t.Run(golden, func(t *testing.T) {
+			cfg := defaultConfig("/var/lib/nodelet")
+			cfg.Mirror, cfg.Major = "127.0.0.1:5050", major
+			checkGolden(t, cfg, filepath.Join("testdata", golden))
+		})
+	}
+}
+
+func checkGolden(t *testing.T, cfg Config, golden string) {
+	t.Helper()
 	files, err := Render(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +46,6 @@ func TestRenderGolden(t *testing.T) {
 		got.WriteString("==> " + p + "\n")
 		got.Write(files[p])
 	}
-	golden := filepath.Join("testdata", "render.golden")
 	if *rewrite {
 		if err := os.WriteFile(golden, []byte(got.String()), 0o644); err != nil {
 			t.Fatal(err)
@@ -46,7 +61,7 @@ func TestRenderGolden(t *testing.T) {
 }
 
 func TestRenderIsDeterministic(t *testing.T) {
-	cfg := DefaultConfig("/r")
+	cfg := defaultConfig("/r")
 	a, _ := Render(cfg)
 	b, _ := Render(cfg)
 	for p := range a {
@@ -57,7 +72,7 @@ func TestRenderIsDeterministic(t *testing.T) {
 }
 
 func TestRenderWithoutMirrorKeepsUpstream(t *testing.T) {
-	files, err := Render(DefaultConfig("/r"))
+	files, err := Render(defaultConfig("/r"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +92,62 @@ func TestValidate(t *testing.T) {
 		"ipv6 cidr":         func(c *Config) { c.PodCIDR = "fd00::/64" },
 		"no sandbox image":  func(c *Config) { c.SandboxImage = "" },
 		"quote in path":     func(c *Config) { c.CNIBinDir = `/usr/"lib` },
+		"unknown major":     func(c *Config) { c.Major = 3 },
+		"major not asked":   func(c *Config) { c.Major = 0 },
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg := DefaultConfig("/var/lib/nodelet")
+			cfg := defaultConfig("/var/lib/nodelet")
 			mutate(&cfg)
 			if _, err := Render(cfg); err == nil {
 				t.Errorf("Render accepted %s", name)
 			}
 		})
+	}
+}
+
+func TestRenderSystemdCgroup(t *testing.T) {
+	for _, major := range []int{1, 2} {
+		cfg := defaultConfig("/r")
+		cfg.Major, cfg.SystemdCgroup = major, true
+		files, err := Render(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if toml := string(files[cfg.ConfigPath()]); !strings.Contains(toml, "SystemdCgroup = true") {
+			t.Errorf("containerd %d config without SystemdCgroup = true:\n%s", major, toml)
+		}
+	}
+}
+
+func TestParseMajor(t *testing.T) {
+	for line, want := range map[string]int{
+		"containerd github.com/containerd/containerd/v2 v2.2.9 6f0b5ba\n":             2,
+		"containerd github.com/containerd/containerd/v2 2.2.9+unknown \n":             2,
+		"containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3": 1,
+		"containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da":    1,
+	} {
+		got, err := parseMajor(line)
+		if err != nil || got != want {
+			t.Errorf("parseMajor(%q) = %d, %v; want %d", line, got, err, want)
+		}
+	}
+	for _, line := range []string{"", "runc version 1.1.5", "containerd x", "containerd pkg vX.1", "containerd pkg -1.2"} {
+		if got, err := parseMajor(line); err == nil {
+			t.Errorf("parseMajor(%q) = %d, want an error", line, got)
+		}
+	}
+}
+
+func TestBinaryDirFirst(t *testing.T) {
+	env := binaryDirFirst([]string{"A=1", "PATH=/usr/bin:/bin"}, "/opt/nodelet/bin/containerd")
+	want := []string{"A=1", "PATH=/opt/nodelet/bin:/usr/bin:/bin"}
+	if strings.Join(env, " ") != strings.Join(want, " ") {
+		t.Errorf("env = %q, want %q", env, want)
+	}
+	if env := binaryDirFirst([]string{"PATH=/bin"}, "containerd"); strings.Join(env, " ") != "PATH=/bin" {
+		t.Errorf("a bare binary name changed PATH: %q", env)
+	}
+	if env := binaryDirFirst([]string{"A=1"}, "/x/containerd"); strings.Join(env, " ") != "A=1 PATH=/x" {
+		t.Errorf("env without PATH = %q", env)
 	}
 }

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +36,8 @@ type Deps struct {
 	start func(Config) (process, error)
 	// ready returns nil once containerd answers on its socket.
 	ready func(ctx context.Context, c Config) error
+	// major asks the binary for its major version.
+	major func(binary string) (int, error)
 }
 
 // Manager supervises one containerd child process.
@@ -72,13 +78,17 @@ func New(cfg Config, deps Deps) *Manager {
 	if deps.start == nil {
 		deps.start = startProcess
 	}
+	if deps.major == nil {
+		deps.major = binaryMajor
+	}
 	if deps.ready == nil {
 		deps.ready = func(ctx context.Context, c Config) error { return waitSocket(ctx, deps.Clock, c.Socket()) }
 	}
 	return &Manager{cfg: cfg, deps: deps, done: make(chan struct{})}
 }
 
-// Config returns the instance's configuration.
+// Config returns the instance's configuration (with Major filled in once
+// Start has asked the binary).
 func (m *Manager) Config() Config { return m.cfg }
 
 // Done is closed once containerd has been stopped after ctx ended.
@@ -106,6 +116,16 @@ func (m *Manager) PID() int {
 // answers on its socket. Supervision continues in the background until ctx
 // ends; then containerd is stopped and Done is closed.
 func (m *Manager) Start(ctx context.Context) error {
+	if m.cfg.Major == 0 {
+		major, err := m.deps.major(m.cfg.Binary)
+		if err != nil {
+			return fmt.Errorf("which containerd is %s: %w", m.cfg.Binary, err)
+		}
+		m.cfg.Major = major
+	}
+	if err := checkStateMajor(m.cfg); err != nil {
+		return err
+	}
 	if err := WriteFiles(m.cfg); err != nil {
 		return err
 	}
@@ -116,8 +136,51 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := atomicfile.Write(m.cfg.majorFile(), []byte(strconv.Itoa(m.cfg.Major)+"\n"), 0o644); err != nil {
+		m.deps.Log.Warn("cannot record the containerd version of the state directory", "err", err)
+	}
 	go m.supervise(ctx, p)
 	return nil
+}
+
+// checkStateMajor refuses to start an older containerd than the one that
+// last ran on the state directory: containerd upgrades its metadata but
+// does not promise to read a newer one's, and the pods in it would be lost
+// to the older one.
+func checkStateMajor(c Config) error {
+	data, err := readBounded(c.majorFile(), 64)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the containerd version of the state directory: %w", err)
+	}
+	last, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return fmt.Errorf("%s: not a version number: %q", c.majorFile(), data)
+	}
+	if last > c.Major {
+		return fmt.Errorf("the state in %s was last used by containerd %d.x; %s is containerd %d.x, which may not read it: use a containerd %d.x (--containerd-binary) or another --root-dir",
+			c.Dir, last, c.Binary, c.Major, last)
+	}
+	return nil
+}
+
+// readBounded reads a file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return data, nil
 }
 
 // launch starts one containerd and waits for its socket.

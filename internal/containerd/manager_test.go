@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +60,7 @@ func newHarness(t *testing.T) *harness {
 			return p, nil
 		},
 		ready: func(context.Context, Config) error { return nil },
+		major: func(string) (int, error) { return 2, nil },
 	})
 	return h
 }
@@ -179,3 +181,57 @@ func TestBackoff(t *testing.T) {
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
+
+func TestStartAsksTheBinaryForItsVersion(t *testing.T) {
+	h := newHarness(t)
+	h.mgr.deps.major = func(string) (int, error) { return 1, nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); <-h.mgr.Done() }()
+	if err := h.mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.nextStart(t)
+	toml, err := os.ReadFile(h.mgr.Config().ConfigPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.mgr.Config().Major != 1 || !strings.Contains(string(toml), "version = 2\n") {
+		t.Errorf("containerd 1.x got major %d and config:\n%s", h.mgr.Config().Major, toml)
+	}
+}
+
+// A state directory a containerd 2 ran on is not handed to a containerd 1.
+func TestStartRefusesAnOlderContainerdOnNewerState(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.mgr.Config()
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.majorFile(), []byte("2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.mgr.deps.major = func(string) (int, error) { return 1, nil }
+	err := h.mgr.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "last used by containerd 2.x") {
+		t.Fatalf("Start = %v, want a refusal naming containerd 2.x", err)
+	}
+	select {
+	case <-h.started:
+		t.Fatal("containerd was started")
+	default:
+	}
+}
+
+func TestStartRecordsTheMajorVersion(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); <-h.mgr.Done() }()
+	if err := h.mgr.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.nextStart(t)
+	data, err := os.ReadFile(h.mgr.Config().majorFile())
+	if err != nil || string(data) != "2\n" {
+		t.Errorf("major file = %q, %v", data, err)
+	}
+}

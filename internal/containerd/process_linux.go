@@ -2,10 +2,13 @@ package containerd
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,7 +42,7 @@ func startProcess(c Config) (process, error) {
 	}
 	defer logFile.Close() // the child has its own copy of the descriptor
 	cmd := exec.Command(c.Binary, "--config", c.ConfigPath())
-	cmd.Env = c.Env
+	cmd.Env = binaryDirFirst(c.Env, c.Binary)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
@@ -51,6 +54,87 @@ func startProcess(c Config) (process, error) {
 		return nil, fmt.Errorf("write pid file: %w", err)
 	}
 	return cmdProcess{cmd}, nil
+}
+
+// binaryDirFirst returns env (the process's own when nil) with the
+// directory of binary, when it names one, first on PATH.
+func binaryDirFirst(env []string, binary string) []string {
+	if env == nil {
+		env = os.Environ()
+	}
+	if !strings.ContainsRune(binary, '/') {
+		return env
+	}
+	dir := filepath.Dir(binary)
+	out := make([]string, 0, len(env)+1)
+	path := ""
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = p // the last one wins, as in exec
+			continue
+		}
+		out = append(out, kv)
+	}
+	if path == "" {
+		return append(out, "PATH="+dir)
+	}
+	return append(out, "PATH="+dir+":"+path)
+}
+
+// binaryMajor runs `binary --version` and returns containerd's major
+// version from its answer.
+func binaryMajor(binary string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--version")
+	var out bytes.Buffer
+	cmd.Stdout = &limitedWriter{w: &out, n: 4096}
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("%s --version: %w", binary, err)
+	}
+	return parseMajor(out.String())
+}
+
+// parseMajor reads the major version from containerd's --version line,
+// "containerd <package> <version> <revision>": the version is "v2.2.9",
+// "2.2.9+unknown" or a distribution's "1.6.20~ds1".
+func parseMajor(line string) (int, error) {
+	fields := strings.Fields(line)
+	if len(fields) < 3 || fields[0] != "containerd" {
+		return 0, fmt.Errorf("not a containerd version line: %q", firstLine(line))
+	}
+	v := strings.TrimPrefix(fields[2], "v")
+	majorStr, _, ok := strings.Cut(v, ".")
+	major, err := strconv.Atoi(majorStr)
+	if !ok || err != nil || major < 0 {
+		return 0, fmt.Errorf("containerd version %q has no major number", fields[2])
+	}
+	return major, nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	if len(line) > 200 {
+		line = line[:200]
+	}
+	return line
+}
+
+// limitedWriter keeps the first n bytes written and drops the rest.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		keep := p[:min(len(p), l.n)]
+		l.n -= len(keep)
+		if _, err := l.w.Write(keep); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
 }
 
 // stopStale stops a containerd that an earlier nodelet started for the same
