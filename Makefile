@@ -13,7 +13,7 @@ CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL := _output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/admin.kubeconfig
 CONTROL_PLANE := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
-.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e bench bench-cluster clean
+.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 bench bench-cluster clean
 
 all: build
 
@@ -21,11 +21,15 @@ all: build
 setup:
 	@bash hack/setup.sh
 
-## build: bin/nodelet and bin/pause (the pause image's program, static)
+## build: bin/nodelet, bin/pause (the pause image's program, static) and the
+## managed runtime: bin/containerd and bin/containerd-shim-runc-v2, compiled
+## from the containerd module pinned in hack/containerd/go.mod (minutes the
+## first time, then kept until the pin changes)
 build:
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/pause ./cmd/pause
 	$(GO) build -o bin/nodelet ./cmd/nodelet
+	@GO=$(GO) hack/build-containerd.sh
 
 ## run: set up, build, then run nodelet in the foreground with examples/
 run: setup build
@@ -75,11 +79,20 @@ fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
 # The cluster tests run the control plane from NODELET_CLUSTER_BIN (built
-# once per version, minutes the first time).
+# once per version, minutes the first time). Every test runs on the managed
+# containerd 2.x; then the node tests (not the cluster ones) run once more on
+# Debian's containerd 1.6, the distribution runtime users may point
+# --container-runtime-endpoint at.
+E2E_FILTER = grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e: )|_test.go'
 e2e: build
 	@bins=$$(hack/build-upstream.sh $(CONTROL_PLANE)) || exit 1; \
 	export NODELET_CLUSTER_BIN=$$(dirname "$${bins%%$$'\n'*}"); \
-	$(GO) test -tags e2e -count=1 -timeout 25m -v ./test/e2e 2>&1 | tee /tmp/nodelet-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go' ; exit $${PIPESTATUS[0]}
+	$(GO) test -tags e2e -count=1 -timeout 25m -v ./test/e2e 2>&1 | tee /tmp/nodelet-e2e.log | $(E2E_FILTER) ; exit $${PIPESTATUS[0]}
+	@$(MAKE) --no-print-directory e2e-containerd1
+
+## e2e-containerd1: the node e2e tests on Debian's containerd 1.6
+e2e-containerd1: build
+	NODELET_E2E_CONTAINERD=/usr/bin/containerd $(GO) test -tags e2e -count=1 -timeout 15m -v -skip '^TestCluster' ./test/e2e 2>&1 | tee /tmp/nodelet-e2e-containerd1.log | $(E2E_FILTER) ; exit $${PIPESTATUS[0]}
 
 # The benchmarks run the upstream kubelet and the control plane of the same
 # release, built once per version into _output/.
