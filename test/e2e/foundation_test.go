@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -108,7 +109,7 @@ func TestManifestToRunningContainer(t *testing.T) {
 	// The new nodelet has synced the pod and reports the container it
 	// found; then it relists and syncs some more.
 	waitPod(t, api, "sleeper-e2e", 60*time.Second, "adopted", runsContainer("main", first.Id))
-	waitRelists(t, api, adoptRelists)
+	waitRuntimeLists(t, api, adoptLists)
 	again, err := runningContainer(ctx, shared.rt, "sleeper-e2e", "main")
 	if err != nil || again.Id != first.Id {
 		t.Fatalf("after restart: container %v (err %v), want the same %s", again, err, first.Id)
@@ -200,7 +201,7 @@ func TestManagedRuntime(t *testing.T) {
 		_, err := rt.Version(ctx)
 		return err
 	})
-	waitRelists(t, n.api(t), adoptRelists) // nodelet looks at the new containerd's pods
+	waitRuntimeLists(t, n.api(t), adoptLists) // nodelet looks at the new containerd's pods
 	after, err := runningContainer(ctx, rt, "managed-e2e", "main")
 	if err != nil || after.Id != before.Id {
 		t.Fatalf("after containerd restart: %v (err %v), want container %s still running", after, err, before.Id)
@@ -264,7 +265,7 @@ func startManaged(t *testing.T, name, bridge, cidr string, extra ...string) *man
 // and stops it.
 func cleanUpManagedAt(t *testing.T, root, bridge, cidr string) {
 	cfg := containerd.DefaultConfig(root)
-	cfg.BridgeName, cfg.PodCIDR, cfg.Env = bridge, cidr, os.Environ()
+	cfg.BridgeName, cfg.PodCIDR, cfg.Env, cfg.Binary = bridge, cidr, os.Environ(), shared.containerdBin
 	ctx, cancel := context.WithCancel(context.Background())
 	m := containerd.New(cfg, containerd.Deps{})
 	if err := m.Start(ctx); err != nil {
@@ -342,4 +343,75 @@ func withCmd(img v1.Image, cmd []string) v1.Config {
 	cfg := cf.Config
 	cfg.Entrypoint, cfg.Cmd = nil, cmd
 	return cfg
+}
+
+// debianContainerd is the distribution's containerd (1.6 on Debian 12).
+const debianContainerd = "/usr/bin/containerd"
+
+// A node that ran its pods on Debian's containerd 1.6 moves to the managed
+// containerd 2.x: the new containerd adopts the running pod, whose process
+// never stops, and the older containerd is then refused on the state the
+// newer one wrote, with an error that says why.
+func TestManagedRuntimeUpgrade(t *testing.T) {
+	if _, err := os.Stat(debianContainerd); err != nil {
+		t.Skipf("no distribution containerd to upgrade from: %v", err)
+	}
+	if shared.containerd.Config().Major < 2 {
+		t.Skipf("the tests run containerd %d.x; the upgrade goes to the managed 2.x", shared.containerd.Config().Major)
+	}
+	m := startManaged(t, "upgrade", "nle2e5", "10.48.0.0/24", "--port", freePort(t), "--address", "127.0.0.1",
+		"--containerd-binary", debianContainerd)
+	writeManifest(t, m.manifests, "sleeper.yaml", fmt.Sprintf(sleeperPod, "upgrade"))
+	ctx := context.Background()
+	var before *runtimeapi.Container
+	eventually(t, 90*time.Second, "pod running on containerd 1.6", func() (err error) {
+		before, err = runningContainer(ctx, m.rt, "upgrade-e2e", "main")
+		return err
+	})
+	if v, err := m.rt.Version(ctx); err != nil || !strings.HasPrefix(strings.TrimPrefix(v.RuntimeVersion, "v"), "1.") {
+		t.Fatalf("runtime version %v (%v), want containerd 1.x", v, err)
+	}
+	workload := containerPID(t, before.Id)
+	if err := m.n.stop(t); err != nil {
+		t.Fatalf("stop nodelet on containerd 1.6: %v", err)
+	}
+
+	// The same node on the managed containerd (next to the nodelet binary).
+	args := slices.DeleteFunc(slices.Clone(m.args), func(a string) bool { return a == "--containerd-binary" || a == debianContainerd })
+	n := startNodelet(t, args...)
+	eventually(t, 60*time.Second, "containerd 2.x answers", func() error {
+		v, err := m.rt.Version(ctx)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(strings.TrimPrefix(v.RuntimeVersion, "v"), "2.") {
+			return fmt.Errorf("runtime version %s", v.RuntimeVersion)
+		}
+		return nil
+	})
+	waitRuntimeLists(t, n.api(t), adoptLists) // nodelet looks at the pods it found
+	after, err := runningContainer(ctx, m.rt, "upgrade-e2e", "main")
+	if err != nil || after.Id != before.Id {
+		t.Fatalf("after the upgrade: %v (err %v), want container %s still running", after, err, before.Id)
+	}
+	if !alive(workload) {
+		t.Fatalf("workload process %d died in the upgrade", workload)
+	}
+	if err := n.stop(t); err != nil {
+		t.Fatalf("stop nodelet on containerd 2.x: %v", err)
+	}
+
+	// Back to 1.6 on the state 2.x wrote: refused, and the pod lives on.
+	old := startNodelet(t, m.args...)
+	select {
+	case <-old.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("nodelet with containerd 1.6 on 2.x state did not exit")
+	}
+	if old.err == nil || !strings.Contains(old.stderr.String(), "last used by containerd 2.x") {
+		t.Errorf("nodelet with containerd 1.6 on 2.x state: exit %v, output:\n%s", old.err, old.stderr.String())
+	}
+	if !alive(workload) {
+		t.Errorf("workload process %d died when the older containerd was refused", workload)
+	}
 }

@@ -107,7 +107,7 @@ func TestRestartPolicies(t *testing.T) {
 	// Pods that finished were not restarted, however long nodelet looks at
 	// them.
 	api := n.api(t)
-	waitRelists(t, api, 3)
+	waitRuntimeLists(t, api, 3)
 	for _, c := range cases {
 		if !c.restarts {
 			if got := len(instances(t, c.name+"-e2e", "main")); got != 1 {
@@ -271,7 +271,7 @@ func TestBadManifestsAndDuplicates(t *testing.T) {
 	// turns) keep the same dup pod, with one sandbox.
 	writeManifest(t, dir, "zz-later.yaml", "not: [a manifest\n")
 	waitEvent(t, api, 30*time.Second, "zz-later.yaml refused (a rescan)", manifestEvent(file("zz-later.yaml"), `.`))
-	waitRelists(t, api, 3)
+	waitRuntimeLists(t, api, 3)
 	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: "dup-e2e"}})
 	if len(sbs) != 1 {
 		t.Errorf("dup: %d sandboxes, want 1", len(sbs))
@@ -310,7 +310,7 @@ func TestRestartAdoptsTwentyPods(t *testing.T) {
 	for pod, id := range before {
 		waitPod(t, api, pod, 60*time.Second, "adopted", runsContainer("main", id))
 	}
-	waitRelists(t, api, adoptRelists)
+	waitRuntimeLists(t, api, adoptLists)
 	for pod, id := range before {
 		c, err := runningContainer(ctx, shared.rt, pod, "main")
 		if err != nil || c.Id != id {
@@ -345,7 +345,7 @@ spec:
 	waitContainerRunning(t, 60*time.Second, "small-e2e", "main")
 	api := n.api(t)
 	waitPod(t, api, "huge-e2e", 30*time.Second, "rejected", hasPhase(v1.PodFailed, "OutOfcpu"))
-	waitRelists(t, api, 3)
+	waitRuntimeLists(t, api, 3)
 	sbs, _ := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{podspec.LabelPodName: "huge-e2e"}})
 	if len(sbs) != 0 {
 		t.Errorf("rejected pod got %d sandboxes", len(sbs))

@@ -28,17 +28,21 @@ import (
 
 // env is the shared test environment.
 type env struct {
-	work        string // scratch root, short so socket paths fit
-	nodelet     string // built binary
-	pause       string
-	rootDir     string // root dir of the shared runtime
-	endpoint    string
-	rt          *cri.Client
-	store       *registry.Store
-	registry    *registry.Server
-	containerd  *containerd.Manager
-	repoRoot    string
-	stopRuntime context.CancelFunc
+	work       string // scratch root, short so socket paths fit
+	nodelet    string // built binary
+	pause      string
+	rootDir    string // root dir of the shared runtime
+	endpoint   string
+	rt         *cri.Client
+	store      *registry.Store
+	registry   *registry.Server
+	containerd *containerd.Manager
+	// containerdBin is the containerd every test runs: bin/containerd
+	// (2.x, built by make build) unless NODELET_E2E_CONTAINERD names
+	// another, such as Debian's /usr/bin/containerd (1.6).
+	containerdBin string
+	repoRoot      string
+	stopRuntime   context.CancelFunc
 }
 
 var shared env
@@ -102,6 +106,9 @@ func setUp(e *env) error {
 	if err := goBuild(e.repoRoot, e.pause, "./cmd/pause", true); err != nil {
 		return err
 	}
+	if err := linkContainerd(e, bin); err != nil {
+		return err
+	}
 	e.rootDir = filepath.Join(e.work, "rt")
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	store, err := registry.OpenStore(registry.StoreDir(e.rootDir), log)
@@ -120,14 +127,38 @@ func setUp(e *env) error {
 	}
 	cfg := containerd.DefaultConfig(e.rootDir)
 	cfg.BridgeName, cfg.PodCIDR, cfg.Mirror = "nle2e0", "10.43.0.0/24", e.registry.Addr()
-	cfg.Env = os.Environ()
+	cfg.Env, cfg.Binary = os.Environ(), e.containerdBin
 	e.containerd = containerd.New(cfg, containerd.Deps{Log: log})
 	if err := e.containerd.Start(ctx); err != nil {
 		return err
 	}
+	fmt.Fprintf(os.Stderr, "e2e: containerd %d.x (%s)\n", e.containerd.Config().Major, e.containerdBin)
 	e.endpoint = cfg.Endpoint()
 	e.rt, err = cri.Dial(ctx, e.endpoint, cri.DefaultTimeouts(), log)
 	return err
+}
+
+// containerdEnv names the containerd the tests run instead of bin/containerd.
+const containerdEnv = "NODELET_E2E_CONTAINERD"
+
+// linkContainerd picks the tests' containerd and links it, with the runc
+// shim of its directory, beside the nodelet binary under test, where the
+// managed runtime looks first.
+func linkContainerd(e *env, bin string) error {
+	e.containerdBin = os.Getenv(containerdEnv)
+	if e.containerdBin == "" {
+		e.containerdBin = filepath.Join(e.repoRoot, "bin", "containerd")
+	}
+	if _, err := os.Stat(e.containerdBin); err != nil {
+		return fmt.Errorf("no containerd to test with (run make build, or set %s): %w", containerdEnv, err)
+	}
+	for _, name := range []string{"containerd", "containerd-shim-runc-v2"} {
+		if err := os.Symlink(filepath.Join(filepath.Dir(e.containerdBin), name), filepath.Join(bin, name)); err != nil {
+			return err
+		}
+	}
+	e.containerdBin = filepath.Join(bin, "containerd")
+	return nil
 }
 
 // tearDown removes every pod the tests left, then stops the runtime.

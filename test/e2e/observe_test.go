@@ -218,43 +218,43 @@ func manifestEvent(file, reason string) func(server.EventItem) bool {
 	}
 }
 
-// relistMetric counts the PLEG's relists.
-const relistMetric = "kubelet_pleg_relist_duration_seconds_count"
+// listMetric counts nodelet's ListPodSandbox calls: one at every PLEG
+// relist and one at every housekeeping pass.
+const listMetric = "kubelet_runtime_operations_total"
 
-// waitRelists waits until the PLEG has relisted n more times than when it
-// was called: proof that time has passed and that nodelet has looked at
-// the runtime again and had its sync loop run meanwhile (a relist every
-// second; housekeeping every 2 s). Every "nothing happened" check waits
-// for this first, then looks at the state.
-//
-// The shared containerd (1.6) has no container event stream, so the PLEG
-// relists every --pleg-relist-period (1 s); with a stream it would relist
-// only on container events, and this would time out.
-func waitRelists(t testing.TB, a *nodeAPI, n int) {
+var listLabels = map[string]string{"operation_type": "list_podsandbox"}
+
+// waitRuntimeLists waits until nodelet has listed the runtime's pods n more
+// times than when it was called: proof that time has passed and that
+// nodelet has looked at the runtime again and had its sync loop run
+// meanwhile (housekeeping every 2 s; a PLEG relist at every container event,
+// or every second on a runtime without an event stream). Every "nothing
+// happened" check waits for this first, then looks at the state.
+func waitRuntimeLists(t testing.TB, a *nodeAPI, n int) {
 	t.Helper()
 	var start float64
-	eventually(t, 30*time.Second, "relist count", func() (err error) {
-		start, err = a.metric("/metrics", relistMetric, nil)
+	eventually(t, 30*time.Second, "runtime list count", func() (err error) {
+		start, err = a.metric("/metrics", listMetric, listLabels)
 		return err
 	})
-	eventually(t, time.Duration(n)*10*time.Second, fmt.Sprintf("%d more PLEG relists", n), func() error {
-		now, err := a.metric("/metrics", relistMetric, nil)
+	eventually(t, time.Duration(n)*10*time.Second, fmt.Sprintf("%d more lists of the runtime's pods", n), func() error {
+		now, err := a.metric("/metrics", listMetric, listLabels)
 		if err != nil {
 			return err
 		}
 		if now < start+float64(n) {
-			return fmt.Errorf("%s went from %v to %v", relistMetric, start, now)
+			return fmt.Errorf("%s%v went from %v to %v", listMetric, listLabels, start, now)
 		}
 		return nil
 	})
 }
 
-// adoptRelists is how many relists a restarted nodelet gets before the
-// tests check that it left the pods it found alone: its first
+// adoptLists is how many lists of the runtime a restarted nodelet gets
+// before the tests check that it left the pods it found alone: its first
 // housekeeping (which would stop pods it wrongly took for orphans) comes
 // within 2 s, and such a pod takes up to its grace period (2 s in these
 // tests) to stop and be seen stopped.
-const adoptRelists = 5
+const adoptLists = 5
 
 // containerStatus is the status of the pod's container name (regular,
 // init or ephemeral); zero if the status has none.

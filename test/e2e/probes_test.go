@@ -158,7 +158,7 @@ spec:
 		}
 		return nil
 	})
-	waitRelists(t, api, 3)
+	waitRuntimeLists(t, api, 3)
 	if got := len(instances(t, "slow-e2e", "main")); got != 1 {
 		t.Errorf("%d instances: liveness ran before the startup probe passed", got)
 	}

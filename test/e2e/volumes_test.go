@@ -150,7 +150,7 @@ spec:
 	api := n.api(t)
 	waitEvent(t, api, 60*time.Second, "badmount-e2e FailedMount", podEvent("badmount-e2e", v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes"))
 	waitPhase(t, n, "badmount-e2e", "Pending", 5*time.Second)
-	waitRelists(t, api, 3)
+	waitRuntimeLists(t, api, 3)
 	if p, err := api.pod("badmount-e2e"); err != nil || p.Status.Phase != v1.PodPending {
 		t.Errorf("badmount-e2e: %+v (err %v), want it still Pending", p, err)
 	}
