@@ -12,7 +12,9 @@ import (
 // Unified map naming it.
 type fakeCgroups struct{}
 
-func (fakeCgroups) CgroupParent(pod *v1.Pod) string { return "kubepods-pod" + string(pod.UID) + ".slice" }
+func (fakeCgroups) CgroupParent(pod *v1.Pod) string {
+	return "kubepods-pod" + string(pod.UID) + ".slice"
+}
 
 func (fakeCgroups) ContainerUnified(_ *v1.Pod, c *v1.Container) map[string]string {
 	return map[string]string{"memory.high": "for-" + c.Name}
