@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,7 +58,8 @@ type UnifiedOptions struct {
 	Systemd Systemd
 	// PodPidsLimit > 0 is every pod cgroup's pids.max (podPidsLimit).
 	PodPidsLimit int64
-	// MemoryQoS, when set, is the kubelet's MemoryQoS feature.
+	// MemoryQoS, when set, is the kubelet's MemoryQoS feature; a zero
+	// PageSize is the machine's.
 	MemoryQoS *MemoryQoS
 	// Required are the controllers the cgroups must have; nil is
 	// RequiredControllers. Tests on a host without them name fewer.
@@ -125,6 +127,11 @@ func NewUnified(fsys FS, opts UnifiedOptions) (*UnifiedManager, error) {
 	}
 	if opts.Required == nil {
 		opts.Required = RequiredControllers
+	}
+	if q := opts.MemoryQoS; q != nil && q.PageSize == 0 {
+		withPage := *q
+		withPage.PageSize = int64(os.Getpagesize())
+		opts.MemoryQoS = &withPage
 	}
 	m := &UnifiedManager{fs: fsys, log: opts.Log, opts: opts, burstable: map[types.UID]int64{}}
 	switch opts.Driver {
