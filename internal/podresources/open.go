@@ -62,7 +62,10 @@ func Open(ctx context.Context, opts Options) (Cgroups, error) {
 			return nil, fmt.Errorf("cgroup driver systemd on cgroup v1 (%s) is not implemented by nodelet: use cgroupDriver cgroupfs (and the runtime's SystemdCgroup = false), or cgroupsPerQOS false to run without pod cgroups", opts.Root)
 		}
 		if opts.MemoryQoS != nil {
-			opts.Log.Info("MemoryQoS needs cgroup v2; not enforced on this cgroup v1 host", "root", opts.Root)
+			opts.Log.Warn("MemoryQoS needs cgroup v2; not enforced on this cgroup v1 host", "root", opts.Root)
+		}
+		if opts.PodPidsLimit > 0 {
+			opts.Log.Warn("podPidsLimit is enforced on cgroup v2 only; not on this cgroup v1 host", "root", opts.Root, "podPidsLimit", opts.PodPidsLimit)
 		}
 		return NewManager(opts.Root, opts.Log), nil
 	}
