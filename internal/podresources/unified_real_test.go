@@ -199,7 +199,14 @@ func TestUnifiedRealCgroup2(t *testing.T) {
 	if err := sleep.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = sleep.Process.Kill() }()
+	// Killed and reaped before the cleanup: a zombie keeps its cgroup busy.
+	reaped := false
+	defer func() {
+		if !reaped {
+			_ = sleep.Process.Kill()
+			_ = sleep.Wait()
+		}
+	}()
 	pid := []byte(strconv.Itoa(sleep.Process.Pid))
 	if err := rootFS.WriteFile(join(bDir, fileProcs), pid); !errors.Is(err, syscall.EBUSY) {
 		t.Errorf("kernel: joining the pod cgroup, which has controllers for children: %v, want EBUSY", err)
@@ -217,7 +224,9 @@ func TestUnifiedRealCgroup2(t *testing.T) {
 	if err := m.RemovePod(b.UID, ""); !errors.Is(err, ErrPodCgroupBusy) {
 		t.Fatalf("RemovePod with a process: %v", err)
 	}
-	if err := sleep.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+	err = sleep.Wait()
+	reaped = true
+	if err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Errorf("the leftover process was not killed through cgroup.kill: %v", err)
 	} else {
 		t.Logf("leftover process: %v", err)
