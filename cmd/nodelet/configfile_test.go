@@ -111,11 +111,11 @@ func TestConfigFileErrorsAndWarnings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--config") {
 		t.Errorf("missing file: %v", err)
 	}
-	_, logged, err := configFrom(t, "--config", writeConfig(t, "cgroupDriver: systemd\nimageGCHighThresholdPercent: 90\n"))
+	_, logged, err := configFrom(t, "--config", writeConfig(t, "failSwapOn: true\nimageGCHighThresholdPercent: 90\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{"cgroupDriver", "imageGCHighThresholdPercent"} {
+	for _, field := range []string{"failSwapOn", "imageGCHighThresholdPercent"} {
 		if !strings.Contains(logged, "level=WARN") || !strings.Contains(logged, field+" is not implemented") {
 			t.Errorf("no warning about %s in %q", field, logged)
 		}
@@ -188,5 +188,32 @@ func TestKubeletFlagNames(t *testing.T) {
 	}
 	if got := f.Lookup("kube-api-qps").DefValue; !slices.Contains([]string{"50"}, got) {
 		t.Errorf("--kube-api-qps defaults to %s", got)
+	}
+}
+
+// The pod cgroup settings come from the file, and the kubelet's flags
+// win over it.
+func TestConfigFileCgroupSettings(t *testing.T) {
+	path := writeConfig(t, "cgroupDriver: systemd\ncgroupsPerQOS: false\npodPidsLimit: 100\n")
+	cfg, _, err := configFrom(t, "--config", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CgroupDriver != "systemd" || cfg.CgroupsPerQOS || cfg.PodPidsLimit != 100 {
+		t.Errorf("from the file: %q %v %d", cfg.CgroupDriver, cfg.CgroupsPerQOS, cfg.PodPidsLimit)
+	}
+	cfg, _, err = configFrom(t, "--config", path, "--cgroup-driver", "cgroupfs", "--cgroups-per-qos=true", "--pod-max-pids", "7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CgroupDriver != "cgroupfs" || !cfg.CgroupsPerQOS || cfg.PodPidsLimit != 7 {
+		t.Errorf("flags over the file: %q %v %d", cfg.CgroupDriver, cfg.CgroupsPerQOS, cfg.PodPidsLimit)
+	}
+	cfg, _, err = configFrom(t, "--cgroup-driver", "upstart")
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "--cgroup-driver") {
+		t.Errorf("--cgroup-driver upstart: %v", err)
 	}
 }

@@ -142,15 +142,16 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	volumes := volume.New(cfg.RootDir, objs, envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}, log, volumeOpts...)
 	var resources []housekeeping.Resource
 	var cgroups podruntime.PodCgroups
-	if cfg.CgroupRoot != "" {
-		cg := podresources.NewManager(cfg.CgroupRoot, log)
-		if err := cg.EnsureQoS(); err != nil {
-			log.Warn("pods run without pod-level cgroups", "err", err)
-		} else {
-			cgroups = cg
-			hooks = append(hooks, podhooks.Cgroup{Cgroups: cg})
-			resources = append(resources, podhooks.Cgroup{Cgroups: cg})
-		}
+	cg, err := podresources.Setup(podresources.SetupConfig{CgroupsPerQOS: cfg.CgroupsPerQOS, Root: cfg.CgroupRoot,
+		Driver: cfg.CgroupDriver, PodPidsLimit: cfg.PodPidsLimit, MemoryQoS: cfg.MemoryQoS, MemoryThrottlingFactor: cfg.MemoryThrottlingFactor,
+		NodeAllocatableMemory: cfg.Allocatable.Memory().Value(), NodeName: cfg.NodeName, Runtime: rt, Events: recorder, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	if cg != nil {
+		cgroups = cg
+		hooks = append(hooks, podhooks.Cgroup{Cgroups: cg})
+		resources = append(resources, podhooks.Cgroup{Cgroups: cg})
 	}
 	if cl != nil { // the objects a pod refers to are watched before its volumes are set up
 		hooks = append(hooks, podhooks.Objects{Registry: cl.watcher})

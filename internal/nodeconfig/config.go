@@ -62,9 +62,26 @@ type Config struct {
 	// /etc/hosts (read by cmd/nodelet: machine facts), the base of pods'
 	// DNS config and managed /etc/hosts. Empty: the runtime's defaults.
 	HostResolvConf, HostHosts []byte
-	// CgroupRoot is where the cgroup v1 hierarchies are mounted; pod
-	// cgroups go under kubepods there. "" disables pod cgroups.
+	// CgroupRoot is where cgroups are mounted (the v1 hierarchies, or
+	// the cgroup v2 unified one); pod cgroups go under kubepods there. ""
+	// disables pod cgroups, as CgroupsPerQOS false does.
 	CgroupRoot string
+	// CgroupsPerQOS creates the QoS and pod cgroups (cgroupsPerQOS,
+	// --cgroups-per-qos). With it, nodelet refuses to start where it
+	// cannot manage them; false runs pods without, on purpose.
+	CgroupsPerQOS bool
+	// CgroupDriver is cgroupfs or systemd (cgroupDriver,
+	// --cgroup-driver); the runtime's own, when its RuntimeConfig tells
+	// it, wins, as with the kubelet's KubeletCgroupDriverFromCRI.
+	CgroupDriver string
+	// PodPidsLimit > 0 is each pod cgroup's process limit (podPidsLimit,
+	// --pod-max-pids; cgroup v2); -1 or 0 none.
+	PodPidsLimit int64
+	// MemoryQoS is the MemoryQoS feature gate (cgroup v2 only):
+	// memory.high from MemoryThrottlingFactor.
+	MemoryQoS bool
+	// MemoryThrottlingFactor is memoryThrottlingFactor, in (0, 1].
+	MemoryThrottlingFactor float64
 	// MaxPerPodContainer dead instances are kept per container (1).
 	MaxPerPodContainer int
 	// Port serves the authenticated kubelet API over HTTPS (0 disables).
@@ -203,6 +220,10 @@ func DefaultConfig(rootDir string) Config {
 		Auth:                        server.Auth{AuthorizationMode: server.AuthorizationNodeletGroups},
 		HealthzBindAddress:          "127.0.0.1",
 		CgroupRoot:                  "/sys/fs/cgroup",
+		CgroupsPerQOS:               true,
+		CgroupDriver:                "cgroupfs",
+		PodPidsLimit:                -1,
+		MemoryThrottlingFactor:      0.9,
 		HealthzPort:                 10248,
 		Address:                     "0.0.0.0",
 		MaxPerPodContainer:          1,
@@ -244,6 +265,12 @@ func (cfg Config) Validate() error {
 	}
 	if err := ValidateEvictionHard(cfg.EvictionHard); err != nil {
 		return err
+	}
+	if cfg.CgroupDriver != "cgroupfs" && cfg.CgroupDriver != "systemd" {
+		return fmt.Errorf("--cgroup-driver %q: want cgroupfs or systemd", cfg.CgroupDriver)
+	}
+	if cfg.MemoryThrottlingFactor <= 0 || cfg.MemoryThrottlingFactor > 1 {
+		return fmt.Errorf("memoryThrottlingFactor %v: want more than 0 and at most 1", cfg.MemoryThrottlingFactor)
 	}
 	for _, ip := range cfg.ClusterDNS {
 		if _, err := netip.ParseAddr(ip); err != nil {

@@ -142,7 +142,32 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 		cfg.ContainerLogMonitorInterval = kc.ContainerLogMonitorInterval.Duration
 	}
 	setString(&cfg.RuntimeEndpoint, kc.ContainerRuntimeEndpoint)
-	return f.unimplemented(), nil
+	return append(f.applyCgroups(cfg), f.unimplemented()...), nil
+}
+
+// applyCgroups sets the pod cgroup settings: cgroupsPerQOS, cgroupDriver,
+// podPidsLimit, memoryThrottlingFactor and, of featureGates, MemoryQoS
+// (a warning for each other gate the file sets).
+func (f *File) applyCgroups(cfg *Config) (warnings []string) {
+	kc := &f.Config
+	if kc.CgroupsPerQOS != nil {
+		cfg.CgroupsPerQOS = *kc.CgroupsPerQOS
+	}
+	setString(&cfg.CgroupDriver, kc.CgroupDriver)
+	if kc.PodPidsLimit != nil {
+		cfg.PodPidsLimit = *kc.PodPidsLimit
+	}
+	if kc.MemoryThrottlingFactor != nil {
+		cfg.MemoryThrottlingFactor = *kc.MemoryThrottlingFactor
+	}
+	for _, gate := range slices.Sorted(maps.Keys(kc.FeatureGates)) {
+		if gate == "MemoryQoS" {
+			cfg.MemoryQoS = kc.FeatureGates[gate]
+			continue
+		}
+		warnings = append(warnings, fmt.Sprintf("%s: featureGates.%s is not implemented by nodelet and is ignored (%v)", f.Path, gate, kc.FeatureGates[gate]))
+	}
+	return warnings
 }
 
 // applyServer sets the secure, read-only and healthz ports' settings.
@@ -261,13 +286,14 @@ var implemented = []string{
 	"eventRecordQPS", "eventBurst",
 	"evictionHard", "mergeDefaultEvictionSettings", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
-	"containerRuntimeEndpoint",
+	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
 }
 
 // behaves are unimplemented boolean and string fields with the value
 // nodelet behaves as (no warning for that value, one for any other):
-// pods always get QoS cgroups (cgroupfs), swap never stops nodelet.
-var behaves = map[string]any{"cgroupsPerQOS": true, "failSwapOn": false, "cgroupDriver": "cgroupfs"}
+// swap never stops nodelet; MemoryQoS reserves no memory (memory.min and
+// memory.low stay 0).
+var behaves = map[string]any{"failSwapOn": false, "memoryReservationPolicy": "None"}
 
 // unimplemented are the warnings for the fields the file sets that
 // nodelet does not implement, sorted. A field at its zero value ("0s",

@@ -46,6 +46,11 @@ type fileView struct {
 	NodeStatusUpdateFrequency                           string
 	NodeStatusReportFrequency                           string
 	NodeLeaseDurationSeconds                            int32
+	CgroupsPerQOS                                       bool
+	CgroupDriver                                        string
+	PodPidsLimit                                        int64
+	MemoryQoS                                           bool
+	MemoryThrottlingFactor                              float64
 	Warnings                                            []string
 }
 
@@ -66,7 +71,9 @@ func view(cfg Config, warnings []string) fileView {
 		RegisterWithTaints: cfg.RegisterWithTaints, KubeAPIQPS: cfg.KubeAPIQPS, KubeAPIBurst: cfg.KubeAPIBurst,
 		KubeAPIContentType: cfg.KubeAPIContentType, NodeStatusUpdateFrequency: cfg.NodeStatusUpdateFrequency.String(),
 		NodeStatusReportFrequency: cfg.NodeStatusReportFrequency.String(), NodeLeaseDurationSeconds: cfg.NodeLeaseDurationSeconds,
-		Warnings: warnings,
+		CgroupsPerQOS: cfg.CgroupsPerQOS, CgroupDriver: cfg.CgroupDriver, PodPidsLimit: cfg.PodPidsLimit, MemoryQoS: cfg.MemoryQoS,
+		MemoryThrottlingFactor: cfg.MemoryThrottlingFactor,
+		Warnings:               warnings,
 	}
 }
 
@@ -113,9 +120,9 @@ func TestFileMapsToConfig(t *testing.T) {
 	}
 }
 
-// The kubeadm file loads: the only warning is the systemd cgroup driver;
-// all the zero values kubeadm writes are defaults, not warnings.
-func TestKubeadmFileWarnsOnlyOnCgroupDriver(t *testing.T) {
+// The kubeadm file loads without a warning: its systemd cgroup driver is
+// taken, and all the zero values kubeadm writes are defaults.
+func TestKubeadmFileLoads(t *testing.T) {
 	f, err := ReadFile(filepath.Join("testdata", "kubeadm.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -125,8 +132,11 @@ func TestKubeadmFileWarnsOnlyOnCgroupDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "cgroupDriver") || !strings.Contains(warnings[0], "kubeadm.yaml") {
-		t.Errorf("warnings %q, want one about cgroupDriver naming the file", warnings)
+	if len(warnings) != 0 {
+		t.Errorf("warnings %q, want none", warnings)
+	}
+	if cfg.CgroupDriver != "systemd" {
+		t.Errorf("cgroupDriver %q, want systemd", cfg.CgroupDriver)
 	}
 	cfg.NodeName = "node-a"
 	cfg.Kubeconfig = "/etc/kubernetes/kubelet.conf"
@@ -197,12 +207,15 @@ func TestFileUnimplementedFieldsWarn(t *testing.T) {
 		doc  string
 		want string // "" for no warning
 	}{
-		{"cgroupDriver: systemd\n", "cgroupDriver"},
+		{"cgroupDriver: systemd\n", ""},
 		{"cgroupDriver: cgroupfs\n", ""},
 		{"failSwapOn: true\n", "failSwapOn"},
 		{"failSwapOn: false\n", ""},
-		{"cgroupsPerQOS: false\n", "cgroupsPerQOS"},
-		{"featureGates:\n  Foo: true\n", "featureGates"},
+		{"cgroupsPerQOS: false\n", ""},
+		{"featureGates:\n  Foo: true\n", "featureGates.Foo"},
+		{"featureGates:\n  MemoryQoS: true\n", ""},
+		{"memoryReservationPolicy: None\n", ""},
+		{"memoryReservationPolicy: TieredReservation\n", "memoryReservationPolicy"},
 		{"imageGCHighThresholdPercent: 90\n", "imageGCHighThresholdPercent"},
 		{"shutdownGracePeriod: 30s\n", "shutdownGracePeriod"},
 		{"shutdownGracePeriod: 0s\n", ""},
@@ -224,6 +237,41 @@ func TestFileUnimplementedFieldsWarn(t *testing.T) {
 		case tc.want != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], tc.want+" is not implemented")):
 			t.Errorf("%q: warnings %q, want one about %s", tc.doc, warnings, tc.want)
 		}
+	}
+}
+
+// The pod cgroup settings are taken from the file, and checked.
+func TestFileCgroupSettings(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	f, err := DecodeFile("c.yaml", []byte(head+"cgroupsPerQOS: false\ncgroupDriver: systemd\npodPidsLimit: 4096\n"+
+		"memoryThrottlingFactor: 0.8\nfeatureGates:\n  MemoryQoS: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig("/var/lib/nodelet")
+	if !cfg.CgroupsPerQOS || cfg.CgroupDriver != "cgroupfs" || cfg.PodPidsLimit != -1 || cfg.MemoryQoS || cfg.MemoryThrottlingFactor != 0.9 {
+		t.Errorf("defaults: %v %q %d %v %v", cfg.CgroupsPerQOS, cfg.CgroupDriver, cfg.PodPidsLimit, cfg.MemoryQoS, cfg.MemoryThrottlingFactor)
+	}
+	if _, err := f.Apply(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CgroupsPerQOS || cfg.CgroupDriver != "systemd" || cfg.PodPidsLimit != 4096 || !cfg.MemoryQoS || cfg.MemoryThrottlingFactor != 0.8 {
+		t.Errorf("applied: %v %q %d %v %v", cfg.CgroupsPerQOS, cfg.CgroupDriver, cfg.PodPidsLimit, cfg.MemoryQoS, cfg.MemoryThrottlingFactor)
+	}
+	cfg.NodeName = "n"
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.CgroupDriver = "upstart" },
+		func(c *Config) { c.MemoryThrottlingFactor = 0 },
+		func(c *Config) { c.MemoryThrottlingFactor = 1.5 },
+	} {
+		c := cfg
+		bad(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%q %v validates", c.CgroupDriver, c.MemoryThrottlingFactor)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -206,6 +206,9 @@ func (m *Manager) CgroupParent(pod *v1.Pod) string {
 	return cgroupfsName(m.top, podspec.QOSClass(pod), pod.UID)
 }
 
+// ContainerUnified is nil: the CRI Unified map is for cgroup v2 only.
+func (m *Manager) ContainerUnified(*v1.Pod, *v1.Container) map[string]string { return nil }
+
 // RemovePod removes the pod's cgroup, with whatever the runtime left under
 // it, deepest first, from every hierarchy, once no process is left in any
 // of them; else it removes nothing and returns an error wrapping

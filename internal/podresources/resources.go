@@ -1,11 +1,16 @@
 // Package podresources is beside the pipeline: it turns a pod's resource
 // requests and limits into what the runtime and the kernel enforce, as the
-// kubelet does on cgroup v1 with the cgroupfs driver. ContainerResources is
-// the CRI LinuxContainerResources of one container (CFS shares, quota and
-// period, memory limit, OOM score adjustment by QoS class), CgroupParent the
-// pod's cgroup under the QoS hierarchy (/kubepods, /kubepods/burstable,
-// /kubepods/besteffort), and Manager creates and removes those cgroups.
-// Everything but Manager is pure.
+// kubelet does. ContainerResources is the CRI LinuxContainerResources of
+// one container (CFS shares, quota and period, memory limit, OOM score
+// adjustment by QoS class) and ContainerUnified its cgroup v2 Unified map
+// (MemoryQoS's memory.high), CgroupParent the pod's cgroup under the QoS
+// hierarchy (/kubepods, /kubepods/burstable, /kubepods/besteffort). The
+// managers create and remove those cgroups: Manager on cgroup v1 with the
+// cgroupfs driver, UnifiedManager on cgroup v2 with the cgroupfs or the
+// systemd driver (kubepods.slice/kubepods-burstable.slice/...); Open picks
+// one for the host and Setup is how nodelet starts with them, refusing to
+// start where they cannot be managed. Everything but the managers, Open
+// and Setup is pure.
 package podresources
 
 import (

@@ -1,6 +1,9 @@
 package podresources
 
-import "syscall"
+import (
+	"fmt"
+	"syscall"
+)
 
 // Filesystem magic numbers (linux/magic.h).
 const (
@@ -25,4 +28,18 @@ func isCgroup2(path string) bool { return fsMagic(path) == cgroup2SuperMagic }
 func isCgroupFS(path string) bool {
 	m := fsMagic(path)
 	return m == cgroupSuperMagic || m == cgroup2SuperMagic
+}
+
+// cgroupVersion is 2 when root is a cgroup2 mount (the unified hierarchy,
+// as runc's IsCgroup2UnifiedMode tells it), else 1 (v1 or hybrid: a tmpfs
+// with the v1 hierarchies mounted in it).
+func cgroupVersion(root string) (int, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(root, &st); err != nil {
+		return 0, fmt.Errorf("cgroup root %s: %w", root, err)
+	}
+	if int64(st.Type) == cgroup2SuperMagic {
+		return 2, nil
+	}
+	return 1, nil
 }

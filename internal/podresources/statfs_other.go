@@ -6,3 +6,5 @@ package podresources
 
 func isCgroup2(string) bool  { return false }
 func isCgroupFS(string) bool { return false }
+
+func cgroupVersion(string) (int, error) { return 1, nil }

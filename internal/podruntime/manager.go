@@ -152,6 +152,9 @@ type Services interface {
 // PodCgroups names pod cgroups under the QoS hierarchy.
 type PodCgroups interface {
 	CgroupParent(pod *v1.Pod) string
+	// ContainerUnified is the CRI Unified map (cgroup v2 files) of a
+	// container, MemoryQoS's memory.high among them; nil for none.
+	ContainerUnified(pod *v1.Pod, c *v1.Container) map[string]string
 }
 
 // Manager creates, restarts and removes pods in the runtime.

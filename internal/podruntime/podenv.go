@@ -73,6 +73,9 @@ func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.C
 	securitycontext.ApplyImageUser(sc, uid, username)
 	extras.security = sc
 	extras.resources = podresources.ContainerResources(pod, c, m.opts.NodeMemoryCapacity)
+	if m.cgroups != nil {
+		extras.resources.Unified = m.cgroups.ContainerUnified(pod, c)
+	}
 	return nil
 }
 
