@@ -34,7 +34,8 @@ func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
 	}
 	cfg := a.cfg.Managed.Containerd
 	cfg.Dir = filepath.Join(a.cfg.RootDir, "containerd")
-	cfg.Mirror = reg.Addr()
+	// runc places containers as nodelet places pods (containerd's RuntimeConfig says so)
+	cfg.Mirror, cfg.SystemdCgroup = reg.Addr(), a.cfg.CgroupDriver == "systemd"
 	mgr := containerd.New(cfg, containerd.Deps{Clock: a.deps.Clock, Log: log.With("component", "containerd")})
 	if err := mgr.Start(ctx); err != nil {
 		_ = reg.Close()

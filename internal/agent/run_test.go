@@ -77,7 +77,7 @@ func TestRunReturnsStartupErrorInManagedMode(t *testing.T) {
 	cfg.NodeName = "n"
 	cfg.Port, cfg.HealthzPort = 0, 0
 	cfg.Managed.Containerd.Dir = filepath.Join(root, "containerd")
-	cfg.Managed.Containerd.Binary = self
+	cfg.Managed.Containerd.Binary, cfg.Managed.Containerd.Major = self, 2 // the fake is not asked its version
 	cfg.Managed.Containerd.Env = append(os.Environ(), fakeContainerdEnv+"=1")
 	cfg.Managed.Images = registry.SeedSpec{PauseBinary: busybox, BusyboxBinary: busybox}
 	var logs testutil.SyncBuffer

@@ -56,13 +56,11 @@ func startProcess(c Config) (process, error) {
 	return cmdProcess{cmd}, nil
 }
 
-// binaryDirFirst returns env (the process's own when nil) with the
-// directory of binary, when it names one, first on PATH.
+// binaryDirFirst returns env with the directory of binary, when it names
+// one, first on PATH. A nil env stays nil: the child inherits nodelet's
+// environment unchanged (cmd/nodelet always gives one).
 func binaryDirFirst(env []string, binary string) []string {
-	if env == nil {
-		env = os.Environ()
-	}
-	if !strings.ContainsRune(binary, '/') {
+	if env == nil || !strings.ContainsRune(binary, '/') {
 		return env
 	}
 	dir := filepath.Dir(binary)
