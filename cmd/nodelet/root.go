@@ -254,6 +254,7 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary string
 		cfg.HostResolvConf, _ = readSmallFile(cfg.ResolvConf)
 	}
 	cfg.HostHosts, _ = readSmallFile("/etc/hosts")
+	cfg.UserNamespaces.KubeletUser = kubeletUser()
 	if cfg.Kubeconfig != "" {
 		// What the Node reports of the machine; a part that cannot be
 		// read is left empty, as the kubelet leaves it.

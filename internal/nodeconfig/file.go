@@ -142,6 +142,9 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 		cfg.ContainerLogMonitorInterval = kc.ContainerLogMonitorInterval.Duration
 	}
 	setString(&cfg.RuntimeEndpoint, kc.ContainerRuntimeEndpoint)
+	if un := kc.UserNamespaces; un != nil && un.IDsPerPod != nil {
+		cfg.UserNamespaces.IDsPerPod = *un.IDsPerPod
+	}
 	return f.unimplemented(), nil
 }
 
@@ -261,7 +264,7 @@ var implemented = []string{
 	"eventRecordQPS", "eventBurst",
 	"evictionHard", "mergeDefaultEvictionSettings", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
-	"containerRuntimeEndpoint",
+	"containerRuntimeEndpoint", "userNamespaces",
 }
 
 // behaves are unimplemented boolean and string fields with the value
