@@ -2,8 +2,9 @@
 // containers' security contexts into the CRI's, as the kubelet does on
 // Linux. Effective merges the pod's and a container's contexts, Container
 // and Sandbox build the CRI LinuxContainerSecurityContext and
-// LinuxSandboxSecurityContext (capabilities, privileged, namespaces, users
-// and groups, no_new_privs, seccomp, masked and read-only paths), Sysctls
+// LinuxSandboxSecurityContext (capabilities, privileged, namespaces with
+// the pod's own user namespace when it has one, users and groups,
+// no_new_privs, seccomp, masked and read-only paths), Sysctls
 // admits only the kubelet's safe sysctls, and VerifyRunAsNonRoot refuses a
 // container that would run as root against runAsNonRoot. Pure: no I/O.
 package securitycontext

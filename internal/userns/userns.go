@@ -268,7 +268,9 @@ func (m *Manager) CheckRuntime(ctx context.Context) error {
 			if h.GetFeatures().GetUserNamespaces() {
 				return nil
 			}
-			return fmt.Errorf("can't set `spec.hostUsers: false`, %s", what)
+			// containerd 2 reports them when its OCI runtime lists the user
+			// namespace and idmapped mounts among its features.
+			return fmt.Errorf("can't set `spec.hostUsers: false`, %s (containerd 2 supports them with runc 1.2 or newer, which has idmapped mounts)", what)
 		}
 	}
 	return fmt.Errorf("can't set `spec.hostUsers: false`, %s: the handler %q is not known", what, m.opts.RuntimeHandler)

@@ -264,14 +264,15 @@ func uids(pods []types.UID) []string {
 // gets the kubelet's message, and nothing is written.
 func TestAllocateAsksTheRuntime(t *testing.T) {
 	const unsupported = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+	const runcHint = " (containerd 2 supports them with runc 1.2 or newer, which has idmapped mounts)"
 	for name, tc := range map[string]struct {
 		rt      RuntimeStatus
 		handler string
 		wantErr string
 	}{
 		"containerd 1.6: no handlers (the cri-api fake)": {rt: critest.NewFakeRuntimeService(), wantErr: unsupported + " (it reports no runtime handler features; containerd 2.0 or newer does)"},
-		"handler without user namespaces":                {rt: &runtime{handlers: []*runtimeapi.RuntimeHandler{{Name: "", Features: &runtimeapi.RuntimeHandlerFeatures{}}}}, wantErr: unsupported},
-		"handler without features":                       {rt: &runtime{handlers: []*runtimeapi.RuntimeHandler{{Name: ""}}}, wantErr: unsupported},
+		"handler without user namespaces":                {rt: &runtime{handlers: []*runtimeapi.RuntimeHandler{{Name: "", Features: &runtimeapi.RuntimeHandlerFeatures{}}}}, wantErr: unsupported + runcHint},
+		"handler without features":                       {rt: &runtime{handlers: []*runtimeapi.RuntimeHandler{{Name: ""}}}, wantErr: unsupported + runcHint},
 		"status fails":                                   {rt: &runtime{err: errors.New("connection refused")}, wantErr: unsupported + ": runtime status: connection refused"},
 		"named handler unknown": {rt: &runtime{handlers: []*runtimeapi.RuntimeHandler{{Name: "", Features: &runtimeapi.RuntimeHandlerFeatures{UserNamespaces: true}}}},
 			handler: "kata", wantErr: "can't set `spec.hostUsers: false`, RuntimeClass handler \"kata\" does not support user namespaces: the handler \"kata\" is not known"},
