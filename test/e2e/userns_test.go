@@ -83,7 +83,9 @@ func TestUserNamespacesRefusedWithoutRuntimeSupport(t *testing.T) {
 // /proc/self/uid_map and gid_map map IDs 0-65535 to one block of 65536
 // host IDs at or above 65536, the one nodelet wrote in the pod's
 // directory; its emptyDir is its root's (an idmapped mount). A pod on the
-// host's user namespace sees the identity mapping.
+// host's user namespace sees the identity mapping. After a restart of
+// nodelet the pod keeps its container and block, and a new pod gets
+// another.
 func TestUserNamespaceMapping(t *testing.T) {
 	if ok, why := runtimeUserNamespaces(t); !ok {
 		t.Skipf("the runtime at %s does not support user namespaces (%s); containerd 2.0 or newer with runc 1.2 or newer does",
@@ -98,7 +100,7 @@ func TestUserNamespaceMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := filepath.Join(shared.work, "root-userns")
-	n, dir, _ := lifecycleNodelet(t, "userns")
+	n, dir, args := lifecycleNodelet(t, "userns")
 	writeManifest(t, dir, "own.yaml", fmt.Sprintf(usernsPod, "own", false))
 	writeManifest(t, dir, "host.yaml", fmt.Sprintf(usernsPod, "host", true))
 	waitContainerRunning(t, 90*time.Second, "own-e2e", "main")
@@ -133,6 +135,26 @@ func TestUserNamespaceMapping(t *testing.T) {
 		t.Errorf("the emptyDir in the pod is owned by %s, want 0:0 (an idmapped mount)", owner)
 	}
 	execOut(t, "own-e2e", "main", "touch", "/scratch/written")
+
+	// A restarted nodelet keeps the running pod's block and its container,
+	// and gives a new pod another block.
+	before, _ := runningContainer(context.Background(), shared.rt, "own-e2e", "main")
+	if err := n.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	n = startNodelet(t, args...)
+	writeManifest(t, dir, "second.yaml", fmt.Sprintf(usernsPod, "second", false))
+	waitContainerRunning(t, 60*time.Second, "second-e2e", "main")
+	if after, err := runningContainer(context.Background(), shared.rt, "own-e2e", "main"); err != nil || after.Id != before.Id {
+		t.Errorf("own-e2e's container after the restart: %v, %v (was %s)", after, err, before.Id)
+	}
+	if got := strings.Fields(execOut(t, "own-e2e", "main", "cat", "/proc/self/uid_map")); len(got) != 3 || got[1] != strconv.FormatUint(uint64(hostID), 10) {
+		t.Errorf("own-e2e's uid_map after the restart: %q, want host ID %d", got, hostID)
+	}
+	second := strings.Fields(execOut(t, "second-e2e", "main", "cat", "/proc/self/uid_map"))
+	if len(second) != 3 || second[0] != "0" || second[2] != "65536" || second[1] == strconv.FormatUint(uint64(hostID), 10) {
+		t.Errorf("second-e2e's uid_map %q: want its own block, not %d", second, hostID)
+	}
 }
 
 // mappingInFile is the host ID of the one mapping of a userns file, after
