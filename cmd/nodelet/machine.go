@@ -3,14 +3,18 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/user"
 	"runtime"
 	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/userns"
 )
 
 // machineCapacity is the node's CPUs and memory, and the memory in bytes.
@@ -93,4 +97,26 @@ func parseSize(s string) (int64, error) {
 		return 0, err
 	}
 	return q.Value(), nil
+}
+
+// kubeletUser is the node's "kubelet" user with its /etc/subuid and
+// /etc/subgid, whose one entry is the range of the pods' user namespaces
+// (the kubelet's getKubeletMappings); nil when there is no such user.
+// Each file is read up to one byte past userns.MaxSubIDFile, so that a
+// larger one is refused by its size.
+func kubeletUser() *userns.KubeletUser {
+	u, err := user.Lookup("kubelet")
+	if err != nil {
+		return nil
+	}
+	read := func(path string) []byte {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil
+		}
+		defer f.Close()
+		b, _ := io.ReadAll(io.LimitReader(f, userns.MaxSubIDFile+1))
+		return b
+	}
+	return &userns.KubeletUser{Name: u.Username, UID: u.Uid, SubUID: read("/etc/subuid"), SubGID: read("/etc/subgid")}
 }

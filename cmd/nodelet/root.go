@@ -260,6 +260,7 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, conta
 		cfg.HostResolvConf, _ = readSmallFile(cfg.ResolvConf)
 	}
 	cfg.HostHosts, _ = readSmallFile("/etc/hosts")
+	cfg.UserNamespaces.KubeletUser = kubeletUser()
 	if cfg.Kubeconfig != "" {
 		// What the Node reports of the machine; a part that cannot be
 		// read is left empty, as the kubelet leaves it.

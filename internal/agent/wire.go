@@ -43,6 +43,7 @@ import (
 	"github.com/nodelet/nodelet/internal/statussync"
 	"github.com/nodelet/nodelet/internal/syncloop"
 	"github.com/nodelet/nodelet/internal/token"
+	"github.com/nodelet/nodelet/internal/userns"
 	"github.com/nodelet/nodelet/internal/volume"
 )
 
@@ -141,24 +142,23 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	}
 	volumes := volume.New(cfg.RootDir, objs, envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}, log, volumeOpts...)
 	var resources []housekeeping.Resource
-	var cgroups podruntime.PodCgroups
 	cg, err := podresources.Setup(podresources.SetupConfig{CgroupsPerQOS: cfg.CgroupsPerQOS, Root: cfg.CgroupRoot,
 		Driver: cfg.CgroupDriver, PodPidsLimit: cfg.PodPidsLimit, MemoryQoS: cfg.MemoryQoS, MemoryThrottlingFactor: cfg.MemoryThrottlingFactor,
 		NodeAllocatableMemory: cfg.Allocatable.Memory().Value(), NodeName: cfg.NodeName, Runtime: rt, Events: recorder, Log: log})
 	if err != nil {
 		return nil, err
 	}
-	if cg != nil {
-		cgroups = cg
+	if cg != nil { // an interface: nil stays nil in podruntime.Deps
 		hooks = append(hooks, podhooks.Cgroup{Cgroups: cg})
 		resources = append(resources, podhooks.Cgroup{Cgroups: cg})
 	}
 	if cl != nil { // the objects a pod refers to are watched before its volumes are set up
 		hooks = append(hooks, podhooks.Objects{Registry: cl.watcher})
 	}
-	volumeHook := podhooks.Volumes{Volumes: volumes, Recorder: recorder}
-	hooks = append(hooks, volumeHook, podhooks.Probes{Prober: p.prober})
-	resources = append(resources, volumeHook)
+	uns := userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log}) // hostUsers: false
+	usernsHook, volumeHook := podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, podhooks.Volumes{Volumes: volumes, Recorder: recorder}
+	hooks = append(hooks, usernsHook, volumeHook, podhooks.Probes{Prober: p.prober})
+	resources = append(resources, volumeHook, usernsHook)
 
 	// 5. The runtime manager, and 4. the pod workers over it.
 	runtime := podruntime.New(rt, podruntime.Options{
@@ -167,7 +167,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), NodeMemoryCapacity: cfg.MemoryCapacity,
 		MaxParallelSandboxes: cfg.MaxParallelSandboxes,
 	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Probes: p.prober, Objects: objs, Services: services,
-		Cgroups: cgroups, Volumes: volumes, PodStartDuration: m.PodStartDuration, PodStartStages: m})
+		Cgroups: cg, Volumes: volumes, UserNamespaces: uns, PodStartDuration: m.PodStartDuration, PodStartStages: m})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
 	var onFinished func(types.UID)

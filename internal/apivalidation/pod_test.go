@@ -61,6 +61,21 @@ func TestPodRejects(t *testing.T) {
 		want   string
 	}{
 		{
+			"hostUsers false with hostNetwork",
+			func(p *v1.Pod) { p.Spec.HostUsers, p.Spec.HostNetwork = ptr(false), true },
+			"spec.hostNetwork: Forbidden: when `hostUsers` is false",
+		},
+		{
+			"hostUsers false with hostPID",
+			func(p *v1.Pod) { p.Spec.HostUsers, p.Spec.HostPID = ptr(false), true },
+			"spec.HostPID: Forbidden: when `hostUsers` is false",
+		},
+		{
+			"hostUsers false with hostIPC",
+			func(p *v1.Pod) { p.Spec.HostUsers, p.Spec.HostIPC = ptr(false), true },
+			"spec.HostIPC: Forbidden: when `hostUsers` is false",
+		},
+		{
 			"duplicate volume names",
 			func(p *v1.Pod) { p.Spec.Volumes = []v1.Volume{emptyDir("data"), emptyDir("data")} },
 			`spec.volumes[1].name: Duplicate value: "data"`,
@@ -271,6 +286,7 @@ func TestPodAccepts(t *testing.T) {
 				{Name: "all", MountPath: "/etc/all"},
 			}
 		}},
+		{"own user namespace", func(p *v1.Pod) { p.Spec.HostUsers = ptr(false) }},
 		{"hostNetwork with ports", func(p *v1.Pod) {
 			p.Spec.HostNetwork = true
 			p.Spec.DNSPolicy = v1.DNSClusterFirstWithHostNet

@@ -7,6 +7,7 @@ package nodeconfig
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/userns"
 )
 
 // Config is everything the agent is told, already parsed from flags and
@@ -135,6 +137,29 @@ type Config struct {
 
 	// Managed holds the settings of the managed runtime.
 	Managed ManagedConfig
+
+	// UserNamespaces are the settings of pods' user namespaces
+	// (hostUsers: false).
+	UserNamespaces UserNamespaces
+}
+
+// UserNamespaceOptions are the settings of the pods' user namespaces
+// (userns.Manager) under <root-dir>/pods.
+func (cfg Config) UserNamespaceOptions() userns.Options {
+	return userns.Options{PodsDir: filepath.Join(cfg.RootDir, "pods"), IDsPerPod: cfg.UserNamespaces.IDsPerPod,
+		MaxPods: cfg.MaxPods, Kubelet: cfg.UserNamespaces.KubeletUser}
+}
+
+// UserNamespaces are the settings of pods' user namespaces.
+type UserNamespaces struct {
+	// IDsPerPod is each pod's block of host IDs (KubeletConfiguration
+	// userNamespaces.idsPerPod): a multiple of 65536 below 2^32.
+	IDsPerPod int64
+	// KubeletUser is the node's "kubelet" user with its /etc/subuid and
+	// /etc/subgid (read by cmd/nodelet: machine facts), whose one entry is
+	// the pods' range; nil: there is no such user, and the range is every
+	// ID from IDsPerPod up.
+	KubeletUser *userns.KubeletUser
 }
 
 // ClusterConfig are the settings of cluster mode, by the kubelet's flag
@@ -232,6 +257,7 @@ func DefaultConfig(rootDir string) Config {
 		ContainerLogMonitorInterval: 10 * time.Second,
 		ResolvConf:                  "/etc/resolv.conf",
 		EvictionHard:                DefaultEvictionHard(),
+		UserNamespaces:              UserNamespaces{IDsPerPod: userns.DefaultIDsPerPod},
 		ClusterConfig: ClusterConfig{
 			RegisterNode:                       true,
 			KubeAPIQPS:                         50,
@@ -279,6 +305,9 @@ func (cfg Config) Validate() error {
 	}
 	if err := cfg.ClusterConfig.validate(); err != nil {
 		return err
+	}
+	if ids := cfg.UserNamespaces.IDsPerPod; ids < userns.DefaultIDsPerPod || ids%userns.DefaultIDsPerPod != 0 || ids > math.MaxUint32 {
+		return fmt.Errorf("userNamespaces.idsPerPod %d must be a multiple of %d, at least that and at most %d", ids, userns.DefaultIDsPerPod, int64(math.MaxUint32))
 	}
 	return server.CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth)
 }

@@ -142,6 +142,9 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 		cfg.ContainerLogMonitorInterval = kc.ContainerLogMonitorInterval.Duration
 	}
 	setString(&cfg.RuntimeEndpoint, kc.ContainerRuntimeEndpoint)
+	if un := kc.UserNamespaces; un != nil && un.IDsPerPod != nil {
+		cfg.UserNamespaces.IDsPerPod = *un.IDsPerPod
+	}
 	return append(f.applyCgroups(cfg), f.unimplemented()...), nil
 }
 
@@ -287,6 +290,7 @@ var implemented = []string{
 	"evictionHard", "mergeDefaultEvictionSettings", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
+	"userNamespaces",
 }
 
 // behaves are unimplemented boolean and string fields with the value

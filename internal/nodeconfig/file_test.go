@@ -326,3 +326,35 @@ func TestReadFileBounded(t *testing.T) {
 		t.Errorf("missing: %v", err)
 	}
 }
+
+// userNamespaces.idsPerPod is read from the file without a warning and
+// checked by the kubelet's rules.
+func TestFileUserNamespacesIDsPerPod(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, tc := range []struct {
+		ids     string
+		want    int64
+		wantErr string
+	}{
+		{"", 65536, ""},
+		{"userNamespaces:\n  idsPerPod: 131072\n", 131072, ""},
+		{"userNamespaces:\n  idsPerPod: 1000\n", 1000, "userNamespaces.idsPerPod 1000 must be a multiple of 65536"},
+		{"userNamespaces:\n  idsPerPod: 0\n", 0, "userNamespaces.idsPerPod 0"},
+		{"userNamespaces:\n  idsPerPod: 4295032832\n", 4295032832, "at most 4294967295"},
+	} {
+		f, err := DecodeFile("c.yaml", []byte(head+tc.ids))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig("/var/lib/nodelet")
+		cfg.NodeName = "node-1"
+		warnings, err := f.Apply(&cfg)
+		if err != nil || len(warnings) != 0 || cfg.UserNamespaces.IDsPerPod != tc.want {
+			t.Errorf("%q: idsPerPod %d, warnings %q, err %v", tc.ids, cfg.UserNamespaces.IDsPerPod, warnings, err)
+		}
+		err = cfg.Validate()
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%q: Validate = %v, want %q", tc.ids, err, tc.wantErr)
+		}
+	}
+}

@@ -12,8 +12,10 @@
 //  2. Objects (cluster mode): the API objects the pod refers to,
 //     registered so that they are watched before volumes and env read
 //     them, and unregistered once the volumes are gone;
-//  3. Volumes: the pod's volumes, refreshed on every sync;
-//  4. Probes: the pod's probe workers (bound to running containers by
+//  3. UserNamespaces: the block of host IDs of a pod with hostUsers:
+//     false, given before its volumes and freed after they are gone;
+//  4. Volumes: the pod's volumes, refreshed on every sync;
+//  5. Probes: the pod's probe workers (bound to running containers by
 //     the status they hear of).
 package podhooks
 
@@ -24,6 +26,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/userns"
 )
 
 // CgroupManager is what the Cgroup hook needs of podresources.Manager.
@@ -76,6 +80,47 @@ func (h Objects) Cleanup(_ context.Context, pod *v1.Pod) error {
 	h.Registry.UnregisterPod(pod)
 	return nil
 }
+
+// UserNamespaceManager is what the UserNamespaces hook needs of
+// userns.Manager.
+type UserNamespaceManager interface {
+	// Allocate gives the pod its block of host IDs (the one it has if
+	// any), after asking the runtime whether it supports user namespaces.
+	Allocate(ctx context.Context, pod *v1.Pod) (userns.Mapping, error)
+	Release(podUID types.UID) error
+	Pods() ([]types.UID, error)
+}
+
+// UserNamespaces gives a pod with hostUsers: false its user namespace's
+// block of host IDs before its first sync and frees it once the pod is
+// cleaned up. A pod that cannot have one (the runtime does not support
+// user namespaces, say) stays pending, with the kubelet's
+// FailedCreatePodSandBox event saying why, and is retried.
+type UserNamespaces struct {
+	Manager  UserNamespaceManager
+	Recorder Recorder
+}
+
+func (UserNamespaces) Name() string { return "user namespace" }
+
+func (h UserNamespaces) Prepare(ctx context.Context, pod *v1.Pod) error {
+	if !userns.Wants(pod) {
+		return nil
+	}
+	if _, err := h.Manager.Allocate(ctx, pod); err != nil {
+		if ctx.Err() == nil {
+			h.Recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+oneLine(err))
+		}
+		return err
+	}
+	return nil
+}
+
+func (h UserNamespaces) Cleanup(_ context.Context, pod *v1.Pod) error {
+	return h.Manager.Release(pod.UID)
+}
+
+func (h UserNamespaces) Holding() ([]types.UID, error) { return h.Manager.Pods() }
 
 // VolumeManager is what the Volumes hook needs of volume.Manager.
 type VolumeManager interface {

@@ -8,6 +8,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/userns"
 )
 
 type fakeVolumes struct {
@@ -90,5 +92,57 @@ func TestObjectsRegistersAndUnregisters(t *testing.T) {
 	}
 	if got := strings.Join(reg.calls, ", "); got != "register u1, register u1, unregister u1" {
 		t.Errorf("calls: %s", got)
+	}
+}
+
+type fakeUserns struct {
+	err       error
+	allocated []types.UID
+	released  []types.UID
+}
+
+func (f *fakeUserns) Allocate(_ context.Context, pod *v1.Pod) (userns.Mapping, error) {
+	f.allocated = append(f.allocated, pod.UID)
+	return userns.Mapping{HostID: 65536, Length: 65536}, f.err
+}
+func (f *fakeUserns) Release(uid types.UID) error {
+	f.released = append(f.released, uid)
+	return nil
+}
+func (f *fakeUserns) Pods() ([]types.UID, error) { return []types.UID{"u"}, nil }
+
+// Only a pod with hostUsers: false gets a block; one that cannot is the
+// kubelet's FailedCreatePodSandBox event, in one line; Cleanup releases by
+// UID alone (an orphan's spec is unknown).
+func TestUserNamespaces(t *testing.T) {
+	mk := func(uid string, hostUsers *bool) *v1.Pod {
+		p := &v1.Pod{Spec: v1.PodSpec{HostUsers: hostUsers}}
+		p.UID = types.UID(uid)
+		return p
+	}
+	no, yes := false, true
+	f, ev := &fakeUserns{}, &events{}
+	h := UserNamespaces{Manager: f, Recorder: ev}
+	for _, p := range []*v1.Pod{mk("default", nil), mk("host", &yes), mk("own", &no)} {
+		if err := h.Prepare(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(f.allocated) != 1 || f.allocated[0] != "own" || len(*ev) != 0 {
+		t.Errorf("allocated %v, events %q", f.allocated, *ev)
+	}
+	f.err = errors.New("can't set `spec.hostUsers: false`, runtime does not support user namespaces\n(more)")
+	if err := h.Prepare(context.Background(), mk("refused", &no)); !errors.Is(err, f.err) {
+		t.Fatalf("Prepare = %v", err)
+	}
+	want := "Warning FailedCreatePodSandBox Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces (more)"
+	if len(*ev) != 1 || (*ev)[0] != want {
+		t.Errorf("events %q\nwant %q", *ev, want)
+	}
+	if err := h.Cleanup(context.Background(), mk("orphan", nil)); err != nil || len(f.released) != 1 || f.released[0] != "orphan" {
+		t.Errorf("cleanup: %v %v", err, f.released)
+	}
+	if held, err := h.Holding(); err != nil || len(held) != 1 {
+		t.Errorf("holding %v %v", held, err)
 	}
 }

@@ -40,7 +40,7 @@ func TestSyncPodPodCgroups(t *testing.T) {
 		}
 	}
 	// The fake runtime keeps no sandbox config: the config as built.
-	net, _, err := f.m.sandboxNet(pod)
+	net, _, err := f.m.sandboxNet(pod, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,6 +100,20 @@ type Deps struct {
 	// Volumes, when set, gives containers their volume mounts (the
 	// volumes hook sets the volumes up before the sync).
 	Volumes Volumes
+	// UserNamespaces, when set, gives pods with hostUsers: false their
+	// user namespace (the user namespaces hook allocates it before the
+	// sync); without it such pods are refused.
+	UserNamespaces UserNamespaces
+}
+
+// UserNamespaces are the pods' user namespaces (userns.Manager).
+type UserNamespaces interface {
+	// PodUserNamespace is the pod's CRI user namespace option: nil on the
+	// host's, its ID mappings for a pod with hostUsers: false.
+	PodUserNamespace(pod *v1.Pod) (*runtimeapi.UserNamespace, error)
+	// CheckRuntime fails, saying why, unless the runtime supports user
+	// namespaces; asked before every sandbox of such a pod is created.
+	CheckRuntime(ctx context.Context) error
 }
 
 // Options tune the manager.
@@ -172,6 +186,7 @@ type Manager struct {
 	services Services
 	cgroups  PodCgroups
 	volumes  Volumes
+	userns   UserNamespaces
 
 	pulls *imagePuller
 	// sandboxes is a counting semaphore over RunPodSandbox; nil: no bound.
@@ -209,7 +224,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, services: deps.Services, cgroups: deps.Cgroups, volumes: deps.Volumes,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, services: deps.Services, cgroups: deps.Cgroups, volumes: deps.Volumes, userns: deps.UserNamespaces,
 		pulls: newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {

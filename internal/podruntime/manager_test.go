@@ -229,7 +229,7 @@ func TestPullNeverWithoutImage(t *testing.T) {
 func TestHostNetworkPodHasNoHostname(t *testing.T) {
 	pod := testPod()
 	pod.Spec.HostNetwork = true
-	sc, _, err := securitycontext.Sandbox(pod, "")
+	sc, _, err := securitycontext.Sandbox(pod, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

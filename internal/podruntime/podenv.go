@@ -2,6 +2,7 @@ package podruntime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,9 +25,22 @@ type configError struct{ err error }
 func (e *configError) Error() string { return e.err.Error() }
 func (e *configError) Unwrap() error { return e.err }
 
+// podUserNamespace is the pod's user namespace: nil on the host's, its ID
+// mappings for a pod with hostUsers: false.
+func (m *Manager) podUserNamespace(pod *v1.Pod) (*runtimeapi.UserNamespace, error) {
+	if pod.Spec.HostUsers == nil || *pod.Spec.HostUsers {
+		return nil, nil
+	}
+	if m.userns == nil {
+		return nil, errors.New("can't set `spec.hostUsers: false`: user namespaces are not configured on this node")
+	}
+	return m.userns.PodUserNamespace(pod)
+}
+
 // sandboxNet computes the pod's hostname, DNS config, cgroup parent and
-// security context; warnings are for events.
-func (m *Manager) sandboxNet(pod *v1.Pod) (sandboxNet, []string, error) {
+// security context (with userNS, its user namespace); warnings are for
+// events.
+func (m *Manager) sandboxNet(pod *v1.Pod, userNS *runtimeapi.UserNamespace) (sandboxNet, []string, error) {
 	hostname, _, err := podnet.Hostname(pod, m.opts.ClusterDomain)
 	if err != nil {
 		return sandboxNet{}, nil, fmt.Errorf("pod hostname: %w", err)
@@ -39,15 +53,19 @@ func (m *Manager) sandboxNet(pod *v1.Pod) (sandboxNet, []string, error) {
 	if m.cgroups != nil {
 		net.cgroupParent = m.cgroups.CgroupParent(pod)
 	}
-	if net.security, net.sysctls, err = securitycontext.Sandbox(pod, m.opts.SeccompRoot); err != nil {
+	if net.security, net.sysctls, err = securitycontext.Sandbox(pod, m.opts.SeccompRoot, userNS); err != nil {
 		return sandboxNet{}, nil, fmt.Errorf("pod security context: %w", err)
 	}
 	return net, warnings, nil
 }
 
 // securityAndResources builds the container's CRI security context (with
-// the image's user, after refusing root under runAsNonRoot) and resources.
-func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.Container, img image, extras *containerExtras) error {
+// the image's user, after refusing root under runAsNonRoot, and the pod's
+// user namespace userNS) and resources. With a user namespace, every
+// mount carries its ID mappings, as the kubelet gives them, for the
+// runtime to make it an idmapped mount.
+func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.Container, img image, userNS *runtimeapi.UserNamespace,
+	extras *containerExtras) error {
 	status := img.status
 	if status == nil { // just pulled: ask for the image's user
 		if st, err := m.rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: img.ref}); err == nil {
@@ -66,11 +84,16 @@ func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.C
 	if err := securitycontext.VerifyRunAsNonRoot(pod, c, uid, username); err != nil {
 		return &configError{err}
 	}
-	sc, err := securitycontext.Container(pod, c, m.opts.SeccompRoot)
+	sc, err := securitycontext.Container(pod, c, m.opts.SeccompRoot, userNS)
 	if err != nil {
 		return &configError{err}
 	}
 	securitycontext.ApplyImageUser(sc, uid, username)
+	if userNS != nil {
+		for _, mnt := range extras.mounts {
+			mnt.UidMappings, mnt.GidMappings = userNS.GetUids(), userNS.GetGids()
+		}
+	}
 	extras.security = sc
 	extras.resources = podresources.ContainerResources(pod, c, m.opts.NodeMemoryCapacity)
 	if m.cgroups != nil {

@@ -140,7 +140,12 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		return unprepared
 	}
 	// Step 3: sandbox.
-	net, warnings, err := m.sandboxNet(pod)
+	userNS, err := m.podUserNamespace(pod)
+	if err != nil {
+		m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
+		return fmt.Errorf("user namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	net, warnings, err := m.sandboxNet(pod, userNS)
 	if err != nil {
 		m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", err.Error())
 		return err
@@ -151,6 +156,14 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	if actions.CreateSandbox {
 		for _, w := range warnings {
 			m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", w)
+		}
+		// A runtime that does not know user namespaces would run the pod
+		// on the host's: ask before every sandbox.
+		if userNS != nil {
+			if err := m.userns.CheckRuntime(ctx); err != nil {
+				m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
+				return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			}
 		}
 		if m.sandboxes != nil {
 			select {
@@ -244,7 +257,8 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
-	if err := m.securityAndResources(ctx, pod, c, img, &extras); err != nil {
+	userNS := a.sandboxCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
+	if err := m.securityAndResources(ctx, pod, c, img, userNS, &extras); err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("container %q: %w", c.Name, err)

@@ -107,8 +107,13 @@ func normalizeSysctl(name string) string {
 // pod's profile, checked here against seccompRoot, applies to its
 // containers). Sysctls are those of Sysctls: an unsafe one is an error
 // (*SysctlForbiddenError).
-func Sandbox(pod *v1.Pod, seccompRoot string) (*runtimeapi.LinuxSandboxSecurityContext, map[string]string, error) {
-	ns, err := namespaces(pod)
+//
+// userNS is the pod's own user namespace (the kubelet's UsernsOptions:
+// mode POD with its UID and GID mappings), required for a pod with
+// hostUsers: false and refused for any other; the same goes into every
+// container's context.
+func Sandbox(pod *v1.Pod, seccompRoot string, userNS *runtimeapi.UserNamespace) (*runtimeapi.LinuxSandboxSecurityContext, map[string]string, error) {
+	ns, err := namespaces(pod, userNS)
 	if err != nil {
 		return nil, nil, err
 	}

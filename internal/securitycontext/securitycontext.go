@@ -2,8 +2,9 @@
 // containers' security contexts into the CRI's, as the kubelet does on
 // Linux. Effective merges the pod's and a container's contexts, Container
 // and Sandbox build the CRI LinuxContainerSecurityContext and
-// LinuxSandboxSecurityContext (capabilities, privileged, namespaces, users
-// and groups, no_new_privs, seccomp, masked and read-only paths), Sysctls
+// LinuxSandboxSecurityContext (capabilities, privileged, namespaces with
+// the pod's own user namespace when it has one, users and groups,
+// no_new_privs, seccomp, masked and read-only paths), Sysctls
 // admits only the kubelet's safe sysctls, and VerifyRunAsNonRoot refuses a
 // container that would run as root against runAsNonRoot. Pure: no I/O.
 package securitycontext
@@ -106,7 +107,8 @@ const capSysAdmin = "SYS_ADMIN"
 //     options from the effective context (run_as_username is never set
 //     here: see ApplyImageUser);
 //   - namespace options from the pod (hostNetwork, hostIPC, hostPID,
-//     shareProcessNamespace);
+//     shareProcessNamespace) and userNS, the pod's user namespace (see
+//     Sandbox);
 //   - supplemental groups: the pod's fsGroup, then its supplementalGroups,
 //     and the supplementalGroupsPolicy;
 //   - no_new_privs when allowPrivilegeEscalation is false, never for a
@@ -118,10 +120,10 @@ const capSysAdmin = "SYS_ADMIN"
 //   - the default masked and read-only paths, none for an Unmasked
 //     procMount.
 //
-// It fails for a pod asking for user namespaces (hostUsers: false), which
-// nodelet does not support, and for a malformed seccomp profile.
-func Container(pod *v1.Pod, c *v1.Container, seccompRoot string) (*runtimeapi.LinuxContainerSecurityContext, error) {
-	ns, err := namespaces(pod)
+// It fails for a malformed seccomp profile and for a userNS that does not
+// fit the pod's hostUsers.
+func Container(pod *v1.Pod, c *v1.Container, seccompRoot string, userNS *runtimeapi.UserNamespace) (*runtimeapi.LinuxContainerSecurityContext, error) {
+	ns, err := namespaces(pod, userNS)
 	if err != nil {
 		return nil, err
 	}
@@ -257,15 +259,23 @@ func seccompProfile(profile *v1.SeccompProfile, root string) (*runtimeapi.Securi
 
 // namespaces is the pod's namespace options: the node's network, IPC and
 // PID namespaces when asked for, else the pod's (PID: the container's own
-// unless shareProcessNamespace).
-func namespaces(pod *v1.Pod) (*runtimeapi.NamespaceOption, error) {
-	if pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers {
-		return nil, errors.New("user namespaces (hostUsers: false) are not supported")
+// unless shareProcessNamespace); userNS, the pod's own user namespace,
+// for a pod with hostUsers: false and only for one.
+func namespaces(pod *v1.Pod, userNS *runtimeapi.UserNamespace) (*runtimeapi.NamespaceOption, error) {
+	wants := pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers
+	switch {
+	case wants && userNS == nil:
+		return nil, errors.New("user namespaces (hostUsers: false): the pod has no ID mapping")
+	case wants && (userNS.GetMode() != runtimeapi.NamespaceMode_POD || len(userNS.GetUids()) == 0 || len(userNS.GetGids()) == 0):
+		return nil, errors.New("user namespaces (hostUsers: false): the pod's user namespace must be its own, with UID and GID mappings")
+	case !wants && userNS != nil:
+		return nil, errors.New("a user namespace for a pod on the host's (hostUsers is not false)")
 	}
 	ns := &runtimeapi.NamespaceOption{
-		Network: runtimeapi.NamespaceMode_POD,
-		Pid:     runtimeapi.NamespaceMode_CONTAINER,
-		Ipc:     runtimeapi.NamespaceMode_POD,
+		Network:       runtimeapi.NamespaceMode_POD,
+		Pid:           runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:           runtimeapi.NamespaceMode_POD,
+		UsernsOptions: userNS,
 	}
 	if pod.Spec.HostNetwork {
 		ns.Network = runtimeapi.NamespaceMode_NODE

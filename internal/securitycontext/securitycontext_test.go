@@ -15,6 +15,24 @@ import (
 
 const seccompRoot = "/var/lib/kubelet/seccomp"
 
+// sameUserNS compares two user namespace options field by field.
+func sameUserNS(a, b *runtimeapi.UserNamespace) bool {
+	same := func(x, y []*runtimeapi.IDMapping) bool {
+		return slices.EqualFunc(x, y, func(p, q *runtimeapi.IDMapping) bool {
+			return p.HostId == q.HostId && p.ContainerId == q.ContainerId && p.Length == q.Length
+		})
+	}
+	return a != nil && b != nil && a.Mode == b.Mode && same(a.Uids, b.Uids) && same(a.Gids, b.Gids)
+}
+
+// podUserNS is a pod's own user namespace, as userns.Mapping.CRI makes it.
+func podUserNS() *runtimeapi.UserNamespace {
+	ids := func() []*runtimeapi.IDMapping {
+		return []*runtimeapi.IDMapping{{HostId: 131072, ContainerId: 0, Length: 65536}}
+	}
+	return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: ids(), Gids: ids()}
+}
+
 func basePod() *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: "uid-1"},
@@ -174,6 +192,7 @@ func TestContainer(t *testing.T) {
 		name    string
 		mutate  func(p *v1.Pod)
 		check   func(t *testing.T, sc *runtimeapi.LinuxContainerSecurityContext)
+		userNS  *runtimeapi.UserNamespace
 		wantErr string
 	}{
 		{name: "no security context", mutate: func(p *v1.Pod) {}, check: defaults},
@@ -290,9 +309,31 @@ func TestContainer(t *testing.T) {
 			},
 		},
 		{
-			name:    "user namespaces refused",
+			name:    "user namespace without a mapping",
 			mutate:  func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(false) },
-			wantErr: "hostUsers",
+			wantErr: "user namespaces (hostUsers: false): the pod has no ID mapping",
+		},
+		{
+			name:   "user namespace mapped",
+			mutate: func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(false) },
+			userNS: podUserNS(),
+			check: func(t *testing.T, sc *runtimeapi.LinuxContainerSecurityContext) {
+				if !sameUserNS(sc.NamespaceOptions.UsernsOptions, podUserNS()) {
+					t.Errorf("userns %v", sc.NamespaceOptions.UsernsOptions)
+				}
+			},
+		},
+		{
+			name:    "user namespace of the node's mode for hostUsers false",
+			mutate:  func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(false) },
+			userNS:  &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE},
+			wantErr: "must be its own",
+		},
+		{
+			name:    "user namespace for a pod on the host's",
+			mutate:  func(p *v1.Pod) {},
+			userNS:  podUserNS(),
+			wantErr: "hostUsers is not false",
 		},
 		{
 			name:   "host users explicitly true",
@@ -427,7 +468,7 @@ func TestContainer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := basePod()
 			tc.mutate(p)
-			sc, err := Container(p, &p.Spec.Containers[0], seccompRoot)
+			sc, err := Container(p, &p.Spec.Containers[0], seccompRoot, tc.userNS)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -444,7 +485,7 @@ func TestContainer(t *testing.T) {
 
 func TestContainerDefaultPathsNotShared(t *testing.T) {
 	p := basePod()
-	sc, err := Container(p, &p.Spec.Containers[0], seccompRoot)
+	sc, err := Container(p, &p.Spec.Containers[0], seccompRoot, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,6 +539,7 @@ func TestSandbox(t *testing.T) {
 		name    string
 		mutate  func(p *v1.Pod)
 		check   func(t *testing.T, sc *runtimeapi.LinuxSandboxSecurityContext, sysctls map[string]string)
+		userNS  *runtimeapi.UserNamespace
 		wantErr string
 	}{
 		{
@@ -605,15 +647,37 @@ func TestSandbox(t *testing.T) {
 			wantErr: "localhostProfile must be set",
 		},
 		{
-			name:    "user namespaces refused",
+			name:    "user namespace without a mapping",
 			mutate:  func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(false) },
-			wantErr: "hostUsers",
+			wantErr: "user namespaces (hostUsers: false): the pod has no ID mapping",
+		},
+		{
+			name:   "user namespace mapped",
+			mutate: func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(false) },
+			userNS: podUserNS(),
+			check: func(t *testing.T, sc *runtimeapi.LinuxSandboxSecurityContext, _ map[string]string) {
+				if !sameUserNS(sc.NamespaceOptions.UsernsOptions, podUserNS()) {
+					t.Errorf("userns %v", sc.NamespaceOptions.UsernsOptions)
+				}
+			},
+		},
+		{
+			name:    "user namespace without GID mappings",
+			mutate:  func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(false) },
+			userNS:  &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: podUserNS().Uids},
+			wantErr: "must be its own",
+		},
+		{
+			name:    "user namespace for a pod on the host's",
+			mutate:  func(p *v1.Pod) { p.Spec.HostUsers = ptr.To(true) },
+			userNS:  podUserNS(),
+			wantErr: "hostUsers is not false",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := basePod()
 			tc.mutate(p)
-			sc, sysctls, err := Sandbox(p, seccompRoot)
+			sc, sysctls, err := Sandbox(p, seccompRoot, tc.userNS)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -739,7 +803,7 @@ func TestSysctls(t *testing.T) {
 			if err.Error() != tc.errMsg {
 				t.Errorf("err = %q\nwant  %q", err, tc.errMsg)
 			}
-			if _, _, serr := Sandbox(tc.pod, seccompRoot); !errors.As(serr, &forbidden) {
+			if _, _, serr := Sandbox(tc.pod, seccompRoot, nil); !errors.As(serr, &forbidden) {
 				t.Errorf("Sandbox err = %v", serr)
 			}
 		})

@@ -335,7 +335,7 @@ func floorPod() *v1.Pod {
 }
 
 func floorSandboxSecurity(b *testing.B) *runtimeapi.LinuxSandboxSecurityContext {
-	sc, _, err := securitycontext.Sandbox(floorPod(), "")
+	sc, _, err := securitycontext.Sandbox(floorPod(), "", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func floorSandboxSecurity(b *testing.B) *runtimeapi.LinuxSandboxSecurityContext 
 
 func floorContainerSecurity(b *testing.B) *runtimeapi.LinuxContainerSecurityContext {
 	pod := floorPod()
-	sc, err := securitycontext.Container(pod, &pod.Spec.Containers[0], "")
+	sc, err := securitycontext.Container(pod, &pod.Spec.Containers[0], "", nil)
 	if err != nil {
 		b.Fatal(err)
 	}
