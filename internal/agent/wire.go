@@ -82,7 +82,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		cl = &clusterParts{api: api, pods: podsource.NewNodePodInformer(api.kube, cfg.NodeName)}
 		p.cluster = cl
 	}
-	reg, probeReg, resourceReg := prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()
+	reg, probeReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 
 	// 1-2. Sources and their merge; what they refuse is a node event.
 	recorder := events.New(events.DefaultMax, clk, log)
@@ -125,7 +125,6 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	machine := stats.NewHostMachine()
 	statsProvider := stats.New(rt, machine, cfg.NodeName, cfg.RootDir, clk, log,
 		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second))
-	resourceReg.MustRegister(statsProvider.ResourceCollector())
 
 	// 4. The per-pod resources, in the order they are prepared. Static
 	// pods read the manifest directory's objects, API pods the API's.
@@ -231,7 +230,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	p.api = server.Deps{
 		Pods: view, RunningPods: view, Streaming: view, Events: recorder, Stats: statsProvider,
 		Logs:    podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
-		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: resourceReg},
+		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: statsProvider.ResourceGatherer()},
 		Configz: nodeconfig.Configz(cfg), Health: p.health, Log: log, Clock: clk,
 	}
 	return p, nil
