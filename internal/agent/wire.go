@@ -229,8 +229,9 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	view := podview.New(podview.Deps{Sources: p.config, Statuses: p.status, Pods: runtime, CRI: rt})
 	p.api = server.Deps{
 		Pods: view, RunningPods: view, Streaming: view, Events: recorder, Stats: statsProvider,
-		Logs:    podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
-		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: statsProvider.ResourceGatherer()},
+		Logs: podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
+		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: statsProvider.ResourceGatherer(),
+			Cadvisor: stats.NewCRIMetrics(rt, clk, log)},
 		Configz: nodeconfig.Configz(cfg), Health: p.health, Log: log, Clock: clk,
 	}
 	return p, nil

@@ -411,11 +411,30 @@ func etagMatch(headers []string, etag string) bool {
 	return false
 }
 
+// OptionalGatherer is a gatherer that may have nothing to serve (the CRI
+// metrics of a runtime without ListPodSandboxMetrics): while Unavailable
+// returns an error, its endpoint answers 404 with it.
+type OptionalGatherer interface {
+	prometheus.Gatherer
+	Unavailable(ctx context.Context) error
+}
+
 func gathererHandler(g prometheus.Gatherer) http.Handler {
 	if g == nil {
 		return http.NotFoundHandler()
 	}
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	og, ok := g.(OptionalGatherer)
+	if !ok {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := og.Unavailable(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *secureServer) getContainerLogs(w http.ResponseWriter, r *http.Request) {

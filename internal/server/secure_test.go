@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -751,7 +752,26 @@ func TestMetricsEndpoints(t *testing.T) {
 	if code, _ := do(t, open(t, deps), "GET", "/metrics/cadvisor", nil); code != 404 {
 		t.Errorf("no cadvisor registry: %d, want 404", code)
 	}
+	// An optional gatherer answers 404 with its reason while it has
+	// nothing to serve, its metrics once it has.
+	opt := &optionalGatherer{Gatherer: registry("cri_test_total"), unavailable: errors.New("runtime has no CRI metrics")}
+	deps.Metrics.Cadvisor = opt
+	s = open(t, deps)
+	if code, body := do(t, s, "GET", "/metrics/cadvisor", nil); code != 404 || !strings.Contains(body, "runtime has no CRI metrics") {
+		t.Errorf("unavailable: %d %q, want 404 with the reason", code, body)
+	}
+	opt.unavailable = nil
+	if code, body := do(t, s, "GET", "/metrics/cadvisor", nil); code != 200 || !strings.Contains(body, "cri_test_total 0") {
+		t.Errorf("available: %d %q", code, body)
+	}
 }
+
+type optionalGatherer struct {
+	prometheus.Gatherer
+	unavailable error
+}
+
+func (g *optionalGatherer) Unavailable(context.Context) error { return g.unavailable }
 
 func TestEventsConfigzHealthz(t *testing.T) {
 	deps, _, _ := testDeps()

@@ -30,6 +30,25 @@
 // emptyDirs. Swap, PSI, process counts, rlimits and system containers are
 // not reported.
 //
+// # /metrics/cadvisor
+//
+// CRIMetrics serves the kubelet's /metrics/cadvisor as the kubelet does
+// with PodAndContainerStatsFromCRI: the runtime's own metrics, from
+// ListPodSandboxMetrics, described by ListMetricDescriptors (asked once),
+// with the runtime's types and timestamps; metrics the descriptors do not
+// name are left out. Unlike the kubelet, only nodelet's ready pods are
+// served (one ListPodSandbox by label per scrape, as for the summary).
+// containerd 2.x implements both calls; containerd 1.x answers
+// Unimplemented, and then /metrics/cadvisor answers 404 saying so
+// (ErrNoCRIMetrics; the answer is believed for 10 minutes, so a runtime
+// upgraded underneath is picked up). Nothing is derived from cgroups: no
+// machine-level cAdvisor metrics are served.
+//
+// The runtime's own numbers are preferred throughout: usage_nano_cores
+// and the working set are taken as reported when present and derived
+// only when missing (below), and ListPodSandboxStats is asked for
+// nodelet's sandboxes only, by label.
+//
 // # CPU rate
 //
 // Runtimes such as containerd 1.6 report cumulative CPU time but no

@@ -334,5 +334,8 @@ func newEnv(t testing.TB, opts ...Option) *env {
 	return e
 }
 
-// The CRI client is a Runtime.
-var _ Runtime = (*cri.Client)(nil)
+// The CRI client is a Runtime and a MetricsRuntime.
+var (
+	_ Runtime        = (*cri.Client)(nil)
+	_ MetricsRuntime = (*cri.Client)(nil)
+)
