@@ -1,16 +1,39 @@
 // Package stats is beside the pipeline: it builds the kubelet's stats
 // summary (the /stats/summary document, k8s.io/kubelet stats v1alpha1) and
-// its /metrics/resource collector from the container runtime (CRI) and the
-// host, the way the kubelet's CRI stats provider does without cAdvisor.
+// its /metrics/resource metrics from the container runtime (CRI) and the
+// host, the way the kubelet's CRI stats provider does without cAdvisor,
+// and /metrics/cadvisor from the runtime's own CRI metrics.
 //
 // # What is reported
 //
 // Node: name, start time (boot time), CPU (cumulative usage and a derived
-// rate), memory (cgroup v1 root: usage, working set = usage minus
-// total_inactive_file, RSS, page faults; available = MemTotal minus working
-// set), the filesystem holding the root directory and the runtime's image
+// rate), memory (usage, working set = usage minus the inactive file pages,
+// RSS, page faults; available = MemTotal minus working set), the
+// filesystem holding the root directory and the runtime's image
 // filesystem (ImageFsInfo; the container filesystem is the image one unless
-// the runtime reports a separate one).
+// the runtime reports a separate one). Node CPU and memory are the root
+// cgroup's, as cAdvisor reports them to the kubelet; which hierarchy is
+// told from statfs(2) of /sys/fs/cgroup (cgroup2 magic: v2; the tmpfs of
+// a v1 or hybrid host: v1):
+//
+//   - cgroup v1: CPU is cpuacct.usage of the cpuacct controller's root;
+//     memory is memory.usage_in_bytes of the memory controller's root and
+//     total_inactive_file, total_rss, total_pgfault, total_pgmajfault of
+//     its memory.stat.
+//   - cgroup v2: CPU is usage_usec of the root's cpu.stat. The root has
+//     no memory.current, so, as runc does for cAdvisor, usage is anon +
+//     file of the root's memory.stat (memory.current where a cgroup
+//     namespace's root has one), and inactive_file, anon, pgfault,
+//     pgmajfault are the rest.
+//   - Without those files (no cpu or memory controller there): CPU is the
+//     busy time of /proc/stat's "cpu" line; memory usage is MemTotal minus
+//     MemFree, the inactive file pages Inactive(file), RSS AnonPages (of
+//     /proc/meminfo), page faults those of /proc/vmstat.
+//
+// The v2 reading was run for real only against the cgroup2 mount of a
+// hybrid host (/sys/fs/cgroup/unified: cpu.stat but no memory
+// controller, so memory came from /proc); the full v2 root (cpu.stat and
+// memory.stat) only against a directory laid out as the kernel does.
 //
 // Pods: only nodelet's (label nodelet.io/managed-by=nodelet), only READY
 // sandboxes and only RUNNING containers, as the kubelet's CRI provider
