@@ -148,8 +148,8 @@ func (s *snapshot) encode() ([]byte, string, error) {
 	return s.json, s.etag, s.encodeErr
 }
 
-// flight is one refresh in progress; done is closed once full or err is
-// set.
+// flight is one refresh in progress; done is closed once snap (and
+// cpuMem) or err is set.
 type flight struct {
 	done chan struct{}
 	snap *snapshot
@@ -263,14 +263,12 @@ func (p *Provider) fly(ctx context.Context, k kind, f *flight) {
 	defer cancel()
 	at := p.clk.Now()
 	summary, err := p.refresh(ctx, k == kindFull)
+	f.err = err
 	if err == nil {
 		f.snap = &snapshot{at: at, summary: summary}
 		if k == kindFull {
 			f.cpuMem = &snapshot{at: at, summary: cpuAndMemoryOnly(summary)}
 		}
-	}
-	f.err = err
-	if err == nil {
 		p.mu.Lock()
 		encode := f.encode
 		p.mu.Unlock()
