@@ -137,3 +137,32 @@ func TestRefreshEncodesBeforePublishing(t *testing.T) {
 		t.Error("a refresh no JSON caller waited for was encoded")
 	}
 }
+
+// A refresh that takes longer than the cache period keeps its snapshot
+// fresh for as long as it took: the runtime rests at least half of the
+// time however many callers there are.
+func TestSlowRefreshRestsTheRuntime(t *testing.T) {
+	e := newEnv(t)
+	twoPods(e)
+	e.rt.onCall = func(name string) {
+		if name == "ListPodSandbox" {
+			e.clk.Step(3 * time.Second) // the refresh takes 3 s
+		}
+	}
+	summary(t, e.p, false)
+	if n := e.rt.count("ListPodSandbox"); n != 1 {
+		t.Fatalf("%d refreshes, want 1", n)
+	}
+	// Published at t0+3s: fresh until t0+6s, not t0+1s.
+	e.clk.SetTime(t0.Add(6*time.Second - time.Millisecond))
+	summary(t, e.p, false)
+	summary(t, e.p, true)
+	if n := e.rt.count("ListPodSandbox"); n != 1 {
+		t.Errorf("%d refreshes within the rest, want 1", n)
+	}
+	e.clk.SetTime(t0.Add(6 * time.Second))
+	summary(t, e.p, false)
+	if n := e.rt.count("ListPodSandbox"); n != 2 {
+		t.Errorf("%d refreshes after the rest, want 2", n)
+	}
+}

@@ -30,6 +30,7 @@ type fakeRuntime struct {
 	sandboxErr     error // ListPodSandboxStats fails with it
 	imageFs        *runtimeapi.ImageFsInfoResponse
 	delay          time.Duration
+	onCall         func(name string) // called with each call, outside mu
 	calls          map[string]int
 	sandboxFilter  *runtimeapi.PodSandboxFilter
 	ctrFilter      *runtimeapi.ContainerFilter
@@ -50,8 +51,11 @@ func newFakeRuntime() *fakeRuntime {
 func (f *fakeRuntime) call(ctx context.Context, name string) error {
 	f.mu.Lock()
 	f.calls[name]++
-	d, err := f.delay, f.err
+	d, err, hook := f.delay, f.err, f.onCall
 	f.mu.Unlock()
+	if hook != nil {
+		hook(name)
+	}
 	if d > 0 {
 		select {
 		case <-time.After(d):
