@@ -34,6 +34,7 @@ type fakeRuntime struct {
 	calls          map[string]int
 	sandboxFilter  *runtimeapi.PodSandboxFilter
 	ctrFilter      *runtimeapi.ContainerFilter
+	sbStatsFilter  *runtimeapi.PodSandboxStatsFilter
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -111,12 +112,13 @@ func (f *fakeRuntime) ListContainerStats(ctx context.Context, _ *runtimeapi.Cont
 	return f.stats, nil
 }
 
-func (f *fakeRuntime) ListPodSandboxStats(ctx context.Context, _ *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
+func (f *fakeRuntime) ListPodSandboxStats(ctx context.Context, filter *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
 	if err := f.call(ctx, "ListPodSandboxStats"); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.sbStatsFilter = filter
 	if f.sandboxErr != nil {
 		return nil, f.sandboxErr
 	}
