@@ -83,7 +83,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		cl = &clusterParts{api: api, pods: podsource.NewNodePodInformer(api.kube, cfg.NodeName)}
 		p.cluster = cl
 	}
-	reg, probeReg, resourceReg := prometheus.NewRegistry(), prometheus.NewRegistry(), prometheus.NewRegistry()
+	reg, probeReg := prometheus.NewRegistry(), prometheus.NewRegistry()
 
 	// 1-2. Sources and their merge; what they refuse is a node event.
 	recorder := events.New(events.DefaultMax, clk, log)
@@ -126,7 +126,6 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	machine := stats.NewHostMachine()
 	statsProvider := stats.New(rt, machine, cfg.NodeName, cfg.RootDir, clk, log,
 		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second))
-	resourceReg.MustRegister(statsProvider.ResourceCollector())
 
 	// 4. The per-pod resources, in the order they are prepared. Static
 	// pods read the manifest directory's objects, API pods the API's.
@@ -231,8 +230,9 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	view := podview.New(podview.Deps{Sources: p.config, Statuses: p.status, Pods: runtime, CRI: rt})
 	p.api = server.Deps{
 		Pods: view, RunningPods: view, Streaming: view, Events: recorder, Stats: statsProvider,
-		Logs:    podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
-		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: resourceReg},
+		Logs: podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
+		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: statsProvider.ResourceGatherer(),
+			Cadvisor: stats.NewCRIMetrics(rt, clk, log)},
 		Configz: nodeconfig.Configz(cfg), Health: p.health, Log: log, Clock: clk,
 	}
 	return p, nil

@@ -55,6 +55,16 @@ func TestInjectedErrorsAreClassified(t *testing.T) {
 				_, err := c.Status(ctx, false)
 				return err
 			}},
+		{"ListPodSandboxMetrics", false, codes.Unimplemented, ErrUnimplemented, "list pod sandbox metrics",
+			func(ctx context.Context, c *Client) error {
+				_, err := c.ListPodSandboxMetrics(ctx)
+				return err
+			}},
+		{"ListMetricDescriptors", false, codes.Unimplemented, ErrUnimplemented, "list metric descriptors",
+			func(ctx context.Context, c *Client) error {
+				_, err := c.ListMetricDescriptors(ctx)
+				return err
+			}},
 		{"ExecSync", false, codes.DeadlineExceeded, ErrDeadlineExceeded, "exec in container c1",
 			func(ctx context.Context, c *Client) error {
 				_, _, _, err := c.ExecSync(ctx, "c1", []string{"true"}, time.Second)
@@ -297,11 +307,34 @@ func TestObserverGetsKubeletOperationNames(t *testing.T) {
 	rs.InjectError("StartContainer", errors.New("boom"))
 	_ = c.StartContainer(ctx, "abc123")
 	_, _, _, _ = c.ExecSync(ctx, "abc123", []string{"true"}, time.Second)
-	want := "list_podsandbox:false start_container:true exec_sync:false"
+	_, _ = c.ListMetricDescriptors(ctx)
+	_, _ = c.ListPodSandboxMetrics(ctx)
+	want := "list_podsandbox:false start_container:true exec_sync:false list_metric_descriptors:false list_podsandbox_metrics:false"
 	if got := strings.Join(ops, " "); got != want {
 		t.Errorf("observed %q, want %q", got, want)
 	}
 	if got := operationName("frobnicate widget 42"); got != "frobnicate_widget_42" {
 		t.Errorf("unknown operation name %q", got)
+	}
+}
+
+func TestPodSandboxMetrics(t *testing.T) {
+	c, rs, _ := newFakeClient(t)
+	ctx := t.Context()
+	rs.SetFakeSandboxes([]*apitest.FakePodSandbox{{PodSandboxStatus: runtimeapi.PodSandboxStatus{Id: "sb1"}}})
+	rs.FakeMetricDescriptors = map[string]*runtimeapi.MetricDescriptor{
+		"container_threads": {Name: "container_threads", Help: "threads", LabelKeys: []string{"container"}},
+	}
+	rs.SetFakePodSandboxMetrics([]*runtimeapi.PodSandboxMetrics{{PodSandboxId: "sb1", ContainerMetrics: []*runtimeapi.ContainerMetrics{{
+		ContainerId: "c1",
+		Metrics:     []*runtimeapi.Metric{{Name: "container_threads", MetricType: runtimeapi.MetricType_GAUGE, LabelValues: []string{"app"}, Value: &runtimeapi.UInt64Value{Value: 3}}},
+	}}}})
+	descs, err := c.ListMetricDescriptors(ctx)
+	if err != nil || len(descs) != 1 || descs[0].GetName() != "container_threads" {
+		t.Errorf("ListMetricDescriptors = %v, %v", descs, err)
+	}
+	ms, err := c.ListPodSandboxMetrics(ctx)
+	if err != nil || len(ms) != 1 || ms[0].GetContainerMetrics()[0].GetMetrics()[0].GetValue().GetValue() != 3 {
+		t.Errorf("ListPodSandboxMetrics = %v, %v", ms, err)
 	}
 }

@@ -52,6 +52,10 @@ func kubeletOperation(desc string) (string, bool) {
 		return "podsandbox_stats", true
 	case "list pod sandbox stats":
 		return "list_podsandbox_stats", true
+	case "list metric descriptors":
+		return "list_metric_descriptors", true
+	case "list pod sandbox metrics":
+		return "list_podsandbox_metrics", true
 	case "get runtime version":
 		return "version", true
 	case "get runtime status":

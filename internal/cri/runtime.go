@@ -169,3 +169,21 @@ func (c *Client) ListPodSandboxStats(ctx context.Context, filter *runtimeapi.Pod
 			return c.rs.ListPodSandboxStats(ctx, filter)
 		})
 }
+
+// ListMetricDescriptors returns the descriptors of the metrics
+// ListPodSandboxMetrics returns (name, help, label keys).
+func (c *Client) ListMetricDescriptors(ctx context.Context) ([]*runtimeapi.MetricDescriptor, error) {
+	return call(ctx, c, c.timeouts.Default, "list metric descriptors",
+		func(ctx context.Context) ([]*runtimeapi.MetricDescriptor, error) {
+			return c.rs.ListMetricDescriptors(ctx)
+		})
+}
+
+// ListPodSandboxMetrics returns the metrics of every running sandbox and
+// its containers (the CRI request has no filter).
+func (c *Client) ListPodSandboxMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
+	return call(ctx, c, c.timeouts.Default, "list pod sandbox metrics",
+		func(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
+			return c.rs.ListPodSandboxMetrics(ctx)
+		})
+}

@@ -13,6 +13,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"k8s.io/utils/clock"
 )
@@ -143,6 +145,59 @@ type requestAuthenticator struct {
 	tokens    []TokenAuthenticator
 	anonymous bool
 	clock     clock.PassiveClock
+	// verified remembers the chains verified against clientCA, which
+	// does not change: one ECDSA verification per request was the
+	// largest cost of serving a cached /stats/summary.
+	verified verifiedChains
+}
+
+// maxVerifiedChains bounds the verified chains remembered; beyond it the
+// memory starts over.
+const maxVerifiedChains = 256
+
+// verifiedChains remembers which presented chains verified, with the
+// window in which that answer holds: against a fixed pool of roots,
+// whether a chain verifies depends only on the time, through the
+// validity of the certificates. A chain is known by the digest of its
+// certificates; a chain that failed is not remembered.
+type verifiedChains struct {
+	mu      sync.Mutex
+	entries map[[sha256.Size]byte]verifiedChain
+}
+
+type verifiedChain struct {
+	user                UserInfo
+	notBefore, notAfter time.Time
+}
+
+func chainKey(chain []*x509.Certificate) [sha256.Size]byte {
+	h := sha256.New()
+	for _, c := range chain {
+		d := sha256.Sum256(c.Raw)
+		h.Write(d[:])
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
+}
+
+func (v *verifiedChains) get(k [sha256.Size]byte, now time.Time) (UserInfo, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e, ok := v.entries[k]
+	if !ok || now.Before(e.notBefore) || now.After(e.notAfter) {
+		return UserInfo{}, false
+	}
+	return UserInfo{Name: e.user.Name, Groups: slices.Clone(e.user.Groups)}, true
+}
+
+func (v *verifiedChains) put(k [sha256.Size]byte, e verifiedChain) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.entries == nil || len(v.entries) >= maxVerifiedChains {
+		v.entries = make(map[[sha256.Size]byte]verifiedChain)
+	}
+	v.entries[k] = e
 }
 
 var _ Authenticator = (*requestAuthenticator)(nil)
@@ -189,23 +244,47 @@ func (a *requestAuthenticator) authenticateCredentials(r *http.Request) (UserInf
 }
 
 // authenticateCert verifies the client's chain for client authentication
-// and maps it to a user: CN is the name, O are the groups.
+// and maps it to a user: CN is the name, O are the groups. A chain that
+// verified is verified again only outside the validity of the chain it
+// verified with (verifiedChains).
 func (a *requestAuthenticator) authenticateCert(chain []*x509.Certificate) (UserInfo, bool, error) {
+	now := a.clock.Now()
+	key := chainKey(chain)
+	if u, ok := a.verified.get(key, now); ok {
+		return u, true, nil
+	}
 	opts := x509.VerifyOptions{
 		Roots:         a.clientCA,
 		Intermediates: x509.NewCertPool(),
-		CurrentTime:   a.clock.Now(),
+		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	for _, c := range chain[1:] {
 		opts.Intermediates.AddCert(c)
 	}
 	leaf := chain[0]
-	if _, err := leaf.Verify(opts); err != nil {
+	chains, err := leaf.Verify(opts)
+	if err != nil {
 		return UserInfo{}, false, fmt.Errorf("client certificate %q: %w", leaf.Subject.CommonName, err)
 	}
 	if leaf.Subject.CommonName == "" {
 		return UserInfo{}, false, errors.New("client certificate has no common name")
 	}
-	return UserInfo{Name: leaf.Subject.CommonName, Groups: slices.Clone(leaf.Subject.Organization)}, true, nil
+	u := UserInfo{Name: leaf.Subject.CommonName, Groups: slices.Clone(leaf.Subject.Organization)}
+	// The answer holds while every certificate of every chain that
+	// verified is valid (a narrower window than needed when several
+	// chains verify, which only costs a verification).
+	e := verifiedChain{user: UserInfo{Name: u.Name, Groups: slices.Clone(u.Groups)}, notBefore: leaf.NotBefore, notAfter: leaf.NotAfter}
+	for _, ch := range chains {
+		for _, c := range ch {
+			if c.NotBefore.After(e.notBefore) {
+				e.notBefore = c.NotBefore
+			}
+			if c.NotAfter.Before(e.notAfter) {
+				e.notAfter = c.NotAfter
+			}
+		}
+	}
+	a.verified.put(key, e)
+	return u, true, nil
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,6 +12,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 func writeTokenFile(t *testing.T, content string) string {
@@ -169,5 +174,78 @@ func TestStaticTokensCompareEveryEntry(t *testing.T) {
 	}
 	if s := fmt.Sprintf("%+v", tokens); strings.Contains(s, "abc123") || strings.Contains(s, "s3cr3t") {
 		t.Errorf("the tokens are kept in the clear: %s", s)
+	}
+}
+
+// A client chain that verified is not verified again while it is valid,
+// and is verified again (and refused) outside its validity.
+func TestClientCertVerificationRemembered(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	clk := testingclock.NewFakePassiveClock(now)
+	creds, err := EnsureAdminCredentials(dir, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := LoadCertPool(creds.CACert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := parseCertFile(t, creds.ClientCert)
+	a := &requestAuthenticator{clientCA: pool, clock: clk}
+	req := func() *http.Request {
+		r, _ := http.NewRequest("GET", "/stats/summary", nil)
+		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{admin}}
+		return r
+	}
+	u, ok, err := a.Authenticate(req())
+	if err != nil || !ok || u.Name != AdminUser || !slices.Equal(u.Groups, []string{AdminGroup, AuthenticatedGroup}) {
+		t.Fatalf("first: %+v %v %v", u, ok, err)
+	}
+	// Remembered: with the roots gone the chain still authenticates,
+	// which only the memory can do.
+	a.clientCA = x509.NewCertPool()
+	if u, ok, err := a.Authenticate(req()); err != nil || !ok || u.Name != AdminUser || !slices.Equal(u.Groups, []string{AdminGroup, AuthenticatedGroup}) {
+		t.Fatalf("remembered: %+v %v %v", u, ok, err)
+	}
+	// Past the certificate's end, and before its start, it is verified
+	// again: refused.
+	a.clientCA = pool
+	for _, at := range []time.Time{admin.NotAfter.Add(time.Second), admin.NotBefore.Add(-time.Second)} {
+		clk.SetTime(at)
+		if _, ok, err := a.Authenticate(req()); err == nil || ok {
+			t.Errorf("at %v: authenticated (%v, %v), want an error", at, ok, err)
+		}
+	}
+	// A chain the roots do not sign is refused every time, never
+	// remembered.
+	clk.SetTime(now)
+	other, err := EnsureAdminCredentials(t.TempDir(), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := parseCertFile(t, other.ClientCert)
+	for range 2 {
+		r := req()
+		r.TLS.PeerCertificates = []*x509.Certificate{foreign}
+		if _, ok, err := a.Authenticate(r); err == nil || ok {
+			t.Errorf("foreign chain: %v %v, want an error", ok, err)
+		}
+	}
+	if n := len(a.verified.entries); n != 1 {
+		t.Errorf("%d chains remembered, want 1", n)
+	}
+}
+
+func TestVerifiedChainsBounded(t *testing.T) {
+	var v verifiedChains
+	end := time.Now().Add(time.Hour)
+	for i := range maxVerifiedChains + 10 {
+		var k [32]byte
+		k[0], k[1] = byte(i), byte(i>>8)
+		v.put(k, verifiedChain{user: UserInfo{Name: fmt.Sprint(i)}, notAfter: end})
+	}
+	if n := len(v.entries); n > maxVerifiedChains {
+		t.Errorf("%d entries, want at most %d", n, maxVerifiedChains)
 	}
 }

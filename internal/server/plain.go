@@ -41,7 +41,8 @@ type Metrics struct {
 	Probes prometheus.Gatherer
 	// Resource is served at /metrics/resource (secure port only).
 	Resource prometheus.Gatherer
-	// Cadvisor is served at /metrics/cadvisor (secure port only).
+	// Cadvisor is served at /metrics/cadvisor (secure port only); an
+	// OptionalGatherer may answer 404 while it has nothing to serve.
 	Cadvisor prometheus.Gatherer
 }
 

@@ -27,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/events"
@@ -44,9 +43,11 @@ type RunningPodLister interface {
 	RunningPods(ctx context.Context) ([]*v1.Pod, error)
 }
 
-// StatsProvider makes the /stats/summary answer.
+// StatsProvider makes the /stats/summary answer: the summary (stats
+// v1alpha1) already encoded as JSON, shared by the callers of a cache
+// period, and a strong entity tag of it (quoted).
 type StatsProvider interface {
-	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsv1alpha1.Summary, error)
+	SummaryJSON(ctx context.Context, onlyCPUAndMemory bool) (body []byte, etag string, err error)
 }
 
 // EventLister lists the recorded pod events.
@@ -237,6 +238,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	s.handle("GET /pods", http.HandlerFunc(s.getPods))
 	s.handle("GET /runningpods/{$}", http.HandlerFunc(s.getRunningPods))
 	s.handle("GET /stats/summary", http.HandlerFunc(s.getSummary))
+	s.handle("POST /stats/summary", http.HandlerFunc(s.getSummary))
 	s.handle("GET /metrics", gathererHandler(deps.Metrics.Kubelet))
 	s.handle("GET /metrics/probes", gathererHandler(deps.Metrics.Probes))
 	s.handle("GET /metrics/resource", gathererHandler(deps.Metrics.Resource))
@@ -349,13 +351,25 @@ func podList(pods []*v1.Pod) *v1.PodList {
 	return list
 }
 
+// maxFormBytes bounds the form of a POST /stats/summary.
+const maxFormBytes = 64 << 10
+
+// getSummary serves /stats/summary as the kubelet does, by GET or POST,
+// only_cpu_and_memory in the query or the POST form. The body is the
+// provider's encoding, written as is with its length and entity tag; a
+// request whose If-None-Match names the tag gets 304.
 func (s *secureServer) getSummary(w http.ResponseWriter, r *http.Request) {
 	if s.deps.Stats == nil {
 		http.Error(w, "stats are not available", http.StatusNotFound)
 		return
 	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, fmt.Sprintf("parse form: %v", err), http.StatusBadRequest)
+		return
+	}
 	only := false
-	if v := r.URL.Query().Get("only_cpu_and_memory"); v != "" {
+	if v := r.Form.Get("only_cpu_and_memory"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			http.Error(w, fmt.Sprintf("only_cpu_and_memory: %v", err), http.StatusBadRequest)
@@ -363,20 +377,64 @@ func (s *secureServer) getSummary(w http.ResponseWriter, r *http.Request) {
 		}
 		only = b
 	}
-	sum, err := s.deps.Stats.Summary(r.Context(), only)
+	body, etag, err := s.deps.Stats.SummaryJSON(r.Context(), only)
 	if err != nil {
 		s.log.Error("stats summary", "err", err)
 		http.Error(w, fmt.Sprintf("stats summary: %v", err), http.StatusInternalServerError)
 		return
 	}
-	writeJSON(w, sum, s.log)
+	h := w.Header()
+	if etag != "" {
+		h.Set("ETag", etag)
+		if r.Method != http.MethodPost && etagMatch(r.Header.Values("If-None-Match"), etag) {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
+}
+
+// etagMatch reports whether an If-None-Match header lists etag (weak
+// comparison, as RFC 9110 asks for If-None-Match) or is "*".
+func etagMatch(headers []string, etag string) bool {
+	etag = strings.TrimPrefix(etag, "W/")
+	for _, h := range headers {
+		for t := range strings.SplitSeq(h, ",") {
+			t = strings.TrimSpace(t)
+			if t == "*" || strings.TrimPrefix(t, "W/") == etag {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// OptionalGatherer is a gatherer that may have nothing to serve (the CRI
+// metrics of a runtime without ListPodSandboxMetrics): while Unavailable
+// returns an error, its endpoint answers 404 with it.
+type OptionalGatherer interface {
+	prometheus.Gatherer
+	Unavailable(ctx context.Context) error
 }
 
 func gathererHandler(g prometheus.Gatherer) http.Handler {
 	if g == nil {
 		return http.NotFoundHandler()
 	}
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	og, ok := g.(OptionalGatherer)
+	if !ok {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := og.Unavailable(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 func (s *secureServer) getContainerLogs(w http.ResponseWriter, r *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -44,11 +46,12 @@ type fakeStats struct {
 	only []bool
 }
 
-func (f *fakeStats) Summary(_ context.Context, only bool) (*statsv1alpha1.Summary, error) {
+func (f *fakeStats) SummaryJSON(_ context.Context, only bool) ([]byte, string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.only = append(f.only, only)
-	return &statsv1alpha1.Summary{Node: statsv1alpha1.NodeStats{NodeName: "node-a"}}, nil
+	body, err := json.Marshal(&statsv1alpha1.Summary{Node: statsv1alpha1.NodeStats{NodeName: "node-a"}})
+	return body, `"v1"`, err
 }
 
 type fakeEvents []events.Event
@@ -185,6 +188,7 @@ var routeAuthz = map[string]authzCase{
 	"GET /pods":                                        {"get", []string{"pods", "proxy"}, readers},
 	"GET /runningpods/{$}":                             {"get", []string{"pods", "proxy"}, readers},
 	"GET /stats/summary":                               {"get", []string{"stats"}, readers},
+	"POST /stats/summary":                              {"create", []string{"stats"}, admins},
 	"GET /metrics":                                     {"get", []string{"metrics"}, readers},
 	"GET /metrics/probes":                              {"get", []string{"metrics"}, readers},
 	"GET /metrics/resource":                            {"get", []string{"metrics"}, readers},
@@ -690,13 +694,26 @@ func TestPodsAndRunningPods(t *testing.T) {
 func TestStatsSummary(t *testing.T) {
 	deps, _, stats := testDeps()
 	s := open(t, deps)
-	code, body := do(t, s, "GET", "/stats/summary?only_cpu_and_memory=true", nil)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/stats/summary?only_cpu_and_memory=true", nil))
 	var sum statsv1alpha1.Summary
-	if code != 200 || json.Unmarshal([]byte(body), &sum) != nil || sum.Node.NodeName != "node-a" {
-		t.Errorf("summary: %d %q", code, body)
+	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &sum) != nil || sum.Node.NodeName != "node-a" {
+		t.Errorf("summary: %d %q", rec.Code, rec.Body)
+	}
+	h := rec.Result().Header
+	if h.Get("Content-Type") != "application/json" || h.Get("ETag") != `"v1"` || h.Get("Content-Length") != strconv.Itoa(rec.Body.Len()) {
+		t.Errorf("headers: %v", h)
 	}
 	do(t, s, "GET", "/stats/summary", nil)
-	if !slices.Equal(stats.only, []bool{true, false}) {
+	// The kubelet's POST variant, the parameter in the form.
+	req := httptest.NewRequest("POST", "/stats/summary", strings.NewReader("only_cpu_and_memory=true"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"nodeName":"node-a"`) {
+		t.Errorf("POST: %d %q", rec.Code, rec.Body)
+	}
+	if !slices.Equal(stats.only, []bool{true, false, true}) {
 		t.Errorf("only_cpu_and_memory passed as %v", stats.only)
 	}
 	if code, _ := do(t, s, "GET", "/stats/summary?only_cpu_and_memory=maybe", nil); code != 400 {
@@ -705,6 +722,17 @@ func TestStatsSummary(t *testing.T) {
 	for _, target := range []string{"/stats/", "/stats", "/stats/container"} {
 		if code, _ := do(t, s, "GET", target, nil); code != 404 {
 			t.Errorf("%s: %d, want 404", target, code)
+		}
+	}
+	// Conditional requests: the same tag is 304 without a body, another
+	// one the full answer.
+	for _, c := range []struct {
+		inm  string
+		want int
+	}{{`"v1"`, 304}, {`W/"v1"`, 304}, {`"v0", "v1"`, 304}, {"*", 304}, {`"v0"`, 200}} {
+		code, body := do(t, s, "GET", "/stats/summary", http.Header{"If-None-Match": {c.inm}})
+		if code != c.want || (code == 304 && body != "") {
+			t.Errorf("If-None-Match %s: %d %q, want %d", c.inm, code, body, c.want)
 		}
 	}
 }
@@ -724,7 +752,26 @@ func TestMetricsEndpoints(t *testing.T) {
 	if code, _ := do(t, open(t, deps), "GET", "/metrics/cadvisor", nil); code != 404 {
 		t.Errorf("no cadvisor registry: %d, want 404", code)
 	}
+	// An optional gatherer answers 404 with its reason while it has
+	// nothing to serve, its metrics once it has.
+	opt := &optionalGatherer{Gatherer: registry("cri_test_total"), unavailable: errors.New("runtime has no CRI metrics")}
+	deps.Metrics.Cadvisor = opt
+	s = open(t, deps)
+	if code, body := do(t, s, "GET", "/metrics/cadvisor", nil); code != 404 || !strings.Contains(body, "runtime has no CRI metrics") {
+		t.Errorf("unavailable: %d %q, want 404 with the reason", code, body)
+	}
+	opt.unavailable = nil
+	if code, body := do(t, s, "GET", "/metrics/cadvisor", nil); code != 200 || !strings.Contains(body, "cri_test_total 0") {
+		t.Errorf("available: %d %q", code, body)
+	}
 }
+
+type optionalGatherer struct {
+	prometheus.Gatherer
+	unavailable error
+}
+
+func (g *optionalGatherer) Unavailable(context.Context) error { return g.unavailable }
 
 func TestEventsConfigzHealthz(t *testing.T) {
 	deps, _, _ := testDeps()

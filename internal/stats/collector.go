@@ -2,9 +2,12 @@ package stats
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 )
 
@@ -13,24 +16,24 @@ const collectTimeout = 10 * time.Second
 
 // resourceCollector is the kubelet's /metrics/resource: the CPU and memory
 // summary as Prometheus metrics, one series per running container and
-// ready pod, with the samples' own timestamps.
+// ready pod, with the samples' own timestamps. It collects one summary
+// (nil: the scrape failed).
 type resourceCollector struct {
-	p *Provider
+	*resourceDescs
+	summary *v1alpha1.Summary
+}
 
+type resourceDescs struct {
 	nodeCPU, nodeMemory                     *prometheus.Desc
 	containerCPU, containerMemory, ctrStart *prometheus.Desc
 	podCPU, podMemory                       *prometheus.Desc
 	scrapeError, resourceScrapeError        *prometheus.Desc
 }
 
-// ResourceCollector returns the collector of the kubelet's resource
-// metrics (its /metrics/resource endpoint), built from the cached
-// CPU-and-memory summary. Register it on the registry served there.
-func (p *Provider) ResourceCollector() prometheus.Collector {
+func newResourceDescs() *resourceDescs {
 	ctrLabels := []string{"container", "pod", "namespace"}
 	podLabels := []string{"pod", "namespace"}
-	return &resourceCollector{
-		p:                   p,
+	return &resourceDescs{
 		nodeCPU:             prometheus.NewDesc("node_cpu_usage_seconds_total", "Cumulative cpu time consumed by the node in core-seconds", nil, nil),
 		nodeMemory:          prometheus.NewDesc("node_memory_working_set_bytes", "Current working set of the node in bytes", nil, nil),
 		containerCPU:        prometheus.NewDesc("container_cpu_usage_seconds_total", "Cumulative cpu time consumed by the container in core-seconds", ctrLabels, nil),
@@ -41,6 +44,57 @@ func (p *Provider) ResourceCollector() prometheus.Collector {
 		scrapeError:         prometheus.NewDesc("scrape_error", "1 if there was an error while getting container metrics, 0 otherwise", nil, nil),
 		resourceScrapeError: prometheus.NewDesc("resource_scrape_error", "1 if there was an error while getting container metrics, 0 otherwise", nil, nil),
 	}
+}
+
+// ResourceGatherer returns the gatherer of the kubelet's resource metrics
+// (its /metrics/resource endpoint), built from the cached CPU-and-memory
+// summary. The metric families are built once per cached summary and
+// shared by the scrapes of its cache period; a failed scrape is not kept.
+func (p *Provider) ResourceGatherer() prometheus.Gatherer {
+	return &resourceGatherer{p: p, descs: newResourceDescs()}
+}
+
+type resourceGatherer struct {
+	p     *Provider
+	descs *resourceDescs
+
+	// mu makes concurrent scrapes of a new summary build it once.
+	mu       sync.Mutex
+	snap     *snapshot
+	families []*dto.MetricFamily
+}
+
+// Gather implements prometheus.Gatherer. The families returned are shared:
+// callers must not modify them (promhttp does not).
+func (g *resourceGatherer) Gather() ([]*dto.MetricFamily, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
+	defer cancel()
+	s, err := g.p.snapshot(ctx, true, false)
+	if err != nil {
+		g.p.log.Warn("resource metrics: no stats summary", "err", err)
+		return g.gather(nil)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.snap == s {
+		return g.families, nil
+	}
+	fams, err := g.gather(s.summary)
+	if err != nil {
+		return fams, err
+	}
+	g.snap, g.families = s, fams
+	return fams, nil
+}
+
+// gather collects one summary through a registry of its own, which checks
+// the series as any registry would.
+func (g *resourceGatherer) gather(s *v1alpha1.Summary) ([]*dto.MetricFamily, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(&resourceCollector{resourceDescs: g.descs, summary: s}); err != nil {
+		return nil, fmt.Errorf("resource metrics: %w", err)
+	}
+	return reg.Gather()
 }
 
 // Describe implements prometheus.Collector.
@@ -55,17 +109,14 @@ func (c *resourceCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *resourceCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), collectTimeout)
-	defer cancel()
-	var failed float64
-	defer func() {
-		ch <- prometheus.MustNewConstMetric(c.scrapeError, prometheus.GaugeValue, failed)
-		ch <- prometheus.MustNewConstMetric(c.resourceScrapeError, prometheus.GaugeValue, failed)
-	}()
-	s, err := c.p.Summary(ctx, true)
-	if err != nil {
+	s := c.summary
+	failed := 0.0
+	if s == nil {
 		failed = 1
-		c.p.log.Warn("resource metrics: no stats summary", "err", err)
+	}
+	ch <- prometheus.MustNewConstMetric(c.scrapeError, prometheus.GaugeValue, failed)
+	ch <- prometheus.MustNewConstMetric(c.resourceScrapeError, prometheus.GaugeValue, failed)
+	if s == nil {
 		return
 	}
 

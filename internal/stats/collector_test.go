@@ -13,7 +13,7 @@ import (
 )
 
 // series gathers reg into "name{label=value,...}" -> sample.
-func series(t *testing.T, reg *prometheus.Registry) map[string]*dto.Metric {
+func series(t *testing.T, reg prometheus.Gatherer) map[string]*dto.Metric {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -46,8 +46,7 @@ func metricValue(m *dto.Metric) float64 {
 func TestResourceCollector(t *testing.T) {
 	e := newEnv(t)
 	twoPods(e)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(e.p.ResourceCollector())
+	reg := e.p.ResourceGatherer()
 
 	got := series(t, reg)
 	want := map[string]float64{
@@ -115,8 +114,7 @@ func TestResourceCollectorScrapeError(t *testing.T) {
 	e := newEnv(t)
 	twoPods(e)
 	e.rt.err = errors.New("down")
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(e.p.ResourceCollector())
+	reg := e.p.ResourceGatherer()
 	got := series(t, reg)
 	if len(got) != 2 || metricValue(got["scrape_error{}"]) != 1 || metricValue(got["resource_scrape_error{}"]) != 1 {
 		t.Errorf("series = %v, want only the scrape errors at 1", got)
@@ -132,8 +130,7 @@ func TestResourceCollectorDuplicatePods(t *testing.T) {
 			{name: "app", state: running, cpu: 1e9, ws: 1},
 		}})
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(e.p.ResourceCollector())
+	reg := e.p.ResourceGatherer()
 	got := series(t, reg)
 	if metricValue(got["scrape_error{}"]) != 0 {
 		t.Error("scrape error")

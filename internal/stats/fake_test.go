@@ -30,9 +30,11 @@ type fakeRuntime struct {
 	sandboxErr     error // ListPodSandboxStats fails with it
 	imageFs        *runtimeapi.ImageFsInfoResponse
 	delay          time.Duration
+	onCall         func(name string) // called with each call, outside mu
 	calls          map[string]int
 	sandboxFilter  *runtimeapi.PodSandboxFilter
 	ctrFilter      *runtimeapi.ContainerFilter
+	sbStatsFilter  *runtimeapi.PodSandboxStatsFilter
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -50,8 +52,11 @@ func newFakeRuntime() *fakeRuntime {
 func (f *fakeRuntime) call(ctx context.Context, name string) error {
 	f.mu.Lock()
 	f.calls[name]++
-	d, err := f.delay, f.err
+	d, err, hook := f.delay, f.err, f.onCall
 	f.mu.Unlock()
+	if hook != nil {
+		hook(name)
+	}
 	if d > 0 {
 		select {
 		case <-time.After(d):
@@ -107,12 +112,13 @@ func (f *fakeRuntime) ListContainerStats(ctx context.Context, _ *runtimeapi.Cont
 	return f.stats, nil
 }
 
-func (f *fakeRuntime) ListPodSandboxStats(ctx context.Context, _ *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
+func (f *fakeRuntime) ListPodSandboxStats(ctx context.Context, filter *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
 	if err := f.call(ctx, "ListPodSandboxStats"); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.sbStatsFilter = filter
 	if f.sandboxErr != nil {
 		return nil, f.sandboxErr
 	}
@@ -334,5 +340,8 @@ func newEnv(t testing.TB, opts ...Option) *env {
 	return e
 }
 
-// The CRI client is a Runtime.
-var _ Runtime = (*cri.Client)(nil)
+// The CRI client is a Runtime and a MetricsRuntime.
+var (
+	_ Runtime        = (*cri.Client)(nil)
+	_ MetricsRuntime = (*cri.Client)(nil)
+)

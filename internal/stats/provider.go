@@ -2,6 +2,9 @@ package stats
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -118,20 +121,49 @@ const (
 	kindCPUMem kind = 1
 )
 
+// snapshot is one refresh's summary, shared by every caller of its cache
+// period, with its JSON encoding made once, by the first caller who asks.
 type snapshot struct {
-	at      time.Time
-	summary *v1alpha1.Summary
+	// at is when the refresh started, freshUntil when the snapshot stops
+	// being served without a refresh (see fly).
+	at, freshUntil time.Time
+	summary        *v1alpha1.Summary
+
+	encodeOnce sync.Once
+	json       []byte
+	etag       string
+	encodeErr  error
 }
 
-// flight is one refresh in progress; done is closed once summary or err
-// is set.
+// encode returns the snapshot's JSON encoding and its entity tag,
+// encoding it on first use.
+func (s *snapshot) encode() ([]byte, string, error) {
+	s.encodeOnce.Do(func() {
+		data, err := json.Marshal(s.summary)
+		if err != nil {
+			s.encodeErr = fmt.Errorf("encode stats summary: %w", err)
+			return
+		}
+		sum := sha256.Sum256(data)
+		s.json, s.etag = data, `"`+hex.EncodeToString(sum[:16])+`"`
+	})
+	return s.json, s.etag, s.encodeErr
+}
+
+// flight is one refresh in progress; done is closed once snap (and
+// cpuMem) or err is set.
 type flight struct {
-	done    chan struct{}
-	summary *v1alpha1.Summary
+	done chan struct{}
+	snap *snapshot
 	// cpuMem is the CPU-and-memory view of a full refresh, for the
 	// callers of that slot who joined it.
-	cpuMem *v1alpha1.Summary
+	cpuMem *snapshot
 	err    error
+	// encode is, per slot, whether a caller waiting for the refresh
+	// wants JSON: the refresh then encodes before it publishes, so that
+	// the callers served the previous snapshot meanwhile (WithServeStale)
+	// never wait for an encoding either. Guarded by Provider.mu.
+	encode [2]bool
 }
 
 // New returns a provider for the node nodeName whose kubelet root
@@ -160,15 +192,37 @@ func New(rt Runtime, machine Machine, nodeName string, rootDir string, clk clock
 // (the kubelet's GetCPUAndMemoryStats). The result may come from the cache
 // (see the package documentation) and must not be modified.
 func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*v1alpha1.Summary, error) {
+	s, err := p.snapshot(ctx, onlyCPUAndMemory, false)
+	if err != nil {
+		return nil, err
+	}
+	return s.summary, nil
+}
+
+// SummaryJSON is Summary encoded as JSON, as /stats/summary serves it,
+// and a strong entity tag of that encoding (quoted, a digest of it). The
+// encoding is made once per cached summary and shared by its callers:
+// they must not modify it.
+func (p *Provider) SummaryJSON(ctx context.Context, onlyCPUAndMemory bool) (body []byte, etag string, err error) {
+	s, err := p.snapshot(ctx, onlyCPUAndMemory, true)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.encode()
+}
+
+// snapshot returns the cached summary of the slot, refreshing it when it
+// is too old; wantJSON tells a refresh to encode it.
+func (p *Provider) snapshot(ctx context.Context, onlyCPUAndMemory, wantJSON bool) (*snapshot, error) {
 	k := kindFull
 	if onlyCPUAndMemory {
 		k = kindCPUMem
 	}
 	p.mu.Lock()
 	now := p.clk.Now()
-	if s := p.cache[k]; s != nil && now.Sub(s.at) < p.cacheTTL {
+	if s := p.cache[k]; s != nil && now.Before(s.freshUntil) {
 		p.mu.Unlock()
-		return s.summary, nil
+		return s, nil
 	}
 	f := p.flights[k]
 	if f == nil && k == kindCPUMem && p.flights[kindFull] != nil {
@@ -179,13 +233,14 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*v1alpha
 		p.flights[k] = f
 		go p.fly(context.WithoutCancel(ctx), k, f)
 	}
+	f.encode[k] = f.encode[k] || wantJSON
 	// Stale while revalidating (WithServeStale): containerd 1.6 takes
 	// about 13 ms per container to list stats (1.3 s at 100 pods), so
 	// callers get the last snapshot while the refresh runs, unless it is
 	// older than maxStale.
 	if s := p.cache[k]; s != nil && now.Sub(s.at) < p.maxStale {
 		p.mu.Unlock()
-		return s.summary, nil
+		return s, nil
 	}
 	p.mu.Unlock()
 
@@ -201,7 +256,7 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*v1alpha
 		// Joined a full refresh.
 		return f.cpuMem, nil
 	}
-	return f.summary, nil
+	return f.snap, nil
 }
 
 // fly runs one refresh of slot k and publishes it.
@@ -209,16 +264,39 @@ func (p *Provider) fly(ctx context.Context, k kind, f *flight) {
 	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 	defer cancel()
 	at := p.clk.Now()
-	f.summary, f.err = p.refresh(ctx, k == kindFull)
-	if f.err == nil && k == kindFull {
-		f.cpuMem = cpuAndMemoryOnly(f.summary)
+	summary, err := p.refresh(ctx, k == kindFull)
+	f.err = err
+	if err == nil {
+		// Fresh for the cache period, and at least as long after the
+		// refresh as it took: callers that never stop keep the runtime
+		// busy with stats at most half of the time (containerd 1.6 lists
+		// 100 pods' stats in over a second, longer than the period).
+		end := p.clk.Now()
+		fresh := at.Add(p.cacheTTL)
+		if rest := end.Add(end.Sub(at)); rest.After(fresh) {
+			fresh = rest
+		}
+		f.snap = &snapshot{at: at, freshUntil: fresh, summary: summary}
+		if k == kindFull {
+			f.cpuMem = &snapshot{at: at, freshUntil: fresh, summary: cpuAndMemoryOnly(summary)}
+		}
+		p.mu.Lock()
+		encode := f.encode
+		p.mu.Unlock()
+		// Errors stay with the snapshot, for its callers.
+		if encode[k] {
+			_, _, _ = f.snap.encode()
+		}
+		if encode[kindCPUMem] && f.cpuMem != nil {
+			_, _, _ = f.cpuMem.encode()
+		}
 	}
 
 	p.mu.Lock()
 	if f.err == nil {
-		p.cache[k] = &snapshot{at: at, summary: f.summary}
+		p.cache[k] = f.snap
 		if f.cpuMem != nil {
-			p.cache[kindCPUMem] = &snapshot{at: at, summary: f.cpuMem}
+			p.cache[kindCPUMem] = f.cpuMem
 		}
 	}
 	p.flights[k] = nil

@@ -588,3 +588,42 @@ func TestServeStaleWhileRefreshing(t *testing.T) {
 		return third != first
 	})
 }
+
+// The runtime's own rates are taken as they are, never derived, and the
+// sandbox stats are asked for nodelet's pods only.
+func TestRuntimeProvidedRates(t *testing.T) {
+	e := newEnv(t)
+	twoPods(e)
+	e.rt.sandboxStatsOK = true
+	var web []*runtimeapi.ContainerStats
+	for _, s := range e.rt.stats {
+		if s.Attributes.Labels[podspec.LabelPodUID] == "uid-a" {
+			s.Cpu.UsageNanoCores = &runtimeapi.UInt64Value{Value: 7e6}
+			web = append(web, s)
+		}
+	}
+	e.rt.sandboxStats = []*runtimeapi.PodSandboxStats{{
+		Attributes: &runtimeapi.PodSandboxAttributes{Id: "sb-uid-a"},
+		Linux: &runtimeapi.LinuxPodSandboxStats{
+			Cpu: &runtimeapi.CpuUsage{Timestamp: t0.UnixNano(), UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: 50e9},
+				UsageNanoCores: &runtimeapi.UInt64Value{Value: 25e6}},
+			Memory:     &runtimeapi.MemoryUsage{Timestamp: t0.UnixNano(), WorkingSetBytes: &runtimeapi.UInt64Value{Value: 999}, UsageBytes: &runtimeapi.UInt64Value{Value: 5000}},
+			Containers: web,
+		},
+	}}
+	// The first sample: nothing to derive a rate from, yet the
+	// runtime's rates are there.
+	s := summary(t, e.p, false)
+	p := findPod(s, "web")
+	checkU64(t, "pod nanocores from the runtime", p.CPU.UsageNanoCores, 25e6)
+	checkU64(t, "pod working set from the runtime", p.Memory.WorkingSetBytes, 999)
+	for _, c := range p.Containers {
+		checkU64(t, c.Name+" nanocores from the runtime", c.CPU.UsageNanoCores, 7e6)
+	}
+	e.rt.mu.Lock()
+	f := e.rt.sbStatsFilter
+	e.rt.mu.Unlock()
+	if f == nil || f.GetLabelSelector()[podspec.LabelManagedBy] != podspec.ManagedByValue || len(f.GetLabelSelector()) != 1 {
+		t.Errorf("ListPodSandboxStats filter = %v, want nodelet's label only", f)
+	}
+}
