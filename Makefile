@@ -29,7 +29,7 @@ build:
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/pause ./cmd/pause
 	$(GO) build -o bin/nodelet ./cmd/nodelet
-	@GO=$(GO) hack/build-containerd.sh
+	@GO=$(GO) hack/build-runtime.sh
 
 ## run: set up, build, then run nodelet in the foreground with examples/
 run: setup build

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds the managed runtime, containerd and containerd-shim-runc-v2, from
-# the containerd Go module pinned in hack/containerd/go.mod, into OUT_DIR
-# (default bin/). Nothing prebuilt is downloaded: the Go module proxy serves
-# the source and the go command compiles it.
+# Builds the managed runtime into OUT_DIR (default bin/) from the Go modules
+# pinned in the repository; nothing prebuilt is downloaded, the Go module
+# proxy serves the source and the go command compiles it:
+#   - containerd and containerd-shim-runc-v2, pinned in hack/containerd/go.mod;
+#   - runc, pinned in hack/runc/go.mod, with seccomp (cgo and libseccomp,
+#     which hack/setup.sh installs).
+# They are separate modules so that neither's dependencies move the other's.
 #
 # A binary already built from the pinned version is kept (the go command
 # would relink it for nothing). The first build takes a few minutes on two
@@ -10,51 +13,64 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-mod="$repo/hack/containerd"
 out=${OUT_DIR:-$repo/bin}
 GO=${GO:-go}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-cd "$mod"
-version=$($GO list -m -f '{{.Version}}' github.com/containerd/containerd/v2)
-pkgs=(github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
+# build NAME MODULE_DIR MODULE_PATH TAGS LDFLAGS PKG... builds the packages
+# of MODULE_PATH at the version MODULE_DIR pins, unless done already.
+build() {
+  local name=$1 dir=$2 module=$3 tags=$4 ldflags=$5
+  shift 5
+  local pkgs=("$@") version uptodate=1 p bin
+  version=$(cd "$dir" && $GO list -m -f '{{.Version}}' "$module")
+  for p in "${pkgs[@]}"; do
+    bin="$out/${p##*/}"
+    if [[ ! -x $bin ]] || ! $GO version -m "$bin" 2>/dev/null |
+      grep -qE "^[[:space:]]+(mod|path)[[:space:]]+$module[[:space:]]+$version([[:space:]]|$)"; then
+      uptodate=0
+    fi
+  done
+  ((uptodate)) && return 0
 
-# up to date: both binaries exist and were built from the pinned module
-uptodate=1
-for p in "${pkgs[@]}"; do
-  bin="$out/${p##*/}"
-  if [[ ! -x $bin ]] || ! $GO version -m "$bin" 2>/dev/null | grep -qE "^[[:space:]]+mod[[:space:]]+github.com/containerd/containerd/v2[[:space:]]+$version[[:space:]]"; then
-    uptodate=0
+  local total log start pid done_pkgs
+  total=$(cd "$dir" && $GO list -tags "$tags" -deps "${pkgs[@]}" | wc -l)
+  echo "build-runtime: building $name $version from its Go module into $out ($total packages; minutes the first time on 2 cores)"
+  log=$(mktemp)
+  start=$SECONDS
+  # -v names each package as it is compiled; count them for progress.
+  (cd "$dir" && exec $GO build -v -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") 2>"$log" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 10
+    if kill -0 "$pid" 2>/dev/null; then
+      done_pkgs=$(grep -cv '^#' "$log" || true)
+      echo "build-runtime: $name: $((SECONDS - start)) s, $done_pkgs/$total packages compiled (cached ones are not counted)"
+    fi
+  done
+  if ! wait "$pid"; then
+    grep -v '^[a-zA-Z0-9._/-]*$' "$log" >&2 || cat "$log" >&2
+    rm -f "$log"
+    echo "build-runtime: building $name failed" >&2
+    return 1
   fi
-done
-if ((uptodate)); then
-  exit 0
-fi
+  rm -f "$log"
+  echo "build-runtime: built $name $version in $((SECONDS - start)) s"
+}
 
+ctd=github.com/containerd/containerd/v2
 # btrfs needs the C headers of libbtrfs; nodelet's containerd uses overlayfs.
-tags=no_btrfs
-ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$version -X github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2"
-total=$($GO list -tags "$tags" -deps "${pkgs[@]}" | wc -l)
-echo "build-containerd: building containerd $version and its runc shim from the Go module into $out"
-echo "build-containerd: $total packages; the first build takes a few minutes on 2 cores"
+build "containerd" "$repo/hack/containerd" "$ctd" no_btrfs \
+  "-s -w -X $ctd/version.Version=$(cd "$repo/hack/containerd" && $GO list -m -f '{{.Version}}' $ctd) -X $ctd/version.Package=$ctd" \
+  "$ctd/cmd/containerd" "$ctd/cmd/containerd-shim-runc-v2"
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-start=$SECONDS
-# -v names each package as it is compiled; count them for progress.
-$GO build -v -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}" 2>"$log" &
-pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  sleep 10
-  if kill -0 "$pid" 2>/dev/null; then
-    done_pkgs=$(grep -cv '^#' "$log" || true)
-    echo "build-containerd: $((SECONDS - start)) s, $done_pkgs/$total packages compiled (cached ones are not counted)"
-  fi
-done
-if ! wait "$pid"; then
-  grep -v '^[a-zA-Z0-9._/-]*$' "$log" >&2 || cat "$log" >&2
-  echo "build-containerd: go build failed" >&2
+runc=github.com/opencontainers/runc
+if ! pkg-config --exists libseccomp 2>/dev/null; then
+  echo "build-runtime: runc needs libseccomp's C headers and pkg-config (run make setup)" >&2
   exit 1
 fi
-echo "build-containerd: built containerd $version in $((SECONDS - start)) s: $out/containerd, $out/containerd-shim-runc-v2"
+runc_version=$(cd "$repo/hack/runc" && $GO list -m -f '{{.Version}}' $runc)
+CGO_ENABLED=1 build "runc" "$repo/hack/runc" "$runc" seccomp \
+  "-s -w -X main.version=${runc_version#v}" \
+  "$runc"

@@ -5,8 +5,15 @@ set -euo pipefail
 
 # package:command that proves it is installed
 needs=(
+  # Debian's containerd 1.6 and runc 1.1: the distribution runtime the
+  # tests check nodelet against (make e2e-containerd1)
   containerd:containerd
   runc:runc
+  # to build the managed runtime's runc with seccomp (hack/build-runtime.sh)
+  gcc:gcc
+  libc6-dev:/usr/include/stdio.h
+  pkg-config:pkg-config
+  libseccomp-dev:/usr/include/seccomp.h
   containernetworking-plugins:/usr/lib/cni/bridge
   busybox-static:/bin/busybox
   iproute2:ip

@@ -67,6 +67,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(shared.work)
+	// Like /var/lib/nodelet (0755), the runtime's state under it must be
+	// traversable by a user-namespaced pod's root (host IDs 65536 and up);
+	// MkdirTemp makes it 0700, and runc then fails with
+	// "remount-private dst=.../rootfs, flags=MS_PRIVATE: permission denied".
+	if err := os.Chmod(shared.work, 0o711); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	if err := setUp(&shared); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: set up:", err)
 		tearDown(&shared)
@@ -141,9 +149,9 @@ func setUp(e *env) error {
 // containerdEnv names the containerd the tests run instead of bin/containerd.
 const containerdEnv = "NODELET_E2E_CONTAINERD"
 
-// linkContainerd picks the tests' containerd and links it, with the runc
-// shim of its directory, beside the nodelet binary under test, where the
-// managed runtime looks first.
+// linkContainerd picks the tests' containerd and links it, with the shim
+// and the runc of its directory, beside the nodelet binary under test,
+// where the managed runtime looks first.
 func linkContainerd(e *env, bin string) error {
 	e.containerdBin = os.Getenv(containerdEnv)
 	if e.containerdBin == "" {
@@ -152,8 +160,12 @@ func linkContainerd(e *env, bin string) error {
 	if _, err := os.Stat(e.containerdBin); err != nil {
 		return fmt.Errorf("no containerd to test with (run make build, or set %s): %w", containerdEnv, err)
 	}
-	for _, name := range []string{"containerd", "containerd-shim-runc-v2"} {
-		if err := os.Symlink(filepath.Join(filepath.Dir(e.containerdBin), name), filepath.Join(bin, name)); err != nil {
+	for _, name := range []string{"containerd", "containerd-shim-runc-v2", "runc"} {
+		target := filepath.Join(filepath.Dir(e.containerdBin), name)
+		if _, err := os.Stat(target); err != nil && name == "runc" {
+			continue // a distribution's containerd: runc is found in PATH
+		}
+		if err := os.Symlink(target, filepath.Join(bin, name)); err != nil {
 			return err
 		}
 	}

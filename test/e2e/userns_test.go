@@ -91,14 +91,6 @@ func TestUserNamespaceMapping(t *testing.T) {
 		t.Skipf("the runtime at %s does not support user namespaces (%s); containerd 2.0 or newer with runc 1.2 or newer does",
 			shared.endpoint, why)
 	}
-	// The pod's root, the runtime's host IDs 65536 and up, must traverse
-	// the directories above its rootfs (the runtime's state directory):
-	// the scratch directory is 0700 from MkdirTemp, which makes runc fail
-	// with "remount-private dst=.../rootfs, flags=MS_PRIVATE: permission
-	// denied".
-	if err := os.Chmod(shared.work, 0o711); err != nil {
-		t.Fatal(err)
-	}
 	root := filepath.Join(shared.work, "root-userns")
 	n, dir, args := lifecycleNodelet(t, "userns")
 	writeManifest(t, dir, "own.yaml", fmt.Sprintf(usernsPod, "own", false))
