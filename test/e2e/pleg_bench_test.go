@@ -58,7 +58,8 @@ spec:
 // Evented numbers need a runtime with the CRI event stream (containerd
 // 1.7 and later); without it, the evented nodelet relists too, as the
 // table says. The window is a minute (NODELET_BENCH_WINDOW changes it), the
-// exits 40 (NODELET_BENCH_EXITS). It asserts nothing (make bench).
+// exits 40 (NODELET_BENCH_EXITS); NODELET_BENCH_PPROF=dir writes nodelet's
+// CPU profile of each idle window there. It asserts nothing (make bench).
 func BenchmarkPLEG(b *testing.B) {
 	window, exits, idle := 60*time.Second, 40, 100
 	if s := os.Getenv("NODELET_BENCH_WINDOW"); s != "" {
@@ -75,7 +76,11 @@ func BenchmarkPLEG(b *testing.B) {
 		relists         float64
 	}
 	var results []result
-	for _, evented := range []bool{true, false} {
+	modes := []bool{true, false}
+	if os.Getenv("NODELET_BENCH_EVENTED_ONLY") != "" {
+		modes = modes[:1]
+	}
+	for _, evented := range modes {
 		mode := map[bool]string{true: "evented", false: "relist"}[evented]
 		removeAllPods(shared.rt)
 		rec := startCRIRecorder(b, "pleg-"+mode)
@@ -84,7 +89,7 @@ func BenchmarkPLEG(b *testing.B) {
 		port := freePort(b)
 		n := startNodelet(b, "--container-runtime-endpoint", rec.endpoint(), "--root-dir", filepath.Join(shared.work, "pleg-bench-root-"+mode),
 			"--pod-manifest-path", dir, "--hostname-override", "e2e", "--pod-logs-dir", filepath.Join(shared.work, "pleg-bench-logs-"+mode),
-			"--max-pods", "250", "--healthz-port", "0", "--read-only-port", port, "--address", "127.0.0.1",
+			"--max-pods", "250", "--healthz-port", "0", "--read-only-port", port, "--address", "127.0.0.1", "--port", freePort(b),
 			"--file-check-frequency", "1s", "--feature-gates", "EventedPLEG="+strconv.FormatBool(evented))
 		ctx := context.Background()
 		r := result{mode: mode}
@@ -110,7 +115,17 @@ func BenchmarkPLEG(b *testing.B) {
 		pid := n.cmd.Process.Pid
 		nodelet0, runtime0 := cpuSeconds(pid), runtimeCPUSeconds(shared.containerd.PID())
 		start := time.Now()
-		time.Sleep(window)
+		if dir := os.Getenv("NODELET_BENCH_PPROF"); dir != "" {
+			// The window's CPU profile, for `go tool pprof`.
+			prof, err := n.api(b).get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(window.Seconds())))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "pleg-idle-"+mode+".pprof"), prof, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		time.Sleep(window - time.Since(start))
 		elapsed := time.Since(start).Seconds()
 		r.cpu = 100 * (cpuSeconds(pid) - nodelet0) / elapsed
 		r.runtimeCPU = 100 * (runtimeCPUSeconds(shared.containerd.PID()) - runtime0) / elapsed
