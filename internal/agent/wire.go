@@ -176,9 +176,8 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	}
 	p.workers = podworker.New(podworker.Deps{Syncer: runtime, Hooks: hooks, Metrics: m, OnFinished: onFinished, Clock: clk, Log: log},
 		podworker.Options{ResyncInterval: 10 * cfg.SyncFrequency})
-	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log,
-		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }),
-		pleg.WithStreamMetrics(m), pleg.WithNodeEvents(cfg.NodeName, recorder))
+	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log, pleg.WithStreamMetrics(m), pleg.WithNodeEvents(cfg.NodeName, recorder),
+		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
 
