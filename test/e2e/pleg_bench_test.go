@@ -74,6 +74,9 @@ func BenchmarkPLEG(b *testing.B) {
 		sync, restart   []time.Duration
 		cpu, runtimeCPU float64
 		relists         float64
+		// means over the exits phase: the event's delay from the
+		// runtime to nodelet, and one relist's duration
+		eventDelay, relist time.Duration
 	}
 	var results []result
 	modes := []bool{true, false}
@@ -101,6 +104,9 @@ func BenchmarkPLEG(b *testing.B) {
 			writeManifestB(b, dir, name, fmt.Sprintf(crashOncePod, name, 10+0.2*float64(i)))
 		}
 		r.sync, r.restart = exitToRestart(b, ctx, rec, "crash", exits)
+		text := httpGetB(b, "http://127.0.0.1:"+port+"/metrics")
+		r.eventDelay = meanSeconds(text, "kubelet_evented_pleg_connection_latency_seconds")
+		r.relist = meanSeconds(text, "kubelet_pleg_relist_duration_seconds")
 		removeBenchPods(b, ctx, dir, "crash")
 
 		// Idle CPU with 100 running pods.
@@ -138,11 +144,11 @@ func BenchmarkPLEG(b *testing.B) {
 
 	fmt.Printf("\nPLEG: evented (CRI container events) against relist (every 1s); runtime streams events: %v\n", streams)
 	fmt.Printf("%-8s | %-27s | %-27s | %-34s | %s\n", "mode", "exit→sync p50 / p99", "exit→restart p50 / p99",
-		fmt.Sprintf("idle CPU, %d pods (%% of a core)", idle), "relists/min idle")
+		fmt.Sprintf("idle CPU, %d pods (%% of a core)", idle), "relists/min idle | mean event delay, relist")
 	for _, r := range results {
-		fmt.Printf("%-8s | %-27s | %-27s | nodelet %5.2f%%, runtime %5.2f%%  | %.0f\n", r.mode,
+		fmt.Printf("%-8s | %-27s | %-27s | nodelet %5.2f%%, runtime %5.2f%%  | %16.0f | %v, %v\n", r.mode,
 			fmt.Sprintf("%v / %v (n=%d)", pct(r.sync, 50), pct(r.sync, 99), len(r.sync)),
-			fmt.Sprintf("%v / %v", pct(r.restart, 50), pct(r.restart, 99)), r.cpu, r.runtimeCPU, r.relists)
+			fmt.Sprintf("%v / %v", pct(r.restart, 50), pct(r.restart, 99)), r.cpu, r.runtimeCPU, r.relists, r.eventDelay, r.relist)
 	}
 	if len(results) == 2 {
 		fmt.Printf("goals: evented exit→restart p50 ≤ 50ms: %s; idle CPU ≤ 0.3%% at %d pods: evented %s, relist %s\n",
@@ -224,6 +230,17 @@ func removeBenchPods(b *testing.B, ctx context.Context, dir, prefix string) {
 	}
 	waitRunning(b, ctx, prefix, 0)
 	waitSandboxesStopped(b, ctx, prefix)
+}
+
+// meanSeconds is the mean of the histogram name in Prometheus text, 0
+// when it has no samples.
+func meanSeconds(text, name string) time.Duration {
+	sum, err1 := sumSeries(text, name+"_sum", nil)
+	count, err2 := sumSeries(text, name+"_count", nil)
+	if err1 != nil || err2 != nil || count == 0 {
+		return 0
+	}
+	return time.Duration(sum / count * float64(time.Second)).Round(100 * time.Microsecond)
 }
 
 // pct is the p-th percentile of ds (nearest rank), rounded to 0.1 ms; 0
