@@ -217,3 +217,36 @@ func TestConfigFileCgroupSettings(t *testing.T) {
 		t.Errorf("--cgroup-driver upstart: %v", err)
 	}
 }
+
+// EventedPLEG is on by default and turned off by the kubelet's feature gate,
+// in the file or by --feature-gates (which wins); gates nodelet does not
+// know are a warning in the file and an error on the command line.
+func TestFeatureGates(t *testing.T) {
+	cfg, _, err := configFrom(t)
+	if err != nil || !cfg.EventedPLEG {
+		t.Fatalf("default: EventedPLEG %v, err %v; want on", cfg.EventedPLEG, err)
+	}
+	cfg, _, err = configFrom(t, "--feature-gates", "EventedPLEG=false")
+	if err != nil || cfg.EventedPLEG {
+		t.Errorf("--feature-gates EventedPLEG=false: EventedPLEG %v, err %v; want off", cfg.EventedPLEG, err)
+	}
+	path := writeConfig(t, "featureGates:\n  EventedPLEG: false\n  SomeOtherGate: true\n")
+	cfg, logged, err := configFrom(t, "--config", path)
+	if err != nil || cfg.EventedPLEG || !strings.Contains(logged, "featureGates.SomeOtherGate is not implemented") {
+		t.Errorf("file: EventedPLEG %v, err %v, logged %q; want off and a warning for SomeOtherGate", cfg.EventedPLEG, err, logged)
+	}
+	cfg, _, err = configFrom(t, "--config", path, "--feature-gates", "EventedPLEG=true")
+	if err != nil || !cfg.EventedPLEG {
+		t.Errorf("flag over file: EventedPLEG %v, err %v; want on", cfg.EventedPLEG, err)
+	}
+	for _, bad := range []string{"NoSuchGate=true", "EventedPLEG=maybe"} {
+		cmd, o := newRoot(io.Discard, io.Discard)
+		err := cmd.ParseFlags([]string{"--hostname-override", "node-a", "--root-dir", t.TempDir(), "--feature-gates", bad})
+		if err == nil {
+			_, err = o.config(cmd.Flags(), slog.New(slog.DiscardHandler))
+		}
+		if err == nil {
+			t.Errorf("--feature-gates %s: no error", bad)
+		}
+	}
+}

@@ -38,6 +38,7 @@ type rootOptions struct {
 	systemReserved   string
 	kubeReserved     string
 	evictionHard     string
+	featureGates     gatesFlag
 }
 
 // newRootCommand is `nodelet`: run the node agent in the foreground.
@@ -125,6 +126,9 @@ flags given on the command line override it.`,
 	f.StringVar(&o.pauseBinary, "pause-binary", "", "Program the pause image is built from (default: 'pause' next to the nodelet binary, then PATH)")
 	f.StringVar(&o.containerdBinary, "containerd-binary", "", "containerd of the managed runtime, 2.x or 1.6/1.7; its runc shim is looked up in its directory first (default: 'containerd' next to the nodelet binary, as make build puts it, then PATH)")
 	f.StringVar(&cfg.Managed.Images.BusyboxBinary, "busybox-binary", cfg.Managed.Images.BusyboxBinary, "Static busybox the busybox image is built from")
+	o.featureGates = gatesFlag{}
+	f.Var(o.featureGates, "feature-gates",
+		"Kubelet feature gates as key=value pairs; nodelet knows MemoryQoS (default false) and EventedPLEG (default true: follow the runtime's container event stream, relisting every 5m as a safety net; false: relist every second)")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 info, 1 and more debug")
 	_ = f.MarkHidden("pod-logs-dir")
 	addClusterFlags(f, o)
@@ -187,6 +191,11 @@ func (o *rootOptions) parseFlags(flags *pflag.FlagSet) error {
 	if flags.Changed("container-log-max-size") {
 		if cfg.ContainerLogMaxSize, err = parseSize(o.logMaxSize); err != nil {
 			return fmt.Errorf("--container-log-max-size: %w", err)
+		}
+	}
+	if flags.Changed("feature-gates") {
+		if unknown := cfg.SetFeatureGates(o.featureGates); len(unknown) > 0 {
+			return fmt.Errorf("--feature-gates: unrecognized feature gate(s) %s; nodelet knows EventedPLEG and MemoryQoS", strings.Join(unknown, ", "))
 		}
 	}
 	if flags.Changed("node-labels") {

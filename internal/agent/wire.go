@@ -64,7 +64,7 @@ type pipeline struct {
 	prober  *prober.Manager
 	gc      *gc.Collector
 	hk      *housekeeping.Housekeeper
-	watcher pleg.EventWatcher
+	watcher pleg.Watcher // nil with the EventedPLEG feature gate off
 	// health are the checks of /healthz; api serves the kubelet API.
 	health []server.HealthCheck
 	api    server.Deps
@@ -77,7 +77,7 @@ type pipeline struct {
 // mode; nil standalone) and connects them. It starts nothing.
 func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	cfg, log, clk := a.cfg, a.deps.Log, a.deps.Clock
-	p := &pipeline{a: a, objects: objects.NewStore(), watcher: pleg.EventWatcher{Stream: rt}}
+	p := &pipeline{a: a, objects: objects.NewStore(), watcher: pleg.WatcherFor(rt, cfg.EventedPLEG)}
 	var cl *clusterParts
 	if api != nil {
 		cl = &clusterParts{api: api, pods: podsource.NewNodePodInformer(api.kube, cfg.NodeName)}
@@ -175,7 +175,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	}
 	p.workers = podworker.New(podworker.Deps{Syncer: runtime, Hooks: hooks, Metrics: m, OnFinished: onFinished, Clock: clk, Log: log},
 		podworker.Options{ResyncInterval: 10 * cfg.SyncFrequency})
-	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log,
+	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log, pleg.WithStreamMetrics(m), pleg.WithNodeEvents(cfg.NodeName, recorder),
 		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
@@ -255,7 +255,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	goRun(func() { p.config.Run(ctx, merged) })
 	goRun(func() { p.workers.Run(ctx) })
 	// Relist every PLEGRelistPeriod, or on every container event where the
-	// runtime streams them (then relisting every 5 minutes as a safety net).
+	// runtime streams them (EventedPLEG; then every 5 minutes as a safety net).
 	goRun(func() { p.pleg.RunEvented(ctx, p.watcher, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.hk.PodActive) })
 	goRun(func() { p.prober.Run(ctx) })

@@ -125,3 +125,33 @@ func TestPodActive(t *testing.T) {
 		}
 	}
 }
+
+// countingSources counts the calls of Pods.
+type countingSources struct {
+	fakeSources
+	calls *int
+}
+
+func (s countingSources) Pods() []*v1.Pod { *s.calls++; return s.pods }
+
+func TestPodActiveAfterARoundAsksNoSources(t *testing.T) {
+	calls := 0
+	src := countingSources{fakeSources{ready: true, pods: []*v1.Pod{{}}}, &calls}
+	src.pods[0].UID = "wanted"
+	w := &fakeWorkers{running: map[types.UID]bool{}}
+	h := New(Deps{Sources: src, Workers: w, Runtime: &fakeRuntime{}, Statuses: &fakeStatuses{}, Log: slog.New(slog.DiscardHandler)})
+	h.Housekeep(t.Context(), map[types.UID]*v1.Pod{"wanted": src.pods[0]})
+	if !h.PodActive("wanted") || calls != 0 {
+		t.Errorf("PodActive(wanted) after a round: %v with %d copies of the sources' pods; want true with none", h.PodActive("wanted"), calls)
+	}
+	// A pod the sources added since the round is still found there.
+	src.pods = append(src.pods, &v1.Pod{})
+	src.pods[1].UID = "new"
+	h.deps.Sources = src
+	if !h.PodActive("new") {
+		t.Error("PodActive(new) = false for a pod the sources added after the round")
+	}
+	if h.PodActive("gone") {
+		t.Error("PodActive(gone) = true")
+	}
+}

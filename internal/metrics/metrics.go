@@ -12,6 +12,10 @@
 //     create, update, sync or kill (the PodWorker* constants);
 //   - PLEGRelistDuration and PLEGRelistInterval: each PLEG relist, and the
 //     time since the previous one;
+//   - EventedPLEGConn, EventedPLEGConnErr and EventedPLEGConnLatency: the
+//     runtime's container event stream opened, failed or ended, and each
+//     event's delay (a pleg.StreamMetrics); EventedPLEGActive says whether
+//     the PLEG follows the stream or relists every period;
 //   - RuntimeOperations*{operation_type}: each CRI call, through
 //     ObserveRuntimeOp with the kubelet's operation names (the Op*
 //     constants);
@@ -143,6 +147,21 @@ type Metrics struct {
 	PLEGRelistDuration prometheus.Histogram
 	// PLEGRelistInterval is kubelet_pleg_relist_interval_seconds.
 	PLEGRelistInterval prometheus.Histogram
+	// EventedPLEGConn is kubelet_evented_pleg_connection_success_count:
+	// container event streams opened.
+	EventedPLEGConn prometheus.Counter
+	// EventedPLEGConnErr is kubelet_evented_pleg_connection_error_count:
+	// container event streams that failed to open or ended.
+	EventedPLEGConnErr prometheus.Counter
+	// EventedPLEGConnLatency is
+	// kubelet_evented_pleg_connection_latency_seconds: from the runtime
+	// creating a container event to nodelet receiving it.
+	EventedPLEGConnLatency prometheus.Histogram
+	// EventedPLEGActive is kubelet_evented_pleg_active: 1 while the PLEG
+	// follows the container event stream, 0 while it relists every period.
+	// The kubelet has no such metric; it is nodelet's, named in the
+	// kubelet's style beside the other evented PLEG metrics.
+	EventedPLEGActive prometheus.Gauge
 	// RuntimeOperations is kubelet_runtime_operations_total
 	// {operation_type}.
 	RuntimeOperations *prometheus.CounterVec
@@ -221,6 +240,27 @@ func New(reg prometheus.Registerer, running func() (pods int, containersByState 
 			Name:      "pleg_relist_interval_seconds",
 			Help:      "Interval in seconds between relisting in PLEG.",
 			Buckets:   prometheus.DefBuckets,
+		})),
+		EventedPLEGConn: Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: subsystem,
+			Name:      "evented_pleg_connection_success_count",
+			Help:      "The number of times a streaming client was obtained to receive CRI Events.",
+		})),
+		EventedPLEGConnErr: Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Subsystem: subsystem,
+			Name:      "evented_pleg_connection_error_count",
+			Help:      "The number of errors encountered during the establishment of streaming connection with the CRI runtime.",
+		})),
+		EventedPLEGConnLatency: Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Subsystem: subsystem,
+			Name:      "evented_pleg_connection_latency_seconds",
+			Help:      "The latency of streaming connection with the CRI runtime, measured in seconds.",
+			Buckets:   prometheus.DefBuckets,
+		})),
+		EventedPLEGActive: Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+			Subsystem: subsystem,
+			Name:      "evented_pleg_active",
+			Help:      "1 while the PLEG follows the CRI container event stream (relisting only as a safety net), 0 while it relists every period. nodelet's own metric.",
 		})),
 		RuntimeOperations: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 			Subsystem: subsystem,
@@ -303,6 +343,26 @@ func (m *Metrics) ObserveRuntimeCall(op string, took time.Duration, err error) {
 	if err != nil {
 		m.RuntimeOperationsErrors.WithLabelValues(op).Inc()
 	}
+}
+
+// ObserveEventStreamConnected counts a container event stream opened (a
+// pleg.StreamMetrics).
+func (m *Metrics) ObserveEventStreamConnected() { m.EventedPLEGConn.Inc() }
+
+// ObserveEventStreamError counts a container event stream that failed to
+// open or ended.
+func (m *Metrics) ObserveEventStreamError() { m.EventedPLEGConnErr.Inc() }
+
+// ObserveEventLatency records a container event's delay.
+func (m *Metrics) ObserveEventLatency(d time.Duration) { m.EventedPLEGConnLatency.Observe(d.Seconds()) }
+
+// SetEventedPLEG sets kubelet_evented_pleg_active.
+func (m *Metrics) SetEventedPLEG(on bool) {
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.EventedPLEGActive.Set(v)
 }
 
 // ObservePodStartStage records one stage of a pod's start (a

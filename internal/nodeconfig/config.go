@@ -7,9 +7,11 @@ package nodeconfig
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -48,6 +50,13 @@ type Config struct {
 	SyncFrequency time.Duration
 	// PLEGRelistPeriod is how often the runtime is relisted (1s).
 	PLEGRelistPeriod time.Duration
+	// EventedPLEG (the kubelet's feature gate of that name, set by
+	// --feature-gates or featureGates) has the PLEG follow the runtime's
+	// container event stream where it has one, relisting only every 5
+	// minutes as a safety net and every PLEGRelistPeriod while the stream
+	// is down. On by default in nodelet (the kubelet's default is off);
+	// off, the PLEG relists every PLEGRelistPeriod.
+	EventedPLEG bool
 	// NodeIP is reported as the pods' hostIP.
 	NodeIP string
 	// MaxPods and Allocatable are what admission checks new pods against.
@@ -240,6 +249,7 @@ func DefaultConfig(rootDir string) Config {
 		HTTPCheckFrequency:          20 * time.Second,
 		SyncFrequency:               time.Minute,
 		PLEGRelistPeriod:            time.Second,
+		EventedPLEG:                 true,
 		MaxPods:                     110,
 		Port:                        10250,
 		Auth:                        server.Auth{AuthorizationMode: server.AuthorizationNodeletGroups},
@@ -355,4 +365,21 @@ func ValidateNodeName(name string) error {
 		return fmt.Errorf("node name %q is not valid: %s", name, strings.Join(msgs, "; "))
 	}
 	return nil
+}
+
+// SetFeatureGates sets the kubelet feature gates nodelet knows from gates
+// (name to enabled) and returns the names it does not know, sorted. Known:
+// EventedPLEG, MemoryQoS.
+func (c *Config) SetFeatureGates(gates map[string]bool) (unknown []string) {
+	for _, name := range slices.Sorted(maps.Keys(gates)) {
+		switch name {
+		case "EventedPLEG":
+			c.EventedPLEG = gates[name]
+		case "MemoryQoS":
+			c.MemoryQoS = gates[name]
+		default:
+			unknown = append(unknown, name)
+		}
+	}
+	return unknown
 }

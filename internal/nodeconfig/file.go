@@ -149,8 +149,8 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 }
 
 // applyCgroups sets the pod cgroup settings: cgroupsPerQOS, cgroupDriver,
-// podPidsLimit, memoryThrottlingFactor and, of featureGates, MemoryQoS
-// (a warning for each other gate the file sets).
+// podPidsLimit, memoryThrottlingFactor, and featureGates (SetFeatureGates;
+// a warning for each gate nodelet does not know).
 func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 	kc := &f.Config
 	if kc.CgroupsPerQOS != nil {
@@ -163,11 +163,7 @@ func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 	if kc.MemoryThrottlingFactor != nil {
 		cfg.MemoryThrottlingFactor = *kc.MemoryThrottlingFactor
 	}
-	for _, gate := range slices.Sorted(maps.Keys(kc.FeatureGates)) {
-		if gate == "MemoryQoS" {
-			cfg.MemoryQoS = kc.FeatureGates[gate]
-			continue
-		}
+	for _, gate := range cfg.SetFeatureGates(kc.FeatureGates) {
 		warnings = append(warnings, fmt.Sprintf("%s: featureGates.%s is not implemented by nodelet and is ignored (%v)", f.Path, gate, kc.FeatureGates[gate]))
 	}
 	return warnings

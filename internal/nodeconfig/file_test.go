@@ -216,6 +216,7 @@ func TestFileUnimplementedFieldsWarn(t *testing.T) {
 		{"featureGates:\n  MemoryQoS: true\n", ""},
 		{"memoryReservationPolicy: None\n", ""},
 		{"memoryReservationPolicy: TieredReservation\n", "memoryReservationPolicy"},
+		{"featureGates:\n  EventedPLEG: false\n", ""},
 		{"imageGCHighThresholdPercent: 90\n", "imageGCHighThresholdPercent"},
 		{"shutdownGracePeriod: 30s\n", "shutdownGracePeriod"},
 		{"shutdownGracePeriod: 0s\n", ""},

@@ -3,36 +3,101 @@ package pleg
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
 	"sync/atomic"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // ErrNoEvents is what a Watcher returns when the runtime has no container
 // event stream; the PLEG then keeps relisting every period.
 var ErrNoEvents = errors.New("the runtime does not stream container events")
 
-// Watcher reports container events from the runtime: Watch calls changed
-// for every event until ctx ends or the stream fails.
+// errStreamClosed stands for a stream that ended without an error.
+var errStreamClosed = errors.New("container event stream closed")
+
+// Watcher reports container events from the runtime. Watch opens the
+// stream, calls connected once it is open, then changed for every event
+// (created: when the runtime created it, zero if it does not say) until
+// ctx ends or the stream fails. connected is called before any changed,
+// never at the same time, and Watch returns only after its last call of
+// either.
 type Watcher interface {
-	Watch(ctx context.Context, changed func()) error
+	Watch(ctx context.Context, connected func(), changed func(created time.Time)) error
 }
 
-// watchRetry is how long after a broken event stream it is opened again.
-const watchRetry = 5 * time.Second
+// StreamMetrics is told how the event stream fares; *metrics.Metrics
+// implements it with the kubelet's evented PLEG metrics.
+type StreamMetrics interface {
+	// ObserveEventStreamConnected counts a stream opened
+	// (kubelet_evented_pleg_connection_success_count).
+	ObserveEventStreamConnected()
+	// ObserveEventStreamError counts a stream that failed to open or
+	// ended (kubelet_evented_pleg_connection_error_count).
+	ObserveEventStreamError()
+	// ObserveEventLatency records how long after the runtime created an
+	// event it reached nodelet
+	// (kubelet_evented_pleg_connection_latency_seconds).
+	ObserveEventLatency(d time.Duration)
+	// SetEventedPLEG says whether the PLEG follows the event stream (true)
+	// or relists every period (false).
+	SetEventedPLEG(on bool)
+}
+
+// NodeEvents records events about the node (events.Recorder).
+type NodeEvents interface {
+	NodeEvent(node, eventType, reason, message string)
+}
+
+// Reasons of the node events RunEvented records. The kubelet records none
+// for its event stream; these follow its style (ContainerGCFailed, ...).
+const (
+	// EventReasonEventedPLEGFailed (Warning): the event stream broke and
+	// the PLEG relists every period until it is back.
+	EventReasonEventedPLEGFailed = "EventedPLEGFailed"
+	// EventReasonEventedPLEGRecovered (Normal): the event stream is back.
+	EventReasonEventedPLEGRecovered = "EventedPLEGRecovered"
+)
+
+// Reconnect back-off of the event stream: the first retry after
+// watchRetryMin, doubling up to watchRetryMax. It starts again from
+// watchRetryMin after a stream that stayed up watchRetryMax or longer.
+const (
+	watchRetryMin = time.Second
+	watchRetryMax = 30 * time.Second
+)
+
+// WithStreamMetrics has RunEvented report the event stream to m.
+func WithStreamMetrics(m StreamMetrics) Option {
+	return func(g *Generic) { g.streamMetrics = m }
+}
+
+// WithNodeEvents has RunEvented record on node, through r, that it falls
+// back to relisting when the event stream breaks (Warning) and that the
+// stream is back (Normal).
+func WithNodeEvents(node string, r NodeEvents) Option {
+	return func(g *Generic) { g.nodeName, g.nodeEvents = node, r }
+}
 
 // RunEvented runs like Run, but relists at once whenever w reports a
 // container event, so that an exit reaches the sync loop within
-// milliseconds; while the stream is up the periodic relist slows to
-// slowPeriod and stays only as a safety net. When the runtime has no event
-// stream (ErrNoEvents), it relists every period as Run does.
+// milliseconds; while the stream is open the periodic relist slows to
+// slowPeriod and stays only as a safety net. When the stream breaks it
+// relists every period, says so (log, metrics, a node event) and reopens
+// the stream with back-off; once it is back it relists at once, to catch
+// up on what the stream missed. When the runtime has no event stream
+// (ErrNoEvents), or w is nil, it relists every period as Run does.
 func (g *Generic) RunEvented(ctx context.Context, w Watcher, slowPeriod time.Duration) {
+	if w == nil {
+		g.Run(ctx)
+		return
+	}
 	kick := make(chan struct{}, 1) // one pending relist request is enough
 	var streaming atomic.Bool
-	var watching sync.WaitGroup
-	watching.Add(1)
-	go func() { defer watching.Done(); g.watch(ctx, w, kick, &streaming) }()
-	defer watching.Wait() // the stream goroutine does not outlive Run
+	watching := make(chan struct{})
+	go func() { defer close(watching); g.watch(ctx, w, kick, &streaming, slowPeriod) }()
+	defer func() { <-watching }() // the stream goroutine does not outlive Run
 
 	ticker := g.clk.NewTicker(g.period)
 	defer ticker.Stop()
@@ -54,31 +119,87 @@ func (g *Generic) RunEvented(ctx context.Context, w Watcher, slowPeriod time.Dur
 	}
 }
 
-// watch keeps the event stream open, re-opening it after failures, and
-// gives up for good when the runtime has none.
-func (g *Generic) watch(ctx context.Context, w Watcher, kick chan<- struct{}, streaming *atomic.Bool) {
+// watch keeps the event stream open, re-opening it with back-off after
+// failures, and gives up for good when the runtime has none.
+func (g *Generic) watch(ctx context.Context, w Watcher, kick chan<- struct{}, streaming *atomic.Bool, slowPeriod time.Duration) {
+	relistNow := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	retry := watchRetryMin
+	wasUp := false // a stream was open before, and broke
 	for ctx.Err() == nil {
+		var upAt time.Time // set by connected, read after Watch returned
 		err := w.Watch(ctx, func() {
+			upAt = g.clk.Now()
 			streaming.Store(true)
-			select {
-			case kick <- struct{}{}:
-			default:
+			g.observeStream(func(m StreamMetrics) { m.ObserveEventStreamConnected(); m.SetEventedPLEG(true) })
+			if wasUp {
+				g.log.Info("container event stream is back; relisting only as a safety net", "period", slowPeriod)
+				g.nodeEvent(v1.EventTypeNormal, EventReasonEventedPLEGRecovered,
+					"The container runtime's event stream is back; pod lifecycle events follow it again")
+			} else {
+				g.log.Info("following the container event stream; relisting only as a safety net", "period", slowPeriod)
 			}
+			relistNow() // what happened while the stream was down
+		}, func(created time.Time) {
+			if !created.IsZero() {
+				g.observeStream(func(m StreamMetrics) { m.ObserveEventLatency(g.clk.Since(created)) })
+			}
+			relistNow()
 		})
-		streaming.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, ErrNoEvents) {
+		if err == nil {
+			err = errStreamClosed
+		}
+		up := streaming.Swap(false)
+		g.observeStream(func(m StreamMetrics) { m.ObserveEventStreamError(); m.SetEventedPLEG(false) })
+		if up && g.clk.Since(upAt) >= watchRetryMax {
+			retry = watchRetryMin
+		}
+		noEvents := errors.Is(err, ErrNoEvents)
+		switch {
+		case noEvents && !wasUp:
+			// The runtime never had the stream (containerd before 1.7):
+			// relisting is the design, not a failure.
 			g.log.Info("runtime has no container event stream; relisting", "period", g.period)
+		case up || noEvents:
+			wasUp = true
+			g.log.Warn("container event stream broke; relisting every period until it is back",
+				"err", err, "period", g.period, "retryIn", retry)
+			g.nodeEvent(v1.EventTypeWarning, EventReasonEventedPLEGFailed, fmt.Sprintf(
+				"The container runtime's event stream broke (%v); relisting every %v until it is back", err, g.period))
+		default:
+			g.log.Debug("container event stream did not open", "err", err, "retryIn", retry)
+		}
+		if up {
+			relistNow() // events may have been lost with the stream
+		}
+		if noEvents {
 			return
 		}
-		g.log.Warn("container event stream ended; relisting until it is back", "err", err, "retryIn", watchRetry)
 		select {
 		case <-ctx.Done():
 			return
-		case <-g.clk.After(watchRetry):
+		case <-g.clk.After(retry):
 		}
+		retry = min(2*retry, watchRetryMax)
+	}
+}
+
+func (g *Generic) observeStream(f func(StreamMetrics)) {
+	if g.streamMetrics != nil {
+		f(g.streamMetrics)
+	}
+}
+
+func (g *Generic) nodeEvent(eventType, reason, message string) {
+	if g.nodeEvents != nil {
+		g.nodeEvents.NodeEvent(g.nodeName, eventType, reason, message)
 	}
 }
 

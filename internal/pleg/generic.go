@@ -49,6 +49,12 @@ type Generic struct {
 	// or not, with its duration (WithRelistObserver).
 	relistObserver func(d time.Duration)
 
+	// streamMetrics and nodeEvents, when set, are told how RunEvented's
+	// event stream fares (WithStreamMetrics, WithNodeEvents).
+	streamMetrics StreamMetrics
+	nodeName      string
+	nodeEvents    NodeEvents
+
 	// events is buffered (unlike most channels here) because the consumer,
 	// the sync loop, also serves other sources: a relist must never wait
 	// for it. The capacity is the kubelet's; on overflow events are dropped

@@ -3,15 +3,18 @@ package pleg
 import (
 	"context"
 	"fmt"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/cri"
 )
 
-// EventStream is the CRI container event stream, where the runtime has it.
+// EventStream is the CRI container event stream, where the runtime has it:
+// ContainerEvents calls connected once the stream is open, then sends its
+// events on out.
 type EventStream interface {
-	ContainerEvents(ctx context.Context, out chan *runtimeapi.ContainerEventResponse) error
+	ContainerEvents(ctx context.Context, out chan *runtimeapi.ContainerEventResponse, connected func()) error
 }
 
 // EventWatcher is the Watcher over the CRI container event stream: every
@@ -20,14 +23,27 @@ type EventStream interface {
 // here).
 type EventWatcher struct{ Stream EventStream }
 
-// Watch calls changed for each event until ctx ends
-// or the stream fails; a runtime without the stream gives ErrNoEvents.
-func (w EventWatcher) Watch(ctx context.Context, changed func()) error {
+// WatcherFor returns the EventWatcher over s, or nil (RunEvented then
+// relists every period) when evented is false: the kubelet's EventedPLEG
+// feature gate.
+func WatcherFor(s EventStream, evented bool) Watcher {
+	if !evented {
+		return nil
+	}
+	return EventWatcher{Stream: s}
+}
+
+// Watch calls connected once the stream is open and changed for each event
+// until ctx ends or the stream fails; a runtime without the stream gives
+// ErrNoEvents.
+func (w EventWatcher) Watch(ctx context.Context, connected func(), changed func(created time.Time)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan *runtimeapi.ContainerEventResponse, 1) // the stream blocks on a full channel
 	done := make(chan error, 1)                                // written once
-	go func() { done <- w.Stream.ContainerEvents(ctx, events) }()
+	// connected runs on the stream's goroutine before it receives
+	// anything, so before any changed.
+	go func() { done <- w.Stream.ContainerEvents(ctx, events, connected) }()
 	for {
 		select {
 		case err := <-done:
@@ -35,8 +51,12 @@ func (w EventWatcher) Watch(ctx context.Context, changed func()) error {
 				return fmt.Errorf("%w: %w", ErrNoEvents, err)
 			}
 			return err
-		case <-events:
-			changed()
+		case ev := <-events:
+			var created time.Time
+			if ev.GetCreatedAt() > 0 {
+				created = time.Unix(0, ev.GetCreatedAt())
+			}
+			changed(created)
 		}
 	}
 }

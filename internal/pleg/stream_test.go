@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -17,10 +18,11 @@ type fakeStream struct {
 	err error
 }
 
-func (s fakeStream) ContainerEvents(ctx context.Context, out chan *runtimeapi.ContainerEventResponse) error {
-	for range s.n {
+func (s fakeStream) ContainerEvents(ctx context.Context, out chan *runtimeapi.ContainerEventResponse, connected func()) error {
+	connected()
+	for i := range s.n {
 		select {
-		case out <- &runtimeapi.ContainerEventResponse{ContainerId: "c"}:
+		case out <- &runtimeapi.ContainerEventResponse{ContainerId: "c", CreatedAt: int64(i + 1)}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -40,8 +42,18 @@ func TestEventWatcher(t *testing.T) {
 		{"stream that breaks", broken, false, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			calls := 0
-			err := EventWatcher{Stream: fakeStream{n: tc.wantCalls, err: tc.err}}.Watch(t.Context(), func() { calls++ })
+			calls, connects := 0, 0
+			var created []time.Time
+			err := EventWatcher{Stream: fakeStream{n: tc.wantCalls, err: tc.err}}.Watch(t.Context(),
+				func() { connects++ }, func(c time.Time) { calls++; created = append(created, c) })
+			if connects != 1 {
+				t.Errorf("connected called %d times, want once", connects)
+			}
+			for i, c := range created {
+				if c != time.Unix(0, int64(i+1)) {
+					t.Errorf("event %d created %v, want the event's CreatedAt", i, c)
+				}
+			}
 			if errors.Is(err, ErrNoEvents) != tc.noEvents || !errors.Is(err, tc.err) {
 				t.Errorf("Watch = %v; want it to wrap %v, and ErrNoEvents: %v", err, tc.err, tc.noEvents)
 			}
