@@ -249,8 +249,11 @@ func startManaged(t *testing.T, name, bridge, cidr string, extra ...string) *man
 	m.args = append([]string{"--root-dir", m.root, "--pod-manifest-path", m.manifests, "--hostname-override", "e2e",
 		"--cni-bridge-name", bridge, "--pod-cidr", cidr, "--pause-binary", shared.pause,
 		"--pod-logs-dir", filepath.Join(shared.work, "pod-logs-"+name)}, extra...)
-	m.n = startNodelet(t, m.args...)
+	// Registered before the nodelet starts, so it runs after the nodelet
+	// has stopped: a nodelet still running would restart its containerd
+	// beside the cleaning one and recreate the pods it removes.
 	t.Cleanup(func() { cleanUpManagedAt(t, m.root, bridge, cidr) })
+	m.n = startNodelet(t, m.args...)
 	m.cfg = containerd.DefaultConfig(m.root)
 	eventually(t, 60*time.Second, "managed containerd answers", func() (err error) {
 		m.rt, err = cri.Dial(context.Background(), m.cfg.Endpoint(), cri.DefaultTimeouts(), nil)
