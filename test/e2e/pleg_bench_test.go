@@ -167,10 +167,7 @@ func BenchmarkPLEG(b *testing.B) {
 // runtimeStreams says whether the shared runtime has the CRI container
 // event stream.
 func runtimeStreams() bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	err := shared.rt.ContainerEvents(ctx, make(chan *runtimeapi.ContainerEventResponse, 16), nil)
-	return ctx.Err() != nil && err != nil
+	return probeEventStream() == nil
 }
 
 // exitToRestart waits until each of the count pods named prefix* had its
