@@ -753,13 +753,24 @@ func (e nodeAuditEvent) request() string {
 	return e.Verb + " " + u.Path + "?" + u.Query().Get("fieldSelector")
 }
 
+// lagReason tells the 403s of a control plane that has not seen the
+// binding yet: the Node authorizer's graph ("no relationship found"), or
+// NodeRestriction's pod cache, which still has the pod unscheduled when a
+// token for it is asked for ("bound to a pod scheduled on a different
+// node").
+func lagReason(e nodeAuditEvent) bool {
+	return strings.Contains(e.Annotations["authorization.k8s.io/reason"], "no relationship found") ||
+		e.ResponseStatus != nil && strings.Contains(e.ResponseStatus.Message, "node requested token bound to a pod scheduled on a different node")
+}
+
 // readNodeAudit reads the audit log (at most 512 MiB, lines of at most 4 MiB)
 // for the requests of user, each once (a watch still open has only
 // started): their counts by verb, resource and response code, and those
-// answered 403. A 403 because the Node authorizer found no relationship
-// to the object yet, for a request allowed later, is in lagged rather
-// than denied: the authorizer's graph is fed by its own pod informer and
-// may lag the binding the node saw by a moment.
+// answered 403. A 403 because the control plane has not seen the binding
+// yet (lagReason), for a request allowed later, is in lagged rather than
+// denied: the Node authorizer's graph and NodeRestriction's pod cache are
+// fed by their own pod informers and may lag the binding the node saw by
+// a moment.
 func readNodeAudit(t *testing.T, path, user string) (counts map[nodeAuditKey]int, denied, lagged []nodeAuditEvent) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -796,8 +807,7 @@ func readNodeAudit(t *testing.T, path, user string) (counts map[nodeAuditKey]int
 		if e.ResponseStatus != nil && e.ResponseStatus.Code < 400 {
 			allowedLater[e.request()] = true
 		}
-		if e.ResponseStatus != nil && e.ResponseStatus.Code == 403 && allowedLater[e.request()] &&
-			strings.Contains(e.Annotations["authorization.k8s.io/reason"], "no relationship found") {
+		if e.ResponseStatus != nil && e.ResponseStatus.Code == 403 && allowedLater[e.request()] && lagReason(e) {
 			e.lagged = true
 			requests[order[i]] = e
 		}
