@@ -45,6 +45,9 @@ type CRIMetrics struct {
 	// (zero: never); it is asked again after sandboxStatsRetry.
 	unimplemented time.Time
 	unimplErr     error
+	// warned are the metric names already logged as not matching their
+	// descriptor: one warning each, not one per scrape.
+	warned map[string]bool
 }
 
 // NewCRIMetrics returns the CRI metrics of rt. Nothing is asked before
@@ -146,7 +149,7 @@ func (m *CRIMetrics) Gather() ([]*dto.MetricFamily, error) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(&criCollector{descs: descs, pods: pods, ours: ours, log: m.log}); err != nil {
+	if err := reg.Register(&criCollector{descs: descs, pods: pods, ours: ours, log: m.log, dropped: m.dropped}); err != nil {
 		return nil, fmt.Errorf("cri metrics: %w", err)
 	}
 	return reg.Gather()
@@ -159,6 +162,26 @@ type criCollector struct {
 	pods  []*runtimeapi.PodSandboxMetrics
 	ours  map[string]bool
 	log   *slog.Logger
+	// dropped is told of a metric that does not match its descriptor.
+	dropped func(name string, err error)
+}
+
+// dropped warns, once per metric name, that the runtime's metric does not
+// match its own descriptor and is left out. containerd 2.2 does this for
+// every metric (its descriptors name fewer label keys than its metrics
+// carry values), so /metrics/cadvisor is empty there: the kubelet drops
+// them too, logging an error per metric and scrape.
+func (m *CRIMetrics) dropped(name string, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.warned[name] {
+		return
+	}
+	if m.warned == nil {
+		m.warned = map[string]bool{}
+	}
+	m.warned[name] = true
+	m.log.Warn("runtime metric left out of /metrics/cadvisor: it does not match the runtime's descriptor", "name", name, "err", err)
 }
 
 func (c *criCollector) Describe(chan<- *prometheus.Desc) {}
@@ -191,7 +214,7 @@ func (c *criCollector) send(ch chan<- prometheus.Metric, m *runtimeapi.Metric) {
 	}
 	pm, err := prometheus.NewConstMetric(desc, typ, float64(m.GetValue().GetValue()), m.GetLabelValues()...)
 	if err != nil {
-		c.log.Debug("cri metrics: bad metric", "name", m.GetName(), "err", err)
+		c.dropped(m.GetName(), err)
 		return
 	}
 	if ts := m.GetTimestamp(); ts != 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // criMetricsEnv is the CRI client over the cri-api fake runtime, with
@@ -188,5 +190,22 @@ func TestCRIMetricsRuntimeError(t *testing.T) {
 	}
 	if got := series(t, e.m); len(got) != 5 {
 		t.Errorf("%d series on the next scrape, want 5", len(got))
+	}
+}
+
+// A metric that does not match its descriptor (containerd 2.2 sends every
+// metric with more label values than its descriptor has keys) is left out
+// with one warning per name, not one per scrape.
+func TestCRIMetricsWarnsOnceOfAMetricItsDescriptorDoesNotFit(t *testing.T) {
+	e := newCRIMetricsEnv(t)
+	var logs testutil.SyncBuffer
+	e.m.log = slog.New(slog.NewTextHandler(&logs, nil))
+	series(t, e.m)
+	series(t, e.m)
+	if n := strings.Count(logs.String(), "does not match the runtime's descriptor"); n != 1 {
+		t.Errorf("%d warnings about the ill-fitting metric, want 1:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "name=container_memory_working_set_bytes") {
+		t.Errorf("the warning does not name the metric:\n%s", logs.String())
 	}
 }
