@@ -6,8 +6,13 @@
 # _output/cluster/bin/<version>/<name>: the first build of a version takes
 # minutes, later calls return at once. Progress goes to stderr.
 #
-# Adding a binary: one `tool k8s.io/kubernetes/cmd/<name>` line in
+# Adding a binary: one `tool k8s.io/kubernetes/<path>/<name>` line in
 # test/cluster/go.mod (then `go mod tidy` there).
+#
+# The upstream test suites are NAME.test: e2e_node.test and e2e.test are
+# compiled with `go test -c -vet=off` from k8s.io/kubernetes/test/e2e_node and
+# test/e2e, whose test imports test/cluster/conformance_imports.go keeps in
+# go.mod (e2e.test takes about 13 minutes of CPU on a cold build cache).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,7 +21,7 @@ export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 GO=${GO:-go}
 
 if [ $# -eq 0 ]; then
-	echo "usage: $0 NAME... (one of: $(awk '$1 == "tool" { sub(".*/", "", $2); printf "%s ", $2 }' "$module/go.mod"))" >&2
+	echo "usage: $0 NAME... (one of: $(awk '$1 == "tool" { sub(".*/", "", $2); printf "%s ", $2 }' "$module/go.mod")e2e_node.test e2e.test)" >&2
 	exit 2
 fi
 
@@ -29,9 +34,18 @@ out="$root/_output/cluster/bin/$version"
 mkdir -p "$out"
 
 for name in "$@"; do
-	pkg="k8s.io/kubernetes/cmd/$name"
-	if ! awk -v pkg="$pkg" '$1 == "tool" && $2 == pkg { found = 1 } END { exit !found }' "$module/go.mod"; then
-		echo "build-upstream: $name is not a tool of $module/go.mod (add: tool $pkg)" >&2
+	case $name in
+	e2e_node.test | e2e.test)
+		pkg="k8s.io/kubernetes/test/${name%.test}"
+		test_binary=1
+		;;
+	*)
+		pkg=$(awk -v name="$name" '$1 == "tool" && $2 ~ ("/" name "$") { print $2 }' "$module/go.mod")
+		test_binary=
+		;;
+	esac
+	if [[ -z $pkg ]]; then
+		echo "build-upstream: $name is not a tool of $module/go.mod (add: tool k8s.io/kubernetes/<path>/$name)" >&2
 		exit 1
 	fi
 	bin="$out/$name"
@@ -42,7 +56,14 @@ for name in "$@"; do
 		ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitTreeState=clean"
 		# Build to a temporary name first, so that an interrupted build never
 		# leaves a partial binary that later calls would take as cached.
-		"$GO" build -C "$module" -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
+		if [[ -n $test_binary ]]; then
+			(cd "$module" && "$GO" test -c -vet=off -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg")
+		elif [[ $name == agnhost ]]; then
+			# Static, as upstream builds it: it runs in an image without libc.
+			CGO_ENABLED=0 "$GO" build -C "$module" -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
+		else
+			"$GO" build -C "$module" -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
+		fi
 		mv "$bin.tmp" "$bin"
 		echo "built $name $version in $(($(date +%s) - start))s" >&2
 	fi
