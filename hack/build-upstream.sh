@@ -58,8 +58,8 @@ for name in "$@"; do
 		# leaves a partial binary that later calls would take as cached.
 		if [[ -n $test_binary ]]; then
 			(cd "$module" && "$GO" test -c -vet=off -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg")
-		elif [[ $name == agnhost ]]; then
-			# Static, as upstream builds it: it runs in an image without libc.
+		elif [[ $name == agnhost || $name == nonewprivs ]]; then
+			# Static, as upstream builds them: they run in images without libc.
 			CGO_ENABLED=0 "$GO" build -C "$module" -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
 		else
 			"$GO" build -C "$module" -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"

@@ -25,6 +25,9 @@ tool k8s.io/kubernetes/cmd/kubelet
 // agnhost: the e2e suites' test image, built into it by test/conformance/images.
 tool k8s.io/kubernetes/test/images/agnhost
 
+// nonewprivs: the nnp program of the nonewprivs test image (test/conformance/images).
+tool k8s.io/kubernetes/test/images/nonewprivs
+
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/godbus/dbus/v5 v5.2.2
