@@ -22,6 +22,8 @@ needs=(
   etcd-server:etcd
   curl:curl
   openssl:openssl
+  # the e2e suites' nginx test image is built from it (test/conformance/images)
+  nginx:/usr/sbin/nginx
 )
 
 missing=()
@@ -54,5 +56,6 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # The Debian containerd package may start a system containerd; nodelet runs
 # its own and never uses that one, so leave it as the package set it up.
 # Likewise etcd-server's system etcd on 2379: hack/cluster.sh runs its own
-# on 23790.
+# on 23790. Likewise nginx's system service: the nginx test image copies the
+# program and never uses the host's configuration.
 echo "setup: done"
