@@ -41,6 +41,7 @@ const (
 	ReasonPodCompleted             = "PodCompleted"
 	ReasonPodFailed                = "PodFailed"
 	ReasonContainersNotReady       = "ContainersNotReady"
+	ReasonReadinessGatesNotReady   = "ReadinessGatesNotReady"
 	ReasonContainersNotInitialized = "ContainersNotInitialized"
 )
 
@@ -679,11 +680,39 @@ func containersReadyCondition(pod *v1.Pod, statuses []v1.ContainerStatus, ph v1.
 	return c
 }
 
-// readyCondition mirrors ContainersReady; readiness gates are not evaluated.
+// readyCondition is ContainersReady, and then the pod's readiness gates: a
+// gate holds when the pod's condition of its type, set through the API by
+// whoever owns it, is True (the kubelet's GeneratePodReadyCondition).
 func readyCondition(pod *v1.Pod, statuses []v1.ContainerStatus, ph v1.PodPhase) v1.PodCondition {
 	c := containersReadyCondition(pod, statuses, ph)
 	c.Type = v1.PodReady
+	if c.Status != v1.ConditionTrue {
+		return c
+	}
+	var unready []string
+	for _, gate := range pod.Spec.ReadinessGates {
+		cond := findCondition(pod.Status.Conditions, gate.ConditionType)
+		switch {
+		case cond == nil:
+			unready = append(unready, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", gate.ConditionType))
+		case cond.Status != v1.ConditionTrue:
+			unready = append(unready, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but %v", gate.ConditionType, cond.Status))
+		}
+	}
+	if len(unready) > 0 {
+		return v1.PodCondition{Type: v1.PodReady, Status: v1.ConditionFalse, Reason: ReasonReadinessGatesNotReady,
+			Message: strings.Join(unready, ", ")}
+	}
 	return c
+}
+
+func findCondition(conds []v1.PodCondition, t v1.PodConditionType) *v1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == t {
+			return &conds[i]
+		}
+	}
+	return nil
 }
 
 // sortPodIPs keeps the first IP of the node's family, then the first of the

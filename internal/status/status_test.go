@@ -734,3 +734,41 @@ func TestTerminalPodPhase(t *testing.T) {
 		t.Errorf("a container running: phase %s, want Running", got)
 	}
 }
+
+func TestReadinessGates(t *testing.T) {
+	gate := func(st v1.ConditionStatus) v1.PodCondition {
+		return v1.PodCondition{Type: "example.com/gate", Status: st}
+	}
+	for _, tc := range []struct {
+		name    string
+		conds   []v1.PodCondition
+		want    v1.ConditionStatus
+		message string
+	}{
+		{"condition missing", nil, v1.ConditionFalse, `corresponding condition of pod readiness gate "example.com/gate" does not exist.`},
+		{"condition false", []v1.PodCondition{gate(v1.ConditionFalse)}, v1.ConditionFalse, `the status of pod readiness gate "example.com/gate" is not "True", but False`},
+		{"condition true", []v1.PodCondition{gate(v1.ConditionTrue)}, v1.ConditionTrue, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := newPod(app("a"))
+			pod.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/gate"}}
+			pod.Status.Conditions = tc.conds
+			s := Generate(facts(pod, obs(running("a", "ca", 1))))
+			var ready, containers *v1.PodCondition
+			for i := range s.Conditions {
+				switch s.Conditions[i].Type {
+				case v1.PodReady:
+					ready = &s.Conditions[i]
+				case v1.ContainersReady:
+					containers = &s.Conditions[i]
+				}
+			}
+			if containers == nil || containers.Status != v1.ConditionTrue {
+				t.Fatalf("ContainersReady %+v, want True", containers)
+			}
+			if ready == nil || ready.Status != tc.want || ready.Message != tc.message {
+				t.Errorf("Ready %+v, want %s with message %q", ready, tc.want, tc.message)
+			}
+		})
+	}
+}

@@ -207,6 +207,13 @@ func (l *Loop) handleConfig(u podconfig.PodUpdate) {
 	case podupdate.Reconcile:
 		for _, pod := range u.Pods {
 			l.pods[pod.UID] = pod
+			// Only the status changed in the API. The pod's Ready condition
+			// depends on it when the pod has readiness gates (conditions
+			// others set): compute it again, as the kubelet's
+			// HandlePodReconcile does.
+			if len(pod.Spec.ReadinessGates) > 0 && !l.rejected[pod.UID] {
+				l.sync(pod, podupdate.Update)
+			}
 		}
 	}
 }

@@ -148,3 +148,19 @@ func TestLoopDropsEventsAlreadySeen(t *testing.T) {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 }
+
+// A status-only change (RECONCILE) syncs a pod again only when its Ready
+// condition depends on the API status: when it has readiness gates.
+func TestReconcileSyncsPodsWithReadinessGates(t *testing.T) {
+	h := newHarness(10)
+	gated := pod("gated")
+	gated.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/ready"}}
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("plain"), gated}} })
+	h.step(t, func() {
+		h.config <- podconfig.PodUpdate{Op: podupdate.Reconcile, Pods: []*v1.Pod{pod("plain"), gated}}
+	})
+	want := []string{"ADD plain", "ADD gated", "UPDATE gated"}
+	if got := strings.Join(h.rec.calls, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
