@@ -48,7 +48,7 @@ type Image struct {
 // Images lists the references Build stores, in the order it stores them.
 func Images() []Image {
 	return []Image{
-		{BusyboxRef, "static busybox (Debian busybox-static) with every applet under /bin, as registry.BusyboxImage; Cmd sh"},
+		{BusyboxRef, "static busybox (Debian busybox-static) with every applet under /bin, as registry.BusyboxImage, plus /bin/nmeter (./nmeter: the applet Debian's build lacks); Cmd sh"},
 		{PauseRef, "nodelet's pause program (bin/pause) as /pause, as registry.PauseImage"},
 		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl and bash with their libraries; Entrypoint /agnhost, Cmd pause"},
 		{AgnhostPrevRef, "the same image as " + AgnhostRef + " (one agnhost binary serves both tags)"},
@@ -72,6 +72,10 @@ type Sources struct {
 	Pause string
 	// Busybox is a static busybox (Debian busybox-static: /bin/busybox).
 	Busybox string
+	// Nmeter is the static nmeter program of ./nmeter: Debian's busybox
+	// has no nmeter applet, and the node suite's container lifecycle specs
+	// take their timestamps from it.
+	Nmeter string
 	// Upstream is the k8s.io/kubernetes source tree of the suites' release,
 	// its directory in the module cache (`go list -m -f '{{.Dir}}'
 	// k8s.io/kubernetes` in test/cluster); agnhost's TLS certificate and
@@ -91,10 +95,11 @@ type Sources struct {
 // HostSources returns the Sources of a Debian host with the packages of
 // hack/setup.sh, given the programs built from the upstream release, the
 // pause program and the upstream source tree.
-func HostSources(agnhost, nonewprivs, pause, upstream string) Sources {
+func HostSources(agnhost, nonewprivs, nmeter, pause, upstream string) Sources {
 	return Sources{
 		Agnhost:    agnhost,
 		Nonewprivs: nonewprivs,
+		Nmeter:     nmeter,
 		Pause:      pause,
 		Busybox:    "/bin/busybox",
 		Upstream:   upstream,
@@ -138,6 +143,7 @@ func Build(store *registry.Store, src Sources, log *slog.Logger) ([]string, erro
 func build(src Sources) (map[string]v1.Image, error) {
 	for _, s := range []struct{ what, path string }{
 		{"agnhost", src.Agnhost}, {"nonewprivs", src.Nonewprivs}, {"pause", src.Pause}, {"busybox", src.Busybox},
+		{"nmeter", src.Nmeter},
 	} {
 		if s.path == "" {
 			return nil, fmt.Errorf("no %s program given", s.what)
@@ -148,6 +154,14 @@ func build(src Sources) (map[string]v1.Image, error) {
 	}
 	busybox, err := registry.BusyboxImage(src.Busybox)
 	if err != nil {
+		return nil, err
+	}
+	nmeter := tree{}
+	if err := nmeter.hostFile("bin/nmeter", src.Nmeter); err != nil {
+		return nil, err
+	}
+	nmeter.chmod("bin/nmeter", 0o755)
+	if busybox, err = withLayer(busybox, nmeter, "nodelet: nmeter, the applet Debian's busybox lacks"); err != nil {
 		return nil, err
 	}
 	base, err := readBase(busybox)

@@ -26,7 +26,7 @@ func testSources(t *testing.T) Sources {
 	t.Helper()
 	dir := t.TempDir()
 	src := HostSources(
-		filepath.Join(dir, "agnhost"), filepath.Join(dir, "nnp"), filepath.Join(dir, "pause"),
+		filepath.Join(dir, "agnhost"), filepath.Join(dir, "nnp"), filepath.Join(dir, "nmeter"), filepath.Join(dir, "pause"),
 		filepath.Join(dir, "kubernetes"))
 	for _, p := range append([]string{src.Busybox, src.Nginx, src.Curl, src.Bash, src.Hostname}, src.IPCTools...) {
 		if _, err := os.Stat(p); err != nil {
@@ -37,7 +37,7 @@ func testSources(t *testing.T) Sources {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{src.Agnhost, src.Nonewprivs, src.Pause} {
+	for _, p := range []string{src.Agnhost, src.Nonewprivs, src.Nmeter, src.Pause} {
 		if err := os.WriteFile(p, bb, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -205,6 +205,7 @@ func TestBuild(t *testing.T) {
 		}
 		fs := flatten(t, img)
 		fs.file(t, "/bin/busybox", 0o755)
+		fs.file(t, "/bin/nmeter", 0o755)
 		for _, applet := range []string{"/bin/sh", "/bin/cat", "/bin/ls", "/bin/nc", "/bin/wget", "/bin/awk", "/bin/sleep", "/bin/id"} {
 			fs.symlink(t, applet, "/bin/busybox")
 		}
