@@ -332,6 +332,7 @@ authorization:
   mode: Webhook
 rotateCertificates: true
 serverTLSBootstrap: false
+clusterDomain: cluster.local
 EOF
 	mv "$dir/nodelet-config.yaml.tmp" "$dir/nodelet-config.yaml"
 }
