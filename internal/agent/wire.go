@@ -303,7 +303,7 @@ func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
 	}
 	if cfg.ReadOnlyPort > 0 {
 		addr := net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.ReadOnlyPort))
-		h := server.ReadOnlyHandler(p.health, p.api.Metrics)
+		h := server.ReadOnlyHandler(p.api)
 		forever(addr, func(ctx context.Context) error { return server.Serve(ctx, addr, h, log) })
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/utils/clock"
 )
 
 // HealthCheck reports whether a part of nodelet is healthy.
@@ -66,14 +66,28 @@ func HealthzHandler(checks []HealthCheck) http.Handler {
 	return mux
 }
 
-// ReadOnlyHandler serves the read-only port: /healthz, /metrics and
-// /metrics/probes.
-func ReadOnlyHandler(checks []HealthCheck, m Metrics) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", HealthzHandler(checks))
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Kubelet, promhttp.HandlerOpts{}))
-	mux.Handle("GET /metrics/probes", promhttp.HandlerFor(m.Probes, promhttp.HandlerOpts{}))
-	return mux
+// ReadOnlyHandler serves the read-only port (readOnlyPort) as the kubelet
+// does: without authentication, and only what reads the node's state:
+// /healthz, /pods, /stats/summary, /metrics, /metrics/probes,
+// /metrics/resource and /metrics/cadvisor. Logs, exec, attach,
+// port-forward, /configz, /events and pprof stay on the secure port.
+func ReadOnlyHandler(deps Deps) http.Handler {
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.RealClock{}
+	}
+	s := &secureServer{deps: deps, log: deps.Log, mux: http.NewServeMux()}
+	s.handle("GET /healthz", HealthzHandler(deps.Health))
+	s.handle("GET /pods", http.HandlerFunc(s.getPods))
+	s.handle("GET /stats/summary", http.HandlerFunc(s.getSummary))
+	s.handle("POST /stats/summary", http.HandlerFunc(s.getSummary))
+	s.handle("GET /metrics", gathererHandler(deps.Metrics.Kubelet))
+	s.handle("GET /metrics/probes", gathererHandler(deps.Metrics.Probes))
+	s.handle("GET /metrics/resource", gathererHandler(deps.Metrics.Resource))
+	s.handle("GET /metrics/cadvisor", gathererHandler(deps.Metrics.Cadvisor))
+	return s.mux
 }
 
 // Serve listens on addr and serves h until ctx ends.

@@ -430,7 +430,10 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 			t.Fatal(err)
 		}
 	}
-	healthzPort, roPort, apiPort := freePort(t), freePort(t), freePort(t)
+	// The kubelet's default ports: the suites reach some of them by number
+	// (the read-only port's /metrics on localhost:10255, the kubelet API on
+	// 10250 through the API server's node proxy).
+	healthzPort, roPort, apiPort := "10248", "10255", "10250"
 	ip := conformanceNodeIP(t)
 	a := &clusterAgent{label: agent, node: "conformance-" + agent, work: work, logPath: filepath.Join(work, agent+".log")}
 	switch agent {
