@@ -434,6 +434,9 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 	// (the read-only port's /metrics on localhost:10255, the kubelet API on
 	// 10250 through the API server's node proxy).
 	healthzPort, roPort, apiPort := "10248", "10255", "10250"
+	// and on every address, as the kubelet's default: the suites reach
+	// the read-only port at localhost and the API at the node IP.
+	const conformanceAddress = "0.0.0.0"
 	ip := conformanceNodeIP(t)
 	a := &clusterAgent{label: agent, node: "conformance-" + agent, work: work, logPath: filepath.Join(work, agent+".log")}
 	switch agent {
@@ -442,7 +445,7 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 			return exec.Command(shared.nodelet, "--config", cp.NodeletConfig, "--root-dir", root,
 				"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(root, "kubelet.kubeconfig"),
 				"--hostname-override", a.node, "--node-ip", ip, "--container-runtime-endpoint", shared.endpoint,
-				"--pod-logs-dir", logs, "--pod-manifest-path", manifests, "--address", ip, "--port", apiPort,
+				"--pod-logs-dir", logs, "--pod-manifest-path", manifests, "--address", conformanceAddress, "--port", apiPort,
 				"--healthz-port", healthzPort, "--read-only-port", roPort)
 		}
 	case "kubelet":
@@ -452,7 +455,7 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 		}
 		config := filepath.Join(work, "config.yaml")
 		machine := strings.Replace(kubeletMachineConfig(shared.endpoint, logs, healthzPort, roPort, apiPort),
-			"address: 127.0.0.1\n", "address: "+ip+"\n", 1) + "staticPodPath: " + manifests + "\n"
+			"address: 127.0.0.1\n", "address: "+conformanceAddress+"\n", 1) + "staticPodPath: " + manifests + "\n"
 		if err := os.WriteFile(config, append(base, machine...), 0o600); err != nil {
 			t.Fatal(err)
 		}
