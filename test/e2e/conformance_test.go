@@ -424,8 +424,10 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 // there) and its API on the node IP.
 func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlane, agent, work string) *clusterAgent {
 	t.Helper()
-	root, manifests, logs := filepath.Join(work, "root"), filepath.Join(work, "manifests"), filepath.Join(work, "logs")
-	for _, d := range []string{root, manifests, logs} {
+	// Pod logs go to the default /var/log/pods: a node spec reads them
+	// there by that path.
+	root, manifests := filepath.Join(work, "root"), filepath.Join(work, "manifests")
+	for _, d := range []string{root, manifests} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -445,7 +447,7 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 			return exec.Command(shared.nodelet, "--config", cp.NodeletConfig, "--root-dir", root,
 				"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(root, "kubelet.kubeconfig"),
 				"--hostname-override", a.node, "--node-ip", ip, "--container-runtime-endpoint", shared.endpoint,
-				"--pod-logs-dir", logs, "--pod-manifest-path", manifests, "--address", conformanceAddress, "--port", apiPort,
+				"--pod-manifest-path", manifests, "--address", conformanceAddress, "--port", apiPort,
 				"--healthz-port", healthzPort, "--read-only-port", roPort)
 		}
 	case "kubelet":
@@ -454,7 +456,7 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 			t.Fatal(err)
 		}
 		config := filepath.Join(work, "config.yaml")
-		machine := strings.Replace(kubeletMachineConfig(shared.endpoint, logs, healthzPort, roPort, apiPort),
+		machine := strings.Replace(kubeletMachineConfig(shared.endpoint, "/var/log/pods", healthzPort, roPort, apiPort),
 			"address: 127.0.0.1\n", "address: "+conformanceAddress+"\n", 1) + "staticPodPath: " + manifests + "\n"
 		if err := os.WriteFile(config, append(base, machine...), 0o600); err != nil {
 			t.Fatal(err)
