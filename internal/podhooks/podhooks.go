@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/userns"
+	"github.com/nodelet/nodelet/internal/volume"
 )
 
 // CgroupManager is what the Cgroup hook needs of podresources.Manager.
@@ -146,7 +147,16 @@ func (Volumes) Name() string { return "volumes" }
 func (h Volumes) Prepare(ctx context.Context, pod *v1.Pod) error {
 	if err := h.Volumes.SetUp(ctx, pod); err != nil {
 		if ctx.Err() == nil {
-			h.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: "+oneLine(err))
+			// One event per volume, as the kubelet's volume manager words
+			// it; anything else as one.
+			failed := volume.SetUpErrors(err)
+			for _, ve := range failed {
+				h.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount",
+					fmt.Sprintf("MountVolume.SetUp failed for volume %q : %s", ve.Volume, oneLine(ve.Err)))
+			}
+			if len(failed) == 0 {
+				h.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: "+oneLine(err))
+			}
 		}
 		return fmt.Errorf("set up volumes: %w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/userns"
+	"github.com/nodelet/nodelet/internal/volume"
 )
 
 type fakeVolumes struct {
@@ -51,6 +52,25 @@ func TestVolumesPrepareFailure(t *testing.T) {
 	}
 	if len(*ev) != 1 || (*ev)[0] != `Warning FailedMount Unable to attach or mount volumes: configmap "a" not found and another` {
 		t.Errorf("events %q", *ev)
+	}
+}
+
+// A volume that failed is an event of its own, worded as the kubelet's
+// volume manager words it.
+func TestVolumesPrepareFailurePerVolume(t *testing.T) {
+	cm := &volume.SetUpError{Volume: "cm", Err: errors.New(`configmap "a" not found`)}
+	sec := &volume.SetUpError{Volume: "sec", Err: errors.New(`secret "b" not found`)}
+	ev := &events{}
+	h := Volumes{Volumes: &fakeVolumes{setUpErr: errors.Join(cm, sec)}, Recorder: ev}
+	if err := h.Prepare(context.Background(), &v1.Pod{}); !errors.Is(err, sec.Err) {
+		t.Fatalf("Prepare = %v", err)
+	}
+	want := []string{
+		`Warning FailedMount MountVolume.SetUp failed for volume "cm" : configmap "a" not found`,
+		`Warning FailedMount MountVolume.SetUp failed for volume "sec" : secret "b" not found`,
+	}
+	if strings.Join(*ev, "\n") != strings.Join(want, "\n") {
+		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(*ev, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -139,10 +139,42 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 			break
 		}
 		if err := m.setUpVolume(ctx, pod, vol); err != nil {
-			errs = append(errs, fmt.Errorf("volume %q: %w", vol.Name, err))
+			errs = append(errs, &SetUpError{Volume: vol.Name, Err: err})
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SetUpError is the failure to set up one volume of a pod; SetUp joins one
+// per failed volume.
+type SetUpError struct {
+	Volume string
+	Err    error
+}
+
+func (e *SetUpError) Error() string { return fmt.Sprintf("volume %q: %v", e.Volume, e.Err) }
+func (e *SetUpError) Unwrap() error { return e.Err }
+
+// SetUpErrors are the volumes SetUp's error says failed, in order.
+func SetUpErrors(err error) []*SetUpError {
+	var out []*SetUpError
+	var walk func(error)
+	walk = func(err error) {
+		var one *SetUpError
+		switch e := err.(type) {
+		case nil:
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		default:
+			if errors.As(err, &one) {
+				out = append(out, one)
+			}
+		}
+	}
+	walk(err)
+	return out
 }
 
 // setUpVolume sets up one volume according to its type.
