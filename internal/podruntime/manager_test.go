@@ -410,3 +410,28 @@ func TestSandboxCreationIsBounded(t *testing.T) {
 		t.Errorf("%d sandboxes, want 5", got)
 	}
 }
+
+// A pod whose init container failed under restartPolicy Never is Failed
+// with no reason of its own, as the kubelet reports it.
+func TestInitContainerFailureHasNoPodReason(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	pod := testPod()
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "busybox:1.35", ImagePullPolicy: v1.PullIfNotPresent}}
+	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := containerByName(f, "init")
+	f.rs.Lock()
+	c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+	c.StartedAt, c.FinishedAt, c.ExitCode = f.clock.Now().Add(-time.Second).UnixNano(), f.clock.Now().UnixNano(), 1
+	f.rs.Unlock()
+	st, err := f.m.syncPod(ctx, pod, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Phase != v1.PodFailed || st.Reason != "" || st.Message != "" {
+		t.Errorf("phase %s reason %q message %q, want Failed without a reason", st.Phase, st.Reason, st.Message)
+	}
+}

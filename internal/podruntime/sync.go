@@ -98,6 +98,11 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 	var failed *status.Rejection
 	if actions.PodFailed {
 		failed = &status.Rejection{Reason: actions.Failure.Reason, Message: actions.Failure.Message}
+		if actions.Failure.Reason != plan.ReasonDeadlineExceeded {
+			// The kubelet gives a pod failed by its init container no
+			// reason of its own: the container's status says why.
+			failed = &status.Rejection{}
+		}
 	}
 	st := m.publish(pod, obs, waiting, failed, false)
 	if st.Phase == v1.PodRunning && !start.started.IsZero() {
