@@ -50,11 +50,18 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid types.UID, name,
 	if err := m.stopSandboxes(ctx, obs, log); err != nil {
 		return err
 	}
-	if pod == nil || len(obs.Sandboxes) == 0 && len(obs.Containers) == 0 {
-		return nil // nothing ran: the status stays as it is (a rejected pod's)
+	if pod == nil {
+		return nil
 	}
-	final, err := m.Observe(ctx, uid, name, namespace)
-	if err != nil {
+	final := obs
+	if len(obs.Sandboxes) == 0 && len(obs.Containers) == 0 {
+		// Nothing ran. A rejected pod's status stays as it is; a pod that
+		// never got its sandbox (volumes it waited for, say) is terminal
+		// now, as the kubelet's TerminatePod makes it.
+		if prev, ok := m.status.Get(pod.UID); ok && (prev.Phase == v1.PodFailed || prev.Phase == v1.PodSucceeded) {
+			return nil
+		}
+	} else if final, err = m.Observe(ctx, uid, name, namespace); err != nil {
 		return err
 	}
 	m.publish(pod, final, nil, nil, true)

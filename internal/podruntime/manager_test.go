@@ -435,3 +435,22 @@ func TestInitContainerFailureHasNoPodReason(t *testing.T) {
 		t.Errorf("phase %s reason %q message %q, want Failed without a reason", st.Phase, st.Reason, st.Message)
 	}
 }
+
+// A pod deleted before its sandbox ever ran ends Failed, its containers
+// terminated with an unknown status, as the kubelet's TerminatePod leaves
+// it; a rejected pod's status stays as it was.
+func TestTerminatingPodThatNeverRan(t *testing.T) {
+	f := newFixture(t)
+	pod := testPod()
+	pod.Annotations = nil // an API pod, not a static one
+	if err := f.m.SyncTerminatingPod(context.Background(), pod, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	st, ok := f.m.status.Get(pod.UID)
+	if !ok || st.Phase != v1.PodFailed {
+		t.Fatalf("status %+v, want Failed", st)
+	}
+	if term := st.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 137 {
+		t.Errorf("container state %+v", st.ContainerStatuses[0].State)
+	}
+}

@@ -156,6 +156,28 @@ func Generate(f Facts) v1.PodStatus {
 	if terminal(pod.Status.Phase) && s.Phase != pod.Status.Phase {
 		s.Phase = pod.Status.Phase
 	}
+	// The kubelet's TerminatePod: once a pod stopped for good has nothing
+	// running, a container that is not terminated (it never ran, or
+	// waited for a restart) is reported terminated with an unknown status,
+	// and a phase still Pending or Running becomes Failed, but a static
+	// pod's (as upstream, #116484).
+	if f.Terminal && (f.Observed == nil || len(f.Observed.Running()) == 0) {
+		for _, list := range [][]v1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
+			for i := range list {
+				if list[i].State.Terminated == nil {
+					list[i].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
+						Reason: ReasonContainerStatusUnknown, ExitCode: 137,
+						Message: "The container could not be located when the pod was terminated",
+					}}
+					list[i].Ready = false
+				}
+			}
+		}
+		if !terminal(s.Phase) && !podspec.IsStatic(pod) {
+			s.Phase = v1.PodFailed
+		}
+		all = append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
+	}
 
 	s.Conditions = []v1.PodCondition{
 		readyToStartContainersCondition(pod, f.Observed),

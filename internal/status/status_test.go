@@ -806,3 +806,26 @@ func TestFinishedPodKeepsIPs(t *testing.T) {
 		t.Errorf("running pod without a ready sandbox: podIP %q, want none", s.PodIP)
 	}
 }
+
+// A pod stopped for good with nothing running is terminal: a container
+// that never ran is terminated with an unknown status and the phase is
+// Failed (the kubelet's TerminatePod), but a static pod keeps its phase.
+func TestTerminatedPodNeverRan(t *testing.T) {
+	pod := newPod(app("a"))
+	f := facts(pod, &observed.PodStatus{})
+	f.Terminal = true
+	s := Generate(f)
+	if s.Phase != v1.PodFailed {
+		t.Errorf("phase %s, want Failed", s.Phase)
+	}
+	if term := s.ContainerStatuses[0].State.Terminated; term == nil || term.Reason != ReasonContainerStatusUnknown || term.ExitCode != 137 {
+		t.Errorf("container state %+v, want terminated ContainerStatusUnknown 137", s.ContainerStatuses[0].State)
+	}
+	static := newPod(app("a"))
+	static.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+	f = facts(static, &observed.PodStatus{})
+	f.Terminal = true
+	if s := Generate(f); s.Phase != v1.PodPending {
+		t.Errorf("static pod phase %s, want Pending", s.Phase)
+	}
+}
