@@ -6,14 +6,13 @@
 // one object can send. `kubectl describe pod` and `kubectl get events`
 // then show why a pod does not start, as with the kubelet.
 //
-// What the API gets: every Warning (why a pod does not start or keeps
-// failing: Failed, BackOff, FailedMount, Unhealthy, ...) and the Normal
-// events that mark a change (Killing, the node's own events, ...). The
-// routine start-up of a healthy container (Pulled, Created, Started:
-// three requests per container with the kubelet, a third of its requests
-// per pod start) and the steps only nodelet records (Admitted,
-// SandboxReady, PodReady, InitContainerCompleted) stay on the node, where
-// `nodelet describe pod` and the kubelet API's /events show them.
+// What the API gets: every event the kubelet sends, Warnings (Failed,
+// BackOff, FailedMount, Unhealthy, ...) and Normal ones (Pulled, Created,
+// Started, Killing, the node's own events, ...): tools and the upstream
+// conformance suites wait for them (a container's Started event, say).
+// The steps only nodelet records (Admitted, SandboxReady, PodReady,
+// InitContainerCompleted) stay on the node, where `nodelet describe pod`
+// and the kubelet API's /events show them.
 package apievents
 
 import (
@@ -31,8 +30,9 @@ import (
 // Component is the events' source component, the kubelet's.
 const Component = "kubelet"
 
-// LocalReasons are the Normal events kept on the node only.
-var LocalReasons = []string{"Pulled", "Created", "Started", "Admitted", "SandboxReady", "PodReady", "InitContainerCompleted"}
+// LocalReasons are the Normal events kept on the node only: the ones the
+// kubelet does not record.
+var LocalReasons = []string{"Admitted", "SandboxReady", "PodReady", "InitContainerCompleted"}
 
 // Sink sends events to the API server; it is an events.Forwarder.
 type Sink struct {

@@ -17,7 +17,8 @@ var _ events.Forwarder = (*Sink)(nil)
 
 // The events reach the API as the kubelet's: source kubelet on this host,
 // the pod or the Node as involved object, repeats folded into one with a
-// count; a healthy container's start-up steps stay on the node.
+// count; the kubelet's start-up events (Pulled, Started) go too, nodelet's
+// own steps (Admitted) stay on the node.
 func TestEventsToTheAPI(t *testing.T) {
 	client := fake.NewClientset()
 	s := New(client, "node-a")
@@ -52,11 +53,11 @@ func TestEventsToTheAPI(t *testing.T) {
 				backOff = int(e.Count)
 			}
 		}
-		if len(got) == 3 && backOff == 3 {
+		if len(got) == 5 && backOff == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("events in the API: %+v; want Killing, BackOff (count 3) and NodeReady", got)
+			t.Fatalf("events in the API: %+v; want Pulled, Started, Killing, BackOff (count 3) and NodeReady", got)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -65,7 +66,7 @@ func TestEventsToTheAPI(t *testing.T) {
 			t.Errorf("%s: source %+v", e.Reason, e.Source)
 		}
 		switch e.Reason {
-		case "Killing", "BackOff":
+		case "Pulled", "Started", "Killing", "BackOff":
 			if e.Namespace != "web" || e.InvolvedObject.Kind != "Pod" || e.InvolvedObject.Name != "web-1" || e.InvolvedObject.UID != "uid-1" {
 				t.Errorf("%s: in %s about %+v", e.Reason, e.Namespace, e.InvolvedObject)
 			}
