@@ -80,6 +80,10 @@ type Manager struct {
 	clock    clock.PassiveClock
 	log      *slog.Logger
 	locks    podLocks
+	// shared makes the root dir a shared mount once, when shareRoot.
+	shareRoot bool
+	shared    sync.Once
+	sharedErr error
 }
 
 // Option changes a Manager built by New.
@@ -92,6 +96,11 @@ func WithClock(c clock.PassiveClock) Option { return func(m *Manager) { m.clock 
 // WithTokens sets what issues service account tokens. Without it (standalone
 // mode), a serviceAccountToken projection fails to set up.
 func WithTokens(t Tokens) Option { return func(m *Manager) { m.tokens = t } }
+
+// WithSharedRoot makes the root dir a shared mount at the first SetUp of a
+// pod that mounts a volume with propagation, as the kubelet makes its root
+// dir at start (see ensureSharedRoot).
+func WithSharedRoot() Option { return func(m *Manager) { m.shareRoot = true } }
 
 // New returns a Manager keeping pod directories under rootDir/pods. It
 // starts nothing. objects and downward may be nil, in which case volumes
@@ -131,6 +140,13 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 	unlock := m.locks.lock(pod.UID)
 	defer unlock()
 
+	// Only mount propagation needs a shared root: made so at the first
+	// pod that asks for it.
+	if needsPropagation(pod) {
+		if err := m.ensureSharedRoot(); err != nil {
+			return fmt.Errorf("mount propagation: %w", err)
+		}
+	}
 	var errs []error
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
@@ -304,4 +320,19 @@ func (l *podLocks) lock(uid types.UID) func() {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// needsPropagation tells whether a container of the pod mounts a volume
+// with HostToContainer or Bidirectional propagation.
+func needsPropagation(pod *v1.Pod) bool {
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			for _, vm := range list[i].VolumeMounts {
+				if vm.MountPropagation != nil && *vm.MountPropagation != v1.MountPropagationNone {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

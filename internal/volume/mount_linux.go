@@ -79,6 +79,7 @@ type mountInfo struct {
 	fsType     string
 	options    string // per-mount options
 	superOpts  string // per-superblock options (tmpfs size= is here)
+	shared     bool   // a shared peer group ("shared:N" optional field)
 }
 
 // readMountInfo reads the mount table of this process's mount namespace.
@@ -112,6 +113,11 @@ func parseMountInfo(data []byte) ([]mountInfo, error) {
 			return nil, fmt.Errorf("malformed mountinfo line %q: %w", line, err)
 		}
 		mi := mountInfo{id: id, mountPoint: unescapeMountInfo(fields[4]), options: fields[5], fsType: tail[0]}
+		for _, opt := range fields[6:] {
+			if strings.HasPrefix(opt, "shared:") {
+				mi.shared = true
+			}
+		}
 		if len(tail) > 2 {
 			mi.superOpts = tail[2]
 		}
