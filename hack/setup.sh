@@ -22,8 +22,10 @@ needs=(
   etcd-server:etcd
   curl:curl
   openssl:openssl
-  # the e2e suites' nginx test image is built from it (test/conformance/images)
+  # the e2e suites' test images are built from them (test/conformance/images):
+  # nginx, and agnhost's netcat (busybox's nc has no -u, the UDP specs use it)
   nginx:/usr/sbin/nginx
+  netcat-openbsd:/bin/nc.openbsd
 )
 
 missing=()

@@ -50,7 +50,7 @@ func Images() []Image {
 	return []Image{
 		{BusyboxRef, "static busybox (Debian busybox-static) with every applet under /bin, as registry.BusyboxImage, plus /bin/nmeter (./nmeter: the applet Debian's build lacks); Cmd sh"},
 		{PauseRef, "nodelet's pause program (bin/pause) as /pause, as registry.PauseImage"},
-		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl and bash with their libraries; Entrypoint /agnhost, Cmd pause"},
+		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl, bash and netcat-openbsd (as /usr/bin/nc) with their libraries; Entrypoint /agnhost, Cmd pause"},
 		{AgnhostPrevRef, "the same image as " + AgnhostRef + " (one agnhost binary serves both tags)"},
 		{NginxRef, "busybox base + Debian nginx with its libraries, nginx.conf serving /usr/share/nginx/html on port 80 as user nginx (101), logs to stdout/stderr; Cmd nginx -g 'daemon off;'"},
 		{NonewprivsRef, "busybox base + static nnp (test/images/nonewprivs) setuid root at /usr/local/bin/nnp; Cmd nnp"},
@@ -83,9 +83,9 @@ type Sources struct {
 	Upstream string
 	// Nginx is Debian's nginx program (package nginx: /usr/sbin/nginx).
 	Nginx string
-	// Curl and Bash go into agnhost (upstream's has them); Bash also into
-	// glibc-dns-testing.
-	Curl, Bash string
+	// Curl, Bash and Netcat (netcat-openbsd's nc) go into agnhost
+	// (upstream's has them); Bash also into glibc-dns-testing.
+	Curl, Bash, Netcat string
 	// IPCTools are the util-linux programs of ipc-utils (ipcmk, ipcs, ...).
 	IPCTools []string
 	// Hostname is Debian's glibc hostname program (package hostname).
@@ -106,6 +106,7 @@ func HostSources(agnhost, nonewprivs, nmeter, pause, upstream string) Sources {
 		Nginx:      "/usr/sbin/nginx",
 		Curl:       "/usr/bin/curl",
 		Bash:       "/bin/bash",
+		Netcat:     "/bin/nc.openbsd",
 		IPCTools:   []string{"/usr/bin/ipcmk", "/usr/bin/ipcs", "/usr/bin/ipcrm", "/usr/bin/lsipc"},
 		Hostname:   "/bin/hostname",
 	}
@@ -219,7 +220,9 @@ func agnhost(busybox v1.Image, base baseFS, src Sources) (v1.Image, error) {
 		"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"))
 	t.dir("home/user-defined-in-image", 0o755)
 	t.chown("home/user-defined-in-image", 1000, 1000)
-	if err := t.tools(base, map[string]string{"usr/bin/curl": src.Curl, "bin/bash": src.Bash}); err != nil {
+	// netcat-openbsd as upstream's: busybox's nc has no -u (UDP), which the
+	// networking specs use; /usr/bin comes first on PATH.
+	if err := t.tools(base, map[string]string{"usr/bin/curl": src.Curl, "bin/bash": src.Bash, "usr/bin/nc": src.Netcat}); err != nil {
 		return nil, err
 	}
 	img, err := withLayer(busybox, t, "nodelet: agnhost from "+filepath.Base(src.Agnhost))

@@ -28,7 +28,7 @@ func testSources(t *testing.T) Sources {
 	src := HostSources(
 		filepath.Join(dir, "agnhost"), filepath.Join(dir, "nnp"), filepath.Join(dir, "nmeter"), filepath.Join(dir, "pause"),
 		filepath.Join(dir, "kubernetes"))
-	for _, p := range append([]string{src.Busybox, src.Nginx, src.Curl, src.Bash, src.Hostname}, src.IPCTools...) {
+	for _, p := range append([]string{src.Busybox, src.Nginx, src.Curl, src.Bash, src.Netcat, src.Hostname}, src.IPCTools...) {
 		if _, err := os.Stat(p); err != nil {
 			t.Skipf("host program missing (run hack/setup.sh): %v", err)
 		}
@@ -247,9 +247,12 @@ func TestBuild(t *testing.T) {
 			!strings.Contains(group, "\nuser-defined-in-image:x:1000:\n") {
 			t.Errorf("/etc/group:\n%s", group)
 		}
-		for _, applet := range []string{"/bin/sh", "/bin/cat", "/bin/nc", "/bin/wget", "/bin/sleep"} {
+		for _, applet := range []string{"/bin/sh", "/bin/cat", "/bin/wget", "/bin/sleep"} {
 			fs.symlink(t, applet, "/bin/busybox")
 		}
+		// netcat-openbsd's nc shadows busybox's, which has no -u.
+		fs.symlink(t, "/bin/nc", "/usr/bin/nc")
+		fs.program(t, "/usr/bin/nc", src.Netcat)
 		fs.program(t, "/usr/bin/curl", src.Curl)
 		fs.program(t, "/bin/bash", src.Bash)
 		prev, err := images[AgnhostPrevRef].Digest()
