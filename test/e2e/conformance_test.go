@@ -283,7 +283,6 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 	}
 	res := conformanceResult{suite: s.name, agent: agent, byArea: map[string]*[4]int{}, specs: map[string]string{}}
 	begin := time.Now()
-	defer func() { res.wall = time.Since(begin) }()
 
 	skips, err := readSkipList(filepath.Join(shared.repoRoot, "test", "conformance", "skip.txt"))
 	if err != nil {
@@ -412,6 +411,7 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 			res.failures = append(res.failures, fmt.Sprintf("%s: %s\n    %s", state, text, firstLine(got.Failure.Message)))
 		}
 	}
+	res.wall = time.Since(begin)
 	if err := writeConformanceRun(out, res); err != nil {
 		t.Error(err)
 	}
@@ -622,7 +622,7 @@ func readBoundedFile(path string, limit int64) ([]byte, error) {
 // writeConformanceRun writes a run's table by area and its failures.
 func writeConformanceRun(out string, r conformanceResult) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s against %s: selected=%d passed=%d failed=%d skipped=%d\n\n", r.suite, r.agent, r.selected, r.passed, r.failed, r.skipped)
+	fmt.Fprintf(&b, "%s against %s: selected=%d passed=%d failed=%d skipped=%d in %v\n\n", r.suite, r.agent, r.selected, r.passed, r.failed, r.skipped, r.wall.Round(time.Second))
 	fmt.Fprintf(&b, "%-55s %8s %6s %6s %7s\n", "area (source file)", "selected", "passed", "failed", "skipped")
 	areas := make([]string, 0, len(r.byArea))
 	for a := range r.byArea {
