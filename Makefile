@@ -13,7 +13,7 @@ CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL := _output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/admin.kubeconfig
 CONTROL_PLANE := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
-.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 bench bench-cluster clean
+.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 conformance bench bench-cluster clean
 
 all: build
 
@@ -92,7 +92,24 @@ e2e: build
 
 ## e2e-containerd1: the node e2e tests on Debian's containerd 1.6
 e2e-containerd1: build
-	NODELET_E2E_CONTAINERD=/usr/bin/containerd $(GO) test -tags e2e -count=1 -timeout 15m -v -skip '^TestCluster' ./test/e2e 2>&1 | tee /tmp/nodelet-e2e-containerd1.log | $(E2E_FILTER) ; exit $${PIPESTATUS[0]}
+	NODELET_E2E_CONTAINERD=/usr/bin/containerd $(GO) test -tags e2e -count=1 -timeout 15m -v -skip '^(TestCluster|TestConformance)' ./test/e2e 2>&1 | tee /tmp/nodelet-e2e-containerd1.log | $(E2E_FILTER) ; exit $${PIPESTATUS[0]}
+
+## conformance: the upstream NodeConformance suites of the control plane's
+## release (e2e_node.test, and e2e.test's test/e2e/common specs through the
+## scheduler) against nodelet, then against the upstream kubelet on the same
+## harness; reports in _output/conformance/ (summary.txt, compare.txt, and per
+## run JUnit, JSON, logs). Not part of make test: about 2 hours. The first
+## build of e2e.test takes ~13 minutes of CPU. CONFORMANCE_SUITES,
+## CONFORMANCE_AGENTS (comma lists) and CONFORMANCE_FOCUS (a regexp) narrow it.
+CONFORMANCE_OUT ?= $(CURDIR)/_output/conformance
+conformance: build
+	@bins=$$(hack/build-upstream.sh $(CONTROL_PLANE)) || exit 1; \
+	export NODELET_CLUSTER_BIN=$$(dirname "$${bins%%$$'\n'*}"); \
+	rm -rf $(CONFORMANCE_OUT); mkdir -p $(CONFORMANCE_OUT); \
+	NODELET_CONFORMANCE_OUT=$(CONFORMANCE_OUT) NODELET_CONFORMANCE_SUITES=$(CONFORMANCE_SUITES) \
+	NODELET_CONFORMANCE_AGENTS=$(CONFORMANCE_AGENTS) NODELET_CONFORMANCE_FOCUS='$(CONFORMANCE_FOCUS)' \
+	$(GO) test -tags e2e -count=1 -timeout 300m -v -run '^TestConformance$$' ./test/e2e 2>&1 | tee $(CONFORMANCE_OUT)/test.log | $(E2E_FILTER) ; \
+	status=$${PIPESTATUS[0]}; cat $(CONFORMANCE_OUT)/compare.txt 2>/dev/null; exit $$status
 
 # The benchmarks run the upstream kubelet and the control plane of the same
 # release, built once per version into _output/.

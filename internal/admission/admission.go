@@ -7,6 +7,7 @@ package admission
 
 import (
 	"fmt"
+	"runtime"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -36,6 +37,9 @@ type Result struct {
 // Admit decides whether pod may join active, the pods already admitted and
 // not terminated.
 func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
+	if r := checkOS(pod); !r.Admit {
+		return r
+	}
 	if node.MaxPods > 0 && len(active)+1 > node.MaxPods {
 		return insufficient("pods", 1, int64(len(active)), int64(node.MaxPods))
 	}
@@ -165,6 +169,27 @@ func checkHostPorts(pod *v1.Pod, active []*v1.Pod) Result {
 				}
 			}
 		}
+	}
+	return Result{Admit: true}
+}
+
+// The kubelet's reasons for a pod of another operating system.
+const (
+	ReasonPodOSSelectorNodeLabelDoesNotMatch = "PodOSSelectorNodeLabelDoesNotMatch"
+	ReasonPodOSNotSupported                  = "PodOSNotSupported"
+)
+
+// checkOS refuses a pod meant for another operating system than the node's
+// (runtime.GOOS), as the kubelet does before its other predicates: by the
+// pod's kubernetes.io/os label (the kubelet reads the pod's labels there,
+// not its node selector), then by spec.os.
+func checkOS(pod *v1.Pod) Result {
+	if os, ok := pod.Labels[v1.LabelOSStable]; ok && os != runtime.GOOS {
+		return Result{Reason: ReasonPodOSSelectorNodeLabelDoesNotMatch,
+			Message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"}
+	}
+	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != runtime.GOOS {
+		return Result{Reason: ReasonPodOSNotSupported, Message: "Failed to admit pod as the OS field doesn't match node OS"}
 	}
 	return Result{Admit: true}
 }

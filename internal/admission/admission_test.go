@@ -43,6 +43,11 @@ func TestAdmit(t *testing.T) {
 		{"host port", pod("a", "", "", 8080), []*v1.Pod{pod("b", "", "", 8080)}, "NodePorts", "TCP/8080 is used by pod default/b"},
 		{"unsafe sysctl", withSysctl(pod("a", "", "", 0), "net.core.somaxconn"), nil, "SysctlForbidden", "net.core.somaxconn"},
 		{"safe sysctl", withSysctl(pod("a", "", "", 0), "net.ipv4.tcp_syncookies"), nil, "", ""},
+		{"os field", withOS(pod("a", "", "", 0), "windows", ""), nil, "PodOSNotSupported", "the OS field doesn't match node OS"},
+		{"os field linux", withOS(pod("a", "", "", 0), "linux", ""), nil, "", ""},
+		{"os label", withOS(pod("a", "", "", 0), "", "windows"), nil, "PodOSSelectorNodeLabelDoesNotMatch", "`kubernetes.io/os` label"},
+		{"os before pod count", withOS(pod("a", "", "", 0), "windows", ""), []*v1.Pod{pod("b", "", "", 0), pod("c", "", "", 0), pod("d", "", "", 0)},
+			"PodOSNotSupported", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Admit(tc.pod, tc.active, node)
@@ -100,5 +105,15 @@ func TestPodRequestCountsInitAndSidecars(t *testing.T) {
 
 func withSysctl(p *v1.Pod, name string) *v1.Pod {
 	p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: name, Value: "1"}}}
+	return p
+}
+
+func withOS(p *v1.Pod, field, label string) *v1.Pod {
+	if field != "" {
+		p.Spec.OS = &v1.PodOS{Name: v1.OSName(field)}
+	}
+	if label != "" {
+		p.Labels = map[string]string{v1.LabelOSStable: label}
+	}
 	return p
 }

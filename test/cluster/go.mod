@@ -28,6 +28,9 @@ tool k8s.io/kubernetes/test/images/agnhost
 // nonewprivs: the nnp program of the nonewprivs test image (test/conformance/images).
 tool k8s.io/kubernetes/test/images/nonewprivs
 
+// ginkgo: the CLI that runs the suites' specs in parallel processes.
+tool github.com/onsi/ginkgo/v2/ginkgo
+
 require (
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/godbus/dbus/v5 v5.2.2
