@@ -31,6 +31,9 @@ import (
 //  4. If nothing runs or will be restarted, the pod has completed: kill it
 //     (sidecars included) and stop its sandbox.
 //
+// Ephemeral containers are started in the current sandbox once, whatever
+// the stage of the pod (planEphemeral), unless it is stopped.
+//
 // Compute does not modify in.
 func Compute(in Input) Actions {
 	if in.Pod == nil {
@@ -51,6 +54,8 @@ type planner struct {
 	st     *observed.PodStatus
 	a      Actions
 	killed map[string]bool // container IDs in a.ContainersToKill
+	// stopped is set once stopPod decided the pod stays down.
+	stopped bool
 }
 
 func (p *planner) plan() {
@@ -69,6 +74,7 @@ func (p *planner) plan() {
 		return
 	}
 	p.a.SandboxID = sb.id
+	defer p.planEphemeral()
 	initialized, upkeep := p.planInit(sb.id)
 	switch {
 	case p.a.PodFailed:
@@ -182,8 +188,10 @@ func (p *planner) anythingRuns() bool {
 // stopPod sets KillPod (if anything runs), kills every running container
 // and drops any start: the pod stays down.
 func (p *planner) stopPod(reason, message string) {
+	p.stopped = true
 	p.a.InitContainersToStart = nil
 	p.a.ContainersToStart = nil
+	p.a.EphemeralContainersToStart = nil
 	for name, w := range p.a.Waiting {
 		if w.Reason == ReasonCrashLoopBackOff {
 			delete(p.a.Waiting, name)

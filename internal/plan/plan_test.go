@@ -12,6 +12,7 @@ package plan_test
 //	    [deadline=SECONDS started=DURATION]
 //	    [policy=(NAME:Always|OnFailure|Never,...)]
 //	    [rules=(NAME:In|NotIn:CODE+CODE...,...)]
+//	    [ephemeral=(dbg,...)] [deleting]
 //	sandbox [id=s1] ready|notready [attempt=N] [hostNetwork] [noip]
 //	    [hash=ok|old|changed|none]
 //	container NAME running|exited|created|unknown [code=N] [restarts=N]
@@ -22,7 +23,9 @@ package plan_test
 // liveness give containers those probes, probegrace their probe-level
 // terminationGracePeriodSeconds. policy gives a container its own
 // restartPolicy, rules one restartPolicyRule with action Restart on the
-// exit codes In or NotIn the list (one rules entry per container). Sandbox and container lines are newest
+// exit codes In or NotIn the list (one rules entry per container).
+// ephemeral lists ephemeral containers; deleting sets the pod's
+// deletionTimestamp. Sandbox and container lines are newest
 // first, as in observed.PodStatus; a container is in the first (newest)
 // sandbox unless sandbox= says otherwise. Its ID is NAME.K, K counting
 // earlier lines of the same name (so NAME.0 is the newest). ran is how long
@@ -48,10 +51,12 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/plan"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -194,6 +199,9 @@ func parsePod(a args) (*v1.Pod, error) {
 	pod.Name, pod.Namespace, pod.UID = "web", "default", "uid-1"
 	pod.Spec.RestartPolicy = v1.RestartPolicy(a.kv["restart"])
 	pod.Spec.HostNetwork = a.has("hostNetwork")
+	if a.has("deleting") {
+		pod.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Second)}
+	}
 	if _, ok := a.kv["deadline"]; ok {
 		d, err := a.int("deadline", 0)
 		if err != nil {
@@ -256,6 +264,11 @@ func parsePod(a args) (*v1.Pod, error) {
 	for _, n := range a.list("containers") {
 		pod.Spec.Containers = append(pod.Spec.Containers, container(n))
 	}
+	for _, n := range a.list("ephemeral") {
+		pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, v1.EphemeralContainer{
+			EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: n, Image: "registry.local/" + n + ":1"},
+		})
+	}
 	return pod, nil
 }
 
@@ -300,7 +313,7 @@ func addSandbox(in *plan.Input, a args, created time.Time) error {
 }
 
 func findSpec(pod *v1.Pod, name string) *v1.Container {
-	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers, podspec.EphemeralContainers(pod)} {
 		for i := range list {
 			if list[i].Name == name {
 				return &list[i]
@@ -409,6 +422,9 @@ func render(in plan.Input, a plan.Actions) string {
 	}
 	for _, s := range a.ContainersToStart {
 		line("start %s restarts=%d step=%d", in.Pod.Spec.Containers[s.Index].Name, s.RestartCount, s.BackoffStep)
+	}
+	for _, s := range a.EphemeralContainersToStart {
+		line("start ephemeral %s restarts=%d", in.Pod.Spec.EphemeralContainers[s.Index].Name, s.RestartCount)
 	}
 	names := make([]string, 0, len(a.Waiting))
 	for n := range a.Waiting {

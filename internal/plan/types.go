@@ -46,6 +46,10 @@ type ProbeFailure struct {
 //     started alone and the rest wait for the next sync.
 //  5. Start ContainersToStart in order.
 //
+// EphemeralContainersToStart are started in the sandbox before step 4, as
+// the kubelet does, so that a failing init container does not keep a
+// debugging container from starting.
+//
 // Containers held back are in Waiting with the kubelet's reason, so that
 // status can say why (CrashLoopBackOff, PodInitializing, ...).
 type Actions struct {
@@ -62,6 +66,9 @@ type Actions struct {
 	InitContainersToStart []Start
 	// ContainersToStart are indexes into Pod.Spec.Containers.
 	ContainersToStart []Start
+	// EphemeralContainersToStart are indexes into
+	// Pod.Spec.EphemeralContainers: those never started (RestartCount 0).
+	EphemeralContainersToStart []Start
 	// Waiting maps a container name to why it is not started now.
 	Waiting map[string]Waiting
 	// PodFailed is set when the pod can never run again (an init container

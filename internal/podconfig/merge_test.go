@@ -142,6 +142,16 @@ func TestMerge(t *testing.T) {
 		want:      []string{"REMOVE file: default/a(1)", "ADD file: default/a(1b)"},
 		wantState: map[string]string{file: "a(1b)@t1"},
 	}, {
+		// The API's ephemeralcontainers subresource changes nothing but
+		// spec.ephemeralContainers: an update of the same pod.
+		name:  "ephemeral container added, same UID: update",
+		state: state(file, stored(file, t0, pod("a", "1"))),
+		update: podsource.Update{Source: file, Pods: []*v1.Pod{pod("a", "1", func(p *v1.Pod) {
+			p.Spec.EphemeralContainers = []v1.EphemeralContainer{{EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: "debugger", Image: "busybox"}}}
+		})}},
+		want:      []string{"UPDATE file: default/a(1)"},
+		wantState: map[string]string{file: "a(1)@t0"},
+	}, {
 		name:      "labels changed, same UID: update, seen kept",
 		state:     state(file, stored(file, t0, pod("a", "1"))),
 		update:    podsource.Update{Source: file, Pods: []*v1.Pod{pod("a", "1", withLabel)}},

@@ -103,6 +103,10 @@ type containerExtras struct {
 	mounts    []*runtimeapi.Mount
 	resources *runtimeapi.LinuxContainerResources
 	security  *runtimeapi.LinuxContainerSecurityContext
+	// ephemeral marks an ephemeral container (podspec.LabelContainerKind);
+	// targetID is the container whose PID namespace it joins.
+	ephemeral bool
+	targetID  string
 }
 
 func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount, backoffStep int, extras containerExtras) *runtimeapi.ContainerConfig {
@@ -112,6 +116,9 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 		podspec.LabelPodUID:        string(pod.UID),
 		podspec.LabelContainerName: c.Name,
 		podspec.LabelManagedBy:     podspec.ManagedByValue,
+	}
+	if extras.ephemeral {
+		labels[podspec.LabelContainerKind] = podspec.KindEphemeral
 	}
 	annotations := map[string]string{
 		podspec.AnnotationRestartCount:  strconv.Itoa(restartCount),
@@ -139,6 +146,16 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 	}
 }
 
+// containerLinux is the Linux part of a container's config. An ephemeral
+// container with a target joins the target's PID namespace where it would
+// have its own (the kubelet's NamespaceMode_TARGET); with the pod's or the
+// node's PID namespace it already sees the target's processes.
 func containerLinux(extras containerExtras) *runtimeapi.LinuxContainerConfig {
-	return &runtimeapi.LinuxContainerConfig{Resources: extras.resources, SecurityContext: extras.security}
+	sc := extras.security
+	if extras.targetID != "" && sc.GetNamespaceOptions().GetPid() == runtimeapi.NamespaceMode_CONTAINER {
+		// extras are built for this one start: setting them is safe.
+		sc.NamespaceOptions.Pid = runtimeapi.NamespaceMode_TARGET
+		sc.NamespaceOptions.TargetId = extras.targetID
+	}
+	return &runtimeapi.LinuxContainerConfig{Resources: extras.resources, SecurityContext: sc}
 }

@@ -23,7 +23,8 @@ import (
 //
 //  1. observe the pod in the runtime (Observe);
 //  2. plan (plan.Compute, pure);
-//  3. execute the actions in plan.Actions' order (execute); a pod whose
+//  3. execute the actions in plan.Actions' order (execute), ephemeral
+//     containers before init containers; a pod whose
 //     hooks could not prepare it (req.Unprepared) only has what must stop
 //     stopped;
 //  4. observe again and publish the status computed from the facts.
@@ -206,14 +207,28 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	run := func(c *v1.Container, s plan.Start) error {
 		return m.startContainer(ctx, startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs}, waiting, log)
 	}
+	// Ephemeral containers first, as the kubelet's: an init container
+	// failing to start does not hold back the one that debugs it.
+	var errs []error
+	for _, s := range actions.EphemeralContainersToStart {
+		ec := &pod.Spec.EphemeralContainers[s.Index]
+		target, err := targetID(obs, sandboxID, ec)
+		if err != nil {
+			waiting[ec.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
+			m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
+			errs = append(errs, fmt.Errorf("ephemeral container %q: %w", ec.Name, err))
+			continue
+		}
+		errs = append(errs, m.startContainer(ctx, startArgs{pod: pod, c: podspec.EphemeralContainer(ec), s: s, sandboxID: sandboxID,
+			sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, ephemeral: true, targetID: target}, waiting, log))
+	}
 	// Step 4: init containers, in order; the first failure stops the rest.
 	for _, s := range actions.InitContainersToStart {
 		if err := run(&pod.Spec.InitContainers[s.Index], s); err != nil {
-			return err
+			return errors.Join(append(errs, err)...)
 		}
 	}
 	// Step 5: containers; one failing does not hold back the others.
-	var errs []error
 	for _, s := range actions.ContainersToStart {
 		errs = append(errs, run(&pod.Spec.Containers[s.Index], s))
 	}
@@ -234,6 +249,25 @@ type startArgs struct {
 	sandboxCfg *runtimeapi.PodSandboxConfig
 	podIP      string
 	podIPs     []string
+	// ephemeral marks an ephemeral container; targetID, if set, is the
+	// container whose PID namespace it shares (its targetContainerName).
+	ephemeral bool
+	targetID  string
+}
+
+// targetID is the ID of the container an ephemeral container targets: the
+// newest instance of its targetContainerName in the sandbox, as the
+// kubelet's getTargetID. "" without a target.
+func targetID(obs *observed.PodStatus, sandboxID string, ec *v1.EphemeralContainer) (string, error) {
+	if ec.TargetContainerName == "" {
+		return "", nil
+	}
+	for i := range obs.Containers {
+		if c := &obs.Containers[i]; c.Name == ec.TargetContainerName && c.SandboxID == sandboxID {
+			return c.ID, nil
+		}
+	}
+	return "", fmt.Errorf("unable to find target container %s", ec.TargetContainerName)
 }
 
 // startContainer pulls, creates and starts one container, then runs its
@@ -269,6 +303,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
+	extras.ephemeral, extras.targetID = a.ephemeral, a.targetID
 	cfg := containerConfig(pod, c, img.ref, a.s.RestartCount, a.s.BackoffStep, extras)
 	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
@@ -427,5 +462,5 @@ func (m *Manager) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
 // steady pod's sync then costs one observation instead of two.
 func changesRuntime(a plan.Actions) bool {
 	return a.KillPod || a.CreateSandbox || len(a.ContainersToKill) > 0 ||
-		len(a.InitContainersToStart) > 0 || len(a.ContainersToStart) > 0
+		len(a.InitContainersToStart) > 0 || len(a.ContainersToStart) > 0 || len(a.EphemeralContainersToStart) > 0
 }

@@ -16,6 +16,14 @@ const (
 	// without it, so a runtime shared with other clients is safe.
 	LabelManagedBy = "nodelet.io/managed-by"
 	ManagedByValue = "nodelet"
+	// LabelContainerKind says which list of the pod spec a container was
+	// created from when it is not a regular or init container: the value
+	// KindEphemeral marks an ephemeral container, so that a restarted
+	// nodelet knows it for one (never restarted, no probes, reported in
+	// ephemeralContainerStatuses). Containers without it are regular or
+	// init containers.
+	LabelContainerKind = "nodelet.io/container-kind"
+	KindEphemeral      = "ephemeral"
 
 	AnnotationRestartCount = "io.kubernetes.container.restartCount"
 	AnnotationGracePeriod  = "io.kubernetes.pod.terminationGracePeriod"

@@ -58,7 +58,7 @@ func (fakeCRI) PortForward(context.Context, *runtimeapi.PortForwardRequest) (str
 
 func view(t *testing.T) *View {
 	dir := t.TempDir()
-	for _, f := range []string{"new.log", "old.log"} {
+	for _, f := range []string{"new.log", "old.log", "debugger.log"} {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -70,10 +70,11 @@ func view(t *testing.T) *View {
 		Pods: fakePods{"u1": {UID: "u1", Name: "web", Namespace: "default",
 			Sandboxes: []observed.Sandbox{{ID: "sb", State: observed.SandboxReady}},
 			Containers: []observed.Container{ // newest first
+				{ID: "e1", Name: "debugger", State: observed.ContainerRunning},
 				{ID: "c2", Name: "app", State: observed.ContainerRunning},
 				{ID: "c1", Name: "app", State: observed.ContainerExited},
 			}}},
-		CRI: fakeCRI{logs: map[string]string{"c2": filepath.Join(dir, "new.log"), "c1": filepath.Join(dir, "old.log")}},
+		CRI: fakeCRI{logs: map[string]string{"c2": filepath.Join(dir, "new.log"), "c1": filepath.Join(dir, "old.log"), "e1": filepath.Join(dir, "debugger.log")}},
 	})
 }
 
@@ -101,6 +102,14 @@ func TestLogPathAndStreamingFindKnownPodsOnly(t *testing.T) {
 	}
 	if _, err := v.ContainerID(ctx, "default", "web", "wrong-uid", "app"); !errors.Is(err, server.ErrNotFound) {
 		t.Errorf("ContainerID with another UID: %v", err)
+	}
+	// Ephemeral containers are found by name as the others, for logs,
+	// exec and attach.
+	if path, id, err := v.LogPath(ctx, "default", "web", "debugger", false); err != nil || id != "e1" || filepath.Base(path) != "debugger.log" {
+		t.Errorf("ephemeral container's log: %s %s %v", path, id, err)
+	}
+	if id, err := v.ContainerID(ctx, "default", "web", "u1", "debugger"); err != nil || id != "e1" {
+		t.Errorf("ContainerID of the ephemeral container = %s %v", id, err)
 	}
 	if id, err := v.SandboxID(ctx, "default", "web", "u1"); err != nil || id != "sb" {
 		t.Errorf("SandboxID = %s %v", id, err)

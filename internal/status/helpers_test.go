@@ -52,6 +52,16 @@ func initc(names ...string) podOpt {
 	}
 }
 
+func ephemeral(names ...string) podOpt {
+	return func(p *v1.Pod) {
+		for _, n := range names {
+			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{
+				EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: n, Image: n + ":1"}, TargetContainerName: "app",
+			})
+		}
+	}
+}
+
 func sidecar(name string) podOpt {
 	return func(p *v1.Pod) {
 		always := v1.ContainerRestartPolicyAlways
@@ -173,6 +183,9 @@ func render(s v1.PodStatus) string {
 	}
 	for _, cs := range s.ContainerStatuses {
 		line("app", cs)
+	}
+	for _, cs := range s.EphemeralContainerStatuses {
+		line("ephemeral", cs)
 	}
 	return b.String()
 }

@@ -128,6 +128,7 @@ func Generate(f Facts) v1.PodStatus {
 	slices.SortStableFunc(s.ContainerStatuses, func(a, b v1.ContainerStatus) int {
 		return strings.Compare(a.Name, b.Name)
 	})
+	s.EphemeralContainerStatuses = g.ephemeralStatuses(prev.EphemeralContainerStatuses)
 
 	all := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
 	s.Phase = phase(pod, all, g.anyActiveRegularContainer(), f.Terminal)
@@ -376,6 +377,21 @@ func (g *generator) containerStatuses(specs []v1.Container, previous []v1.Contai
 		normContainerState(&st.LastTerminationState)
 		out = append(out, st)
 	}
+	return out
+}
+
+// ephemeralStatuses are the ephemeral containers' statuses, converted as
+// the app containers' (the kubelet's convertToAPIContainerStatuses), by
+// name. They take no part in the pod's phase or conditions: an ephemeral
+// container has no probes, is Started while it runs and is never Ready.
+func (g *generator) ephemeralStatuses(previous []v1.ContainerStatus) []v1.ContainerStatus {
+	out := g.containerStatuses(podspec.EphemeralContainers(g.f.Pod), previous, false)
+	for i := range out {
+		out[i].Ready = false
+	}
+	slices.SortStableFunc(out, func(a, b v1.ContainerStatus) int {
+		return strings.Compare(a.Name, b.Name)
+	})
 	return out
 }
 

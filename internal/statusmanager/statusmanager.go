@@ -172,7 +172,7 @@ func (m *Manager) Running() (pods int, containers map[string]int) {
 		if st.Phase == v1.PodRunning {
 			pods++
 		}
-		for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+		for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
 			for _, c := range list {
 				switch {
 				case c.State.Running != nil:
@@ -204,7 +204,7 @@ func summarize(st v1.PodStatus) string {
 // containerSummary is "name=state(reason)/restarts" per container.
 func containerSummary(st v1.PodStatus) string {
 	var parts []string
-	for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses} {
+	for _, list := range [][]v1.ContainerStatus{st.InitContainerStatuses, st.ContainerStatuses, st.EphemeralContainerStatuses} {
 		for _, c := range list {
 			state := "unknown"
 			switch {

@@ -127,3 +127,20 @@ func TestTakeChanged(t *testing.T) {
 		t.Fatalf("a dropped pod's last status was lost: %+v", got)
 	}
 }
+
+// Ephemeral containers count as running containers and show in the
+// status line, as the kubelet's running-container metric counts every
+// container the runtime runs.
+func TestEphemeralContainersCount(t *testing.T) {
+	var buf bytes.Buffer
+	m := New(slog.New(slog.NewTextHandler(&buf, nil)))
+	st := running("")
+	st.EphemeralContainerStatuses = []v1.ContainerStatus{{Name: "dbg", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}
+	m.SetPodStatus(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "a"}}, st)
+	if _, c := m.Running(); c[metrics.ContainerStateRunning] != 2 {
+		t.Errorf("running containers %v, want 2", c)
+	}
+	if !strings.Contains(buf.String(), `containers="app=running/0 dbg=running/0"`) {
+		t.Errorf("status line: %s", buf.String())
+	}
+}
