@@ -50,7 +50,7 @@ func Images() []Image {
 	return []Image{
 		{BusyboxRef, "static busybox (Debian busybox-static) with every applet under /bin, as registry.BusyboxImage, plus /bin/nmeter (./nmeter: the applet Debian's build lacks); Cmd sh"},
 		{PauseRef, "nodelet's pause program (bin/pause) as /pause, as registry.PauseImage"},
-		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl, bash and netcat-openbsd (as /usr/bin/nc) with their libraries; Entrypoint /agnhost, Cmd pause"},
+		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl, bash (also as /bin/sh: busybox's sh prefers its applets to PATH) and netcat-openbsd (as /usr/bin/nc) with their libraries; Entrypoint /agnhost, Cmd pause"},
 		{AgnhostPrevRef, "the same image as " + AgnhostRef + " (one agnhost binary serves both tags)"},
 		{NginxRef, "busybox base + Debian nginx with its libraries, nginx.conf serving /usr/share/nginx/html on port 80 as user nginx (101), logs to stdout/stderr; Cmd nginx -g 'daemon off;'"},
 		{NonewprivsRef, "busybox base + static nnp (test/images/nonewprivs) setuid root at /usr/local/bin/nnp; Cmd nnp"},
@@ -225,6 +225,10 @@ func agnhost(busybox v1.Image, base baseFS, src Sources) (v1.Image, error) {
 	if err := t.tools(base, map[string]string{"usr/bin/curl": src.Curl, "bin/bash": src.Bash, "usr/bin/nc": src.Netcat}); err != nil {
 		return nil, err
 	}
+	// /bin/sh is bash here: Debian's busybox sh runs its own applets before
+	// anything on PATH (its nc, not the netcat above), where upstream's
+	// alpine sh looks PATH up as any shell does.
+	t.symlink("bin/sh", "bash")
 	img, err := withLayer(busybox, t, "nodelet: agnhost from "+filepath.Base(src.Agnhost))
 	if err != nil {
 		return nil, err

@@ -247,9 +247,10 @@ func TestBuild(t *testing.T) {
 			!strings.Contains(group, "\nuser-defined-in-image:x:1000:\n") {
 			t.Errorf("/etc/group:\n%s", group)
 		}
-		for _, applet := range []string{"/bin/sh", "/bin/cat", "/bin/wget", "/bin/sleep"} {
+		for _, applet := range []string{"/bin/cat", "/bin/wget", "/bin/sleep"} {
 			fs.symlink(t, applet, "/bin/busybox")
 		}
+		fs.symlink(t, "/bin/sh", "bash")
 		// netcat-openbsd's nc shadows busybox's, which has no -u.
 		fs.symlink(t, "/bin/nc", "/usr/bin/nc")
 		fs.program(t, "/usr/bin/nc", src.Netcat)
