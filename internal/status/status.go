@@ -177,7 +177,9 @@ func Generate(f Facts) v1.PodStatus {
 		if !terminal(s.Phase) && !podspec.IsStatic(pod) {
 			s.Phase = v1.PodFailed
 		}
-		all = append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
+		// The conditions stay those of the containers as they were (all):
+		// TerminatePod does not compute them again, and a container that
+		// never ran has not initialized the pod.
 	}
 
 	s.Conditions = []v1.PodCondition{

@@ -821,6 +821,23 @@ func TestTerminatedPodNeverRan(t *testing.T) {
 	if term := s.ContainerStatuses[0].State.Terminated; term == nil || term.Reason != ReasonContainerStatusUnknown || term.ExitCode != 137 {
 		t.Errorf("container state %+v, want terminated ContainerStatusUnknown 137", s.ContainerStatuses[0].State)
 	}
+	for _, c := range s.Conditions {
+		if c.Type == v1.PodInitialized && c.Status != v1.ConditionTrue {
+			t.Errorf("Initialized %+v (no init containers: true)", c)
+		}
+	}
+	// An init container that failed leaves the pod not initialized, though
+	// its app container is reported terminated now.
+	withInit := newPod(app("a"))
+	withInit.Spec.RestartPolicy = v1.RestartPolicyNever
+	withInit.Spec.InitContainers = []v1.Container{{Name: "init", Image: "i"}}
+	f = facts(withInit, obs(exited("init", "ci", 1, 1, "")))
+	f.Terminal = true
+	for _, c := range Generate(f).Conditions {
+		if c.Type == v1.PodInitialized && (c.Status != v1.ConditionFalse || c.Reason != ReasonContainersNotInitialized) {
+			t.Errorf("Initialized %+v, want False ContainersNotInitialized", c)
+		}
+	}
 	static := newPod(app("a"))
 	static.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
 	f = facts(static, &observed.PodStatus{})
