@@ -120,3 +120,10 @@ func kubeletUser() *userns.KubeletUser {
 	}
 	return &userns.KubeletUser{Name: u.Username, UID: u.Uid, SubUID: read("/etc/subuid"), SubGID: read("/etc/subgid")}
 }
+
+// appArmorEnabled tells whether the kernel enforces AppArmor, as the
+// kubelet's validator asks it.
+func appArmorEnabled() bool {
+	data, err := readSmallFile("/sys/module/apparmor/parameters/enabled")
+	return err == nil && strings.HasPrefix(string(data), "Y")
+}

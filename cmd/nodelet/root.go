@@ -261,6 +261,7 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, conta
 		return err
 	}
 	cfg.Capacity, cfg.MemoryCapacity = capacity, mem
+	cfg.AppArmor = appArmorEnabled()
 	if cfg.Allocatable, err = nodeconfig.Allocatable(capacity, cfg.SystemReserved, cfg.KubeReserved, cfg.EvictionHard); err != nil {
 		return err
 	}

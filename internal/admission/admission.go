@@ -8,6 +8,7 @@ package admission
 import (
 	"fmt"
 	"runtime"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -22,6 +23,8 @@ type Node struct {
 	MaxPods int
 	// Allocatable CPU and memory.
 	Allocatable v1.ResourceList
+	// AppArmor: the host enforces AppArmor profiles.
+	AppArmor bool
 	// Object is the Node as the API server has it (cluster mode; nil
 	// standalone): its name, labels and taints are checked too.
 	Object *v1.Node
@@ -47,6 +50,9 @@ func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
 		return r
 	}
 	if r := checkHostPorts(pod, active); !r.Admit {
+		return r
+	}
+	if r := checkAppArmor(pod, node.AppArmor); !r.Admit {
 		return r
 	}
 	if _, err := securitycontext.Sysctls(pod); err != nil {
@@ -192,4 +198,46 @@ func checkOS(pod *v1.Pod) Result {
 		return Result{Reason: ReasonPodOSNotSupported, Message: "Failed to admit pod as the OS field doesn't match node OS"}
 	}
 	return Result{Admit: true}
+}
+
+// ReasonAppArmor is the kubelet's reason for a pod whose AppArmor profile
+// the host cannot enforce.
+const ReasonAppArmor = "AppArmor"
+
+// checkAppArmor refuses a pod that asks for an AppArmor profile (runtime
+// default or localhost, by field or by the deprecated annotation) on a host
+// without AppArmor: running it unconfined would drop the confinement it
+// asked for.
+func checkAppArmor(pod *v1.Pod, enabled bool) Result {
+	if enabled || !wantsAppArmor(pod) {
+		return Result{Admit: true}
+	}
+	return Result{Reason: ReasonAppArmor, Message: "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
+}
+
+func wantsAppArmor(pod *v1.Pod) bool {
+	confined := func(p *v1.AppArmorProfile) bool {
+		return p != nil && p.Type != v1.AppArmorProfileTypeUnconfined
+	}
+	if pod.Spec.SecurityContext != nil && confined(pod.Spec.SecurityContext.AppArmorProfile) {
+		return true
+	}
+	for k, v := range pod.Annotations {
+		if strings.HasPrefix(k, v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix) && v != v1.DeprecatedAppArmorBetaProfileNameUnconfined {
+			return true
+		}
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if sc := list[i].SecurityContext; sc != nil && confined(sc.AppArmorProfile) {
+				return true
+			}
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if sc := pod.Spec.EphemeralContainers[i].SecurityContext; sc != nil && confined(sc.AppArmorProfile) {
+			return true
+		}
+	}
+	return false
 }

@@ -43,6 +43,9 @@ func TestAdmit(t *testing.T) {
 		{"host port", pod("a", "", "", 8080), []*v1.Pod{pod("b", "", "", 8080)}, "NodePorts", "TCP/8080 is used by pod default/b"},
 		{"unsafe sysctl", withSysctl(pod("a", "", "", 0), "net.core.somaxconn"), nil, "SysctlForbidden", "net.core.somaxconn"},
 		{"safe sysctl", withSysctl(pod("a", "", "", 0), "net.ipv4.tcp_syncookies"), nil, "", ""},
+		{"apparmor field", withAppArmor(pod("a", "", "", 0), true, v1.AppArmorProfileTypeRuntimeDefault), nil, "AppArmor", "AppArmor is not enabled on the host"},
+		{"apparmor annotation", withAppArmor(pod("a", "", "", 0), false, "runtime/default"), nil, "AppArmor", "AppArmor is not enabled on the host"},
+		{"apparmor unconfined", withAppArmor(pod("a", "", "", 0), true, v1.AppArmorProfileTypeUnconfined), nil, "", ""},
 		{"os field", withOS(pod("a", "", "", 0), "windows", ""), nil, "PodOSNotSupported", "the OS field doesn't match node OS"},
 		{"os field linux", withOS(pod("a", "", "", 0), "linux", ""), nil, "", ""},
 		{"os label", withOS(pod("a", "", "", 0), "", "windows"), nil, "PodOSSelectorNodeLabelDoesNotMatch", "`kubernetes.io/os` label"},
@@ -114,6 +117,15 @@ func withOS(p *v1.Pod, field, label string) *v1.Pod {
 	}
 	if label != "" {
 		p.Labels = map[string]string{v1.LabelOSStable: label}
+	}
+	return p
+}
+
+func withAppArmor(p *v1.Pod, field bool, profile v1.AppArmorProfileType) *v1.Pod {
+	if field {
+		p.Spec.Containers[0].SecurityContext = &v1.SecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: profile}}
+	} else {
+		p.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": string(profile)}
 	}
 	return p
 }

@@ -222,7 +222,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		Resources: resources, Log: log})
 	p.loop = syncloop.New(syncloop.Options{
 		SyncFrequency: cfg.SyncFrequency,
-		Node:          admission.Node{MaxPods: cfg.MaxPods, Allocatable: cfg.Allocatable},
+		Node:          admission.Node{MaxPods: cfg.MaxPods, Allocatable: cfg.Allocatable, AppArmor: cfg.AppArmor},
 	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Seen: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Node: node, Clock: clk, Log: log})
 
 	// The kubelet API.

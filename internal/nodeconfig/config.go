@@ -69,6 +69,10 @@ type Config struct {
 	Allocatable          v1.ResourceList
 	// MemoryCapacity is the node's memory in bytes (OOM scores).
 	MemoryCapacity int64
+	// AppArmor tells whether the host enforces AppArmor (read by
+	// cmd/nodelet): without it, a pod that asks for an AppArmor profile is
+	// refused rather than run unconfined.
+	AppArmor bool
 	// HostResolvConf and HostHosts are the node's /etc/resolv.conf and
 	// /etc/hosts (read by cmd/nodelet: machine facts), the base of pods'
 	// DNS config and managed /etc/hosts. Empty: the runtime's defaults.
