@@ -41,9 +41,11 @@ func (m *Manager) podUserNamespace(pod *v1.Pod) (*runtimeapi.UserNamespace, erro
 // security context (with userNS, its user namespace); warnings are for
 // events.
 func (m *Manager) sandboxNet(pod *v1.Pod, userNS *runtimeapi.UserNamespace) (sandboxNet, []string, error) {
+	// The error says it is the hostname; the kubelet's event carries it
+	// as it is ("Failed to create pod sandbox: failed to construct FQDN...").
 	hostname, _, err := podnet.Hostname(pod, m.opts.ClusterDomain)
 	if err != nil {
-		return sandboxNet{}, nil, fmt.Errorf("pod hostname: %w", err)
+		return sandboxNet{}, nil, err
 	}
 	dns, warnings, err := podnet.DNSConfig(pod, m.opts.HostResolvConf, m.opts.ClusterDNS, m.opts.ClusterDomain)
 	if err != nil {

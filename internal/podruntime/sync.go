@@ -147,7 +147,8 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	net, warnings, err := m.sandboxNet(pod, userNS)
 	if err != nil {
-		m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", err.Error())
+		// The kubelet fails the sandbox's config with these.
+		m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 		return err
 	}
 	sandboxCfg := sandboxConfig(pod, m.opts.PodLogsDir, actions.Attempt, net)

@@ -225,3 +225,25 @@ func TestUserNamespaceNotConfigured(t *testing.T) {
 		t.Errorf("events:\n%s", got)
 	}
 }
+
+// A hostname that cannot be made (an FQDN over 64 bytes) fails the sandbox
+// with the kubelet's event, before any runtime call.
+func TestSandboxConfigErrorEvent(t *testing.T) {
+	f := newUsernsFixture(t, false)
+	pod := testPod()
+	pod.Spec.Hostname = strings.Repeat("h", 40)
+	pod.Spec.Subdomain = "sub"
+	pod.Spec.SetHostnameAsFQDN = ptr.To(true)
+	if _, err := f.m.syncPod(context.Background(), pod, nil); err == nil {
+		t.Fatal("sync succeeded")
+	}
+	const want = "FailedCreatePodSandBox: Failed to create pod sandbox: failed to construct FQDN from pod hostname and cluster domain, FQDN "
+	if got := podEvents(f.events, pod); !strings.Contains(got, want) {
+		t.Errorf("events:\n%s\nwant %q", got, want)
+	}
+	f.rs.Lock()
+	defer f.rs.Unlock()
+	if called := strings.Join(f.rs.Called, ","); strings.Contains(called, "RunPodSandbox") {
+		t.Errorf("sandbox created: %s", called)
+	}
+}
