@@ -131,13 +131,14 @@ func Generate(f Facts) v1.PodStatus {
 
 	all := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
 	s.Phase = phase(pod, all, g.anyActiveRegularContainer(), f.Terminal)
-	if !terminal(s.Phase) {
-		switch {
-		case terminal(prev.Phase):
-			s.Phase = prev.Phase
-		case terminal(pod.Status.Phase):
-			s.Phase = pod.Status.Phase
-		}
+	// A terminal phase is final: the kubelet's status manager refuses any
+	// transition out of it, to the other terminal phase too (a pod failed
+	// for its deadline whose containers then exit 0 stays Failed).
+	switch {
+	case terminal(prev.Phase):
+		s.Phase = prev.Phase
+	case terminal(pod.Status.Phase):
+		s.Phase = pod.Status.Phase
 	}
 	if s.Phase == prev.Phase {
 		s.Reason, s.Message = prev.Reason, prev.Message

@@ -772,3 +772,16 @@ func TestReadinessGates(t *testing.T) {
 		})
 	}
 }
+
+// A pod failed for its deadline whose containers then exit 0 stays Failed
+// with its reason: a terminal phase never changes, not to the other one.
+func TestTerminalPhaseIsFinal(t *testing.T) {
+	pod := newPod(app("a"))
+	f := facts(pod, obs(exited("a", "ca", 1, 0, "")))
+	f.Terminal = true
+	f.Previous = &v1.PodStatus{Phase: v1.PodFailed, Reason: "DeadlineExceeded", Message: "Pod was active on the node longer than the specified deadline"}
+	s := Generate(f)
+	if s.Phase != v1.PodFailed || s.Reason != "DeadlineExceeded" {
+		t.Errorf("phase %s reason %q, want Failed DeadlineExceeded", s.Phase, s.Reason)
+	}
+}
