@@ -187,6 +187,12 @@ func Generate(f Facts) v1.PodStatus {
 	if pod.Spec.HostNetwork && len(s.PodIPs) == 0 && f.HostIP != "" {
 		s.PodIPs = []v1.PodIP{{IP: f.HostIP}}
 	}
+	// A stopped sandbox reports no IP: a pod that has finished keeps the
+	// IPs it had (the kubelet's preserveDataFromBeforeStopping), so that no
+	// status of a pod that ran shows it without its IP.
+	if len(s.PodIPs) == 0 && (terminal(s.Phase) || f.Terminal) && len(prev.PodIPs) > 0 {
+		s.PodIPs = append([]v1.PodIP(nil), prev.PodIPs...)
+	}
 	if len(s.PodIPs) > 0 {
 		s.PodIP = s.PodIPs[0].IP
 	}

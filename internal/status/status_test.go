@@ -785,3 +785,24 @@ func TestTerminalPhaseIsFinal(t *testing.T) {
 		t.Errorf("phase %s reason %q, want Failed DeadlineExceeded", s.Phase, s.Reason)
 	}
 }
+
+// A finished pod whose sandbox is stopped keeps the IPs it had.
+func TestFinishedPodKeepsIPs(t *testing.T) {
+	pod := newPod(app("a"))
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	f := facts(pod, obs(exited("a", "ca", 1, 42, "")))
+	f.Observed.IPs = nil // the sandbox is stopped
+	f.Previous = &v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.0.0.7", PodIPs: []v1.PodIP{{IP: "10.0.0.7"}}}
+	s := Generate(f)
+	if s.Phase != v1.PodFailed || s.PodIP != "10.0.0.7" || len(s.PodIPs) != 1 {
+		t.Errorf("phase %s podIP %q podIPs %v, want Failed with 10.0.0.7", s.Phase, s.PodIP, s.PodIPs)
+	}
+	// Running, a sandbox lost: no IP until the new one has one.
+	pod.Spec.RestartPolicy = v1.RestartPolicyAlways
+	f = facts(pod, obs(exited("a", "ca", 1, 42, "")))
+	f.Observed.IPs = nil
+	f.Previous = &v1.PodStatus{Phase: v1.PodRunning, PodIP: "10.0.0.7", PodIPs: []v1.PodIP{{IP: "10.0.0.7"}}}
+	if s := Generate(f); s.PodIP != "" {
+		t.Errorf("running pod without a ready sandbox: podIP %q, want none", s.PodIP)
+	}
+}
