@@ -124,6 +124,10 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 		podspec.AnnotationRestartCount:  strconv.Itoa(restartCount),
 		podspec.AnnotationContainerHash: plan.ContainerHash(c),
 		podspec.AnnotationBackoffStep:   strconv.Itoa(backoffStep),
+		// The kubelet's, always there: what the status of the exited
+		// container reads its message from.
+		podspec.AnnotationTerminationMessagePath:   c.TerminationMessagePath,
+		podspec.AnnotationTerminationMessagePolicy: string(c.TerminationMessagePolicy),
 	}
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		annotations[podspec.AnnotationGracePeriod] = strconv.FormatInt(*g, 10)

@@ -118,7 +118,8 @@ func (m *Manager) sandboxIPs(ctx context.Context, id string) ([]string, error) {
 }
 
 // containerDetails adds what only ContainerStatus tells (start, finish,
-// exit code, reason) to a listed container.
+// exit code, reason) to a listed container; an exited container's message
+// ends with its termination message.
 func (m *Manager) containerDetails(ctx context.Context, c *runtimeapi.Container) (observed.Container, error) {
 	oc := toContainer(c)
 	resp, err := m.rt.ContainerStatus(ctx, c.Id)
@@ -131,6 +132,10 @@ func (m *Manager) containerDetails(ctx context.Context, c *runtimeapi.Container)
 	oc.FinishedAt = nanos(s.GetFinishedAt())
 	oc.ExitCode = s.GetExitCode()
 	oc.Reason, oc.Message = s.GetReason(), s.GetMessage()
+	if oc.State == observed.ContainerExited {
+		uid := types.UID(c.Labels[podspec.LabelPodUID])
+		oc.Message = withTerminationMessage(oc.Message, m.terminationMessage(ctx, uid, oc.Name, c.Annotations, s))
+	}
 	if s.GetImageRef() != "" {
 		oc.ImageRef = s.GetImageRef()
 	}

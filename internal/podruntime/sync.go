@@ -304,9 +304,23 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	extras.ephemeral, extras.targetID = a.ephemeral, a.targetID
+	// The termination message file, made last: a config that cannot be
+	// made leaves none behind.
+	termMount, err := m.terminationMessageMount(pod, c)
+	if err != nil {
+		// As the kubelet: the container runs without it.
+		log.Warn("no termination message file", "container", c.Name, "err", err)
+	}
+	if termMount != nil {
+		if userNS != nil {
+			termMount.UidMappings, termMount.GidMappings = userNS.GetUids(), userNS.GetGids()
+		}
+		extras.mounts = append(extras.mounts, termMount)
+	}
 	cfg := containerConfig(pod, c, img.ref, a.s.RestartCount, a.s.BackoffStep, extras)
 	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
+		m.removeTerminationMessage(pod, c, termMount)
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("create container %q: %w", c.Name, err)

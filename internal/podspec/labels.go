@@ -37,6 +37,13 @@ const (
 	// AnnotationHostNetwork records on a sandbox whether it was created in
 	// the node's network namespace ("true" or "false").
 	AnnotationHostNetwork = "nodelet.io/host-network"
+	// AnnotationTerminationMessagePath and
+	// AnnotationTerminationMessagePolicy record a container's
+	// terminationMessagePath and terminationMessagePolicy (the kubelet's
+	// keys): the status of an exited container reads its message from the
+	// mount at that path, with that policy.
+	AnnotationTerminationMessagePath   = "io.kubernetes.container.terminationMessagePath"
+	AnnotationTerminationMessagePolicy = "io.kubernetes.container.terminationMessagePolicy"
 )
 
 // ManagedSelector is the CRI label selector of every object nodelet owns.

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -307,6 +308,7 @@ func (g *generator) containerStatuses(specs []v1.Container, previous []v1.Contai
 		defaultReason = ReasonPodInitializing
 	}
 
+	maxMessage := messageBound(pod)
 	out := make([]v1.ContainerStatus, 0, len(specs))
 	for i := range specs {
 		spec := &specs[i]
@@ -375,8 +377,8 @@ func (g *generator) containerStatuses(specs []v1.Container, previous []v1.Contai
 		}
 
 		g.probe(spec, &st, newest, isInit)
-		normContainerState(&st.State)
-		normContainerState(&st.LastTerminationState)
+		normContainerState(&st.State, maxMessage)
+		normContainerState(&st.LastTerminationState, maxMessage)
 		out = append(out, st)
 	}
 	return out
@@ -805,12 +807,46 @@ func normTime(t time.Time) time.Time {
 	return t.UTC().Truncate(time.Second)
 }
 
-func normContainerState(s *v1.ContainerState) {
+// maxPodMessages bounds the terminated messages of all of a pod's
+// containers together (the kubelet's MaxPodTerminationMessageLogLength).
+const maxPodMessages = 12 << 10
+
+// messageBound is how long one container's terminated message may be:
+// the pod's bound shared by all its containers, as the kubelet's status
+// manager cuts them.
+func messageBound(pod *v1.Pod) int {
+	n := len(pod.Spec.Containers) + len(pod.Spec.InitContainers) + len(pod.Spec.EphemeralContainers)
+	if n == 0 {
+		return maxPodMessages
+	}
+	return maxPodMessages / n
+}
+
+// normContainerState drops what the API does not keep of the times and
+// cuts a terminated message to maxMessage bytes (not within a UTF-8
+// sequence).
+func normContainerState(s *v1.ContainerState, maxMessage int) {
 	if s.Running != nil {
 		s.Running.StartedAt = metav1.NewTime(normTime(s.Running.StartedAt.Time))
 	}
 	if s.Terminated != nil {
 		s.Terminated.StartedAt = metav1.NewTime(normTime(s.Terminated.StartedAt.Time))
 		s.Terminated.FinishedAt = metav1.NewTime(normTime(s.Terminated.FinishedAt.Time))
+		s.Terminated.Message = cutMessage(s.Terminated.Message, maxMessage)
 	}
+}
+
+// cutMessage returns the first limit bytes of msg, less an incomplete UTF-8
+// sequence at the cut.
+func cutMessage(msg string, limit int) string {
+	if len(msg) <= limit {
+		return msg
+	}
+	cut := limit
+	// A cut before a continuation byte splits a sequence: back up to its
+	// start (at most 3 bytes), and drop it.
+	for i := 0; i < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(msg[cut]); i++ {
+		cut--
+	}
+	return msg[:cut]
 }

@@ -2,8 +2,10 @@ package status
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -844,5 +846,60 @@ func TestTerminatedPodNeverRan(t *testing.T) {
 	f.Terminal = true
 	if s := Generate(f); s.Phase != v1.PodPending {
 		t.Errorf("static pod phase %s, want Pending", s.Phase)
+	}
+}
+
+// The pod's terminated messages share 12 KiB, as the kubelet's status
+// manager cuts them: 4 KiB each for three containers, in the current and
+// the last state; a cut never splits a UTF-8 sequence.
+func TestTerminatedMessagesBounded(t *testing.T) {
+	long := strings.Repeat("m", 5000)
+	withMessage := func(c observed.Container, msg string) observed.Container {
+		c.Message = msg
+		return c
+	}
+	pod := newPod(policy(v1.RestartPolicyAlways), initc("i"), app("a", "b"))
+	s := Generate(facts(pod, obs(
+		withMessage(exited("i", "c0", 1, 0, ""), long),
+		withMessage(exited("a", "c1", 2, 1, ""), long),
+		withMessage(exited("a", "c2", 10, 1, ""), "short"),
+		withMessage(exited("b", "c3", 3, 1, ""), strings.Repeat("é", 3000)),
+	)))
+	if got := len(s.InitContainerStatuses[0].State.Terminated.Message); got != 4096 {
+		t.Errorf("init message of %d bytes, want 4096", got)
+	}
+	a := s.ContainerStatuses[0]
+	if a.State.Terminated.Message != "short" || len(a.LastTerminationState.Terminated.Message) != 4096 {
+		t.Errorf("a: message %q, last of %d bytes", a.State.Terminated.Message, len(a.LastTerminationState.Terminated.Message))
+	}
+	b := s.ContainerStatuses[1].State.Terminated.Message
+	if len(b) != 4096 || !utf8.ValidString(b) {
+		t.Errorf("b: %d bytes, valid UTF-8 %v", len(b), utf8.ValidString(b))
+	}
+	// With one container, the whole 12 KiB; a 2-byte rune cut in its middle
+	// is dropped.
+	s = Generate(facts(newPod(app("a")), obs(withMessage(exited("a", "c1", 2, 1, ""), "x"+strings.Repeat("é", 7000)))))
+	if got := s.ContainerStatuses[0].State.Terminated.Message; len(got) != 12<<10-1 || !utf8.ValidString(got) {
+		t.Errorf("message of %d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
+	}
+}
+
+func TestCutMessage(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		limit int
+		want  string
+	}{
+		{"hello", 10, "hello"},
+		{"hello", 5, "hello"},
+		{"hello", 3, "hel"},
+		{"aé", 2, "a"},
+		{"a€b", 3, "a"},
+		{"a€b", 4, "a€"},
+		{"€", 0, ""},
+	} {
+		if got := cutMessage(tc.in, tc.limit); got != tc.want {
+			t.Errorf("cutMessage(%q, %d) = %q, want %q", tc.in, tc.limit, got, tc.want)
+		}
 	}
 }
