@@ -202,8 +202,8 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		if err := cl.pods.SetWatchErrorHandler(func(*cache.Reflector, error) { status.Stale() }); err != nil {
 			return nil, err
 		}
-		cl.mirrors = mirror.New(mirror.Deps{Client: api.kube, NodeName: cfg.NodeName, Sources: p.config,
-			APIPods: cl.pods.GetStore(), Created: status.MirrorCreated, Clock: clk, Log: log})
+		cl.mirrors = mirror.New(mirror.Deps{Client: api.kube, NodeName: cfg.NodeName, Sources: p.config, APIPods: cl.pods.GetStore(),
+			Created: status.MirrorCreated, Terminating: p.workers.IsStaticPodTerminating, Clock: clk, Log: log})
 		if _, err := cl.pods.AddEventHandler(cl.mirrors.Handler()); err != nil {
 			return nil, err
 		}

@@ -6,7 +6,11 @@
 // reference names this Node (so the garbage collector removes mirror pods
 // of a Node that is deleted), and its status is the static pod's (package
 // statussync). A mirror pod that is deleted, or whose static pod changed,
-// is created again; one whose static pod is gone is deleted.
+// is created again; one whose static pod is gone is deleted. While the
+// static pod that ran under a name is terminating (its containers given
+// their grace period), the mirror pod of that name is left as it is, as
+// the kubelet's: it shows the pod still running, and is deleted or
+// replaced once the containers stopped.
 package mirror
 
 import (
@@ -56,8 +60,13 @@ type Deps struct {
 	// server returned it: the informer shows it only later, and after the
 	// API server was away only once its watch is back (statussync).
 	Created func(*v1.Pod)
-	Clock   clock.WithTicker
-	Log     *slog.Logger
+	// Terminating, when set, says whether the static pod that ran with a
+	// full name (namespace/name) is terminating
+	// (podworker.Workers.IsStaticPodTerminating): the mirror pod of that
+	// name is then neither deleted, replaced nor created.
+	Terminating func(fullName string) bool
+	Clock       clock.WithTicker
+	Log         *slog.Logger
 }
 
 // Manager keeps mirror pods in step with static pods.
@@ -170,9 +179,12 @@ func (m *Manager) Reconcile(ctx context.Context) {
 		key := static.Namespace + "/" + static.Name
 		wanted[key] = true
 		existing := mirrors[key]
-		if existing != nil && existing.DeletionTimestamp == nil && existing.Annotations[podspec.AnnotationConfigMirror] == Hash(static) {
+		if existing != nil && existing.DeletionTimestamp == nil && IsMirrorOf(existing, static) {
 			delete(m.tried, key)
 			continue
+		}
+		if m.terminating(key) {
+			continue // the static pod before this one is stopping
 		}
 		if m.refused[key] == Hash(static) {
 			continue
@@ -196,7 +208,7 @@ func (m *Manager) Reconcile(ctx context.Context) {
 		}
 	}
 	for key, p := range mirrors {
-		if wanted[key] {
+		if wanted[key] || m.terminating(key) {
 			continue
 		}
 		a := attempt{uid: p.UID, until: now.Add(RetryAfter)}
@@ -212,6 +224,11 @@ func (m *Manager) Reconcile(ctx context.Context) {
 			delete(m.tried, key)
 		}
 	}
+}
+
+// terminating says whether the static pod that ran as key is terminating.
+func (m *Manager) terminating(key string) bool {
+	return m.deps.Terminating != nil && m.deps.Terminating(key)
 }
 
 // ensure creates static's mirror pod, replacing existing (outdated or
@@ -247,6 +264,13 @@ func Hash(static *v1.Pod) string {
 		return h
 	}
 	return string(static.UID)
+}
+
+// IsMirrorOf says whether mirror is the mirror pod of static: of the same
+// name, with static's hash (an older version's mirror pod is not).
+func IsMirrorOf(mirror, static *v1.Pod) bool {
+	return mirror.Namespace == static.Namespace && mirror.Name == static.Name &&
+		mirror.Annotations[podspec.AnnotationConfigMirror] == Hash(static)
 }
 
 // Pod is the mirror pod of static for the Node nodeName with nodeUID.

@@ -279,3 +279,95 @@ func TestMirrorHandlerKicks(t *testing.T) {
 		t.Error("not kicked for a mirror pod deleted")
 	}
 }
+
+// While the static pod that ran under a name is terminating, the mirror
+// pod of that name stays as it is (same UID, no request); once its
+// containers stopped, the usual pass deletes or replaces it.
+func TestMirrorKeptWhileStaticPodTerminates(t *testing.T) {
+	cases := []struct {
+		name string
+		// after is what the sources want once the mirror pod of hash-1
+		// exists; markDeleted: a user deleted the mirror pod meanwhile.
+		after       statics
+		markDeleted bool
+		// want is the mirror pods' hashes once termination ended.
+		want []string
+	}{
+		{name: "manifest removed", after: statics{}, want: nil},
+		{name: "manifest changed", after: statics{static("etcd", "hash-2")}, want: []string{"hash-2"}},
+		{name: "manifest changed, mirror pod deleted by a user", after: statics{static("etcd", "hash-2")},
+			markDeleted: true, want: []string{"hash-2"}},
+		{name: "manifest removed, mirror pod deleted by a user", after: statics{}, markDeleted: true, want: nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			m, client := newManager(t, static("etcd", "hash-1"), static("web", "web-1"))
+			terminating := map[string]bool{}
+			m.deps.Terminating = func(fullName string) bool { return terminating[fullName] }
+			m.Reconcile(ctx)
+			before := mirrors(t, client)
+			if len(before) != 2 {
+				t.Fatalf("mirror pods = %+v, want etcd's and web's", before)
+			}
+			old := before[0]
+			if tc.markDeleted {
+				now := metav1.Now()
+				old.DeletionTimestamp = &now
+				if _, err := client.CoreV1().Pods("kube-system").Update(ctx, &old, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			terminating["kube-system/etcd-node-a"] = true
+			m.deps.Sources = append(tc.after, static("web", "web-2")) // web changed too, and is not terminating
+			clk := m.deps.Clock.(*testingclock.FakeClock)
+			client.ClearActions()
+			for range 3 {
+				m.Reconcile(ctx)
+				clk.Step(RetryAfter)
+			}
+			got := mirrors(t, client)
+			if len(got) != 2 || got[0].UID != old.UID || got[0].Annotations[podspec.AnnotationConfigMirror] != "hash-1" {
+				t.Fatalf("mirror pods while etcd terminates = %+v, want etcd's of hash-1 kept", got)
+			}
+			if got[1].Annotations[podspec.AnnotationConfigMirror] != "web-2" {
+				t.Errorf("web's mirror pod not replaced while another static pod terminates: %+v", got[1])
+			}
+			for _, a := range client.Actions() {
+				if d, ok := a.(k8stesting.DeleteAction); ok && d.GetName() == "etcd-node-a" {
+					t.Errorf("etcd's mirror pod deleted while its static pod terminates")
+				}
+				if c, ok := a.(k8stesting.CreateAction); ok && c.GetObject().(*v1.Pod).Name == "etcd-node-a" {
+					t.Errorf("etcd's mirror pod created while its static pod terminates")
+				}
+			}
+
+			terminating["kube-system/etcd-node-a"] = false
+			m.Reconcile(ctx)
+			var hashes []string
+			for _, p := range mirrors(t, client) {
+				if p.Name == "etcd-node-a" {
+					hashes = append(hashes, p.Annotations[podspec.AnnotationConfigMirror])
+				}
+			}
+			if fmt.Sprint(hashes) != fmt.Sprint(tc.want) {
+				t.Errorf("etcd's mirror pods once terminated = %v, want %v", hashes, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsMirrorOf(t *testing.T) {
+	etcd := static("etcd", "hash-1")
+	mirror := Pod(etcd, "node-a", "node-uid")
+	if !IsMirrorOf(mirror, etcd) {
+		t.Error("a static pod's own mirror pod not recognised")
+	}
+	if IsMirrorOf(mirror, static("etcd", "hash-2")) {
+		t.Error("the mirror pod of an older version taken for the new version's")
+	}
+	if IsMirrorOf(mirror, static("web", "hash-1")) {
+		t.Error("the mirror pod of another name taken as this one's")
+	}
+}

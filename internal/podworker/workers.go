@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
@@ -56,7 +57,18 @@ import (
 //
 // A pod killed before its first sync still gets SyncTerminatingPod and
 // SyncTerminatedPod (the runtime may hold containers from before a
-// restart), where the kubelet would skip them.
+// restart), where the kubelet would skip them; static pods excepted (below).
+//
+// Static pods of one full name (namespace/name) run one at a time, as the
+// kubelet's: a static pod whose manifest changed is a new UID, and it does
+// not start (no Prepare, no SyncPod) while the one started before it has
+// not finished. Static pods waiting to start start in the order they came,
+// skipping those whose termination was requested; so of many quick
+// rewrites only the newest starts. A static pod whose termination is
+// requested before it started is finished at once, with no Syncer or Hook
+// call, as the kubelet's; whatever an earlier nodelet left of it is an
+// orphan for housekeeping. IsStaticPodTerminating tells the mirror pods
+// to wait while a static pod's containers stop.
 //
 // A UID whose termination was requested is never synced (started) again:
 // updates only refresh the spec the terminating calls see, and once
@@ -88,7 +100,12 @@ type Workers struct {
 	// podsSynced is set by the first SyncKnownPods: from then on a UID
 	// the workers do not know has no containers that should run.
 	podsSynced bool
-	wg         sync.WaitGroup
+	// startedStatic is, by full name, the static pod that started and has
+	// not finished; waitingStatic, the static pods not started yet, in the
+	// order they came (those finished unstarted are dropped).
+	startedStatic map[string]types.UID
+	waitingStatic map[string][]types.UID
+	wg            sync.WaitGroup
 
 	// Test hooks, set before Run. idleHook is called each time a worker
 	// goroutine is about to wait, with the time its timer fires (zero if
@@ -100,6 +117,12 @@ type Workers struct {
 // podState is everything known about one pod; guarded by Workers.mu.
 type podState struct {
 	uid types.UID
+	// fullName is namespace/name; static: the pod is a static pod, which
+	// starts only when no other of its full name runs (see Workers).
+	fullName string
+	static   bool
+	// started: a static pod passed that gate (unused for other pods).
+	started bool
 	// pod is the newest spec received.
 	pod *v1.Pod
 	// pending is true when an update arrived since the worker last took
@@ -167,6 +190,9 @@ func New(deps Deps, opts Options) *Workers {
 		log:        deps.Log,
 		opts:       opts,
 		pods:       map[types.UID]*podState{},
+
+		startedStatic: map[string]types.UID{},
+		waitingStatic: map[string][]types.UID{},
 	}
 }
 
@@ -231,8 +257,12 @@ func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 	defer w.mu.Unlock()
 	ps, ok := w.pods[uid]
 	if !ok {
-		ps = &podState{uid: uid, wake: make(chan struct{}, 1)}
+		ps = &podState{uid: uid, wake: make(chan struct{}, 1),
+			fullName: pod.Namespace + "/" + pod.Name, static: podspec.IsStatic(pod)}
 		w.pods[uid] = ps
+		if ps.static {
+			w.waitingStatic[ps.fullName] = append(w.waitingStatic[ps.fullName], uid)
+		}
 	}
 	if ps.finished {
 		log.Debug("pod worker finished, update ignored", "reason", opts.Reason)
@@ -468,6 +498,82 @@ func (w *Workers) IsPodFinished(uid types.UID) bool {
 	return w.podsSynced
 }
 
+// IsStaticPodTerminating reports whether the static pod of fullName
+// (namespace/name) that started is terminating: its termination was
+// requested and its containers have not all stopped yet. Its mirror pod
+// then stays as it is (neither deleted nor replaced), as the kubelet's
+// IsPodForMirrorPodTerminatingByFullName says.
+func (w *Workers) IsStaticPodTerminating(fullName string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	uid, ok := w.startedStatic[fullName]
+	if !ok {
+		return false
+	}
+	ps, ok := w.pods[uid]
+	return ok && !ps.terminatingAt.IsZero() && ps.terminatedAt.IsZero()
+}
+
+// allowStaticStartLocked says whether the static pod ps, not started yet,
+// may start now, and if so records it as started: no other static pod of
+// its full name started and not finished, and ps is the first one waiting
+// whose termination was not requested.
+func (w *Workers) allowStaticStartLocked(ps *podState) bool {
+	if uid, ok := w.startedStatic[ps.fullName]; ok {
+		return uid == ps.uid
+	}
+	waiting := w.waitingStatic[ps.fullName]
+	for i, uid := range waiting {
+		o, ok := w.pods[uid]
+		if !ok || o.finished || !o.terminatingAt.IsZero() {
+			continue // will never start
+		}
+		if uid != ps.uid {
+			w.waitingStatic[ps.fullName] = waiting[i:]
+			return false
+		}
+		waiting = waiting[i+1:]
+		break
+	}
+	if len(waiting) > 0 {
+		w.waitingStatic[ps.fullName] = waiting
+	} else {
+		delete(w.waitingStatic, ps.fullName)
+	}
+	w.startedStatic[ps.fullName] = ps.uid
+	ps.started = true
+	return true
+}
+
+// releaseStaticLocked drops the finished static pod ps from the start
+// gate and wakes the static pods waiting for its full name, the next of
+// which may now start.
+func (w *Workers) releaseStaticLocked(ps *podState) {
+	if !ps.static {
+		return
+	}
+	if w.startedStatic[ps.fullName] == ps.uid {
+		delete(w.startedStatic, ps.fullName)
+	}
+	waiting := w.waitingStatic[ps.fullName]
+	kept := waiting[:0]
+	for _, uid := range waiting {
+		if uid != ps.uid {
+			kept = append(kept, uid)
+		}
+	}
+	if len(kept) == 0 {
+		delete(w.waitingStatic, ps.fullName)
+		return
+	}
+	w.waitingStatic[ps.fullName] = kept
+	for _, uid := range kept {
+		if o, ok := w.pods[uid]; ok {
+			w.wakeLocked(o)
+		}
+	}
+}
+
 // Info returns what the workers know of the pod; false if nothing.
 func (w *Workers) Info(uid types.UID) (Info, bool) {
 	w.mu.Lock()
@@ -532,6 +638,33 @@ func (w *Workers) next(ctx context.Context, ps *podState) (wk work, syncCtx cont
 			return work{}, nil, nil, false
 		}
 		now := w.clk.Now()
+		if ps.static && !ps.started {
+			if !ps.terminatingAt.IsZero() {
+				// Never started: nothing of it runs in this process.
+				w.log.Debug("static pod terminated before it started", "pod", ps.fullName, "podUID", ps.uid)
+				ps.pending, ps.startedTerminating, ps.terminatedAt, ps.finished = false, true, now, true
+				w.releaseStaticLocked(ps)
+				w.mu.Unlock()
+				if w.onFinished != nil {
+					w.onFinished(ps.uid)
+				}
+				return work{}, nil, nil, false
+			}
+			if !w.allowStaticStartLocked(ps) {
+				// Woken when the one before it finishes, or when
+				// its own termination is requested; timers wait.
+				w.mu.Unlock()
+				if w.idleHook != nil {
+					w.idleHook(ps.uid, time.Time{})
+				}
+				select {
+				case <-ctx.Done():
+				case <-ps.wake:
+				}
+				continue
+			}
+			w.log.Debug("static pod may start", "pod", ps.fullName, "podUID", ps.uid)
+		}
 		if wk, ok := w.takeLocked(ps, now); ok {
 			syncCtx, cancel := context.WithCancel(ctx)
 			ps.cancel = cancel
@@ -681,6 +814,7 @@ func (w *Workers) complete(ctx context.Context, ps *podState, wk work, syncCtx c
 	case wk.state == Terminated:
 		log.Debug("pod finished")
 		ps.finished = true
+		w.releaseStaticLocked(ps)
 		return false
 	case wk.state == Terminating:
 		log.Debug("pod terminated")

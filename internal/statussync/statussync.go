@@ -8,9 +8,10 @@
 // pod's UID as precondition, sent only when it changes something;
 // conditions nodelet does not own are kept; a terminal phase is never
 // reported while a container may still run, and never left; a static
-// pod's status goes to its mirror pod. A pod the API marked for deletion
-// is deleted for good (grace 0, UID precondition) once its worker has
-// finished: its containers stopped and its resources released.
+// pod's status goes to its own mirror pod (of its version,
+// mirror.IsMirrorOf). A pod the API marked for deletion is deleted for
+// good (grace 0, UID precondition) once its worker has finished: its
+// containers stopped and its resources released.
 package statussync
 
 import (
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/mirror"
 	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 )
@@ -394,6 +396,16 @@ func (s *Syncer) mirrorOf(static, p *v1.Pod) *v1.Pod {
 		c = nil
 	}
 	s.mu.Unlock()
+	// The mirror pod of another version of the static pod (the one
+	// before, kept while it terminates; the next one) is not this one's:
+	// the next version's mirror pod must never show the old version's
+	// final phase, which it could not leave.
+	if c != nil && !mirror.IsMirrorOf(c, static) {
+		c = nil
+	}
+	if p != nil && !mirror.IsMirrorOf(p, static) {
+		p = nil
+	}
 	switch {
 	case c != nil:
 		return c

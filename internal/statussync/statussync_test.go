@@ -460,3 +460,48 @@ func TestStaleUntilInformerListed(t *testing.T) {
 		t.Errorf("%d requests after the informer listed again, want none", n)
 	}
 }
+
+// While a static pod's older version terminates, each version's status
+// goes only to its own mirror pod: the old one's final phase never lands
+// on the new version's mirror pod (which could then never leave it).
+func TestStaticPodVersionsOwnMirrors(t *testing.T) {
+	version := func(uid types.UID) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-node-a", UID: uid,
+			Annotations: map[string]string{podspec.AnnotationConfigSource: "file", podspec.AnnotationConfigHash: string(uid)}}}
+	}
+	mirrorOf := func(hash string, uid types.UID) *v1.Pod {
+		m := version(uid)
+		m.Annotations = map[string]string{podspec.AnnotationConfigMirror: hash}
+		m.Status = running(true)
+		return m
+	}
+	cases := []struct {
+		name   string
+		mirror *v1.Pod
+		// want is the phase the status patch sends, "" for no patch.
+		want v1.PodPhase
+	}{
+		{name: "old version's mirror pod kept while it terminates", mirror: mirrorOf("v1", "mirror-1"), want: v1.PodFailed},
+		{name: "new version's mirror pod", mirror: mirrorOf("v2", "mirror-2")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.mirror)
+			ctx := context.Background()
+			old := version("v1")
+			failed := running(false)
+			failed.Phase = v1.PodFailed
+			failed.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 137}}
+			h.statuses.SetPodStatus(old, failed)
+			h.s.SyncBatch(ctx, false)
+			w := h.writes()
+			switch {
+			case tc.want == "" && len(w) != 0:
+				t.Errorf("the old version's status written to the new version's mirror pod: %q", w)
+			case tc.want != "" && (len(w) != 1 || !strings.Contains(w[0], `"phase":"`+string(tc.want)+`"`) ||
+				!strings.Contains(w[0], `"uid":"`+string(tc.mirror.UID)+`"`)):
+				t.Errorf("writes = %q, want the %s phase patched onto %s", w, tc.want, tc.mirror.UID)
+			}
+		})
+	}
+}
