@@ -903,3 +903,15 @@ func TestCutMessage(t *testing.T) {
 		}
 	}
 }
+
+// A static pod stopped for good is not given a terminal phase by it, as
+// the kubelet's getPhase leaves static pods (upstream #116484).
+func TestStoppedStaticPodPhase(t *testing.T) {
+	pod := newPod(app("a"))
+	pod.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
+	f := facts(pod, obs(exited("a", "ca", 1, 0, "")))
+	f.Terminal = true
+	if got := Generate(f).Phase; got != v1.PodRunning {
+		t.Errorf("phase %s, want Running (restartPolicy Always, static)", got)
+	}
+}
