@@ -130,7 +130,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	// 4. The per-pod resources, in the order they are prepared. Static
 	// pods read the manifest directory's objects, API pods the API's.
 	objs := objects.Router{Static: p.objects}
-	volumeOpts := []volume.Option{volume.WithSharedRoot()}
+	volumeOpts := []volume.Option{volume.WithMountPropagation()}
 	var services podruntime.Services
 	var hooks []podworker.Hook
 	if cl != nil {

@@ -80,10 +80,9 @@ type Manager struct {
 	clock    clock.PassiveClock
 	log      *slog.Logger
 	locks    podLocks
-	// shared makes the root dir a shared mount once, when shareRoot.
-	shareRoot bool
-	shared    sync.Once
-	sharedErr error
+	// shareVolumes makes the volumes mounted with propagation shared
+	// mounts (see shareVolumes).
+	shareVolumes bool
 }
 
 // Option changes a Manager built by New.
@@ -97,10 +96,10 @@ func WithClock(c clock.PassiveClock) Option { return func(m *Manager) { m.clock 
 // mode), a serviceAccountToken projection fails to set up.
 func WithTokens(t Tokens) Option { return func(m *Manager) { m.tokens = t } }
 
-// WithSharedRoot makes the root dir a shared mount at the first SetUp of a
-// pod that mounts a volume with propagation, as the kubelet makes its root
-// dir at start (see ensureSharedRoot).
-func WithSharedRoot() Option { return func(m *Manager) { m.shareRoot = true } }
+// WithMountPropagation makes each volume that a container mounts with
+// HostToContainer or Bidirectional propagation a shared mount point (see
+// shareVolumes).
+func WithMountPropagation() Option { return func(m *Manager) { m.shareVolumes = true } }
 
 // New returns a Manager keeping pod directories under rootDir/pods. It
 // starts nothing. objects and downward may be nil, in which case volumes
@@ -140,13 +139,6 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 	unlock := m.locks.lock(pod.UID)
 	defer unlock()
 
-	// Only mount propagation needs a shared root: made so at the first
-	// pod that asks for it.
-	if needsPropagation(pod) {
-		if err := m.ensureSharedRoot(); err != nil {
-			return fmt.Errorf("mount propagation: %w", err)
-		}
-	}
 	var errs []error
 	for i := range pod.Spec.Volumes {
 		vol := &pod.Spec.Volumes[i]
@@ -154,7 +146,11 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 			errs = append(errs, fmt.Errorf("set up volumes: %w", err))
 			break
 		}
-		if err := m.setUpVolume(ctx, pod, vol); err != nil {
+		err := m.setUpVolume(ctx, pod, vol)
+		if err == nil && m.shareVolumes && propagated(pod, vol.Name) {
+			err = m.shareVolume(pod.UID, vol)
+		}
+		if err != nil {
 			errs = append(errs, &SetUpError{Volume: vol.Name, Err: err})
 		}
 	}
@@ -322,13 +318,13 @@ func (l *podLocks) lock(uid types.UID) func() {
 	}
 }
 
-// needsPropagation tells whether a container of the pod mounts a volume
-// with HostToContainer or Bidirectional propagation.
-func needsPropagation(pod *v1.Pod) bool {
+// propagated tells whether a container of the pod mounts the volume with
+// HostToContainer or Bidirectional propagation.
+func propagated(pod *v1.Pod, volume string) bool {
 	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
 			for _, vm := range list[i].VolumeMounts {
-				if vm.MountPropagation != nil && *vm.MountPropagation != v1.MountPropagationNone {
+				if vm.Name == volume && vm.MountPropagation != nil && *vm.MountPropagation != v1.MountPropagationNone {
 					return true
 				}
 			}

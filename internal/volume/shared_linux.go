@@ -4,44 +4,50 @@ import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
-// ensureSharedRoot makes the root dir a shared mount, once, as the kubelet
-// does at start: a volume mounted with Bidirectional propagation needs its
-// source on a shared mount (the runtime refuses it otherwise: "is mounted
-// on / but it is not a shared mount"), HostToContainer on a shared or
-// slave one. A root dir that is no mount point of its own is bind-mounted
-// onto itself first, so that the host's other mounts keep their
-// propagation.
-func (m *Manager) ensureSharedRoot() error {
-	if !m.shareRoot {
-		return nil
+// shareVolume makes the host directory of a volume that a container mounts
+// with propagation a shared mount point: the runtime refuses Bidirectional
+// propagation from a source that is not on a shared mount ("is mounted on /
+// but it is not a shared mount"), and HostToContainer needs a shared or
+// slave one. The kubelet makes its whole root dir shared at start; nodelet
+// makes only such a volume's directory so, when it is set up, bound onto
+// itself first if it is no mount point: the host's other mounts keep their
+// propagation, and no mount made earlier is copied (a recursive bind of a
+// directory holding mounts hides the originals, which can then not be
+// unmounted by path). Pod teardown unmounts it with the pod's other mounts.
+// A hostPath volume is the host's: left as it is.
+func (m *Manager) shareVolume(uid types.UID, vol *v1.Volume) error {
+	plugin, err := pluginDir(&vol.VolumeSource)
+	if err != nil || plugin == "" {
+		return err
 	}
-	m.shared.Do(func() { m.sharedErr = makeRShared(m.rootDir) })
-	return m.sharedErr
+	return makeShared(m.volumeDir(uid, plugin, vol.Name))
 }
 
-func makeRShared(dir string) error {
+func makeShared(dir string) error {
 	mounts, err := readMountInfo()
 	if err != nil {
 		return err
 	}
-	for _, mi := range mounts {
-		if mi.mountPoint == dir && mi.shared {
-			return nil
-		}
-	}
 	mounted := false
 	for _, mi := range mounts {
-		mounted = mounted || mi.mountPoint == dir
-	}
-	if !mounted {
-		if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind-mount %s onto itself: %w", dir, err)
+		if mi.mountPoint == dir {
+			if mi.shared {
+				return nil
+			}
+			mounted = true
 		}
 	}
-	if err := unix.Mount("", dir, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("make %s a shared mount: %w", dir, err)
+	if !mounted {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mount propagation: bind-mount %s onto itself: %w", dir, err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("mount propagation: make %s a shared mount: %w", dir, err)
 	}
 	return nil
 }

@@ -17,14 +17,14 @@ func TestParseMountInfoShared(t *testing.T) {
 	}
 }
 
-func TestNeedsPropagation(t *testing.T) {
+func TestPropagated(t *testing.T) {
 	bidi, none := v1.MountPropagationBidirectional, v1.MountPropagationNone
 	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{VolumeMounts: []v1.VolumeMount{{Name: "a", MountPropagation: &none}}}}}}
-	if needsPropagation(pod) {
+	if propagated(pod, "a") {
 		t.Error("propagation None needs nothing")
 	}
 	pod.Spec.InitContainers = []v1.Container{{VolumeMounts: []v1.VolumeMount{{Name: "a", MountPropagation: &bidi}}}}
-	if !needsPropagation(pod) {
-		t.Error("Bidirectional needs a shared root")
+	if !propagated(pod, "a") || propagated(pod, "b") {
+		t.Error("Bidirectional on a: a shared, b not")
 	}
 }
