@@ -262,3 +262,56 @@ func TestHTTPHookBoundsResponseHeaders(t *testing.T) {
 		})
 	}
 }
+
+// barrierRuntime's ExecSync (a preStop hook) returns only once n hooks
+// have started, or fails after a while: hooks run one after the other
+// would never all start.
+type barrierRuntime struct {
+	*stopRecorder
+	n       int
+	mu      sync.Mutex
+	started int
+	all     chan struct{}
+}
+
+func (b *barrierRuntime) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, []byte, int32, error) {
+	b.mu.Lock()
+	b.started++
+	if b.started == b.n {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+	case <-time.After(5 * time.Second):
+		return nil, nil, 0, fmt.Errorf("hook of %s: the other hooks did not start", id)
+	}
+	return b.stopRecorder.ExecSync(ctx, id, cmd, timeout)
+}
+
+// The preStop hooks of every container, sidecars included, run at once;
+// the sidecars are stopped only after the regular containers, the later
+// sidecar first.
+func TestSidecarPreStopHooksRunTogether(t *testing.T) {
+	m, rs, rec, events, _ := newHookFixture(t)
+	b := &barrierRuntime{stopRecorder: rec, n: 3, all: make(chan struct{})}
+	m.rt = b
+	pod := hookPod()
+	for i := range pod.Spec.InitContainers {
+		pod.Spec.InitContainers[i].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"drain"}}}}
+	}
+	runUntilAllStarted(t, m, rs, rec, pod)
+	if err := m.SyncTerminatingPod(context.Background(), pod, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if events.has("Warning FailedPreStopHook") {
+		t.Errorf("a hook waited for another: %v", events.events)
+	}
+	pos := map[string]int{}
+	for i, s := range rec.stopped {
+		pos[s] = i
+	}
+	if !(pos["app"] < pos["side2"] && pos["app2"] < pos["side2"] && pos["side2"] < pos["side1"]) {
+		t.Errorf("order %v: want app and app2, then side2, then side1 stopped", rec.stopped)
+	}
+}

@@ -18,26 +18,37 @@ import (
 // the kubelet's minimumGracePeriodInSeconds.
 const minGracePeriod = 2 * time.Second
 
-// killContainers stops containers as the kubelet does: regular containers
-// in parallel, then sidecars (init containers with restartPolicy Always)
-// one by one in reverse order, so that they outlive what they serve. Each
-// gets its preStop hook first, and the hook's time counts against its grace
-// period. pod may be nil for pods nodelet no longer has a spec for.
+// killContainers stops containers as the kubelet does: every container's
+// preStop hook starts at once, and the hook's time counts against its grace
+// period; regular containers are then stopped as their hooks finish,
+// sidecars (init containers with restartPolicy Always) only once every
+// regular container and every later sidecar has stopped, so that they
+// outlive what they serve, or once their grace period is spent. pod may be
+// nil for pods nodelet no longer has a spec for.
 func (m *Manager) killContainers(ctx context.Context, pod *v1.Pod, podIP string, kills []plan.Kill, log *slog.Logger) error {
 	regular, sidecars := splitKills(pod, kills)
-	errs := make([]error, len(regular))
+	all := append(append([]plan.Kill{}, regular...), sidecars...)
+	done := make([]chan struct{}, len(all))
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
+	errs := make([]error, len(all))
 	var wg sync.WaitGroup
-	for i, k := range regular {
+	for i, k := range all {
+		// Sidecar i (in reverse spec order) waits for the regular
+		// containers and the sidecars stopped before it.
+		var after []chan struct{}
+		if i >= len(regular) {
+			after = done[:i]
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = m.killContainer(ctx, pod, podIP, k, log)
+			defer close(done[i])
+			errs[i] = m.killContainer(ctx, pod, podIP, k, after, log)
 		}()
 	}
 	wg.Wait()
-	for _, k := range sidecars {
-		errs = append(errs, m.killContainer(ctx, pod, podIP, k, log))
-	}
 	return errors.Join(errs...)
 }
 
@@ -72,17 +83,18 @@ func sortByOrder(kills []plan.Kill, order map[string]int) {
 	}
 }
 
-// killContainer runs the container's preStop hook, then stops it with what
-// is left of its grace period.
-func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, podIP string, k plan.Kill, log *slog.Logger) error {
+// killContainer runs the container's preStop hook, waits for the
+// containers in after to stop (for at most what is left of its grace
+// period), then stops it with what is left of its grace period, at least
+// minGracePeriod.
+func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, podIP string, k plan.Kill, after []chan struct{}, log *slog.Logger) error {
 	spec := specContainer(pod, k.Name)
 	if pod != nil {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Killing", killMessage(k))
 	}
-	grace := k.GracePeriod
+	start := m.clock.Now()
 	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil {
-		start := m.clock.Now()
-		hookCtx, cancel := context.WithTimeout(ctx, grace)
+		hookCtx, cancel := context.WithTimeout(ctx, k.GracePeriod)
 		err := m.runHook(hookCtx, spec.Lifecycle.PreStop, k.ID, spec, podIP)
 		cancel()
 		if err != nil {
@@ -90,8 +102,22 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, podIP string, 
 			m.recorder.Event(pod, v1.EventTypeWarning, "FailedPreStopHook", msg)
 			log.Warn("preStop hook failed", "container", k.Name, "err", err)
 		}
-		grace = max(grace-m.clock.Since(start), minGracePeriod)
 	}
+	if len(after) > 0 {
+		turn := m.clock.NewTimer(max(k.GracePeriod-m.clock.Since(start), 0))
+	wait:
+		for _, ch := range after {
+			select {
+			case <-ch:
+			case <-turn.C():
+				break wait
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		turn.Stop()
+	}
+	grace := max(k.GracePeriod-m.clock.Since(start), minGracePeriod)
 	log.Info("killing container", "container", k.Name, "containerID", k.ID, "reason", k.Reason, "message", k.Message, "gracePeriod", grace)
 	if err := m.rt.StopContainer(ctx, k.ID, grace); err != nil {
 		return fmt.Errorf("stop container %q (%s): %w", k.Name, k.ID, err)

@@ -352,7 +352,7 @@ func (m *Manager) postStart(ctx context.Context, a startArgs, id string, log *sl
 	m.recorder.Event(a.pod, v1.EventTypeWarning, "FailedPostStartHook", msg)
 	log.Warn("postStart hook failed; killing the container", "container", a.c.Name, "err", err)
 	kill := plan.Kill{ID: id, Name: a.c.Name, Reason: "FailedPostStartHook", Message: msg, GracePeriod: gracePeriod(a.pod)}
-	if kerr := m.killContainer(ctx, a.pod, a.podIP, kill, log); kerr != nil {
+	if kerr := m.killContainer(ctx, a.pod, a.podIP, kill, nil, log); kerr != nil {
 		return errors.Join(fmt.Errorf("postStart hook of %q: %w", a.c.Name, err), kerr)
 	}
 	return fmt.Errorf("postStart hook of %q: %w", a.c.Name, err)
