@@ -161,7 +161,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 
 	// 5. The runtime manager, and 4. the pod workers over it.
 	runtime := podruntime.New(rt, podruntime.Options{
-		PodLogsDir: cfg.PodLogsDir, HostIP: cfg.NodeIP, NodeName: cfg.NodeName, Allocatable: cfg.Allocatable,
+		PodLogsDir: cfg.PodLogsDir, LegacyLogLinks: true, HostIP: cfg.NodeIP, NodeName: cfg.NodeName, Allocatable: cfg.Allocatable,
 		PodsDir: filepath.Join(cfg.RootDir, "pods"), HostResolvConf: cfg.HostResolvConf, HostHosts: cfg.HostHosts,
 		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), NodeMemoryCapacity: cfg.MemoryCapacity,
 		MaxParallelSandboxes: cfg.MaxParallelSandboxes,

@@ -106,6 +106,11 @@ func (c *Collector) removeContainer(ctx context.Context, ctr *runtimeapi.Contain
 		return false, err
 	}
 	c.log.Info("removed container", "container", id, "name", containerName(ctr), "pod", containerPodUID(ctr))
+	labels := ctr.GetLabels()
+	link := podspec.LegacyLogLink(c.policy.PodLogsDir, labels[podspec.LabelPodName], labels[podspec.LabelPodNamespace], containerName(ctr), id)
+	if err := os.Remove(link); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		c.log.Warn("removing the container's /var/log/containers link", "link", link, "err", err)
+	}
 	if err := c.removeContainerLogs(resp.GetStatus().GetLogPath()); err != nil {
 		return true, fmt.Errorf("container %s: %w", id, err)
 	}

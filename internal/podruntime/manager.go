@@ -120,6 +120,9 @@ type UserNamespaces interface {
 type Options struct {
 	// PodLogsDir is where container logs go (/var/log/pods).
 	PodLogsDir string
+	// LegacyLogLinks makes the kubelet's /var/log/containers symlinks
+	// (beside PodLogsDir) to the containers' logs.
+	LegacyLogLinks bool
 	// MaxParallelImagePulls bounds concurrent pulls (kubelet
 	// --max-parallel-image-pulls); 0 means 5.
 	MaxParallelImagePulls int

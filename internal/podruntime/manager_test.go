@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -452,5 +454,27 @@ func TestTerminatingPodThatNeverRan(t *testing.T) {
 	}
 	if term := st.ContainerStatuses[0].State.Terminated; term == nil || term.ExitCode != 137 {
 		t.Errorf("container state %+v", st.ContainerStatuses[0].State)
+	}
+}
+
+// A started container gets the kubelet's /var/log/containers link to its
+// log, beside the pod logs directory.
+func TestLegacyLogLink(t *testing.T) {
+	f := newFixture(t)
+	logs := filepath.Join(t.TempDir(), "pods")
+	f.m.opts.PodLogsDir, f.m.opts.LegacyLogLinks = logs, true
+	pod := testPod()
+	pod.Spec.Containers = pod.Spec.Containers[:1]
+	if _, err := f.m.syncPod(context.Background(), pod, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := containerByName(f, "app")
+	link := podspec.LegacyLogLink(logs, pod.Name, pod.Namespace, "app", c.Id)
+	target, err := os.Readlink(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(PodLogDir(logs, pod), "app", "0.log"); target != want {
+		t.Errorf("link to %s, want %s", target, want)
 	}
 }

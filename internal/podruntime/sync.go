@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -332,6 +335,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 		return fmt.Errorf("start container %q: %w", c.Name, err)
 	}
 	m.recorder.Event(pod, v1.EventTypeNormal, "Started", "Started container "+c.Name)
+	m.linkLegacyLog(pod, c.Name, id, cfg.LogPath, log)
 	log.Info("container started", "container", c.Name, "containerID", id, "restartCount", a.s.RestartCount, "reason", a.s.Reason)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		return m.postStart(ctx, a, id, log)
@@ -477,4 +481,23 @@ func (m *Manager) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
 func changesRuntime(a plan.Actions) bool {
 	return a.KillPod || a.CreateSandbox || len(a.ContainersToKill) > 0 ||
 		len(a.InitContainersToStart) > 0 || len(a.ContainersToStart) > 0 || len(a.EphemeralContainersToStart) > 0
+}
+
+// linkLegacyLog makes the kubelet's /var/log/containers symlink to the
+// container's log (podspec.LegacyLogLink), as log shippers expect it; gc
+// removes it with the container. A failure is only logged, as the
+// kubelet's.
+func (m *Manager) linkLegacyLog(pod *v1.Pod, container, id, logPath string, log *slog.Logger) {
+	if logPath == "" || !m.opts.LegacyLogLinks {
+		return
+	}
+	target := filepath.Join(PodLogDir(m.opts.PodLogsDir, pod), logPath)
+	link := podspec.LegacyLogLink(m.opts.PodLogsDir, pod.Name, pod.Namespace, container, id)
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		log.Warn("no /var/log/containers link", "container", container, "err", err)
+		return
+	}
+	if err := os.Symlink(target, link); err != nil && !errors.Is(err, fs.ErrExist) {
+		log.Warn("no /var/log/containers link", "container", container, "err", err)
+	}
 }
