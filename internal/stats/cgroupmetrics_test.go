@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -126,6 +128,7 @@ func (h fakeHost) writeProc() {
 }
 
 func (h fakeHost) writeV1() {
+	h.writeV1Pod(podUID, sbID, ctrID)
 	pod := "kubepods/burstable/pod" + podUID
 	hostPod := "kubepods/besteffort/pod" + hostPodUID
 	cg := func(ctrl, id, file, content string) {
@@ -134,6 +137,22 @@ func (h fakeHost) writeV1() {
 			dir = hostPod
 		}
 		h.write(filepath.Join("cgroup", ctrl, dir, id, file), content)
+	}
+	// A cgroup whose files went away, one nodelet does not manage, and
+	// the host-network sandbox.
+	h.mkdir(filepath.Join("cgroup", "memory", pod, emptyID))
+	cg("memory", foreignID, "memory.usage_in_bytes", "1\n")
+	cg("cpuacct", hostSbID, "cpuacct.usage", "1000\n")
+	cg("memory", hostSbID, "memory.usage_in_bytes", "4096\n")
+	cg("pids", hostSbID, "cgroup.procs", "300\n")
+}
+
+// writeV1Pod writes the v1 cgroups of a burstable pod's sandbox (process
+// 100) and container (processes 200 and 201).
+func (h fakeHost) writeV1Pod(uid, sbID, ctrID string) {
+	pod := "kubepods/burstable/pod" + uid
+	cg := func(ctrl, id, file, content string) {
+		h.write(filepath.Join("cgroup", ctrl, pod, id, file), content)
 	}
 	// The sandbox.
 	cg("cpuacct", sbID, "cpuacct.usage", "20000000\n")
@@ -172,13 +191,6 @@ func (h fakeHost) writeV1() {
 	cg("pids", ctrID, "pids.current", "3\n")
 	cg("pids", ctrID, "pids.max", "4096\n")
 	cg("pids", ctrID, "cgroup.procs", "201\n200\n")
-	// A cgroup whose files went away, one nodelet does not manage, and
-	// the host-network sandbox.
-	h.mkdir(filepath.Join("cgroup", "memory", pod, emptyID))
-	cg("memory", foreignID, "memory.usage_in_bytes", "1\n")
-	cg("cpuacct", hostSbID, "cpuacct.usage", "1000\n")
-	cg("memory", hostSbID, "memory.usage_in_bytes", "4096\n")
-	cg("pids", hostSbID, "cgroup.procs", "300\n")
 }
 
 func (h fakeHost) writeV2() {
@@ -382,5 +394,44 @@ func TestContainerMetricsRuntimeError(t *testing.T) {
 	got := series(t, m)
 	if len(got) != 1 || metricValue(got["container_scrape_error{}"]) != 1 {
 		t.Errorf("series = %v, want only container_scrape_error 1", got)
+	}
+}
+
+// BenchmarkContainerMetrics30 scrapes 15 pods of one container each (30
+// cgroups: containers and sandboxes) laid out as on a cgroup v1 host,
+// with a fake runtime: the cost of the cgroup and /proc reads.
+func BenchmarkContainerMetrics30(b *testing.B) {
+	h := fakeHost{t: &testing.T{}, root: b.TempDir()}
+	h.writeProc()
+	rt := newFakeRuntime()
+	for i := range 15 {
+		uid := fmt.Sprintf("0a1b2c3d-0000-4000-8000-%012d", i)
+		sb, ctr := fmt.Sprintf("%064x", 2*i+1), fmt.Sprintf("%064x", 2*i+2)
+		h.writeV1Pod(uid, sb, ctr)
+		l := map[string]string{podspec.LabelPodName: fmt.Sprintf("p%d", i), podspec.LabelPodNamespace: "default",
+			podspec.LabelPodUID: uid, podspec.LabelManagedBy: podspec.ManagedByValue}
+		rt.sandboxes = append(rt.sandboxes, &runtimeapi.PodSandbox{Id: sb, State: runtimeapi.PodSandboxState_SANDBOX_READY, Labels: l})
+		cl := map[string]string{podspec.LabelContainerName: "main"}
+		maps.Copy(cl, l)
+		rt.containers = append(rt.containers, &runtimeapi.Container{Id: ctr, PodSandboxId: sb,
+			State: runtimeapi.ContainerState_CONTAINER_RUNNING, Labels: cl, Image: &runtimeapi.ImageSpec{Image: "busybox"}})
+	}
+	machine := &HostMachine{ProcDir: filepath.Join(h.root, "proc"), CgroupDir: filepath.Join(h.root, "cgroup"),
+		SysDir: filepath.Join(h.root, "sys"), Cgroup: CgroupV1}
+	m := NewContainerMetrics(rt, machine, testingclock.NewFakePassiveClock(cgroupT0), discardLogger())
+	fams, err := m.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "container_cpu_usage_seconds_total" && len(f.GetMetric()) != 30 {
+			b.Fatalf("%d series of %s, want 30", len(f.GetMetric()), f.GetName())
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := m.Gather(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
