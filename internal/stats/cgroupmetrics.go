@@ -489,7 +489,8 @@ func (sc *scrape) emit(ch chan<- prometheus.Metric, t target, rel string, s *cgr
 
 // emitDisk sends the writable layer's usage and the block I/O: one
 // series per device the cgroup did I/O on, and the writable layer's
-// device with zeros when it did none there.
+// device with zeros (blkio: Read and Write) when it did none there, so a
+// container that only wrote to the page cache still has its disk series.
 func (sc *scrape) emitDisk(t target, s *cgroupStats, gauge, counter func(*prometheus.Desc, uint64, ...string)) {
 	d := sc.m.d
 	var layer fsDevice
@@ -517,6 +518,9 @@ func (sc *scrape) emitDisk(t target, s *cgroupStats, gauge, counter func(*promet
 		counter(d.fsReads, 0, layer.name)
 		counter(d.fsWritesBytes, 0, layer.name)
 		counter(d.fsWrites, 0, layer.name)
+		maj, mnr := strconv.FormatUint(layer.major, 10), strconv.FormatUint(layer.minor, 10)
+		counter(d.blkio, 0, layer.name, maj, mnr, "Read")
+		counter(d.blkio, 0, layer.name, maj, mnr, "Write")
 	}
 }
 

@@ -362,7 +362,8 @@ func TestContainerMetricsHasWhatConformanceChecks(t *testing.T) {
 			app("container_fs_writes_total", "device=/dev/vda1"):     0,
 			app("container_start_time_seconds"):                      float64(cgroupT0.Add(-30 * time.Second).Unix()),
 			app("container_last_seen"):                               float64(cgroupT0.Unix()),
-			app("container_blkio_device_usage_total", "device=/dev/sda", "major=8", "minor=0", "operation=Write"): 16384,
+			app("container_blkio_device_usage_total", "device=/dev/sda", "major=8", "minor=0", "operation=Write"):    16384,
+			app("container_blkio_device_usage_total", "device=/dev/vda1", "major=254", "minor=1", "operation=Write"): 0,
 		}
 		for k, w := range want {
 			if s, ok := got[k]; !ok || metricValue(s) != w {

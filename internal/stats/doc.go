@@ -100,8 +100,9 @@
 //     same network namespace as nodelet's).
 //   - The writable layer's usage from ListContainerStats, labelled with
 //     the device of its filesystem (/dev/<DEVNAME> of sysfs); that device
-//     also gets the disk I/O series, zero where the cgroup did no I/O on
-//     it. cAdvisor's inode, limit and per-disk time series are not served
+//     also gets the disk I/O series (container_fs_* and blkio's Read and
+//     Write), zero where the cgroup did no I/O on it: what cAdvisor
+//     leaves out there, the conformance test requires. cAdvisor's inode, limit and per-disk time series are not served
 //     (containerd's cAdvisor has none either; the conformance test
 //     rejects values other than its own there).
 //
@@ -110,6 +111,14 @@
 // file read is capped at 64 KiB. The start time is the runtime's creation
 // time. A failing list call sets container_scrape_error to 1 and, for the
 // sandbox and container lists, reports nothing else.
+//
+// Cost: BenchmarkContainerMetrics30 (15 pods, 30 cgroups on a v1
+// layout in a temporary directory, a fake runtime) takes about 5.6 ms of
+// CPU per scrape, a third reading files, most of the rest building the
+// 1,400 samples; against real containerd 2.2 and cgroupfs
+// (TestCadvisorMetrics, 30 containers and sandboxes), about 15 ms of
+// nodelet's CPU per scrape on the shared 2-core machine, plus the three
+// list calls in containerd. Nothing is cached between scrapes.
 //
 // CRIMetrics, the runtime's own metrics (ListPodSandboxMetrics,
 // described by ListMetricDescriptors, asked once) as the kubelet serves
