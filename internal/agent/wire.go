@@ -232,7 +232,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		Pods: view, RunningPods: view, Streaming: view, Events: recorder, Stats: statsProvider,
 		Logs: podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
 		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: statsProvider.ResourceGatherer(),
-			Cadvisor: stats.NewCRIMetrics(rt, clk, log)},
+			Cadvisor: stats.NewContainerMetrics(rt, machine, clk, log)},
 		Configz: nodeconfig.Configz(cfg), Health: p.health, Log: log, Clock: clk,
 	}
 	return p, nil

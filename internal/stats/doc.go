@@ -2,7 +2,8 @@
 // summary (the /stats/summary document, k8s.io/kubelet stats v1alpha1) and
 // its /metrics/resource metrics from the container runtime (CRI) and the
 // host, the way the kubelet's CRI stats provider does without cAdvisor,
-// and /metrics/cadvisor from the runtime's own CRI metrics.
+// and /metrics/cadvisor from the containers' cgroups and processes, as
+// cAdvisor gives it to the kubelet.
 //
 // # What is reported
 //
@@ -55,17 +56,75 @@
 //
 // # /metrics/cadvisor
 //
-// CRIMetrics serves the kubelet's /metrics/cadvisor as the kubelet does
-// with PodAndContainerStatsFromCRI: the runtime's own metrics, from
-// ListPodSandboxMetrics, described by ListMetricDescriptors (asked once),
-// with the runtime's types and timestamps; metrics the descriptors do not
-// name are left out. Unlike the kubelet, only nodelet's ready pods are
-// served (one ListPodSandbox by label per scrape, as for the summary).
-// containerd 2.x implements both calls; containerd 1.x answers
-// Unimplemented, and then /metrics/cadvisor answers 404 saying so
-// (ErrNoCRIMetrics; the answer is believed for 10 minutes, so a runtime
-// upgraded underneath is picked up). Nothing is derived from cgroups: no
-// machine-level cAdvisor metrics are served.
+// ContainerMetrics serves the kubelet's /metrics/cadvisor as cAdvisor
+// gives it to the kubelet by default (PodAndContainerStatsFromCRI off):
+// the container_* metrics of cAdvisor v0.60 with the kubelet's metric set
+// (CPU, memory, disk I/O, disk usage, network, processes, OOM events),
+// their names, types, help texts and labels; every series carries the
+// kubelet's labels container, id (the cgroup path), image, name (the
+// runtime's container ID), namespace and pod. Only nodelet's ready sandboxes
+// (container "POD", image empty: the runtime does not list the pause
+// image) and their running containers are reported; not the pod, QoS or
+// node cgroups, nor cAdvisor's machine metrics.
+//
+// A scrape makes three CRI list calls in parallel (ListPodSandbox,
+// ListContainers, ListContainerStats for the writable layers), walks the
+// pod cgroups once (the memory controller's kubepods/ on v1, the root's
+// kubepods/ or kubepods.slice/ on v2, at most four levels, matching a
+// directory to a container by the 64-hex ID in its name: cgroupfs's <id>,
+// systemd's cri-containerd-<id>.scope), then reads each container's
+// cgroup files and processes:
+//
+//   - cgroup v1: cpuacct.usage and cpuacct.stat; cpu.stat (CFS
+//     periods, throttling, bursts, only when a quota is set, as cAdvisor),
+//     cpu.cfs_period_us, cpu.cfs_quota_us, cpu.shares; memory.usage,
+//     max_usage, failcnt, kmem.usage, limit, soft_limit (reservation),
+//     memsw.limit (swap limit), memory.stat's total_* (the hierarchy is
+//     always on) and memory.oom_control's oom_kill; blkio's BFQ, CFQ or,
+//     where they are empty (blk-mq), the throttling layer's
+//     io_service_bytes_recursive and io_serviced_recursive; pids.current
+//     and pids.max.
+//   - cgroup v2: cpu.stat, cpu.max, cpu.weight (turned back into shares
+//     as cAdvisor does); memory.current, peak, max, min (reservation),
+//     swap.current, swap.max, memory.stat, memory.events (high, max,
+//     oom_kill; no failcnt, as runc gives cAdvisor none); io.stat;
+//     pids.current and pids.max.
+//   - The processes of cgroup.procs (at most 4096): their descriptors in
+//     /proc/<pid>/fd (at most 16384 per container; sockets are the links
+//     to socket:[…]), threads from pids.current (the sum of Threads: in
+//     /proc/<pid>/status without a pids controller), and the soft "Max
+//     open files" of the lowest PID's /proc/<pid>/limits.
+//   - A sandbox's network counters from /proc/<pid>/net/dev of its
+//     pause process, without lo, veth*, docker* and nerdctl* (cAdvisor's
+//     list), and none for a host-network sandbox (the annotation, or the
+//     same network namespace as nodelet's).
+//   - The writable layer's usage from ListContainerStats, labelled with
+//     the device of its filesystem (/dev/<DEVNAME> of sysfs); that device
+//     also gets the disk I/O series (container_fs_* and blkio's Read and
+//     Write), zero where the cgroup did no I/O on it: what cAdvisor
+//     leaves out there, the conformance test requires. cAdvisor's inode, limit and per-disk time series are not served
+//     (containerd's cAdvisor has none either; the conformance test
+//     rejects values other than its own there).
+//
+// A container whose cgroup is gone, or has neither CPU nor memory files,
+// by the time it is read is left out; a file missing reads as zero. Every
+// file read is capped at 64 KiB. The start time is the runtime's creation
+// time. A failing list call sets container_scrape_error to 1 and, for the
+// sandbox and container lists, reports nothing else.
+//
+// Cost: BenchmarkContainerMetrics30 (15 pods, 30 cgroups on a v1
+// layout in a temporary directory, a fake runtime) takes about 5.6 ms of
+// CPU per scrape, a third reading files, most of the rest building the
+// 1,400 samples; against real containerd 2.2 and cgroupfs
+// (TestCadvisorMetrics, 30 containers and sandboxes), about 15 ms of
+// nodelet's CPU per scrape on the shared 2-core machine, plus the three
+// list calls in containerd. Nothing is cached between scrapes.
+//
+// CRIMetrics, the runtime's own metrics (ListPodSandboxMetrics,
+// described by ListMetricDescriptors, asked once) as the kubelet serves
+// them with PodAndContainerStatsFromCRI, is kept but not served:
+// containerd 2.2's descriptors do not match its metrics (all are
+// dropped) and containerd 1.x answers Unimplemented (ErrNoCRIMetrics).
 //
 // The runtime's own numbers are preferred throughout: usage_nano_cores
 // and the working set are taken as reported when present and derived

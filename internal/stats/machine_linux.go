@@ -90,3 +90,12 @@ func (m *HostMachine) DiskUsage(path string) (usedBytes, inodesUsed uint64, err 
 	}
 	return usedBytes, inodesUsed, nil
 }
+
+// deviceOf is the device number of the filesystem holding path.
+func deviceOf(path string) (major, minor uint64, ok bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, 0, false
+	}
+	return uint64(unix.Major(st.Dev)), uint64(unix.Minor(st.Dev)), true
+}

@@ -28,3 +28,6 @@ func (m *HostMachine) IsTmpfs(path string) (bool, error) {
 func (m *HostMachine) DiskUsage(path string) (usedBytes, inodesUsed uint64, err error) {
 	return 0, 0, fmt.Errorf("disk usage of %s: %w", path, errNotLinux)
 }
+
+// deviceOf is not supported off Linux.
+func deviceOf(string) (major, minor uint64, ok bool) { return 0, 0, false }
