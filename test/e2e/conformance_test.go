@@ -49,7 +49,7 @@ const (
 	conformanceLabels = "NodeConformance && !Serial && !Slow && !Flaky && !Disruptive && !/^Feature:/"
 	// conformanceProcs is how many specs run at once (ginkgo processes).
 	// Upstream's node e2e jobs run 8; most specs wait on containers.
-	conformanceProcs = 8
+	conformanceProcs = 12
 )
 
 // conformanceSuite is one upstream test binary and how it is pointed at a
