@@ -48,6 +48,10 @@ func staticPod() *v1.Pod {
 	}
 }
 
+func fileKeyEnv(name, volume, path, key string) v1.EnvVar {
+	return v1.EnvVar{Name: name, ValueFrom: &v1.EnvVarSource{FileKeyRef: &v1.FileKeySelector{VolumeName: volume, Path: path, Key: key}}}
+}
+
 func emptyDir(name string) v1.Volume {
 	return v1.Volume{Name: name, VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}}
 }
@@ -162,6 +166,29 @@ func TestPodRejects(t *testing.T) {
 					Name: "debug", Image: "busybox:1.35", TerminationMessagePolicy: v1.TerminationMessageReadFile, ImagePullPolicy: v1.PullIfNotPresent}}}
 			},
 			"spec.ephemeralContainers: Forbidden: cannot be set on create",
+		},
+		{
+			"env file in a volume that is not an emptyDir",
+			func(p *v1.Pod) {
+				p.Spec.Volumes = []v1.Volume{{Name: "host", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: "/srv"}}}}
+				p.Spec.Containers[0].Env = []v1.EnvVar{fileKeyEnv("X", "host", "x.env", "X")}
+			},
+			`spec.containers[0].env[0].valueFrom.fileKeyRef.volumeName: Invalid value: "host": referenced volume must be of type emptyDir`,
+		},
+		{
+			"env file in a volume the pod does not have",
+			func(p *v1.Pod) {
+				p.Spec.Containers[0].Env = []v1.EnvVar{fileKeyEnv("X", "nope", "x.env", "X")}
+			},
+			`spec.containers[0].env[0].valueFrom.fileKeyRef.volumeName: Not found: "nope"`,
+		},
+		{
+			"env file path climbing out of the volume",
+			func(p *v1.Pod) {
+				p.Spec.Volumes = []v1.Volume{emptyDir("config")}
+				p.Spec.Containers[0].Env = []v1.EnvVar{fileKeyEnv("X", "config", "../x.env", "X")}
+			},
+			`spec.containers[0].env[0].valueFrom.fileKeyRef.path: Invalid value: "../x.env": must not contain '..'`,
 		},
 		{
 			"two problems, each reported",
@@ -312,6 +339,17 @@ func TestPodAccepts(t *testing.T) {
 				Capabilities: &v1.Capabilities{Drop: []v1.Capability{"ALL"}}}
 			p.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr(int64(2000)),
 				Sysctls: []v1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}}}
+		}},
+		// The EnvFiles feature (beta, on by default in v1.37): the upstream
+		// MirrorPod with EnvFiles spec's pod.
+		{"env from a file in an emptyDir", func(p *v1.Pod) {
+			p.Spec.Volumes = []v1.Volume{emptyDir("config")}
+			p.Spec.InitContainers = []v1.Container{{Name: "setup-envfile", Image: "busybox:1.35",
+				Command:      []string{"sh", "-c", `echo CONFIG_1=\'value1\' > /data/config.env`},
+				VolumeMounts: []v1.VolumeMount{{Name: "config", MountPath: "/data"}}}}
+			p.Spec.Containers[0].Env = []v1.EnvVar{fileKeyEnv("CONFIG_1", "config", "config.env", "CONFIG_1"),
+				{Name: "OPT", ValueFrom: &v1.EnvVarSource{FileKeyRef: &v1.FileKeySelector{
+					VolumeName: "config", Path: "sub/opt.env", Key: "OPT", Optional: ptr(true)}}}}
 		}},
 		{"restartPolicy Never, labels, hostname", func(p *v1.Pod) {
 			p.Labels = map[string]string{"app": "web", "tier": "frontend"}

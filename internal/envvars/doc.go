@@ -5,8 +5,10 @@
 // third_party/forked/golang/expansion).
 //
 // Everything here is pure: ConfigMaps and Secrets come from the caller's
-// Objects, node facts (pod IPs, host IPs, node name, node allocatable, the
-// cluster's Services) are passed in, and nothing is logged.
+// Objects, the env files of fileKeyRef from PodFacts.Files (which reads
+// them from the pod's volumes; the parsing is here), node facts (pod IPs,
+// host IPs, node name, node allocatable, the cluster's Services) are passed
+// in, and nothing is logged.
 //
 //   - Build returns a container's environment: envFrom first, then env, a
 //     later definition of a name replacing the value of an earlier one.

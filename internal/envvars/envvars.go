@@ -47,6 +47,9 @@ type PodFacts struct {
 	// (see ServiceEnv): Services of any namespace, read only; nil without
 	// an API server, where there are none.
 	Services []*v1.Service
+	// Files reads the env files of fileKeyRef entries from the pod's
+	// volumes; nil fails every fileKeyRef as a missing volume.
+	Files Files
 }
 
 // notFoundError is the error for a missing ConfigMap or Secret: the message
@@ -149,8 +152,15 @@ func (e *orderedEnv) lookup(name string) (string, bool) {
 //     the entry (an earlier value of the name stays); of a required one it is
 //     an error with the kubelet's message: `configmap "cm" not found`,
 //     `secret "s" not found`, `couldn't find key k in ConfigMap ns/cm`,
-//     `couldn't find key k in Secret ns/s`. fileKeyRef is an error: reading
-//     env files is the caller's job.
+//     `couldn't find key k in Secret ns/s`.
+//   - valueFrom.fileKeyRef: the value of the key in the env file at path in
+//     the volume (read with facts.Files, parsed as envFileValue describes),
+//     with the kubelet's messages: `cannot find the volume "v" referenced by
+//     FileKeyRef`, `couldn't parse env file "p" of volume "v": <why>` and
+//     `environment variable key "k" not found in file "p" of volume "v"`.
+//     As in the kubelet, a key with an empty value counts as missing, and
+//     only a missing key of an optional reference is skipped: a file that
+//     is missing or cannot be parsed is an error.
 //   - The service variables of facts.Services (ServiceEnv, with the pod's
 //     enableServiceLinks, true when unset) come last, those whose names
 //     envFrom or env did not define.
@@ -160,8 +170,8 @@ func (e *orderedEnv) lookup(name string) (string, bool) {
 //     silently. The kubelet no longer validates them at all.
 //
 // Errors are CreateContainerConfigError messages. Objects is called at most
-// once per object; a nil objects fails any reference the way the kubelet
-// without an API client does.
+// once per object and facts.Files at most once per file; a nil objects
+// fails any reference the way the kubelet without an API client does.
 func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]EnvVar, error) {
 	if pod == nil || c == nil {
 		return nil, errors.New("envvars: nil pod or container")
@@ -172,6 +182,7 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 		configMaps: map[string]*v1.ConfigMap{},
 		secrets:    map[string]*v1.Secret{},
 	}
+	fc := &fileCache{pod: pod, files: facts.Files, read: map[fileRef][]byte{}}
 	env := &orderedEnv{index: map[string]int{}}
 	services := ServiceEnv(facts.Services, pod.Namespace, enableServiceLinks(pod))
 	serviceVars := envMap(services)
@@ -214,7 +225,7 @@ func Build(pod *v1.Pod, c *v1.Container, facts PodFacts, objects Objects) ([]Env
 
 	for i := range c.Env {
 		e := &c.Env[i]
-		value, skip, err := resolve(pod, c, e, facts, oc, lookup)
+		value, skip, err := resolve(pod, c, e, facts, oc, fc, lookup)
 		if err != nil {
 			return nil, err
 		}
@@ -239,7 +250,8 @@ func enableServiceLinks(pod *v1.Pod) bool {
 
 // resolve returns the value of one env entry, or skip for an optional
 // reference that does not resolve.
-func resolve(pod *v1.Pod, c *v1.Container, e *v1.EnvVar, facts PodFacts, oc *objectCache, lookup func(string) (string, bool)) (value string, skip bool, err error) {
+func resolve(pod *v1.Pod, c *v1.Container, e *v1.EnvVar, facts PodFacts, oc *objectCache, fc *fileCache,
+	lookup func(string) (string, bool)) (value string, skip bool, err error) {
 	if e.Value != "" {
 		return expand(e.Value, lookup), false, nil
 	}
@@ -288,7 +300,7 @@ func resolve(pod *v1.Pod, c *v1.Container, e *v1.EnvVar, facts PodFacts, oc *obj
 		}
 		return string(v), false, nil
 	case src.FileKeyRef != nil:
-		return "", false, fmt.Errorf("env %q: fileKeyRef is not supported", e.Name)
+		return fileKeyValue(fc, src.FileKeyRef)
 	}
 	return "", false, nil
 }

@@ -253,9 +253,9 @@ func TestBuild(t *testing.T) {
 			err:  "unsupported container resource : limits.gpu",
 		},
 		{
-			name: "file key ref",
+			name: "file key ref without files",
 			env:  []v1.EnvVar{{Name: "X", ValueFrom: &v1.EnvVarSource{FileKeyRef: &v1.FileKeySelector{VolumeName: "v", Path: "p", Key: "k"}}}},
-			err:  `env "X": fileKeyRef is not supported`,
+			err:  `cannot find the volume "v" referenced by FileKeyRef`,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

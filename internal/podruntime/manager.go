@@ -97,8 +97,9 @@ type Deps struct {
 	// Cgroups, when set, names the pod cgroup a sandbox goes under (the
 	// pod cgroup hook creates it before the sync).
 	Cgroups PodCgroups
-	// Volumes, when set, gives containers their volume mounts (the
-	// volumes hook sets the volumes up before the sync).
+	// Volumes, when set, gives containers their volume mounts and the env
+	// files of their fileKeyRef entries (the volumes hook sets the volumes
+	// up before the sync); without it every fileKeyRef fails.
 	Volumes Volumes
 	// UserNamespaces, when set, gives pods with hostUsers: false their
 	// user namespace (the user namespaces hook allocates it before the
@@ -153,9 +154,11 @@ type Options struct {
 	NodeMemoryCapacity int64
 }
 
-// Volumes gives each container its mounts of the pod's volumes.
+// Volumes gives each container its mounts of the pod's volumes, and the
+// env files (envvars.Files) its fileKeyRef entries read from them.
 type Volumes interface {
 	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error)
+	envvars.Files
 }
 
 // Services gives the Services the service environment variables of a pod

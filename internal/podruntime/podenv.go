@@ -114,6 +114,9 @@ func (m *Manager) containerExtras(pod *v1.Pod, c *v1.Container, podIPs []string)
 	if pod.Spec.HostNetwork && m.opts.HostIP != "" {
 		facts.PodIPs = []string{m.opts.HostIP}
 	}
+	if m.volumes != nil {
+		facts.Files = m.volumes
+	}
 	if m.services != nil {
 		// A pod of the API server waits until the Services have been read
 		// once (its KUBERNETES_SERVICE_HOST must not go missing after a

@@ -2,6 +2,7 @@ package podruntime
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -59,6 +60,10 @@ type oneVolume struct{}
 
 func (oneVolume) Mounts(*v1.Pod, *v1.Container, map[string]string) ([]*runtimeapi.Mount, error) {
 	return []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/var/lib/nodelet/pods/uid-1/volumes/data"}}, nil
+}
+
+func (oneVolume) EnvFile(*v1.Pod, string, string, int64) ([]byte, error) {
+	return nil, errors.New("no env files")
 }
 
 type usernsFixture struct {

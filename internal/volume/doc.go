@@ -40,8 +40,12 @@
 // bind-mounted through /proc/self/fd onto a per-container target, and the
 // runtime is given that target: a path the container cannot race.
 //
+// EnvFile reads the env file a fileKeyRef names (envvars.Files) from an
+// emptyDir the same way: below the volume root, through no symlink at all,
+// a regular file only, bounded, since a container wrote it.
+//
 // Call order, for each pod: SetUp on every sync (it is idempotent and
 // refreshes configMap, secret, downwardAPI and projected content), Mounts
-// for each container to be created, TearDown once all containers of the pod
+// (and EnvFile) for each container to be created, TearDown once all containers of the pod
 // are gone; housekeeping tears down the Pods no one holds any more.
 package volume
