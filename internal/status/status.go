@@ -167,7 +167,7 @@ func Generate(f Facts) v1.PodStatus {
 	// and a phase still Pending or Running becomes Failed, but a static
 	// pod's (as upstream, #116484).
 	if f.Terminal && (f.Observed == nil || len(f.Observed.Running()) == 0) {
-		for _, list := range [][]v1.ContainerStatus{s.InitContainerStatuses, s.ContainerStatuses} {
+		unknown := func(list []v1.ContainerStatus) {
 			for i := range list {
 				if list[i].State.Terminated == nil {
 					list[i].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{
@@ -178,6 +178,12 @@ func Generate(f Facts) v1.PodStatus {
 				}
 			}
 		}
+		// App containers only once the pod has initialized; init
+		// containers up to the last one that left waiting.
+		if hasInitialized(pod, s.InitContainerStatuses, s.ContainerStatuses) {
+			unknown(s.ContainerStatuses)
+		}
+		unknown(initializedContainers(s.InitContainerStatuses))
 		if !terminal(s.Phase) && !podspec.IsStatic(pod) {
 			s.Phase = v1.PodFailed
 		}
@@ -852,4 +858,48 @@ func cutMessage(msg string, limit int) string {
 		cut--
 	}
 	return msg[:cut]
+}
+
+// hasInitialized tells whether the pod has ever been initialized, as the
+// kubelet's status manager asks it before reporting app containers
+// terminated: no init containers, an app container that left waiting, or
+// the last init container done (a sidecar running and started).
+func hasInitialized(pod *v1.Pod, inits, apps []v1.ContainerStatus) bool {
+	if len(pod.Spec.InitContainers) == 0 {
+		return true
+	}
+	for _, st := range apps {
+		if st.LastTerminationState.Terminated != nil || st.State.Waiting == nil {
+			return true
+		}
+	}
+	last := &pod.Spec.InitContainers[len(pod.Spec.InitContainers)-1]
+	st, ok := findStatus(inits, last.Name)
+	if !ok {
+		return false
+	}
+	if podspec.IsSidecar(last) {
+		return st.State.Running != nil && st.Started != nil && *st.Started
+	}
+	for _, t := range []*v1.ContainerStateTerminated{st.LastTerminationState.Terminated, st.State.Terminated} {
+		if t != nil && t.ExitCode == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// initializedContainers is the init container statuses up to the last one
+// that left waiting (at least the first), as the kubelet's status manager
+// picks the ones to report terminated.
+func initializedContainers(statuses []v1.ContainerStatus) []v1.ContainerStatus {
+	for i := len(statuses) - 1; i >= 0; i-- {
+		if statuses[i].State.Waiting == nil || statuses[i].LastTerminationState.Terminated != nil {
+			return statuses[:i+1]
+		}
+	}
+	if len(statuses) > 0 {
+		return statuses[:1]
+	}
+	return nil
 }

@@ -835,10 +835,15 @@ func TestTerminatedPodNeverRan(t *testing.T) {
 	withInit.Spec.InitContainers = []v1.Container{{Name: "init", Image: "i"}}
 	f = facts(withInit, obs(exited("init", "ci", 1, 1, "")))
 	f.Terminal = true
-	for _, c := range Generate(f).Conditions {
+	s = Generate(f)
+	for _, c := range s.Conditions {
 		if c.Type == v1.PodInitialized && (c.Status != v1.ConditionFalse || c.Reason != ReasonContainersNotInitialized) {
 			t.Errorf("Initialized %+v, want False ContainersNotInitialized", c)
 		}
+	}
+	// The pod never initialized: its app container stays waiting.
+	if s.ContainerStatuses[0].State.Waiting == nil {
+		t.Errorf("app container %+v, want waiting", s.ContainerStatuses[0].State)
 	}
 	static := newPod(app("a"))
 	static.Annotations = map[string]string{"kubernetes.io/config.source": "file"}
