@@ -94,14 +94,27 @@ func (m *Manager) killContainer(ctx context.Context, pod *v1.Pod, podIP string, 
 	}
 	start := m.clock.Now()
 	if spec != nil && spec.Lifecycle != nil && spec.Lifecycle.PreStop != nil {
-		hookCtx, cancel := context.WithTimeout(ctx, k.GracePeriod)
-		err := m.runHook(hookCtx, spec.Lifecycle.PreStop, k.ID, spec, podIP)
-		cancel()
-		if err != nil {
-			msg := fmt.Sprintf("PreStopHook failed: %v", err)
-			m.recorder.Event(pod, v1.EventTypeWarning, "FailedPreStopHook", msg)
-			log.Warn("preStop hook failed", "container", k.Name, "err", err)
+		// The stop waits for the hook for at most the grace period; a
+		// hook still running then goes on until the container is killed
+		// (as the kubelet's), bounded a little past that.
+		hookCtx, cancel := context.WithTimeout(ctx, k.GracePeriod+minGracePeriod+5*time.Second)
+		hookDone := make(chan struct{})
+		go func() {
+			defer cancel()
+			defer close(hookDone)
+			if err := m.runHook(hookCtx, spec.Lifecycle.PreStop, k.ID, spec, podIP); err != nil && hookCtx.Err() == nil {
+				msg := fmt.Sprintf("PreStopHook failed: %v", err)
+				m.recorder.Event(pod, v1.EventTypeWarning, "FailedPreStopHook", msg)
+				log.Warn("preStop hook failed", "container", k.Name, "err", err)
+			}
+		}()
+		wait := m.clock.NewTimer(k.GracePeriod)
+		select {
+		case <-hookDone:
+		case <-wait.C():
+		case <-ctx.Done():
 		}
+		wait.Stop()
 	}
 	if len(after) > 0 {
 		turn := m.clock.NewTimer(max(k.GracePeriod-m.clock.Since(start), 0))
