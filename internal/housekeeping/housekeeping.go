@@ -3,7 +3,10 @@
 // makes the node hold nothing that no source wants:
 //
 //  1. the pod workers terminate the pods no source wants, and forget the
-//     finished ones (SyncKnownPods);
+//     finished ones (SyncKnownPods); a wanted pod they forgot because it
+//     was created again while it stopped (a static pod whose manifest was
+//     removed and written back: the same UID) is sent again as an Add, and
+//     starts anew, as the kubelet's "restartable pods";
 //  2. the statuses of pods that are neither wanted nor possibly running
 //     are dropped;
 //  3. pods found running in the runtime that nothing knows (left by an
@@ -24,12 +27,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/nodelet/nodelet/internal/podworker"
 )
 
 // Workers is what housekeeping needs of the pod workers.
 type Workers interface {
-	SyncKnownPods(desired map[types.UID]bool)
+	// SyncKnownPods returns the wanted pods to start again.
+	SyncKnownPods(desired map[types.UID]bool) []types.UID
+	UpdatePod(opts podworker.UpdatePodOptions)
 	CouldHaveRunningContainers(uid types.UID) bool
 	Info(uid types.UID) (podworker.Info, bool)
 }
@@ -102,7 +108,14 @@ func (h *Housekeeper) Housekeep(ctx context.Context, desired map[types.UID]*v1.P
 	h.wanted = want
 	h.mu.Unlock()
 	w := h.deps.Workers
-	w.SyncKnownPods(want)
+	for _, uid := range w.SyncKnownPods(want) {
+		pod := desired[uid]
+		if pod == nil {
+			continue
+		}
+		h.deps.Log.Info("starting pod again: it was created again while it stopped", "pod", pod.Namespace+"/"+pod.Name, "podUID", uid)
+		w.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Add, Pod: pod})
+	}
 	h.deps.Statuses.RemoveOrphans(func(uid types.UID) bool { return want[uid] || w.CouldHaveRunningContainers(uid) })
 	inRuntime, err := h.deps.Runtime.RunningPods(ctx)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/nodelet/nodelet/internal/podworker"
 )
 
@@ -18,9 +19,16 @@ type fakeWorkers struct {
 	known   map[types.UID]bool // held by a worker
 	running map[types.UID]bool // could have running containers
 	synced  map[types.UID]bool
+	// restart is what SyncKnownPods returns; updates, what UpdatePod got.
+	restart []types.UID
+	updates []podworker.UpdatePodOptions
 }
 
-func (w *fakeWorkers) SyncKnownPods(d map[types.UID]bool)            { w.synced = d }
+func (w *fakeWorkers) SyncKnownPods(d map[types.UID]bool) []types.UID {
+	w.synced = d
+	return w.restart
+}
+func (w *fakeWorkers) UpdatePod(o podworker.UpdatePodOptions)        { w.updates = append(w.updates, o) }
 func (w *fakeWorkers) CouldHaveRunningContainers(uid types.UID) bool { return w.running[uid] }
 func (w *fakeWorkers) Info(uid types.UID) (podworker.Info, bool) {
 	return podworker.Info{}, w.known[uid]
@@ -98,6 +106,20 @@ func TestHousekeep(t *testing.T) {
 	slices.Sort(res.cleaned)
 	if !slices.Equal(res.cleaned, []types.UID{"exited", "prepared-before-restart"}) {
 		t.Errorf("cleaned up %v; want only what no one holds and nothing runs of", res.cleaned)
+	}
+}
+
+// A wanted pod the workers forgot to restart it is sent to them again as
+// an Add with its newest spec; one not wanted any more is not.
+func TestHousekeepRestartsPodsCreatedAgain(t *testing.T) {
+	w := &fakeWorkers{restart: []types.UID{"again", "gone"}}
+	h := New(Deps{Workers: w, Runtime: &fakeRuntime{}, Statuses: &fakeStatuses{}, Log: slog.New(slog.DiscardHandler)})
+	pod := &v1.Pod{}
+	pod.UID, pod.Name = "again", "static-node1"
+	h.Housekeep(t.Context(), map[types.UID]*v1.Pod{"again": pod})
+	h.Wait()
+	if len(w.updates) != 1 || w.updates[0].Reason != podupdate.Add || w.updates[0].Pod != pod {
+		t.Fatalf("updates %+v; want one Add of the wanted pod", w.updates)
 	}
 }
 

@@ -52,9 +52,15 @@ type FileSource struct {
 	// not trust the fileID of those files (see manifestCache).
 	dirty    map[string]bool
 	dirtyAll bool
-	sent     *Update           // last Update sent
-	watched  string            // what the watcher watches, "" for nothing
-	notes    map[string]string // condition -> last message logged, see note
+	// removed are the files whose removal (or renaming away) an event
+	// told and that defined pods: the next scan leaves them out even if
+	// they are back already, as the kubelet's file source, which deletes
+	// on the event: a manifest removed and written back at once is then
+	// seen removed, and its pod stops and runs again.
+	removed map[string]bool
+	sent    *Update           // last Update sent
+	watched string            // what the watcher watches, "" for nothing
+	notes   map[string]string // condition -> last message logged, see note
 }
 
 // NewFileSource returns a source for the manifest path. period is the full
@@ -80,6 +86,7 @@ func NewFileSource(path, nodeName string, period time.Duration, clk clock.WithTi
 		lastGood: map[string]fileContent{},
 		cache:    newManifestCache(nodeName),
 		dirty:    map[string]bool{},
+		removed:  map[string]bool{},
 		notes:    map[string]string{},
 	}
 }
@@ -141,9 +148,20 @@ func (s *FileSource) Run(ctx context.Context, out chan<- Update) {
 				events = nil
 				continue
 			}
-			if s.relevant(w, ev) {
-				arm()
+			if !s.relevant(w, ev) {
+				continue
 			}
+			if len(s.removed) == 0 {
+				arm()
+				continue
+			}
+			// A removal is sent at once, before the events after it;
+			// what is there now is read by a rescan right after.
+			stopDebounce()
+			if !s.rescan(ctx, w, out, false) {
+				return
+			}
+			arm()
 			continue
 		case err, ok := <-watchErrs:
 			if !ok {
@@ -179,6 +197,9 @@ func (s *FileSource) relevant(w *fsnotify.Watcher, ev fsnotify.Event) bool {
 	}
 	if relevant {
 		s.dirty[name] = true
+		if ev.Has(fsnotify.Remove|fsnotify.Rename) && len(s.lastGood[name].pods) > 0 {
+			s.removed[name] = true
+		}
 	}
 	return relevant
 }
@@ -267,6 +288,9 @@ func (s *FileSource) scan() Update {
 	objects := objectOwners{}
 	for _, c := range files {
 		f := c.path
+		if s.removed[f] {
+			continue // back already: read at the next scan (dirty)
+		}
 		content, ok, fe := s.readFile(f, s.trusted(c))
 		if fe != nil {
 			u.Errors = append(u.Errors, *fe)
@@ -290,6 +314,10 @@ func (s *FileSource) scan() Update {
 	s.lastGood = good // files gone, or failing without a good version, drop out
 	s.cache.keepOnly(files)
 	clear(s.dirty)
+	for f := range s.removed {
+		s.dirty[f] = true // whatever is there now is read next time
+	}
+	clear(s.removed)
 	s.dirtyAll = false
 	sortPods(u.Pods)
 	sortErrors(u.Errors)

@@ -121,6 +121,25 @@ func TestFileSourceAddEditDelete(t *testing.T) {
 	}
 }
 
+// A manifest removed and written back at once (same content, so the same
+// UID) is seen removed first, as by the kubelet's file source: its pod
+// stops and runs again.
+func TestFileSourceRemovedAndRestoredIsSeenRemoved(t *testing.T) {
+	dir := t.TempDir()
+	h := startFileSource(t, dir, dir)
+	h.next()
+	h.write("web.yaml", goodPod)
+	uid := h.until("web-node1").Pods[0].UID
+	h.remove("web.yaml")
+	h.write("web.yaml", goodPod)
+	if u := h.next(); len(u.Pods) != 0 {
+		t.Fatalf("first update after the removal has pods %q, want none", podNames(u))
+	}
+	if u := h.until("web-node1"); u.Pods[0].UID != uid {
+		t.Errorf("restored pod has UID %s, want %s", u.Pods[0].UID, uid)
+	}
+}
+
 func TestFileSourceBrokenFileNextToGoodOnes(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "a.yaml"), podYAML("a", "busybox:1.35"))

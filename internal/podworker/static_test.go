@@ -225,3 +225,79 @@ func TestStaticPodRemovedBeforeStart(t *testing.T) {
 		t.Error("a static pod that never started reported terminating")
 	}
 }
+
+// A static pod whose manifest is removed and written back is the same UID:
+// the Add that comes while (or after) it terminates is remembered, and once
+// it finished SyncKnownPods forgets it and returns it, so that the Add sent
+// again starts it anew (a new worker, through the static pod gate). An
+// update other than an Add, or a pod no longer desired, restarts nothing.
+func TestStaticPodCreatedAgainRestarts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// readdWhile: "terminating" or "finished"; reason of the update
+		// that comes back; desired: whether the pod is desired again.
+		readdWhile string
+		reason     podupdate.Reason
+		desired    bool
+		restarts   bool
+	}{
+		{name: "restored while terminating", readdWhile: "terminating", reason: podupdate.Add, desired: true, restarts: true},
+		{name: "restored after it finished", readdWhile: "finished", reason: podupdate.Add, desired: true, restarts: true},
+		{name: "an update is no creation", readdWhile: "terminating", reason: podupdate.Update, desired: true},
+		{name: "restored then removed again", readdWhile: "terminating", reason: podupdate.Add},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Options{ResyncInterval: resync})
+			h.run()
+			a := staticPod("a", "web")
+			h.w.UpdatePod(update(podupdate.Add, a))
+			h.expect(kindSync, "a").ok()
+			h.w.UpdatePod(update(podupdate.Remove, a))
+			terminating := h.expect(kindTerminating, "a")
+			readd := func() { h.w.UpdatePod(update(tc.reason, staticPod("a", "web"))) }
+			if tc.readdWhile == "terminating" {
+				readd()
+				if got := h.w.SyncKnownPods(map[types.UID]bool{"a": tc.desired}); got != nil {
+					t.Errorf("SyncKnownPods while a terminates = %v, want nothing to restart yet", got)
+				}
+			}
+			terminating.ok()
+			h.expect(kindTerminated, "a").ok()
+			h.waitExit("a")
+			if tc.readdWhile == "finished" {
+				readd()
+			}
+			got := h.w.SyncKnownPods(map[types.UID]bool{"a": tc.desired})
+			if !tc.restarts {
+				if got != nil {
+					t.Fatalf("SyncKnownPods = %v, want no restart", got)
+				}
+				if i, ok := h.w.Info("a"); ok != tc.desired || ok && i.State != Finished {
+					t.Errorf("a: %+v (known %v); want it kept finished if desired, else forgotten", i, ok)
+				}
+				return
+			}
+			if !slices.Equal(got, []types.UID{"a"}) {
+				t.Fatalf("SyncKnownPods = %v, want [a] to restart", got)
+			}
+			if _, ok := h.w.Info("a"); ok {
+				t.Error("a restartable but still known to the workers")
+			}
+			if h.w.IsStaticPodTerminating("ns/web") {
+				t.Error("the old run finished, yet IsStaticPodTerminating")
+			}
+			h.w.UpdatePod(update(podupdate.Add, a))
+			if c := h.expect(kindSync, "a"); c.reason != podupdate.Add {
+				t.Errorf("restarted a synced for %s, want add", c.reason)
+			} else {
+				c.ok()
+			}
+			if i := h.info("a"); i.State != Syncing || i.Deleted {
+				t.Errorf("restarted a: %+v, want syncing, not deleted", i)
+			}
+			if got := h.w.SyncKnownPods(map[types.UID]bool{"a": true}); got != nil {
+				t.Errorf("SyncKnownPods after the restart = %v, want nothing", got)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,7 +46,9 @@ import (
 //	      v
 //	+----------+  updates ignored
 //	| finished | ----------------------------> forgotten
-//	+----------+  SyncKnownPods without the UID
+//	+----------+  SyncKnownPods without the UID, or with
+//	              it once an Add came after termination
+//	              was requested (to restart it)
 //
 // Updates never block and coalesce: while a call is in flight, further
 // updates collapse into one pending update carrying the newest pod. A
@@ -70,15 +73,18 @@ import (
 // orphan for housekeeping. IsStaticPodTerminating tells the mirror pods
 // to wait while a static pod's containers stop.
 //
-// A UID whose termination was requested is never synced (started) again:
-// updates only refresh the spec the terminating calls see, and once
-// finished, updates are ignored. Only after SyncKnownPods has forgotten a
-// finished UID (it was absent from desired) does an update with it start a
-// new worker. A pod that should run again needs a new UID, as in the
-// kubelet; our static pods derive their UID from the manifest content, so a
-// changed manifest is a new pod. (Unlike the kubelet we keep no
-// "restart requested" flag: the same manifest removed and restored while
-// its old worker is still desired stays terminated.)
+// A UID whose termination was requested is never synced (started) again
+// by the same worker: updates only refresh the spec the terminating calls
+// see, and once finished, updates are ignored. Only after SyncKnownPods has
+// forgotten a finished UID does an update with it start a new worker.
+// SyncKnownPods forgets a finished UID when it is absent from desired, or
+// when an Add came for it after its termination was requested (the same
+// pod created again: our static pods derive their UID from the manifest
+// content, so a manifest removed and written back is the same UID, as the
+// kubelet's "restartRequested"). Such an Add is otherwise ignored; the
+// UIDs forgotten for it are SyncKnownPods' result, for the caller to send
+// an Add again, which starts the pod anew (its old containers, exited,
+// still in the runtime).
 type Workers struct {
 	syncer  Syncer
 	hooks   []Hook
@@ -155,6 +161,9 @@ type podState struct {
 	grace            int64
 	deleted, evicted bool
 	reason           string
+	// restartRequested: an Add came after termination was requested; once
+	// finished, SyncKnownPods forgets the UID so that it may start again.
+	restartRequested bool
 }
 
 // Deps are what the pod workers call. Syncer, Clock and Log are required.
@@ -264,6 +273,12 @@ func (w *Workers) UpdatePod(opts UpdatePodOptions) {
 			w.waitingStatic[ps.fullName] = append(w.waitingStatic[ps.fullName], uid)
 		}
 	}
+	if ok && !ps.terminatingAt.IsZero() && opts.Reason == podupdate.Add {
+		// The same UID created again while (or after) the old one stops.
+		log.Debug("pod created again while terminating, will restart once finished")
+		ps.restartRequested = true
+		return
+	}
 	if ps.finished {
 		log.Debug("pod worker finished, update ignored", "reason", opts.Reason)
 		return
@@ -358,13 +373,23 @@ func effectiveGrace(ps *podState, pod *v1.Pod, kill *KillPodOptions) int64 {
 // SyncPod is cancelled). Finished pods not in desired are forgotten. After
 // the first call, UIDs unknown to the workers count as having no
 // containers that should run (see CouldHaveRunningContainers).
-func (w *Workers) SyncKnownPods(desired map[types.UID]bool) {
+//
+// It returns the desired pods it forgot because they were created again
+// after their termination was requested (see Workers), sorted: the caller
+// sends each an Add update, which starts it as a new worker.
+func (w *Workers) SyncKnownPods(desired map[types.UID]bool) []types.UID {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.podsSynced = true
 	now := w.clk.Now()
+	var restart []types.UID
 	for uid, ps := range w.pods {
 		if desired[uid] {
+			if ps.finished && ps.restartRequested {
+				w.log.Debug("forgetting finished pod created again, to restart it", "podUID", uid)
+				delete(w.pods, uid)
+				restart = append(restart, uid)
+			}
 			continue
 		}
 		if ps.finished {
@@ -385,6 +410,8 @@ func (w *Workers) SyncKnownPods(desired map[types.UID]bool) {
 			ps.cancel()
 		}
 	}
+	slices.Sort(restart)
+	return restart
 }
 
 // Requeue asks for the pod to be synced again now (with its newest spec, in

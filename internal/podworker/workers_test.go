@@ -117,8 +117,9 @@ func TestKillDuringSyncCancelsAndTerminates(t *testing.T) {
 		t.Error("evicted pod's content not to be removed")
 	}
 
-	// A finished UID is not started again.
-	h.w.UpdatePod(update(podupdate.Add, testPod("a", "2", nil)))
+	// A finished UID is not started again by an update (an Add, a
+	// creation again, would: TestStaticPodCreatedAgainRestarts).
+	h.w.UpdatePod(update(podupdate.Update, testPod("a", "2", nil)))
 	h.noCall()
 	if h.info("a").State != Finished {
 		t.Error("update revived a finished pod")

@@ -610,7 +610,10 @@ func phase(pod *v1.Pod, statuses []v1.ContainerStatus, initialized, podIsTermina
 	case running > 0 && unknown == 0:
 		return v1.PodRunning
 	case running == 0 && stopped > 0 && unknown == 0:
-		if stopped != stoppedNotRestartable && !podIsTerminal {
+		// A static pod stopped for good gets no terminal phase from its
+		// containers, as upstream (#116484): its UID comes back when its
+		// manifest does, and a terminal phase is final.
+		if stopped != stoppedNotRestartable && (!podIsTerminal || podspec.IsStatic(pod)) {
 			// At least one is going to be restarted.
 			return v1.PodRunning
 		}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // TestGenerateGolden covers phase, conditions and container statuses; each
@@ -727,6 +728,17 @@ func TestTerminalPodPhase(t *testing.T) {
 		f.Terminal = tc.terminal
 		if got := Generate(f).Phase; got != tc.want {
 			t.Errorf("exit codes %v, terminal %v: phase %s, want %s", tc.codes, tc.terminal, got, tc.want)
+		}
+	}
+	// A static pod stopped for good keeps no terminal phase (as upstream,
+	// #116484): the same manifest restored is the same UID, run again.
+	for _, code := range []int32{0, 137} {
+		pod := newPod(app("a"))
+		pod.Annotations = map[string]string{podspec.AnnotationConfigSource: "file"}
+		f := facts(pod, obs(exited("a", "ca", 1, code, "")))
+		f.Terminal = true
+		if got := Generate(f).Phase; got != v1.PodRunning {
+			t.Errorf("static pod stopped with exit code %d: phase %s, want Running", code, got)
 		}
 	}
 	// Still running: not terminal yet.
