@@ -166,7 +166,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), NodeMemoryCapacity: cfg.MemoryCapacity,
 		MaxParallelSandboxes: cfg.MaxParallelSandboxes,
 	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Probes: p.prober, Objects: objs, Services: services,
-		Cgroups: cg, Volumes: volumes, UserNamespaces: uns, PodStartDuration: m.PodStartDuration, PodStartStages: m})
+		Cgroups: cg, Volumes: volumes, UserNamespaces: uns, PodStartDuration: m.PodStartDuration, PodStartStages: m, RuntimeFeatures: cri.NewHandlerFeatures(rt, clk, log)})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
 	var onFinished func(types.UID)

@@ -19,7 +19,7 @@ import (
 // envFileVolumes has one volume, "config", holding config.env.
 type envFileVolumes struct{ content string }
 
-func (envFileVolumes) Mounts(*v1.Pod, *v1.Container, map[string]string) ([]*runtimeapi.Mount, error) {
+func (envFileVolumes) Mounts(*v1.Pod, *v1.Container, map[string]string, bool) ([]*runtimeapi.Mount, error) {
 	return nil, nil
 }
 
@@ -53,7 +53,7 @@ func TestEnvFromFile(t *testing.T) {
 	pod := testPod()
 	c := &pod.Spec.Containers[0]
 	c.Env = []v1.EnvVar{fileKeyEnv("CONFIG_1", "config", "CONFIG_1"), fileKeyEnv("TWO", "config", "CONFIG_2")}
-	extras, err := f.m.containerExtras(pod, c, nil)
+	extras, err := f.m.containerExtras(t.Context(), pod, c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid types.UID, name,
 	} else if final, err = m.Observe(ctx, uid, name, namespace); err != nil {
 		return err
 	}
-	m.publish(pod, final, nil, nil, true)
+	m.publish(ctx, pod, final, nil, nil, true)
 	return nil
 }
 

@@ -105,7 +105,20 @@ type Deps struct {
 	// user namespace (the user namespaces hook allocates it before the
 	// sync); without it such pods are refused.
 	UserNamespaces UserNamespaces
+	// RuntimeFeatures, when set, tells whether the runtime handler
+	// supports recursive read-only mounts; without it none does.
+	RuntimeFeatures RuntimeFeatures
 }
+
+// RuntimeFeatures are the runtime handlers' features (cri.HandlerFeatures,
+// which asks the runtime at most once a minute).
+type RuntimeFeatures interface {
+	RecursiveReadOnlyMounts(ctx context.Context, handler string) bool
+}
+
+// runtimeHandler is the CRI runtime handler of every sandbox: the
+// runtime's default (nodelet does not resolve runtimeClassName).
+const runtimeHandler = ""
 
 // UserNamespaces are the pods' user namespaces (userns.Manager).
 type UserNamespaces interface {
@@ -154,10 +167,11 @@ type Options struct {
 	NodeMemoryCapacity int64
 }
 
-// Volumes gives each container its mounts of the pod's volumes, and the
-// env files (envvars.Files) its fileKeyRef entries read from them.
+// Volumes gives each container its mounts of the pod's volumes
+// (supportsRRO: the runtime handler supports recursive read-only mounts),
+// and the env files (envvars.Files) its fileKeyRef entries read from them.
 type Volumes interface {
-	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error)
+	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, supportsRRO bool) ([]*runtimeapi.Mount, error)
 	envvars.Files
 }
 
@@ -193,6 +207,7 @@ type Manager struct {
 	cgroups  PodCgroups
 	volumes  Volumes
 	userns   UserNamespaces
+	features RuntimeFeatures
 
 	pulls *imagePuller
 	// sandboxes is a counting semaphore over RunPodSandbox; nil: no bound.
@@ -230,7 +245,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, services: deps.Services, cgroups: deps.Cgroups, volumes: deps.Volumes, userns: deps.UserNamespaces,
+		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, services: deps.Services, cgroups: deps.Cgroups, volumes: deps.Volumes, userns: deps.UserNamespaces, features: deps.RuntimeFeatures,
 		pulls: newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {
@@ -241,6 +256,12 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		dialHook: (&net.Dialer{}).DialContext,
 		startups: map[types.UID]*startup{},
 	}
+}
+
+// supportsRRO is whether the pods' runtime handler supports recursive
+// read-only mounts.
+func (m *Manager) supportsRRO(ctx context.Context) bool {
+	return m.features != nil && m.features.RecursiveReadOnlyMounts(ctx, runtimeHandler)
 }
 
 type nopRecorder struct{}

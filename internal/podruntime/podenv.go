@@ -106,7 +106,7 @@ func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.C
 
 // containerExtras builds a container's environment, expanded command and
 // args, and the mounts nodelet manages for it (/etc/hosts).
-func (m *Manager) containerExtras(pod *v1.Pod, c *v1.Container, podIPs []string) (containerExtras, error) {
+func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (containerExtras, error) {
 	facts := envvars.PodFacts{PodIPs: podIPs, NodeName: m.opts.NodeName, NodeAllocatable: m.opts.Allocatable}
 	if m.opts.HostIP != "" {
 		facts.HostIPs = []string{m.opts.HostIP}
@@ -141,7 +141,7 @@ func (m *Manager) containerExtras(pod *v1.Pod, c *v1.Container, podIPs []string)
 		for _, e := range env {
 			vars[e.Name] = e.Value
 		}
-		mounts, err := m.volumes.Mounts(pod, c, vars)
+		mounts, err := m.volumes.Mounts(pod, c, vars, m.supportsRRO(ctx))
 		if err != nil {
 			return containerExtras{}, &configError{err}
 		}

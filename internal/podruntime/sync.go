@@ -108,7 +108,7 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 			failed = &status.Rejection{}
 		}
 	}
-	st := m.publish(pod, obs, waiting, failed, false)
+	st := m.publish(ctx, pod, obs, waiting, failed, false)
 	if st.Phase == v1.PodRunning && !start.started.IsZero() {
 		m.stage(start, metrics.PodStartStageStatus, m.clock.Since(start.started))
 	}
@@ -182,7 +182,7 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 				return ctx.Err()
 			}
 		}
-		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, "")
+		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, runtimeHandler)
 		if m.sandboxes != nil {
 			<-m.sandboxes
 		}
@@ -294,7 +294,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 	} else {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
 	}
-	extras, err := m.containerExtras(pod, c, a.podIPs)
+	extras, err := m.containerExtras(ctx, pod, c, a.podIPs)
 	if err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
@@ -418,7 +418,7 @@ func (m *Manager) startupDone(obs *observed.PodStatus) map[string]bool {
 
 // publish computes the pod's status from the facts and hands it on;
 // terminal: the pod was stopped for good (status.Facts.Terminal).
-func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[string]plan.Waiting, failed *status.Rejection,
+func (m *Manager) publish(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, waiting map[string]plan.Waiting, failed *status.Rejection,
 	terminal bool) v1.PodStatus {
 	ready, started := map[string]bool{}, map[string]bool{}
 	for _, c := range obs.Running() {
@@ -439,7 +439,7 @@ func (m *Manager) publish(pod *v1.Pod, obs *observed.PodStatus, waiting map[stri
 	st := status.Generate(status.Facts{
 		Pod: pod, Observed: obs, Waiting: waiting, Ready: ready, Started: started,
 		HostIP: m.opts.HostIP, Now: m.clock.Now(), Previous: prev, Failed: failed,
-		RuntimeName: m.opts.RuntimeName, Terminal: terminal,
+		RuntimeName: m.opts.RuntimeName, Terminal: terminal, RecursiveReadOnlyMounts: m.supportsRRO(ctx),
 	})
 	if st.Phase == v1.PodRunning && (prev == nil || prev.Phase != v1.PodRunning) {
 		m.observeStart(pod)

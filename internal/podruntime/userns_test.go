@@ -58,7 +58,7 @@ func (r *usernsRuntime) supports(yes bool) {
 // oneVolume mounts one volume into every container.
 type oneVolume struct{}
 
-func (oneVolume) Mounts(*v1.Pod, *v1.Container, map[string]string) ([]*runtimeapi.Mount, error) {
+func (oneVolume) Mounts(*v1.Pod, *v1.Container, map[string]string, bool) ([]*runtimeapi.Mount, error) {
 	return []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/var/lib/nodelet/pods/uid-1/volumes/data"}}, nil
 }
 

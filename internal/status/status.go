@@ -96,6 +96,10 @@ type Facts struct {
 	// none runs the phase is Succeeded if all exited 0, else Failed (the
 	// kubelet's podIsTerminal).
 	Terminal bool
+	// RecursiveReadOnlyMounts says the pod's runtime handler supports
+	// recursive read-only mounts: the containers' volumeMounts statuses
+	// are resolved with it (podspec.VolumeMountStatuses).
+	RecursiveReadOnlyMounts bool
 }
 
 // Generate computes the pod's API status from f.
@@ -328,6 +332,9 @@ func (g *generator) containerStatuses(specs []v1.Container, previous []v1.Contai
 			Name:  spec.Name,
 			Image: spec.Image,
 			State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: defaultReason}},
+			// The CRI does not know volume names: the kubelet reports the
+			// spec's mounts as it resolves them.
+			VolumeMounts: podspec.VolumeMountStatuses(spec, g.f.RecursiveReadOnlyMounts),
 		}
 		if prev != nil {
 			if prev.State.Terminated != nil {
@@ -354,7 +361,9 @@ func (g *generator) containerStatuses(specs []v1.Container, previous []v1.Contai
 				}
 			}
 		default:
+			mounts := st.VolumeMounts // a terminated container's stay as they were
 			st = g.convert(spec, instances[0], prev)
+			st.VolumeMounts = mounts
 			if len(instances) > 1 {
 				st.LastTerminationState = g.convert(spec, instances[1], prev).State
 			}

@@ -932,3 +932,30 @@ func TestStoppedStaticPodPhase(t *testing.T) {
 		t.Errorf("phase %s, want Running (restartPolicy Always, static)", got)
 	}
 }
+
+// Every container status lists the spec's volumeMounts as resolved with
+// the runtime's RRO support, whether an instance exists or not (init,
+// app and ephemeral containers alike).
+func TestVolumeMountStatuses(t *testing.T) {
+	rro := v1.RecursiveReadOnlyIfPossible
+	mounts := []v1.VolumeMount{{Name: "mnt", MountPath: "/rro", ReadOnly: true, RecursiveReadOnly: &rro}, {Name: "mnt", MountPath: "/rw"}}
+	pod := newPod(app("a"), app("b"))
+	pod.Spec.Containers[0].VolumeMounts = mounts
+	pod.Spec.Containers[1].VolumeMounts = mounts
+	for _, supported := range []bool{true, false} {
+		f := facts(pod, obs(running("a", "ca", 30)))
+		f.RecursiveReadOnlyMounts = supported
+		s := Generate(f)
+		want := v1.RecursiveReadOnlyDisabled
+		if supported {
+			want = v1.RecursiveReadOnlyEnabled
+		}
+		for _, cs := range s.ContainerStatuses {
+			vms := cs.VolumeMounts
+			if len(vms) != 2 || vms[0].MountPath != "/rro" || !vms[0].ReadOnly || vms[0].RecursiveReadOnly == nil ||
+				*vms[0].RecursiveReadOnly != want || vms[1].ReadOnly || vms[1].RecursiveReadOnly != nil {
+				t.Errorf("supported %v: container %s volumeMounts %+v, want /rro %s and /rw", supported, cs.Name, vms, want)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/envvars"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // Mounts returns the CRI mounts for the volumeMounts of container c, in
@@ -28,8 +29,11 @@ import (
 // which is the host path returned. Those mounts stay until TearDown.
 //
 // configMap, secret, downwardAPI and projected volumes are always
-// read-only, as the kubelet mounts them.
-func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([]*runtimeapi.Mount, error) {
+// read-only, as the kubelet mounts them. supportsRRO tells whether the
+// pod's runtime handler supports recursive read-only mounts: a
+// recursiveReadOnly mount is resolved with it (podspec.RecursiveReadOnly),
+// and Enabled without that support is an error.
+func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, supportsRRO bool) ([]*runtimeapi.Mount, error) {
 	if err := checkPathElement("pod UID", string(pod.UID)); err != nil {
 		return nil, err
 	}
@@ -43,7 +47,7 @@ func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([
 	out := make([]*runtimeapi.Mount, 0, len(c.VolumeMounts))
 	for i := range c.VolumeMounts {
 		vm := &c.VolumeMounts[i]
-		mnt, err := m.containerMount(pod.UID, c, i, vm, vols[vm.Name], env)
+		mnt, err := m.containerMount(pod.UID, c, i, vm, vols[vm.Name], env, supportsRRO)
 		if err != nil {
 			return nil, fmt.Errorf("volumeMount %q of container %q: %w", vm.Name, c.Name, err)
 		}
@@ -53,7 +57,7 @@ func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string) ([
 }
 
 // containerMount is the CRI mount of one volumeMount.
-func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *v1.VolumeMount, vol *v1.Volume, env map[string]string) (*runtimeapi.Mount, error) {
+func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *v1.VolumeMount, vol *v1.Volume, env map[string]string, supportsRRO bool) (*runtimeapi.Mount, error) {
 	if vol == nil {
 		return nil, fmt.Errorf("volume %q is not defined by the pod", vm.Name)
 	}
@@ -78,8 +82,9 @@ func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *
 	if err != nil {
 		return nil, err
 	}
-	if vm.RecursiveReadOnly != nil && *vm.RecursiveReadOnly == v1.RecursiveReadOnlyEnabled {
-		return nil, errors.New("recursiveReadOnly: Enabled is not supported by nodelet")
+	rro, err := podspec.RecursiveReadOnly(vm, supportsRRO)
+	if err != nil {
+		return nil, fmt.Errorf("failed to resolve recursive read-only mode: %w", err)
 	}
 	containerPath := vm.MountPath
 	if !strings.HasPrefix(containerPath, "/") {
@@ -88,12 +93,15 @@ func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *
 		containerPath = "/" + containerPath
 	}
 	return &runtimeapi.Mount{
-		ContainerPath:  containerPath,
-		HostPath:       hostPath,
-		Readonly:       vm.ReadOnly || mustReadOnly,
-		SelinuxRelabel: false,
-		Propagation:    prop,
-		MountOptions:   slices.Clone(vm.BindMountOptions),
+		ContainerPath: containerPath,
+		HostPath:      hostPath,
+		Readonly:      vm.ReadOnly || mustReadOnly,
+		// The runtime makes every submount read-only too (runc's
+		// mount_setattr with AT_RECURSIVE).
+		RecursiveReadOnly: rro,
+		SelinuxRelabel:    false,
+		Propagation:       prop,
+		MountOptions:      slices.Clone(vm.BindMountOptions),
 	}, nil
 }
 
