@@ -98,7 +98,7 @@ e2e-containerd1: build
 ## release (e2e_node.test, and e2e.test's test/e2e/common specs through the
 ## scheduler) against nodelet, then against the upstream kubelet on the same
 ## harness; reports in _output/conformance/ (summary.txt, compare.txt, and per
-## run JUnit, JSON, logs). Not part of make test: about 2 hours. The first
+## run JUnit, JSON, logs). Not part of make test: about an hour. The first
 ## build of e2e.test takes ~13 minutes of CPU. CONFORMANCE_SUITES,
 ## CONFORMANCE_AGENTS (comma lists) and CONFORMANCE_FOCUS (a regexp) narrow it.
 CONFORMANCE_OUT ?= $(CURDIR)/_output/conformance
