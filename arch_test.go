@@ -132,8 +132,10 @@ var apiClients = []string{
 // kubernetesAllowed are the only k8s.io/kubernetes packages that
 // apivalidation imports directly (see its doc comment): the internal core
 // types, their v1 defaults and conversions, core validation, and the pod
-// validation options.
+// validation options, and the capabilities that validation reads (privileged
+// containers allowed, as the kubelet sets them).
 var kubernetesAllowed = []string{
+	"k8s.io/kubernetes/pkg/capabilities",
 	"k8s.io/kubernetes/pkg/apis/core",
 	"k8s.io/kubernetes/pkg/apis/core/v1",
 	"k8s.io/kubernetes/pkg/apis/core/validation",
@@ -200,7 +202,7 @@ func rules() []rule {
 			Forbidden: is("k8s.io/kubernetes"),
 		},
 		{
-			Name:      "8: apivalidation imports only core, core/v1, core/validation and api/pod of k8s.io/kubernetes",
+			Name:      "8: apivalidation imports only core, core/v1, core/validation, api/pod and capabilities of k8s.io/kubernetes",
 			From:      is(internal("apivalidation")),
 			Forbidden: kubernetesOutsideAllowed,
 		},

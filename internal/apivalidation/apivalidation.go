@@ -36,6 +36,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	podutil "k8s.io/kubernetes/pkg/api/pod"
+	"k8s.io/kubernetes/pkg/capabilities"
 	"k8s.io/kubernetes/pkg/apis/core"
 	corev1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
@@ -122,6 +123,10 @@ func Pod(pod *v1.Pod) error {
 	if pod == nil {
 		return errors.New("no pod")
 	}
+	// Privileged containers are allowed, as the kubelet allows them (it
+	// initializes the validation's capabilities so at start); the API
+	// server decides for API pods by its --allow-privileged.
+	capabilities.Initialize(capabilities.Capabilities{AllowPrivileged: true})
 	return guard(func() error {
 		external := pod.DeepCopy()
 		corev1.SetObjectDefaults_Pod(external)

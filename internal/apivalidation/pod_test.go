@@ -470,3 +470,17 @@ func TestGuard(t *testing.T) {
 		t.Fatalf("guard = %v, want errPanicked with the panic value", err)
 	}
 }
+
+// A privileged container is valid in a static pod, as the kubelet allows it.
+func TestPrivilegedAllowed(t *testing.T) {
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p-node", Namespace: "default", UID: "u"},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "busybox", ImagePullPolicy: v1.PullIfNotPresent,
+			TerminationMessagePolicy: v1.TerminationMessageReadFile,
+			SecurityContext:          &v1.SecurityContext{Privileged: ptr(true)}}},
+			RestartPolicy: v1.RestartPolicyAlways, DNSPolicy: v1.DNSClusterFirst},
+	}
+	if err := Pod(pod); err != nil {
+		t.Errorf("privileged pod refused: %v", err)
+	}
+}
