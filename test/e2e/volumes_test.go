@@ -135,7 +135,8 @@ func TestVolumes(t *testing.T) {
 	})
 }
 
-// A volume that cannot be set up keeps the pod Pending with FailedMount.
+// A volume that cannot be set up keeps the pod Pending with FailedMount,
+// worded per volume as the kubelet's volume manager words it.
 func TestFailedMount(t *testing.T) {
 	n, dir, _ := lifecycleNodelet(t, "failedmount")
 	writeManifest(t, dir, "bad.yaml", `apiVersion: v1
@@ -148,7 +149,7 @@ spec:
   - {name: h, hostPath: {path: /nonexistent/nodelet-e2e, type: Directory}}
 `)
 	api := n.api(t)
-	waitEvent(t, api, 60*time.Second, "badmount-e2e FailedMount", podEvent("badmount-e2e", v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes"))
+	waitEvent(t, api, 60*time.Second, "badmount-e2e FailedMount", podEvent("badmount-e2e", v1.EventTypeWarning, "FailedMount", `MountVolume.SetUp failed for volume "h"`))
 	waitPhase(t, n, "badmount-e2e", "Pending", 5*time.Second)
 	waitRuntimeLists(t, api, 3)
 	if p, err := api.pod("badmount-e2e"); err != nil || p.Status.Phase != v1.PodPending {
