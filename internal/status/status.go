@@ -136,10 +136,7 @@ func Generate(f Facts) v1.PodStatus {
 	s.EphemeralContainerStatuses = g.ephemeralStatuses(prev.EphemeralContainerStatuses)
 
 	all := append(append([]v1.ContainerStatus{}, s.InitContainerStatuses...), s.ContainerStatuses...)
-	// A static pod is not given a terminal phase for being stopped (as
-	// upstream, #116484): its mirror pod would show the old version
-	// finished while a new one of the same name starts.
-	s.Phase = phase(pod, all, g.anyActiveRegularContainer(), f.Terminal && !podspec.IsStatic(pod))
+	s.Phase = phase(pod, all, g.anyActiveRegularContainer(), f.Terminal)
 	// A terminal phase is final: the kubelet's status manager refuses any
 	// transition out of it, to the other terminal phase too (a pod failed
 	// for its deadline whose containers then exit 0 stays Failed).
