@@ -19,6 +19,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/envvars"
+	"github.com/nodelet/nodelet/internal/status"
 )
 
 // Runtime is what the manager needs of the CRI client.
@@ -58,6 +59,9 @@ type Statuses interface {
 	// SetSeen records the runtime objects the status comes from, so that
 	// the sync loop can tell a lifecycle event it already reflects.
 	SetSeen(uid types.UID, running map[string]bool)
+	// StoppedByNode says why the node stops the pod for good (evicted,
+	// node shutdown), nil if it does not.
+	StoppedByNode(uid types.UID) *status.Rejection
 }
 
 // Observer observes one value of a histogram (a prometheus.Observer).

@@ -438,7 +438,7 @@ func (m *Manager) publish(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	st := status.Generate(status.Facts{
 		Pod: pod, Observed: obs, Waiting: waiting, Ready: ready, Started: started,
-		HostIP: m.opts.HostIP, Now: m.clock.Now(), Previous: prev, Failed: failed,
+		HostIP: m.opts.HostIP, Now: m.clock.Now(), Previous: prev, Failed: failed, ByNode: m.status.StoppedByNode(pod.UID),
 		RuntimeName: m.opts.RuntimeName, Terminal: terminal, RecursiveReadOnlyMounts: m.supportsRRO(ctx),
 	})
 	if st.Phase == v1.PodRunning && (prev == nil || prev.Phase != v1.PodRunning) {

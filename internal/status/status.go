@@ -91,6 +91,11 @@ type Facts struct {
 	// under restartPolicy Never, active deadline exceeded, ...): phase
 	// Failed with this reason and message; the rest is computed as usual.
 	Failed *Rejection
+	// ByNode says the node itself stops the pod for good (eviction, node
+	// shutdown): unless its phase is already terminal, the pod is Failed
+	// with this reason and message and gets a DisruptionTarget condition
+	// (TerminationByKubelet), as the kubelet's kill with a status function.
+	ByNode *Rejection
 	// Terminal says the pod was stopped for good (deleted, evicted, its
 	// manifest removed): stopped containers are not restarted, so once
 	// none runs the phase is Succeeded if all exited 0, else Failed (the
@@ -162,6 +167,13 @@ func Generate(f Facts) v1.PodStatus {
 	if terminal(pod.Status.Phase) && s.Phase != pod.Status.Phase {
 		s.Phase = pod.Status.Phase
 	}
+	disruption := disruptionCondition(prev)
+	if f.ByNode != nil && !terminal(prev.Phase) && !terminal(pod.Status.Phase) {
+		s.Phase = v1.PodFailed
+		s.Reason, s.Message = f.ByNode.Reason, f.ByNode.Message
+		disruption = &v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+			Reason: v1.PodReasonTerminationByKubelet, Message: f.ByNode.Message}
+	}
 	// The kubelet's TerminatePod: once a pod stopped for good has nothing
 	// running, a container that is not terminated (it never ran, or
 	// waited for a restart) is reported terminated with an unknown status,
@@ -200,6 +212,9 @@ func Generate(f Facts) v1.PodStatus {
 		containersReadyCondition(pod, all, s.Phase),
 		{Type: v1.PodScheduled, Status: v1.ConditionTrue},
 	}
+	if disruption != nil {
+		s.Conditions = append(s.Conditions, *disruption)
+	}
 	for i := range s.Conditions {
 		c := &s.Conditions[i]
 		c.ObservedGeneration = pod.Generation
@@ -234,6 +249,17 @@ func Generate(f Facts) v1.PodStatus {
 	}
 	s.StartTime = startTime(prev, now)
 	return s
+}
+
+// disruptionCondition is the DisruptionTarget condition of a previous
+// status, which stays: nothing in the pod's facts computes it again.
+func disruptionCondition(prev v1.PodStatus) *v1.PodCondition {
+	for _, c := range prev.Conditions {
+		if c.Type == v1.DisruptionTarget {
+			return c.DeepCopy()
+		}
+	}
+	return nil
 }
 
 // generator holds what converting container statuses needs.

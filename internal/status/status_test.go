@@ -959,3 +959,41 @@ func TestVolumeMountStatuses(t *testing.T) {
 		}
 	}
 }
+
+// A pod the node stops for good (evicted) is Failed with the node's reason
+// and a DisruptionTarget condition, which later statuses keep; a pod that
+// had already finished keeps its phase.
+func TestStoppedByNode(t *testing.T) {
+	pod := newPod(app("a"))
+	f := facts(pod, obs(running("a", "ca", 0)))
+	f.ByNode = &Rejection{Reason: "Evicted", Message: "The node was low on resource: memory. "}
+	s := Generate(f)
+	cond := func(s v1.PodStatus) *v1.PodCondition {
+		for i := range s.Conditions {
+			if s.Conditions[i].Type == v1.DisruptionTarget {
+				return &s.Conditions[i]
+			}
+		}
+		return nil
+	}
+	c := cond(s)
+	if s.Phase != v1.PodFailed || s.Reason != "Evicted" || s.Message != f.ByNode.Message {
+		t.Errorf("phase %s reason %q message %q, want Failed Evicted", s.Phase, s.Reason, s.Message)
+	}
+	if c == nil || c.Status != v1.ConditionTrue || c.Reason != v1.PodReasonTerminationByKubelet || c.Message != f.ByNode.Message {
+		t.Fatalf("DisruptionTarget %+v, want True TerminationByKubelet", c)
+	}
+	// Once the containers stopped, the same.
+	f2 := facts(pod, obs(exited("a", "ca", 0, 137, "")))
+	f2.ByNode, f2.Terminal, f2.Previous = f.ByNode, true, &s
+	s2 := Generate(f2)
+	if c2 := cond(s2); s2.Phase != v1.PodFailed || s2.Reason != "Evicted" || c2 == nil || !c2.LastTransitionTime.Equal(&c.LastTransitionTime) {
+		t.Errorf("after the kill: phase %s reason %q condition %+v", s2.Phase, s2.Reason, c2)
+	}
+	// A pod that had succeeded stays Succeeded, without the condition.
+	f3 := facts(pod, obs(exited("a", "ca", 0, 0, "")))
+	f3.ByNode, f3.Previous = f.ByNode, &v1.PodStatus{Phase: v1.PodSucceeded}
+	if s3 := Generate(f3); s3.Phase != v1.PodSucceeded || cond(s3) != nil {
+		t.Errorf("finished pod: phase %s condition %+v, want Succeeded without one", s3.Phase, cond(s3))
+	}
+}

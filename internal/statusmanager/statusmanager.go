@@ -47,7 +47,10 @@ type Manager struct {
 	// takes them (taken), a pod's last status stays here until taken,
 	// even after RemoveOrphans: the API server must hear of a pod's end.
 	changed map[types.UID]Entry
-	taken   bool
+	// byNode are the pods the node itself stops for good (evicted, or
+	// stopped by a node shutdown), with the reason their status gives.
+	byNode map[types.UID]status.Rejection
+	taken  bool
 	wake    chan struct{}
 }
 
@@ -64,7 +67,7 @@ func New(log *slog.Logger, listeners ...Listener) *Manager {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Manager{log: log, listeners: listeners, statuses: map[types.UID]v1.PodStatus{}, summary: map[types.UID]string{},
-		seen: map[types.UID]map[string]bool{}, changed: map[types.UID]Entry{}, wake: make(chan struct{}, 1)}
+		seen: map[types.UID]map[string]bool{}, changed: map[types.UID]Entry{}, byNode: map[types.UID]status.Rejection{}, wake: make(chan struct{}, 1)}
 }
 
 // SetSeen records the runtime objects the pod's next status is computed
@@ -131,6 +134,30 @@ func (m *Manager) Reject(pod *v1.Pod, reason, message string) {
 	m.SetPodStatus(pod, status.Generate(status.Facts{Pod: pod, Rejected: &status.Rejection{Reason: reason, Message: message}}))
 }
 
+// SetStoppedByNode records that the node stops the pod for good (the
+// eviction manager, a node shutdown): every status computed for it from
+// now on is Failed with this reason and message, and has a
+// DisruptionTarget condition (status.Facts.ByNode). The first reason
+// given stays.
+func (m *Manager) SetStoppedByNode(uid types.UID, reason, message string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.byNode[uid]; !ok {
+		m.byNode[uid] = status.Rejection{Reason: reason, Message: message}
+	}
+}
+
+// StoppedByNode returns why the node stops the pod, nil if it does not.
+func (m *Manager) StoppedByNode(uid types.UID) *status.Rejection {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.byNode[uid]
+	if !ok {
+		return nil
+	}
+	return &r
+}
+
 // Get returns the latest status of a pod.
 func (m *Manager) Get(uid types.UID) (v1.PodStatus, bool) {
 	m.mu.Lock()
@@ -154,6 +181,7 @@ func (m *Manager) RemoveOrphans(keep func(types.UID) bool) {
 			delete(m.statuses, uid)
 			delete(m.summary, uid)
 			delete(m.seen, uid)
+			delete(m.byNode, uid)
 			if !m.taken {
 				delete(m.changed, uid)
 			}
