@@ -51,7 +51,7 @@ type Manager struct {
 	// stopped by a node shutdown), with the reason their status gives.
 	byNode map[types.UID]status.Rejection
 	taken  bool
-	wake    chan struct{}
+	wake   chan struct{}
 }
 
 // Entry is a pod and its status.
