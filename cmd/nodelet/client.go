@@ -38,7 +38,7 @@ func (f *clientFlags) client() (*cli.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no admin credentials in %s: has nodelet run with --root-dir %s?", dir, *f.rootDir)
 	}
-	return cli.NewClient(cli.Config{Server: f.server, Timeout: f.timeout,
+	return cli.NewClient(cli.Config{Server: f.server, Timeout: f.timeout, Warnings: os.Stderr,
 		CAFile: server.ServingCertPath(dir), CertFile: admin.ClientCert, KeyFile: admin.ClientKey,
 		TrustHint: "pass the --root-dir that nodelet runs with, or the --server of the nodelet that uses " + *f.rootDir})
 }

@@ -38,6 +38,9 @@ type rootOptions struct {
 	systemReserved   string
 	kubeReserved     string
 	evictionHard     string
+	evictionSoft     string
+	evictionSoftGP   string
+	evictionReclaim  string
 	featureGates     gatesFlag
 }
 
@@ -120,6 +123,11 @@ flags given on the command line override it.`,
 	f.StringVar(&o.systemReserved, "system-reserved", "", "Resources kept from pods for the system, e.g. cpu=200m,memory=500Mi,ephemeral-storage=1Gi")
 	f.StringVar(&o.kubeReserved, "kube-reserved", "", "Resources kept from pods for nodelet and the runtime, as --system-reserved")
 	f.StringVar(&o.evictionHard, "eviction-hard", "", "Hard eviction thresholds, e.g. memory.available<100Mi,nodefs.available<10% (default: the kubelet's)")
+	f.StringVar(&o.evictionSoft, "eviction-soft", "", "Soft eviction thresholds, e.g. memory.available<1.5Gi; each needs a grace period")
+	f.StringVar(&o.evictionSoftGP, "eviction-soft-grace-period", "", "How long each soft threshold must be met before it evicts, e.g. memory.available=1m30s")
+	f.StringVar(&o.evictionReclaim, "eviction-minimum-reclaim", "", "What an eviction reclaims beyond a threshold, e.g. memory.available=0Mi,nodefs.available=500Mi")
+	f.DurationVar(&cfg.EvictionPressureTransitionPeriod, "eviction-pressure-transition-period", cfg.EvictionPressureTransitionPeriod, "How long a pressure condition stays after its threshold was last met")
+	f.Int32Var(&cfg.EvictionMaxPodGracePeriod, "eviction-max-pod-grace-period", cfg.EvictionMaxPodGracePeriod, "Longest grace period, in seconds, of a pod evicted under a soft threshold")
 	f.StringVar(&cfg.Managed.Containerd.PodCIDR, "pod-cidr", cfg.Managed.Containerd.PodCIDR, "Pod IP range of the managed runtime's bridge network")
 	f.StringVar(&cfg.Managed.Containerd.BridgeName, "cni-bridge-name", cfg.Managed.Containerd.BridgeName, "Linux bridge of the managed runtime's network")
 	f.StringVar(&cfg.Managed.RegistryAddress, "image-registry-address", cfg.Managed.RegistryAddress, "Loopback address of the managed image registry (port 0 picks a free one)")
@@ -226,6 +234,20 @@ func (o *rootOptions) parseFlags(flags *pflag.FlagSet) error {
 	if flags.Changed("eviction-hard") {
 		if cfg.EvictionHard, err = nodeconfig.ParseMap("eviction-hard", o.evictionHard, "<"); err != nil {
 			return err
+		}
+	}
+	for _, m := range []struct {
+		flag, value, sep string
+		dst              *map[string]string
+	}{
+		{"eviction-soft", o.evictionSoft, "<", &cfg.EvictionSoft},
+		{"eviction-soft-grace-period", o.evictionSoftGP, "=", &cfg.EvictionSoftGracePeriod},
+		{"eviction-minimum-reclaim", o.evictionReclaim, "=", &cfg.EvictionMinimumReclaim},
+	} {
+		if flags.Changed(m.flag) {
+			if *m.dst, err = nodeconfig.ParseMap(m.flag, m.value, m.sep); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

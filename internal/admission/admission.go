@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/go-logr/logr"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -25,6 +26,9 @@ type Node struct {
 	Allocatable v1.ResourceList
 	// AppArmor: the host enforces AppArmor profiles.
 	AppArmor bool
+	// Pressure are the node's pressure conditions now (the eviction
+	// manager's), sorted.
+	Pressure []v1.NodeConditionType
 	// Object is the Node as the API server has it (cluster mode; nil
 	// standalone): its name, labels and taints are checked too.
 	Object *v1.Node
@@ -40,6 +44,9 @@ type Result struct {
 // Admit decides whether pod may join active, the pods already admitted and
 // not terminated.
 func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
+	if r := checkPressure(pod, node.Pressure); !r.Admit {
+		return r
+	}
 	if r := checkOS(pod); !r.Admit {
 		return r
 	}
@@ -240,4 +247,30 @@ func wantsAppArmor(pod *v1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// ReasonEvicted is the reason of a pod refused under node pressure, as the
+// kubelet's eviction admit handler gives it.
+const ReasonEvicted = "Evicted"
+
+// checkPressure is the kubelet's eviction admit handler: under memory
+// pressure alone, only BestEffort pods that do not tolerate the
+// memory-pressure taint are refused; under disk or PID pressure, every
+// pod. Critical pods are always admitted.
+func checkPressure(pod *v1.Pod, pressure []v1.NodeConditionType) Result {
+	if len(pressure) == 0 || podspec.IsCritical(pod) {
+		return Result{Admit: true}
+	}
+	if len(pressure) == 1 && pressure[0] == v1.NodeMemoryPressure {
+		if podspec.QOSClass(pod) != v1.PodQOSBestEffort {
+			return Result{Admit: true}
+		}
+		taint := v1.Taint{Key: v1.TaintNodeMemoryPressure, Effect: v1.TaintEffectNoSchedule}
+		for i := range pod.Spec.Tolerations {
+			if pod.Spec.Tolerations[i].ToleratesTaint(logr.Discard(), &taint, false) {
+				return Result{Admit: true}
+			}
+		}
+	}
+	return Result{Reason: ReasonEvicted, Message: fmt.Sprintf("The node had condition: %v. ", pressure)}
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -128,4 +129,42 @@ func withAppArmor(p *v1.Pod, field bool, profile v1.AppArmorProfileType) *v1.Pod
 		p.Annotations = map[string]string{v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + "c": string(profile)}
 	}
 	return p
+}
+
+// Under pressure, the kubelet's eviction admit handler: memory pressure
+// alone refuses only BestEffort pods without the memory-pressure
+// toleration; disk or PID pressure refuses every pod; critical pods pass.
+func TestAdmitUnderPressure(t *testing.T) {
+	bestEffort := pod("be", "", "", 0)
+	burstable := pod("bu", "", "64Mi", 0)
+	tolerant := pod("tol", "", "", 0)
+	tolerant.Spec.Tolerations = []v1.Toleration{{Key: v1.TaintNodeMemoryPressure, Operator: v1.TolerationOpExists, Effect: v1.TaintEffectNoSchedule}}
+	critical := pod("crit", "", "", 0)
+	critical.Spec.PriorityClassName = "system-node-critical"
+	mem := []v1.NodeConditionType{v1.NodeMemoryPressure}
+	disk := []v1.NodeConditionType{v1.NodeDiskPressure}
+	both := []v1.NodeConditionType{v1.NodeDiskPressure, v1.NodeMemoryPressure}
+	for _, tc := range []struct {
+		pod      *v1.Pod
+		pressure []v1.NodeConditionType
+		admit    bool
+	}{
+		{bestEffort, nil, true},
+		{bestEffort, mem, false},
+		{burstable, mem, true},
+		{tolerant, mem, true},
+		{critical, mem, true},
+		{burstable, disk, false},
+		{tolerant, both, false},
+		{critical, both, true},
+		{burstable, []v1.NodeConditionType{v1.NodePIDPressure}, false},
+	} {
+		r := Admit(tc.pod, nil, Node{Pressure: tc.pressure})
+		if r.Admit != tc.admit {
+			t.Errorf("%s under %v: admit %v (%s), want %v", tc.pod.Name, tc.pressure, r.Admit, r.Message, tc.admit)
+		}
+		if !r.Admit && (r.Reason != "Evicted" || r.Message != fmt.Sprintf("The node had condition: %v. ", tc.pressure)) {
+			t.Errorf("%s under %v: reason %q message %q", tc.pod.Name, tc.pressure, r.Reason, r.Message)
+		}
+	}
 }

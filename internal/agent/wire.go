@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/eviction"
 	"github.com/nodelet/nodelet/internal/gc"
 	"github.com/nodelet/nodelet/internal/housekeeping"
 	"github.com/nodelet/nodelet/internal/logs"
@@ -64,9 +65,9 @@ type pipeline struct {
 	prober  *prober.Manager
 	gc      *gc.Collector
 	hk      *housekeeping.Housekeeper
+	evict   *eviction.Manager
 	watcher pleg.Watcher // nil with the EventedPLEG feature gate off
-	// health are the checks of /healthz; api serves the kubelet API.
-	health []server.HealthCheck
+	// api serves the kubelet API and /healthz.
 	api    server.Deps
 	status *statusmanager.Manager
 	// cluster is cluster mode's parts; nil standalone.
@@ -180,6 +181,17 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
 
+	thresholds, err := eviction.ParseThresholds(cfg.EvictionConfig())
+	if err != nil {
+		return nil, err
+	}
+	p.evict = eviction.New(eviction.Options{Thresholds: thresholds, PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod,
+		MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod), NodeName: cfg.NodeName}, eviction.Deps{
+		Summary: statsProvider, Workers: p.workers, Statuses: p.status, Recorder: recorder,
+		ActivePods:        func() []*v1.Pod { return p.hk.ActivePods() },
+		ReclaimContainers: func(ctx context.Context) error { return p.gc.ReclaimContainers(ctx, p.hk.PodActive) },
+		Metrics:           reg, Clock: clk, Log: log})
+
 	// Cluster mode, beside the pipeline: the Node and its lease, pod
 	// statuses to the API, mirror pods of static pods.
 	var node func() *v1.Node
@@ -189,7 +201,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 			return nil, err
 		}
 		cl.node, err = nodestatus.New(api.kube, cfg.NodeStatusOptions(), nodestatus.Deps{HeartbeatClient: hb,
-			Runtime: rt, Machine: machine, PLEGHealthy: p.pleg.Healthy, Events: recorder, Registerer: reg,
+			Runtime: rt, Machine: machine, PLEGHealthy: p.pleg.Healthy, Pressure: p.evict.Pressure, Events: recorder, Registerer: reg,
 			OnLeaseFailure: func() { cl.status.Stale() }, Clock: clk, Log: log})
 		if err != nil {
 			return nil, err
@@ -223,17 +235,18 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	p.loop = syncloop.New(syncloop.Options{
 		SyncFrequency: cfg.SyncFrequency,
 		Node:          admission.Node{MaxPods: cfg.MaxPods, Allocatable: cfg.Allocatable, AppArmor: cfg.AppArmor},
-	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Seen: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Node: node, Clock: clk, Log: log})
+	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Seen: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Node: node,
+		Pressure: p.evict.Conditions, Clock: clk, Log: log})
 
 	// The kubelet API.
-	p.health = []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
+	health := []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
 	view := podview.New(podview.Deps{Sources: p.config, Statuses: p.status, Pods: runtime, CRI: rt})
 	p.api = server.Deps{
-		Pods: view, RunningPods: view, Streaming: view, Events: recorder, Stats: statsProvider,
+		Pods: view, RunningPods: view, Streaming: view, Events: recorder, Stats: statsProvider, NodeConditions: p.evict.Conditions,
 		Logs: podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
 		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: statsProvider.ResourceGatherer(),
 			Cadvisor: stats.NewContainerMetrics(rt, machine, clk, log)},
-		Configz: nodeconfig.Configz(cfg), Health: p.health, Log: log, Clock: clk,
+		Configz: nodeconfig.Configz(cfg), Health: health, Log: log, Clock: clk,
 	}
 	return p, nil
 }
@@ -259,6 +272,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	goRun(func() { p.pleg.RunEvented(ctx, p.watcher, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.hk.PodActive) })
 	goRun(func() { p.prober.Run(ctx) })
+	goRun(func() { p.evict.Run(ctx) })
 	if p.cluster != nil {
 		p.cluster.run(ctx, goRun, fatal)
 	}
@@ -270,40 +284,24 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 
 // serve starts the HTTP servers that are configured.
 func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
-	cfg, log, clk := p.a.cfg, p.a.deps.Log, p.a.deps.Clock
-	forever := func(addr string, serve func(context.Context) error) {
-		goRun(func() { server.ServeForever(ctx, addr, serve, clk, log) })
-	}
+	cfg := p.a.cfg
+	var l server.Listeners
 	if cfg.HealthzPort > 0 {
-		addr := net.JoinHostPort(cfg.HealthzBindAddress, strconv.Itoa(cfg.HealthzPort))
-		h := server.HealthzHandler(p.health)
-		forever(addr, func(ctx context.Context) error { return server.Serve(ctx, addr, h, log) })
+		l.HealthzAddr = net.JoinHostPort(cfg.HealthzBindAddress, strconv.Itoa(cfg.HealthzPort))
 	}
 	if cfg.Port > 0 {
-		settings := server.Settings{RootDir: cfg.RootDir, Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)),
+		l.Secure = server.Settings{RootDir: cfg.RootDir, Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)),
 			NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, Auth: cfg.Auth}
 		if c := p.cluster; c != nil {
-			settings.Client, settings.WebhookAuthn = c.api.kube, cfg.AuthenticationTokenWebhook
-			settings.TokenCacheTTL = cfg.AuthenticationTokenWebhookCacheTTL
+			l.Secure.Client, l.Secure.WebhookAuthn = c.api.kube, cfg.AuthenticationTokenWebhook
+			l.Secure.TokenCacheTTL = cfg.AuthenticationTokenWebhookCacheTTL
 			if c.serving != nil {
-				settings.GetCertificate = c.serving.GetCertificate
+				l.Secure.GetCertificate = c.serving.GetCertificate
 			}
-		}
-		scfg, err := settings.Load(clk)
-		var h http.Handler
-		if err == nil {
-			h, err = server.NewSecure(scfg, p.api)
-		}
-		if err != nil {
-			log.Error("the kubelet API is off", "err", err)
-		} else {
-			tlsCfg := scfg.TLSConfig()
-			forever(scfg.Addr, func(ctx context.Context) error { return server.ServeTLS(ctx, scfg.Addr, tlsCfg, h, log) })
 		}
 	}
 	if cfg.ReadOnlyPort > 0 {
-		addr := net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.ReadOnlyPort))
-		h := server.ReadOnlyHandler(p.api)
-		forever(addr, func(ctx context.Context) error { return server.Serve(ctx, addr, h, log) })
+		l.ReadOnlyAddr = net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.ReadOnlyPort))
 	}
+	server.ServeAll(ctx, l, p.api, p.a.deps.Clock, p.a.deps.Log, goRun)
 }

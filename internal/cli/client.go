@@ -51,10 +51,15 @@ type Config struct {
 	// TrustHint tells the user what to do when the server's certificate
 	// is not signed by CAFile, e.g. which --root-dir to pass.
 	TrustHint string
+	// Warnings, when set, gets the server's warnings (the Warning
+	// headers of /pods: the node's pressure conditions), one
+	// "Warning: ..." line each, as kubectl prints them.
+	Warnings io.Writer
 }
 
 // Client talks to one nodelet.
 type Client struct {
+	warnings  io.Writer
 	server    *url.URL
 	http      *http.Client
 	timeout   time.Duration
@@ -152,7 +157,8 @@ func NewClient(cfg Config) (*Client, error) {
 		MaxIdleConns:          4,
 		IdleConnTimeout:       90 * time.Second,
 	}
-	return &Client{server: u, http: &http.Client{Transport: transport}, timeout: timeout, caFile: cfg.CAFile, trustHint: cfg.TrustHint}, nil
+	return &Client{server: u, http: &http.Client{Transport: transport}, timeout: timeout, caFile: cfg.CAFile, trustHint: cfg.TrustHint,
+		warnings: cfg.Warnings}, nil
 }
 
 // explainTrust turns a server certificate that CAFile does not vouch for
@@ -296,6 +302,7 @@ func (c *Client) getJSON(ctx context.Context, path string, into any) error {
 		return err
 	}
 	defer resp.Body.Close()
+	c.warn(resp.Header.Values("Warning"))
 	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
 		return fmt.Errorf("server %s: decode %s: %w", c.server, path, err)
 	}
@@ -334,4 +341,33 @@ func (c *Client) get(ctx context.Context, path string, q url.Values) (*http.Resp
 		}
 	}
 	return resp, nil
+}
+
+// maxWarnings bounds what the client prints of a server's warnings.
+const maxWarnings, maxWarningLen = 10, 256
+
+// warn prints the text of RFC 7234 warnings `299 - "text"`, bounded.
+func (c *Client) warn(headers []string) {
+	if c.warnings == nil {
+		return
+	}
+	for i, h := range headers {
+		if i == maxWarnings {
+			return
+		}
+		_, quoted, ok := strings.Cut(h, " - ")
+		text, err := strconv.Unquote(quoted)
+		if !ok || err != nil {
+			continue
+		}
+		if len(text) > maxWarningLen {
+			text = text[:maxWarningLen]
+		}
+		fmt.Fprintf(c.warnings, "Warning: %s\n", strings.Map(func(r rune) rune {
+			if r < ' ' || r == 0x7f {
+				return -1
+			}
+			return r
+		}, text))
+	}
 }

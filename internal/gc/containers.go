@@ -25,6 +25,19 @@ import (
 // run (until the pod sources have been read, for all of them). A failed
 // removal does not stop the others; all failures are returned together.
 func (c *Collector) CollectContainers(ctx context.Context, podActive func(uid types.UID) bool) error {
+	return c.collect(ctx, podActive, c.policy)
+}
+
+// ReclaimContainers is CollectContainers for a node short of disk (the
+// kubelet's DeleteAllUnusedContainers): dead containers go whatever their
+// age.
+func (c *Collector) ReclaimContainers(ctx context.Context, podActive func(uid types.UID) bool) error {
+	p := c.policy
+	p.MinAge = 0
+	return c.collect(ctx, podActive, p)
+}
+
+func (c *Collector) collect(ctx context.Context, podActive func(uid types.UID) bool, policy Policy) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 
@@ -37,7 +50,7 @@ func (c *Collector) CollectContainers(ctx context.Context, podActive func(uid ty
 		return fmt.Errorf("collect containers: %w", err)
 	}
 	active := memoize(podActive)
-	rmContainers, rmSandboxes := plan(sandboxes, containers, active, c.policy, c.clk.Now())
+	rmContainers, rmSandboxes := plan(sandboxes, containers, active, policy, c.clk.Now())
 
 	ctrByID := map[string]*runtimeapi.Container{}
 	for _, ctr := range containers {

@@ -211,3 +211,16 @@ func hasRunning(st *observed.PodStatus) bool {
 	}
 	return len(st.Running()) > 0
 }
+
+// ActivePods are the pods the sources want whose workers run them and
+// were not asked to stop (the kubelet's GetActivePods): the pods eviction
+// may choose from.
+func (h *Housekeeper) ActivePods() []*v1.Pod {
+	var out []*v1.Pod
+	for _, pod := range h.deps.Sources.Pods() {
+		if info, ok := h.deps.Workers.Info(pod.UID); ok && info.State == podworker.Syncing {
+			out = append(out, pod)
+		}
+	}
+	return out
+}

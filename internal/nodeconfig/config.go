@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/eviction"
 	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/server"
@@ -140,6 +141,18 @@ type Config struct {
 	// EvictionHard are the hard eviction thresholds, signal to quantity
 	// or percentage (--eviction-hard; DefaultEvictionHard).
 	EvictionHard map[string]string
+	// EvictionSoft, EvictionSoftGracePeriod and EvictionMinimumReclaim
+	// are the soft thresholds, how long each must be met before it
+	// evicts, and what an eviction must reclaim beyond a threshold
+	// (--eviction-soft, --eviction-soft-grace-period,
+	// --eviction-minimum-reclaim).
+	EvictionSoft, EvictionSoftGracePeriod, EvictionMinimumReclaim map[string]string
+	// EvictionPressureTransitionPeriod keeps a pressure condition that
+	// long after its threshold was last met (5m); EvictionMaxPodGracePeriod
+	// is the longest grace period of a pod evicted under a soft threshold
+	// (--eviction-pressure-transition-period, --eviction-max-pod-grace-period).
+	EvictionPressureTransitionPeriod time.Duration
+	EvictionMaxPodGracePeriod        int32
 
 	// ClusterConfig are cluster mode's settings: Kubeconfig set joins an
 	// API server.
@@ -247,31 +260,32 @@ type ManagedConfig struct {
 // DefaultConfig returns the defaults of every setting under rootDir.
 func DefaultConfig(rootDir string) Config {
 	return Config{
-		RootDir:                     rootDir,
-		PodLogsDir:                  "/var/log/pods",
-		FileCheckFrequency:          20 * time.Second,
-		HTTPCheckFrequency:          20 * time.Second,
-		SyncFrequency:               time.Minute,
-		PLEGRelistPeriod:            time.Second,
-		EventedPLEG:                 true,
-		MaxPods:                     110,
-		Port:                        10250,
-		Auth:                        server.Auth{AuthorizationMode: server.AuthorizationNodeletGroups},
-		HealthzBindAddress:          "127.0.0.1",
-		CgroupRoot:                  "/sys/fs/cgroup",
-		CgroupsPerQOS:               true,
-		CgroupDriver:                "cgroupfs",
-		PodPidsLimit:                -1,
-		MemoryThrottlingFactor:      0.9,
-		HealthzPort:                 10248,
-		Address:                     "0.0.0.0",
-		MaxPerPodContainer:          1,
-		ContainerLogMaxSize:         10 << 20,
-		ContainerLogMaxFiles:        5,
-		ContainerLogMonitorInterval: 10 * time.Second,
-		ResolvConf:                  "/etc/resolv.conf",
-		EvictionHard:                DefaultEvictionHard(),
-		UserNamespaces:              UserNamespaces{IDsPerPod: userns.DefaultIDsPerPod},
+		RootDir:                          rootDir,
+		PodLogsDir:                       "/var/log/pods",
+		FileCheckFrequency:               20 * time.Second,
+		HTTPCheckFrequency:               20 * time.Second,
+		SyncFrequency:                    time.Minute,
+		PLEGRelistPeriod:                 time.Second,
+		EventedPLEG:                      true,
+		MaxPods:                          110,
+		Port:                             10250,
+		Auth:                             server.Auth{AuthorizationMode: server.AuthorizationNodeletGroups},
+		HealthzBindAddress:               "127.0.0.1",
+		CgroupRoot:                       "/sys/fs/cgroup",
+		CgroupsPerQOS:                    true,
+		CgroupDriver:                     "cgroupfs",
+		PodPidsLimit:                     -1,
+		MemoryThrottlingFactor:           0.9,
+		HealthzPort:                      10248,
+		Address:                          "0.0.0.0",
+		MaxPerPodContainer:               1,
+		ContainerLogMaxSize:              10 << 20,
+		ContainerLogMaxFiles:             5,
+		ContainerLogMonitorInterval:      10 * time.Second,
+		ResolvConf:                       "/etc/resolv.conf",
+		EvictionHard:                     DefaultEvictionHard(),
+		EvictionPressureTransitionPeriod: eviction.DefaultPressureTransitionPeriod,
+		UserNamespaces:                   UserNamespaces{IDsPerPod: userns.DefaultIDsPerPod},
 		ClusterConfig: ClusterConfig{
 			RegisterNode:                       true,
 			KubeAPIQPS:                         50,
@@ -305,6 +319,12 @@ func (cfg Config) Validate() error {
 	}
 	if err := ValidateEvictionHard(cfg.EvictionHard); err != nil {
 		return err
+	}
+	if _, err := eviction.ParseThresholds(cfg.EvictionConfig()); err != nil {
+		return err
+	}
+	if cfg.EvictionPressureTransitionPeriod < 0 || cfg.EvictionMaxPodGracePeriod < 0 {
+		return errors.New("evictionPressureTransitionPeriod and evictionMaxPodGracePeriod must not be negative")
 	}
 	if cfg.CgroupDriver != "cgroupfs" && cfg.CgroupDriver != "systemd" {
 		return fmt.Errorf("--cgroup-driver %q: want cgroupfs or systemd", cfg.CgroupDriver)
@@ -386,4 +406,10 @@ func (c *Config) SetFeatureGates(gates map[string]bool) (unknown []string) {
 		}
 	}
 	return unknown
+}
+
+// EvictionConfig are the eviction thresholds' settings.
+func (cfg Config) EvictionConfig() eviction.Config {
+	return eviction.Config{EvictionHard: cfg.EvictionHard, EvictionSoft: cfg.EvictionSoft,
+		EvictionSoftGracePeriod: cfg.EvictionSoftGracePeriod, EvictionMinimumReclaim: cfg.EvictionMinimumReclaim}
 }

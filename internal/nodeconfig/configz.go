@@ -35,6 +35,9 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.ClusterDomain, c.ClusterDNS = cfg.ClusterDomain, cfg.ClusterDNS
 	c.SystemReserved, c.KubeReserved = reservedMap(cfg.SystemReserved), reservedMap(cfg.KubeReserved)
 	c.EvictionHard = cfg.EvictionHard
+	c.EvictionSoft, c.EvictionSoftGracePeriod, c.EvictionMinimumReclaim = cfg.EvictionSoft, cfg.EvictionSoftGracePeriod, cfg.EvictionMinimumReclaim
+	c.EvictionPressureTransitionPeriod = metav1.Duration{Duration: cfg.EvictionPressureTransitionPeriod}
+	c.EvictionMaxPodGracePeriod = cfg.EvictionMaxPodGracePeriod
 	configzCluster(c, cfg.ClusterConfig)
 	return c
 }

@@ -16,6 +16,8 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/internal/eviction"
 )
 
 // maxFileSize bounds a KubeletConfiguration file, as the kubelet's.
@@ -272,6 +274,24 @@ func (f *File) applyResources(cfg *Config) error {
 		}
 		cfg.EvictionHard = hard
 	}
+	if kc.EvictionSoft != nil {
+		cfg.EvictionSoft = maps.Clone(kc.EvictionSoft)
+	}
+	if kc.EvictionSoftGracePeriod != nil {
+		cfg.EvictionSoftGracePeriod = maps.Clone(kc.EvictionSoftGracePeriod)
+	}
+	if kc.EvictionMinimumReclaim != nil {
+		cfg.EvictionMinimumReclaim = maps.Clone(kc.EvictionMinimumReclaim)
+	}
+	if kc.EvictionPressureTransitionPeriod.Duration != 0 {
+		cfg.EvictionPressureTransitionPeriod = kc.EvictionPressureTransitionPeriod.Duration
+	}
+	if kc.EvictionMaxPodGracePeriod != 0 {
+		cfg.EvictionMaxPodGracePeriod = kc.EvictionMaxPodGracePeriod
+	}
+	if _, err := eviction.ParseThresholds(cfg.EvictionConfig()); err != nil {
+		return fmt.Errorf("%s: %w", f.Path, err)
+	}
 	return nil
 }
 
@@ -283,7 +303,8 @@ var implemented = []string{
 	"healthzBindAddress", "clusterDomain", "clusterDNS", "nodeStatusUpdateFrequency", "nodeStatusReportFrequency",
 	"nodeLeaseDurationSeconds", "maxPods", "podCIDR", "resolvConf", "contentType", "kubeAPIQPS", "kubeAPIBurst",
 	"eventRecordQPS", "eventBurst",
-	"evictionHard", "mergeDefaultEvictionSettings", "containerLogMaxSize", "containerLogMaxFiles",
+	"evictionHard", "mergeDefaultEvictionSettings", "evictionSoft", "evictionSoftGracePeriod", "evictionMinimumReclaim",
+	"evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
 	"userNamespaces",

@@ -113,6 +113,9 @@ func (m *Manager) gather(ctx context.Context) *Facts {
 		obs[signalPIDAvailable] = observation{available: int64(limit) - int64(running), capacity: int64(limit)}
 	}
 	f.MemoryPressure, f.DiskPressure, f.PIDPressure = m.pressure.update(conditionsMet(m.cfg.all, obs), f.Now)
+	if m.pressureOf != nil {
+		f.MemoryPressure, f.DiskPressure, f.PIDPressure = m.pressureOf()
+	}
 	return f
 }
 

@@ -179,6 +179,11 @@ type Deps struct {
 	// PLEGHealthy is the PLEG's health check ((*pleg.Generic).Healthy);
 	// nil: no check.
 	PLEGHealthy func() (bool, error)
+	// Pressure is the eviction manager's view of the pressure conditions
+	// ((*eviction.Manager).Pressure), the one nodelet acts on; nil: the
+	// conditions are computed here from the thresholds, grace periods
+	// ignored (the node status of a nodelet that evicts nothing).
+	Pressure func() (memory, disk, pid bool)
 	// Events receives the kubelet's node events (NodeReady,
 	// NodeHasSufficientMemory, Rebooted, ...); nil: none.
 	Events EventRecorder

@@ -49,6 +49,12 @@ type KubeletConfiguration struct {
 	KubeReserved   map[string]string `json:"kubeReserved,omitempty"`
 	EvictionHard   map[string]string `json:"evictionHard,omitempty"`
 
+	EvictionSoft                     map[string]string `json:"evictionSoft,omitempty"`
+	EvictionSoftGracePeriod          map[string]string `json:"evictionSoftGracePeriod,omitempty"`
+	EvictionMinimumReclaim           map[string]string `json:"evictionMinimumReclaim,omitempty"`
+	EvictionPressureTransitionPeriod metav1.Duration   `json:"evictionPressureTransitionPeriod"`
+	EvictionMaxPodGracePeriod        int32             `json:"evictionMaxPodGracePeriod,omitempty"`
+
 	RotateCertificates        bool            `json:"rotateCertificates,omitempty"`
 	ServerTLSBootstrap        bool            `json:"serverTLSBootstrap,omitempty"`
 	RegisterNode              *bool           `json:"registerNode,omitempty"`

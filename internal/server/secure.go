@@ -124,6 +124,10 @@ type Deps struct {
 	Stats       StatsProvider
 	Logs        LogStreamer
 	Events      EventLister
+	// NodeConditions, when set, are the node's pressure conditions now:
+	// /pods carries them as a Warning header (299, as the API server
+	// warns), which is how a node without an API server shows them.
+	NodeConditions func() []v1.NodeConditionType
 	// Metrics are served at /metrics, /metrics/probes, /metrics/resource
 	// and /metrics/cadvisor; a nil registry answers 404.
 	Metrics Metrics
@@ -323,6 +327,11 @@ func (s *secureServer) getPods(w http.ResponseWriter, _ *http.Request) {
 	var pods []*v1.Pod
 	if s.deps.Pods != nil {
 		pods = s.deps.Pods.Pods()
+	}
+	if s.deps.NodeConditions != nil {
+		for _, c := range s.deps.NodeConditions() {
+			w.Header().Add("Warning", fmt.Sprintf("299 - %q", "node has condition "+string(c)))
+		}
 	}
 	writeJSON(w, podList(pods), s.log)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -122,5 +123,46 @@ func ServeForever(ctx context.Context, addr string, serve func(context.Context) 
 			return
 		case <-clk.After(5 * time.Second):
 		}
+	}
+}
+
+// Listeners are where the node agent serves: "" leaves a server off.
+type Listeners struct {
+	// HealthzAddr serves /healthz over HTTP.
+	HealthzAddr string
+	// Secure is the kubelet API over HTTPS; Secure.Addr "" is off.
+	Secure Settings
+	// ReadOnlyAddr is the read-only port over HTTP.
+	ReadOnlyAddr string
+}
+
+// ServeAll starts, through goRun, the servers l configures, each served
+// until ctx ends and retried while its port is busy (ServeForever). A
+// secure server whose certificates cannot be had is logged and left off:
+// the pods run without it.
+func ServeAll(ctx context.Context, l Listeners, deps Deps, clk clock.Clock, log *slog.Logger, goRun func(func())) {
+	forever := func(addr string, serve func(context.Context) error) {
+		goRun(func() { ServeForever(ctx, addr, serve, clk, log) })
+	}
+	if l.HealthzAddr != "" {
+		h := HealthzHandler(deps.Health)
+		forever(l.HealthzAddr, func(ctx context.Context) error { return Serve(ctx, l.HealthzAddr, h, log) })
+	}
+	if l.Secure.Addr != "" {
+		scfg, err := l.Secure.Load(clk)
+		var h http.Handler
+		if err == nil {
+			h, err = NewSecure(scfg, deps)
+		}
+		if err != nil {
+			log.Error("the kubelet API is off", "err", err)
+		} else {
+			tlsCfg := scfg.TLSConfig()
+			forever(scfg.Addr, func(ctx context.Context) error { return ServeTLS(ctx, scfg.Addr, tlsCfg, h, log) })
+		}
+	}
+	if l.ReadOnlyAddr != "" {
+		h := ReadOnlyHandler(deps)
+		forever(l.ReadOnlyAddr, func(ctx context.Context) error { return Serve(ctx, l.ReadOnlyAddr, h, log) })
 	}
 }

@@ -113,6 +113,12 @@ func (p *Provider) refresh(ctx context.Context, full bool) (*v1alpha1.Summary, e
 	return &v1alpha1.Summary{Node: node, Pods: pods}, nil
 }
 
+// processCounter is a Machine that counts the node's processes
+// (HostMachine): the summary's rlimit, the pid.available signal.
+type processCounter interface {
+	Processes() (running, limit uint64, err error)
+}
+
 func (p *Provider) nodeStats(now time.Time, full bool, fsm *fsMemo) v1alpha1.NodeStats {
 	n := v1alpha1.NodeStats{NodeName: p.nodeName}
 	t := metav1.NewTime(now)
@@ -141,6 +147,14 @@ func (p *Provider) nodeStats(now time.Time, full bool, fsm *fsMemo) v1alpha1.Nod
 			RSSBytes:        &rss,
 			PageFaults:      &pf,
 			MajorPageFaults: &mpf,
+		}
+	}
+	if pm, ok := p.machine.(processCounter); ok {
+		if running, limit, err := pm.Processes(); err != nil {
+			p.log.Debug("stats: no process count", "err", err)
+		} else {
+			maxPID, curProc := int64(limit), int64(running)
+			n.Rlimit = &v1alpha1.RlimitStats{Time: t, MaxPID: &maxPID, NumOfRunningProcesses: &curProc}
 		}
 	}
 	if full {

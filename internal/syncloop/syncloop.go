@@ -71,9 +71,12 @@ type Deps struct {
 	SourcesReady func() bool
 	// Node, when set (cluster mode), is the Node as the API server has it
 	// now; admission checks new pods against its name, labels and taints.
-	Node  func() *v1.Node
-	Clock clock.WithTicker
-	Log   *slog.Logger
+	Node func() *v1.Node
+	// Pressure, when set, are the node's pressure conditions now (the
+	// eviction manager's): admission refuses pods under them.
+	Pressure func() []v1.NodeConditionType
+	Clock    clock.WithTicker
+	Log      *slog.Logger
 }
 
 // Inputs are the channels the loop selects over.
@@ -231,6 +234,9 @@ func (l *Loop) add(pod *v1.Pod) {
 	node := l.opts.Node
 	if l.deps.Node != nil {
 		node.Object = l.deps.Node()
+	}
+	if l.deps.Pressure != nil {
+		node.Pressure = l.deps.Pressure()
 	}
 	if r := admission.Admit(pod, active, node); !r.Admit {
 		l.rejected[pod.UID] = true

@@ -1,0 +1,15 @@
+// Package eviction is beside the pipeline: the kubelet's eviction manager.
+// Every monitoring interval it reads the node's signals (memory.available,
+// nodefs.available, nodefs.inodesFree, imagefs.available,
+// imagefs.inodesFree, pid.available) from the stats summary, compares them
+// with the hard and soft thresholds (evictionHard, evictionSoft and their
+// grace periods, evictionMinimumReclaim), keeps the node's pressure
+// conditions (held for evictionPressureTransitionPeriod), reclaims what
+// the node itself holds first (dead containers, unused images) and, if
+// that is not enough, stops one pod: the first of the kubelet's ranking
+// (usage above requests, then priority, then usage) that is not critical.
+// The evicted pod ends Failed, reason Evicted, with the kubelet's message
+// and a DisruptionTarget condition.
+//
+// The planning is pure (Decide, Rank, Message); Manager does the I/O.
+package eviction
