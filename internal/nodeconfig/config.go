@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/imagegc"
 	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/server"
@@ -140,6 +141,11 @@ type Config struct {
 	// EvictionHard are the hard eviction thresholds, signal to quantity
 	// or percentage (--eviction-hard; DefaultEvictionHard).
 	EvictionHard map[string]string
+	// ImageGC is when unused images are removed: imageGCHighThresholdPercent
+	// (--image-gc-high-threshold), imageGCLowThresholdPercent
+	// (--image-gc-low-threshold), imageMinimumGCAge
+	// (--minimum-image-gc-age) and imageMaximumGCAge.
+	ImageGC imagegc.Policy
 
 	// ClusterConfig are cluster mode's settings: Kubeconfig set joins an
 	// API server.
@@ -271,6 +277,7 @@ func DefaultConfig(rootDir string) Config {
 		ContainerLogMonitorInterval: 10 * time.Second,
 		ResolvConf:                  "/etc/resolv.conf",
 		EvictionHard:                DefaultEvictionHard(),
+		ImageGC:                     imagegc.DefaultPolicy(),
 		UserNamespaces:              UserNamespaces{IDsPerPod: userns.DefaultIDsPerPod},
 		ClusterConfig: ClusterConfig{
 			RegisterNode:                       true,
@@ -304,6 +311,9 @@ func (cfg Config) Validate() error {
 		return errors.New("--file-check-frequency, --http-check-frequency and --sync-frequency must be positive")
 	}
 	if err := ValidateEvictionHard(cfg.EvictionHard); err != nil {
+		return err
+	}
+	if err := cfg.ImageGC.Validate(); err != nil {
 		return err
 	}
 	if cfg.CgroupDriver != "cgroupfs" && cfg.CgroupDriver != "systemd" {

@@ -35,6 +35,10 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.ClusterDomain, c.ClusterDNS = cfg.ClusterDomain, cfg.ClusterDNS
 	c.SystemReserved, c.KubeReserved = reservedMap(cfg.SystemReserved), reservedMap(cfg.KubeReserved)
 	c.EvictionHard = cfg.EvictionHard
+	c.ImageGCHighThresholdPercent = ptr.To(int32(cfg.ImageGC.HighThresholdPercent))
+	c.ImageGCLowThresholdPercent = ptr.To(int32(cfg.ImageGC.LowThresholdPercent))
+	c.ImageMinimumGCAge = metav1.Duration{Duration: cfg.ImageGC.MinAge}
+	c.ImageMaximumGCAge = metav1.Duration{Duration: cfg.ImageGC.MaxAge}
 	configzCluster(c, cfg.ClusterConfig)
 	return c
 }

@@ -49,6 +49,11 @@ type KubeletConfiguration struct {
 	KubeReserved   map[string]string `json:"kubeReserved,omitempty"`
 	EvictionHard   map[string]string `json:"evictionHard,omitempty"`
 
+	ImageGCHighThresholdPercent *int32          `json:"imageGCHighThresholdPercent,omitempty"`
+	ImageGCLowThresholdPercent  *int32          `json:"imageGCLowThresholdPercent,omitempty"`
+	ImageMinimumGCAge           metav1.Duration `json:"imageMinimumGCAge,omitempty"`
+	ImageMaximumGCAge           metav1.Duration `json:"imageMaximumGCAge,omitempty"`
+
 	RotateCertificates        bool            `json:"rotateCertificates,omitempty"`
 	ServerTLSBootstrap        bool            `json:"serverTLSBootstrap,omitempty"`
 	RegisterNode              *bool           `json:"registerNode,omitempty"`
