@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/internal/events"
 	"github.com/nodelet/nodelet/internal/gc"
 	"github.com/nodelet/nodelet/internal/housekeeping"
+	"github.com/nodelet/nodelet/internal/imagegc"
 	"github.com/nodelet/nodelet/internal/logs"
 	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/mirror"
@@ -63,6 +64,7 @@ type pipeline struct {
 	pleg    *pleg.Generic
 	prober  *prober.Manager
 	gc      *gc.Collector
+	images  *imagegc.Manager // unused images, by disk usage and age
 	hk      *housekeeping.Housekeeper
 	watcher pleg.Watcher // nil with the EventedPLEG feature gate off
 	// health are the checks of /healthz; api serves the kubelet API.
@@ -102,13 +104,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		names = append(names, podsource.SourceFile)
 	}
 	if cfg.ManifestURL != "" {
-		header := http.Header{} // canonical names
-		for k, vs := range cfg.ManifestURLHeader {
-			for _, v := range vs {
-				header.Add(k, v)
-			}
-		}
-		p.sources = append(p.sources, podsource.NewHTTPSource(cfg.ManifestURL, header, cfg.NodeName,
+		p.sources = append(p.sources, podsource.NewHTTPSource(cfg.ManifestURL, cfg.ManifestHTTPHeader(), cfg.NodeName,
 			cfg.HTTPCheckFrequency, clk, log, manifestErrors, recorder))
 		names = append(names, podsource.SourceHTTP)
 	}
@@ -179,6 +175,9 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
+	if p.images, err = imagegc.New(cfg.ImageGC, []string{cfg.Managed.Containerd.SandboxImage}, imagegc.Deps{Runtime: rt, Fs: machine, Events: recorder, NodeName: cfg.NodeName, Registerer: reg, Clock: clk, Log: log}); err != nil {
+		return nil, err
+	}
 
 	// Cluster mode, beside the pipeline: the Node and its lease, pod
 	// statuses to the API, mirror pods of static pods.
@@ -258,6 +257,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	// runtime streams them (EventedPLEG; then every 5 minutes as a safety net).
 	goRun(func() { p.pleg.RunEvented(ctx, p.watcher, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.hk.PodActive) })
+	goRun(func() { p.images.Run(ctx) })
 	goRun(func() { p.prober.Run(ctx) })
 	if p.cluster != nil {
 		p.cluster.run(ctx, goRun, fatal)

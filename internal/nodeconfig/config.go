@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/http"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -160,6 +161,17 @@ type Config struct {
 	// UserNamespaces are the settings of pods' user namespaces
 	// (hostUsers: false).
 	UserNamespaces UserNamespaces
+}
+
+// ManifestHTTPHeader is ManifestURLHeader with canonical names.
+func (cfg Config) ManifestHTTPHeader() http.Header {
+	h := http.Header{}
+	for k, vs := range cfg.ManifestURLHeader {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	return h
 }
 
 // UserNamespaceOptions are the settings of the pods' user namespaces

@@ -116,3 +116,11 @@ func TestConfigzShowsClusterSettings(t *testing.T) {
 		}
 	}
 }
+
+func TestManifestHTTPHeader(t *testing.T) {
+	cfg := Config{ManifestURLHeader: map[string][]string{"x-token": {"a", "b"}, "Accept": {"yaml"}}}
+	h := cfg.ManifestHTTPHeader()
+	if got := h.Values("X-Token"); len(got) != 2 || got[0] != "a" || got[1] != "b" || h.Get("accept") != "yaml" || len(h) != 2 {
+		t.Errorf("ManifestHTTPHeader = %v, want canonical names with every value", h)
+	}
+}
