@@ -111,11 +111,11 @@ func TestConfigFileErrorsAndWarnings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--config") {
 		t.Errorf("missing file: %v", err)
 	}
-	_, logged, err := configFrom(t, "--config", writeConfig(t, "failSwapOn: true\nimageGCHighThresholdPercent: 90\n"))
+	_, logged, err := configFrom(t, "--config", writeConfig(t, "failSwapOn: true\ncpuManagerPolicy: static\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{"failSwapOn", "imageGCHighThresholdPercent"} {
+	for _, field := range []string{"failSwapOn", "cpuManagerPolicy"} {
 		if !strings.Contains(logged, "level=WARN") || !strings.Contains(logged, field+" is not implemented") {
 			t.Errorf("no warning about %s in %q", field, logged)
 		}
@@ -248,5 +248,32 @@ func TestFeatureGates(t *testing.T) {
 		if err == nil {
 			t.Errorf("--feature-gates %s: no error", bad)
 		}
+	}
+}
+
+// The image garbage collector's settings come from the kubelet's flags and
+// file fields, the flags winning; the kubelet's checks apply.
+func TestImageGCSettings(t *testing.T) {
+	cfg, _, err := configFrom(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.ImageGC; p.HighThresholdPercent != 85 || p.LowThresholdPercent != 80 || p.MinAge != 2*time.Minute || p.MaxAge != 0 {
+		t.Errorf("defaults %+v, want the kubelet's 85, 80, 2m, 0", p)
+	}
+	path := writeConfig(t, "imageGCHighThresholdPercent: 70\nimageGCLowThresholdPercent: 50\nimageMinimumGCAge: 1m\nimageMaximumGCAge: 24h\n")
+	cfg, _, err = configFrom(t, "--config", path, "--image-gc-high-threshold", "60", "--minimum-image-gc-age", "30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := cfg.ImageGC; p.HighThresholdPercent != 60 || p.LowThresholdPercent != 50 || p.MinAge != 30*time.Second || p.MaxAge != 24*time.Hour {
+		t.Errorf("file and flags: %+v, want 60 (flag), 50 (file), 30s (flag), 24h (file)", p)
+	}
+	cfg, _, err = configFrom(t, "--image-gc-high-threshold", "80", "--image-gc-low-threshold", "80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "imageGCLowThresholdPercent (--image-gc-low-threshold) 80 must be less than") {
+		t.Errorf("Validate: %v, want the low threshold refused", err)
 	}
 }

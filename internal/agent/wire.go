@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/internal/eviction"
 	"github.com/nodelet/nodelet/internal/gc"
 	"github.com/nodelet/nodelet/internal/housekeeping"
+	"github.com/nodelet/nodelet/internal/imagegc"
 	"github.com/nodelet/nodelet/internal/logs"
 	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/mirror"
@@ -64,6 +64,7 @@ type pipeline struct {
 	pleg    *pleg.Generic
 	prober  *prober.Manager
 	gc      *gc.Collector
+	images  *imagegc.Manager // unused images, by disk usage and age
 	hk      *housekeeping.Housekeeper
 	evict   *eviction.Manager
 	watcher pleg.Watcher // nil with the EventedPLEG feature gate off
@@ -103,13 +104,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		names = append(names, podsource.SourceFile)
 	}
 	if cfg.ManifestURL != "" {
-		header := http.Header{} // canonical names
-		for k, vs := range cfg.ManifestURLHeader {
-			for _, v := range vs {
-				header.Add(k, v)
-			}
-		}
-		p.sources = append(p.sources, podsource.NewHTTPSource(cfg.ManifestURL, header, cfg.NodeName,
+		p.sources = append(p.sources, podsource.NewHTTPSource(cfg.ManifestURL, cfg.ManifestHTTPHeader(), cfg.NodeName,
 			cfg.HTTPCheckFrequency, clk, log, manifestErrors, recorder))
 		names = append(names, podsource.SourceHTTP)
 	}
@@ -180,6 +175,9 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))
 	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
 		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
+	if p.images, err = imagegc.New(cfg.ImageGC, []string{cfg.Managed.Containerd.SandboxImage}, imagegc.Deps{Runtime: rt, Fs: machine, Events: recorder, NodeName: cfg.NodeName, Registerer: reg, Clock: clk, Log: log}); err != nil {
+		return nil, err
+	}
 
 	thresholds, err := eviction.ParseThresholds(cfg.EvictionConfig())
 	if err != nil {
@@ -190,6 +188,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		Summary: statsProvider, Workers: p.workers, Statuses: p.status, Recorder: recorder,
 		ActivePods:        func() []*v1.Pod { return p.hk.ActivePods() },
 		ReclaimContainers: func(ctx context.Context) error { return p.gc.ReclaimContainers(ctx, p.hk.PodActive) },
+		ReclaimImages:     p.images.DeleteUnusedImages,
 		Metrics:           reg, Clock: clk, Log: log})
 
 	// Cluster mode, beside the pipeline: the Node and its lease, pod
@@ -271,6 +270,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	// runtime streams them (EventedPLEG; then every 5 minutes as a safety net).
 	goRun(func() { p.pleg.RunEvented(ctx, p.watcher, 5*time.Minute) })
 	goRun(func() { p.gc.Run(ctx, 0, p.hk.PodActive) })
+	goRun(func() { p.images.Run(ctx) })
 	goRun(func() { p.prober.Run(ctx) })
 	goRun(func() { p.evict.Run(ctx) })
 	if p.cluster != nil {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net/http"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/containerd"
 	"github.com/nodelet/nodelet/internal/eviction"
+	"github.com/nodelet/nodelet/internal/imagegc"
 	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/server"
@@ -153,6 +155,11 @@ type Config struct {
 	// (--eviction-pressure-transition-period, --eviction-max-pod-grace-period).
 	EvictionPressureTransitionPeriod time.Duration
 	EvictionMaxPodGracePeriod        int32
+	// ImageGC is when unused images are removed: imageGCHighThresholdPercent
+	// (--image-gc-high-threshold), imageGCLowThresholdPercent
+	// (--image-gc-low-threshold), imageMinimumGCAge
+	// (--minimum-image-gc-age) and imageMaximumGCAge.
+	ImageGC imagegc.Policy
 
 	// ClusterConfig are cluster mode's settings: Kubeconfig set joins an
 	// API server.
@@ -167,6 +174,17 @@ type Config struct {
 	// UserNamespaces are the settings of pods' user namespaces
 	// (hostUsers: false).
 	UserNamespaces UserNamespaces
+}
+
+// ManifestHTTPHeader is ManifestURLHeader with canonical names.
+func (cfg Config) ManifestHTTPHeader() http.Header {
+	h := http.Header{}
+	for k, vs := range cfg.ManifestURLHeader {
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	return h
 }
 
 // UserNamespaceOptions are the settings of the pods' user namespaces
@@ -286,6 +304,7 @@ func DefaultConfig(rootDir string) Config {
 		EvictionHard:                     DefaultEvictionHard(),
 		EvictionPressureTransitionPeriod: eviction.DefaultPressureTransitionPeriod,
 		UserNamespaces:                   UserNamespaces{IDsPerPod: userns.DefaultIDsPerPod},
+		ImageGC:                          imagegc.DefaultPolicy(),
 		ClusterConfig: ClusterConfig{
 			RegisterNode:                       true,
 			KubeAPIQPS:                         50,
@@ -325,6 +344,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.EvictionPressureTransitionPeriod < 0 || cfg.EvictionMaxPodGracePeriod < 0 {
 		return errors.New("evictionPressureTransitionPeriod and evictionMaxPodGracePeriod must not be negative")
+	}
+	if err := cfg.ImageGC.Validate(); err != nil {
+		return err
 	}
 	if cfg.CgroupDriver != "cgroupfs" && cfg.CgroupDriver != "systemd" {
 		return fmt.Errorf("--cgroup-driver %q: want cgroupfs or systemd", cfg.CgroupDriver)

@@ -38,6 +38,10 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.EvictionSoft, c.EvictionSoftGracePeriod, c.EvictionMinimumReclaim = cfg.EvictionSoft, cfg.EvictionSoftGracePeriod, cfg.EvictionMinimumReclaim
 	c.EvictionPressureTransitionPeriod = metav1.Duration{Duration: cfg.EvictionPressureTransitionPeriod}
 	c.EvictionMaxPodGracePeriod = cfg.EvictionMaxPodGracePeriod
+	c.ImageGCHighThresholdPercent = ptr.To(int32(cfg.ImageGC.HighThresholdPercent))
+	c.ImageGCLowThresholdPercent = ptr.To(int32(cfg.ImageGC.LowThresholdPercent))
+	c.ImageMinimumGCAge = metav1.Duration{Duration: cfg.ImageGC.MinAge}
+	c.ImageMaximumGCAge = metav1.Duration{Duration: cfg.ImageGC.MaxAge}
 	configzCluster(c, cfg.ClusterConfig)
 	return c
 }

@@ -100,8 +100,9 @@ func TestConfigzShowsClusterSettings(t *testing.T) {
 		"kubeAPIQPS":         "50", "kubeAPIBurst": "100", "contentType": `"application/vnd.kubernetes.protobuf"`,
 		"nodeStatusUpdateFrequency": `"10s"`, "nodeStatusReportFrequency": `"5m0s"`, "nodeLeaseDurationSeconds": "40",
 		"systemReserved": `{"memory":"512Mi"}`, "clusterDomain": `"cluster.local"`, "clusterDNS": `["10.96.0.10"]`,
-		"evictionHard":   `{"imagefs.available":"15%","imagefs.inodesFree":"5%","memory.available":"100Mi","nodefs.available":"10%","nodefs.inodesFree":"5%"}`,
-		"resolvConf":     `"/etc/resolv.conf"`,
+		"evictionHard":                `{"imagefs.available":"15%","imagefs.inodesFree":"5%","memory.available":"100Mi","nodefs.available":"10%","nodefs.inodesFree":"5%"}`,
+		"resolvConf":                  `"/etc/resolv.conf"`,
+		"imageGCHighThresholdPercent": "85", "imageGCLowThresholdPercent": "80", "imageMinimumGCAge": `"2m0s"`, "imageMaximumGCAge": `"0s"`,
 		"authentication": `{"anonymous":{"enabled":false},"webhook":{"cacheTTL":"2m0s","enabled":true},"x509":{}}`,
 	} {
 		v, _ := json.Marshal(got[name])
@@ -113,5 +114,13 @@ func TestConfigzShowsClusterSettings(t *testing.T) {
 		if strings.Contains(string(b), secret) {
 			t.Errorf("/configz shows %q", secret)
 		}
+	}
+}
+
+func TestManifestHTTPHeader(t *testing.T) {
+	cfg := Config{ManifestURLHeader: map[string][]string{"x-token": {"a", "b"}, "Accept": {"yaml"}}}
+	h := cfg.ManifestHTTPHeader()
+	if got := h.Values("X-Token"); len(got) != 2 || got[0] != "a" || got[1] != "b" || h.Get("accept") != "yaml" || len(h) != 2 {
+		t.Errorf("ManifestHTTPHeader = %v, want canonical names with every value", h)
 	}
 }

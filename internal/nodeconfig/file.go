@@ -15,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	kjson "sigs.k8s.io/json"
+
+	"github.com/nodelet/nodelet/internal/imagegc"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodelet/nodelet/internal/eviction"
@@ -144,6 +146,7 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 		cfg.ContainerLogMonitorInterval = kc.ContainerLogMonitorInterval.Duration
 	}
 	setString(&cfg.RuntimeEndpoint, kc.ContainerRuntimeEndpoint)
+	applyImageGC(&cfg.ImageGC, kc)
 	if un := kc.UserNamespaces; un != nil && un.IDsPerPod != nil {
 		cfg.UserNamespaces.IDsPerPod = *un.IDsPerPod
 	}
@@ -169,6 +172,19 @@ func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 		warnings = append(warnings, fmt.Sprintf("%s: featureGates.%s is not implemented by nodelet and is ignored (%v)", f.Path, gate, kc.FeatureGates[gate]))
 	}
 	return warnings
+}
+
+// applyImageGC sets the image garbage collector's policy; a threshold set
+// to 0 applies, as it is a pointer.
+func applyImageGC(p *imagegc.Policy, kc *kubeletv1beta1.KubeletConfiguration) {
+	if kc.ImageGCHighThresholdPercent != nil {
+		p.HighThresholdPercent = int(*kc.ImageGCHighThresholdPercent)
+	}
+	if kc.ImageGCLowThresholdPercent != nil {
+		p.LowThresholdPercent = int(*kc.ImageGCLowThresholdPercent)
+	}
+	setDuration(&p.MinAge, kc.ImageMinimumGCAge)
+	setDuration(&p.MaxAge, kc.ImageMaximumGCAge)
 }
 
 // applyServer sets the secure, read-only and healthz ports' settings.
@@ -308,6 +324,7 @@ var implemented = []string{
 	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
 	"userNamespaces",
+	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "imageMinimumGCAge", "imageMaximumGCAge",
 }
 
 // behaves are unimplemented boolean and string fields with the value

@@ -38,6 +38,7 @@ type fileView struct {
 	ContainerLogMonitorInterval                         string
 	SystemReserved, KubeReserved                        map[string]string
 	EvictionHard                                        map[string]string
+	ImageGC                                             string
 	RotateCertificates, ServerTLSBootstrap              bool
 	RegisterNode                                        bool
 	RegisterWithTaints                                  []v1.Taint
@@ -67,6 +68,8 @@ func view(cfg Config, warnings []string) fileView {
 		ContainerLogMaxSize: cfg.ContainerLogMaxSize, ContainerLogMaxFiles: cfg.ContainerLogMaxFiles,
 		ContainerLogMonitorInterval: cfg.ContainerLogMonitorInterval.String(),
 		SystemReserved:              reservedMap(cfg.SystemReserved), KubeReserved: reservedMap(cfg.KubeReserved), EvictionHard: cfg.EvictionHard,
+		ImageGC: fmt.Sprintf("high %d%%, low %d%%, minimum age %v, maximum age %v", cfg.ImageGC.HighThresholdPercent,
+			cfg.ImageGC.LowThresholdPercent, cfg.ImageGC.MinAge, cfg.ImageGC.MaxAge),
 		RotateCertificates: cfg.RotateCertificates, ServerTLSBootstrap: cfg.ServerTLSBootstrap, RegisterNode: cfg.RegisterNode,
 		RegisterWithTaints: cfg.RegisterWithTaints, KubeAPIQPS: cfg.KubeAPIQPS, KubeAPIBurst: cfg.KubeAPIBurst,
 		KubeAPIContentType: cfg.KubeAPIContentType, NodeStatusUpdateFrequency: cfg.NodeStatusUpdateFrequency.String(),
@@ -217,7 +220,7 @@ func TestFileUnimplementedFieldsWarn(t *testing.T) {
 		{"memoryReservationPolicy: None\n", ""},
 		{"memoryReservationPolicy: TieredReservation\n", "memoryReservationPolicy"},
 		{"featureGates:\n  EventedPLEG: false\n", ""},
-		{"imageGCHighThresholdPercent: 90\n", "imageGCHighThresholdPercent"},
+		{"imageGCHighThresholdPercent: 90\n", ""},
 		{"shutdownGracePeriod: 30s\n", "shutdownGracePeriod"},
 		{"shutdownGracePeriod: 0s\n", ""},
 		{"authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n", "authorization.webhook"},

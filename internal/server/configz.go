@@ -54,6 +54,10 @@ type KubeletConfiguration struct {
 	EvictionMinimumReclaim           map[string]string `json:"evictionMinimumReclaim,omitempty"`
 	EvictionPressureTransitionPeriod metav1.Duration   `json:"evictionPressureTransitionPeriod"`
 	EvictionMaxPodGracePeriod        int32             `json:"evictionMaxPodGracePeriod,omitempty"`
+	ImageGCHighThresholdPercent      *int32            `json:"imageGCHighThresholdPercent,omitempty"`
+	ImageGCLowThresholdPercent       *int32            `json:"imageGCLowThresholdPercent,omitempty"`
+	ImageMinimumGCAge                metav1.Duration   `json:"imageMinimumGCAge,omitempty"`
+	ImageMaximumGCAge                metav1.Duration   `json:"imageMaximumGCAge,omitempty"`
 
 	RotateCertificates        bool            `json:"rotateCertificates,omitempty"`
 	ServerTLSBootstrap        bool            `json:"serverTLSBootstrap,omitempty"`
