@@ -49,7 +49,9 @@ func testPod(name string, mutate ...func(*v1.Pod)) *v1.Pod {
 
 func priority(v int32) func(*v1.Pod) { return func(p *v1.Pod) { p.Spec.Priority = ptr.To(v) } }
 func class(c string) func(*v1.Pod)   { return func(p *v1.Pod) { p.Spec.PriorityClassName = c } }
-func grace(s int64) func(*v1.Pod)    { return func(p *v1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To(s) } }
+func grace(s int64) func(*v1.Pod) {
+	return func(p *v1.Pod) { p.Spec.TerminationGracePeriodSeconds = ptr.To(s) }
+}
 
 // describe is a plan as text: one line per group.
 func describe(groups []Group) string {
