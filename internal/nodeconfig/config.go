@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/shutdown"
 	"github.com/nodelet/nodelet/internal/userns"
 )
 
@@ -140,6 +141,14 @@ type Config struct {
 	// EvictionHard are the hard eviction thresholds, signal to quantity
 	// or percentage (--eviction-hard; DefaultEvictionHard).
 	EvictionHard map[string]string
+
+	// ShutdownGracePeriod is how long the node's shutdown is delayed to
+	// stop the pods, of which ShutdownGracePeriodCriticalPods is for the
+	// critical pods (shutdownGracePeriod, shutdownGracePeriodCriticalPods;
+	// 0: no graceful node shutdown). ShutdownGracePeriodByPodPriority
+	// gives each priority its own period instead.
+	ShutdownGracePeriod, ShutdownGracePeriodCriticalPods time.Duration
+	ShutdownGracePeriodByPodPriority                     []shutdown.PriorityPeriod
 
 	// ClusterConfig are cluster mode's settings: Kubeconfig set joins an
 	// API server.
@@ -306,6 +315,9 @@ func (cfg Config) Validate() error {
 	if err := ValidateEvictionHard(cfg.EvictionHard); err != nil {
 		return err
 	}
+	if err := validateShutdown(cfg); err != nil {
+		return err
+	}
 	if cfg.CgroupDriver != "cgroupfs" && cfg.CgroupDriver != "systemd" {
 		return fmt.Errorf("--cgroup-driver %q: want cgroupfs or systemd", cfg.CgroupDriver)
 	}
@@ -324,6 +336,35 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("userNamespaces.idsPerPod %d must be a multiple of %d, at least that and at most %d", ids, userns.DefaultIDsPerPod, int64(math.MaxUint32))
 	}
 	return server.CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth)
+}
+
+// validateShutdown checks the graceful node shutdown settings as the
+// kubelet does.
+func validateShutdown(cfg Config) error {
+	total, critical := cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods
+	if critical > total {
+		return fmt.Errorf("shutdownGracePeriodCriticalPods %v must be <= shutdownGracePeriod %v", critical, total)
+	}
+	if total < 0 || (total > 0 && total < time.Second) {
+		return fmt.Errorf("shutdownGracePeriod %v must be either zero or otherwise >= 1 sec", total)
+	}
+	if critical < 0 || (critical > 0 && critical < time.Second) {
+		return fmt.Errorf("shutdownGracePeriodCriticalPods %v must be either zero or otherwise >= 1 sec", critical)
+	}
+	if len(cfg.ShutdownGracePeriodByPodPriority) > 0 && (total > 0 || critical > 0) {
+		return errors.New("cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time")
+	}
+	for _, p := range cfg.ShutdownGracePeriodByPodPriority {
+		if p.GracePeriod < 0 {
+			return fmt.Errorf("shutdownGracePeriodByPodPriority: priority %d: shutdownGracePeriodSeconds %v must not be negative", p.Priority, p.GracePeriod)
+		}
+	}
+	return nil
+}
+
+// ShutdownPeriods are the graceful node shutdown's groups (none: off).
+func (cfg Config) ShutdownPeriods() []shutdown.PriorityPeriod {
+	return shutdown.Periods(cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods, cfg.ShutdownGracePeriodByPodPriority)
 }
 
 // validate checks the cluster-mode settings. Those that only matter in

@@ -1,6 +1,8 @@
 package nodeconfig
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -35,6 +37,12 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.ClusterDomain, c.ClusterDNS = cfg.ClusterDomain, cfg.ClusterDNS
 	c.SystemReserved, c.KubeReserved = reservedMap(cfg.SystemReserved), reservedMap(cfg.KubeReserved)
 	c.EvictionHard = cfg.EvictionHard
+	c.ShutdownGracePeriod = metav1.Duration{Duration: cfg.ShutdownGracePeriod}
+	c.ShutdownGracePeriodCriticalPods = metav1.Duration{Duration: cfg.ShutdownGracePeriodCriticalPods}
+	for _, p := range cfg.ShutdownGracePeriodByPodPriority {
+		c.ShutdownGracePeriodByPodPriority = append(c.ShutdownGracePeriodByPodPriority,
+			server.ShutdownGracePeriodByPodPriority{Priority: p.Priority, ShutdownGracePeriodSeconds: int64(p.GracePeriod / time.Second)})
+	}
 	configzCluster(c, cfg.ClusterConfig)
 	return c
 }

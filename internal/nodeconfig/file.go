@@ -16,6 +16,8 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/nodelet/nodelet/internal/shutdown"
 )
 
 // maxFileSize bounds a KubeletConfiguration file, as the kubelet's.
@@ -142,6 +144,15 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 		cfg.ContainerLogMonitorInterval = kc.ContainerLogMonitorInterval.Duration
 	}
 	setString(&cfg.RuntimeEndpoint, kc.ContainerRuntimeEndpoint)
+	setDuration(&cfg.ShutdownGracePeriod, kc.ShutdownGracePeriod)
+	setDuration(&cfg.ShutdownGracePeriodCriticalPods, kc.ShutdownGracePeriodCriticalPods)
+	if len(kc.ShutdownGracePeriodByPodPriority) > 0 {
+		cfg.ShutdownGracePeriodByPodPriority = nil
+		for _, p := range kc.ShutdownGracePeriodByPodPriority {
+			cfg.ShutdownGracePeriodByPodPriority = append(cfg.ShutdownGracePeriodByPodPriority,
+				shutdown.PriorityPeriod{Priority: p.Priority, GracePeriod: time.Duration(p.ShutdownGracePeriodSeconds) * time.Second})
+		}
+	}
 	if un := kc.UserNamespaces; un != nil && un.IDsPerPod != nil {
 		cfg.UserNamespaces.IDsPerPod = *un.IDsPerPod
 	}
@@ -286,7 +297,7 @@ var implemented = []string{
 	"evictionHard", "mergeDefaultEvictionSettings", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
-	"userNamespaces",
+	"userNamespaces", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority",
 }
 
 // behaves are unimplemented boolean and string fields with the value

@@ -49,6 +49,10 @@ type KubeletConfiguration struct {
 	KubeReserved   map[string]string `json:"kubeReserved,omitempty"`
 	EvictionHard   map[string]string `json:"evictionHard,omitempty"`
 
+	ShutdownGracePeriod              metav1.Duration                    `json:"shutdownGracePeriod,omitempty"`
+	ShutdownGracePeriodCriticalPods  metav1.Duration                    `json:"shutdownGracePeriodCriticalPods,omitempty"`
+	ShutdownGracePeriodByPodPriority []ShutdownGracePeriodByPodPriority `json:"shutdownGracePeriodByPodPriority,omitempty"`
+
 	RotateCertificates        bool            `json:"rotateCertificates,omitempty"`
 	ServerTLSBootstrap        bool            `json:"serverTLSBootstrap,omitempty"`
 	RegisterNode              *bool           `json:"registerNode,omitempty"`
@@ -61,6 +65,12 @@ type KubeletConfiguration struct {
 	NodeStatusUpdateFrequency metav1.Duration `json:"nodeStatusUpdateFrequency,omitempty"`
 	NodeStatusReportFrequency metav1.Duration `json:"nodeStatusReportFrequency,omitempty"`
 	NodeLeaseDurationSeconds  int32           `json:"nodeLeaseDurationSeconds,omitempty"`
+}
+
+// ShutdownGracePeriodByPodPriority is one priority's shutdown grace period.
+type ShutdownGracePeriodByPodPriority struct {
+	Priority                   int32 `json:"priority"`
+	ShutdownGracePeriodSeconds int64 `json:"shutdownGracePeriodSeconds"`
 }
 
 // KubeletAuthentication is the kubelet's authentication settings.
