@@ -71,9 +71,12 @@ type Deps struct {
 	SourcesReady func() bool
 	// Node, when set (cluster mode), is the Node as the API server has it
 	// now; admission checks new pods against its name, labels and taints.
-	Node  func() *v1.Node
-	Clock clock.WithTicker
-	Log   *slog.Logger
+	Node func() *v1.Node
+	// ShuttingDown, when set, says whether the node is shutting down:
+	// admission then refuses every new pod (shutdown.Manager).
+	ShuttingDown func() bool
+	Clock        clock.WithTicker
+	Log          *slog.Logger
 }
 
 // Inputs are the channels the loop selects over.
@@ -232,6 +235,7 @@ func (l *Loop) add(pod *v1.Pod) {
 	if l.deps.Node != nil {
 		node.Object = l.deps.Node()
 	}
+	node.ShuttingDown = l.deps.ShuttingDown != nil && l.deps.ShuttingDown()
 	if r := admission.Admit(pod, active, node); !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
