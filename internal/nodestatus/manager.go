@@ -59,6 +59,7 @@ type Manager struct {
 	runtime     Runtime
 	machine     Machine
 	plegHealthy func() (bool, error)
+	shutdown    func() error
 	events      EventRecorder
 	onFailure   func()
 	onLease     func()
@@ -134,6 +135,7 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		runtime:     d.Runtime,
 		machine:     d.Machine,
 		plegHealthy: d.PLEGHealthy,
+		shutdown:    d.ShutdownStatus,
 		events:      d.Events,
 		onFailure:   d.OnRepeatedHeartbeatFailure,
 		onLease:     d.OnLeaseFailure,

@@ -179,6 +179,10 @@ type Deps struct {
 	// PLEGHealthy is the PLEG's health check ((*pleg.Generic).Healthy);
 	// nil: no check.
 	PLEGHealthy func() (bool, error)
+	// ShutdownStatus is the graceful node shutdown's error while the node
+	// shuts down (shutdown.Manager.Status): Ready is then false with it;
+	// nil: none.
+	ShutdownStatus func() error
 	// Events receives the kubelet's node events (NodeReady,
 	// NodeHasSufficientMemory, Rebooted, ...); nil: none.
 	Events EventRecorder
