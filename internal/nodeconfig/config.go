@@ -367,6 +367,11 @@ func (cfg Config) ShutdownPeriods() []shutdown.PriorityPeriod {
 	return shutdown.Periods(cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods, cfg.ShutdownGracePeriodByPodPriority)
 }
 
+// ShutdownConfig is the graceful node shutdown's configuration.
+func (cfg Config) ShutdownConfig() shutdown.Config {
+	return shutdown.Config{Periods: cfg.ShutdownPeriods(), StatePath: filepath.Join(cfg.RootDir, shutdown.StateFile), NodeName: cfg.NodeName}
+}
+
 // validate checks the cluster-mode settings. Those that only matter in
 // cluster mode (rotateCertificates, the node status frequencies) are not
 // refused standalone, so that a kubeadm KubeletConfiguration loads there;

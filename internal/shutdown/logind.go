@@ -58,7 +58,7 @@ type DBusLogind struct {
 // ConnectLogind connects to logind over the system bus. It fails where
 // the system bus or logind is not there: no graceful shutdown through
 // logind then (SIGPWR still triggers one).
-func ConnectLogind() (*DBusLogind, error) {
+func ConnectLogind() (Logind, error) {
 	conn, err := dbus.ConnectSystemBus()
 	if err != nil {
 		return nil, fmt.Errorf("system bus: %w", err)

@@ -58,6 +58,8 @@ const (
 // Workers is what the manager needs of the pod workers.
 type Workers interface {
 	UpdatePod(opts podworker.UpdatePodOptions)
+	// IsPodActive: the pod was admitted and is not yet terminated.
+	IsPodActive(uid types.UID) bool
 	// IsPodFinished: the pod's containers stopped and its resources
 	// (volumes, cgroup) were cleaned up.
 	IsPodFinished(uid types.UID) bool
@@ -85,13 +87,18 @@ type Config struct {
 	NodeName string
 }
 
-// Deps are the manager's collaborators. Workers, Statuses and ActivePods
+// Sources are the pods the sources want (podconfig.Config).
+type Sources interface {
+	Pods() []*v1.Pod
+}
+
+// Deps are the manager's collaborators. Workers, Statuses and Sources
 // are required.
 type Deps struct {
 	Workers  Workers
 	Statuses Statuses
-	// ActivePods are the pods admitted and not yet terminated.
-	ActivePods func() []*v1.Pod
+	// Sources' pods that are active (Workers.IsPodActive) are stopped.
+	Sources Sources
 	// Logind connects to systemd-logind (ConnectLogind); nil, or an
 	// error on the first try: no logind, only the triggers Run is given.
 	Logind func() (Logind, error)
@@ -228,7 +235,13 @@ func (m *Manager) process(ctx context.Context) {
 		m.releaseLock()
 		m.log.Info("node shutdown handled, the node will shut down shortly", "took", end.Sub(start))
 	}()
-	for _, g := range Plan(m.cfg.Periods, m.deps.ActivePods()) {
+	var active []*v1.Pod
+	for _, pod := range m.deps.Sources.Pods() {
+		if m.deps.Workers.IsPodActive(pod.UID) {
+			active = append(active, pod)
+		}
+	}
+	for _, g := range Plan(m.cfg.Periods, active) {
 		if ctx.Err() != nil {
 			return
 		}

@@ -46,6 +46,13 @@ func (f *fakeWorkers) UpdatePod(o podworker.UpdatePodOptions) {
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
+// podList is the sources' pods.
+type podList []*v1.Pod
+
+func (l podList) Pods() []*v1.Pod { return l }
+
+func (f *fakeWorkers) IsPodActive(uid types.UID) bool { return uid != "uid-gone" }
+
 func (f *fakeWorkers) IsPodFinished(uid types.UID) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -139,13 +146,13 @@ func TestShutdownByLogind(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	w := &fakeWorkers{finished: map[types.UID]bool{}, statuses: map[types.UID]string{}}
 	logind := &fakeLogind{delay: 5 * time.Second, held: map[Lock]bool{}, signals: make(chan bool)}
-	pods := []*v1.Pod{testPod("web", grace(3)), testPod("db"), testPod("dns", class("system-node-critical"))}
+	pods := podList{testPod("web", grace(3)), testPod("gone"), testPod("db"), testPod("dns", class("system-node-critical"))}
 	statePath := filepath.Join(t.TempDir(), StateFile)
 	reg := prometheus.NewPedanticRegistry()
 	var nodeChanged sync.WaitGroup
 	nodeChanged.Add(2)
 	m := New(Config{Periods: Periods(30*time.Second, 10*time.Second, nil), StatePath: statePath, NodeName: "n"}, Deps{
-		Workers: w, Statuses: w, ActivePods: func() []*v1.Pod { return pods },
+		Workers: w, Statuses: w, Sources: pods,
 		Logind:      func() (Logind, error) { return logind, nil },
 		NodeChanged: nodeChanged.Done, Registerer: reg, Clock: clk,
 	})
@@ -234,9 +241,9 @@ func TestShutdownByLogind(t *testing.T) {
 func TestShutdownByTrigger(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
 	w := &fakeWorkers{finished: map[types.UID]bool{}, statuses: map[types.UID]string{}}
-	pods := []*v1.Pod{testPod("web"), testPod("dns", priority(SystemCriticalPriority))}
+	pods := podList{testPod("web"), testPod("dns", priority(SystemCriticalPriority))}
 	m := New(Config{Periods: Periods(20*time.Second, 10*time.Second, nil)}, Deps{
-		Workers: w, Statuses: w, ActivePods: func() []*v1.Pod { return pods },
+		Workers: w, Statuses: w, Sources: pods,
 		Logind: func() (Logind, error) { return nil, errors.New("no system bus") }, Clock: clk,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
