@@ -301,7 +301,7 @@ func (m *Manager) watchLogind(ctx context.Context, out chan<- bool) {
 		events, err := m.connectLogind()
 		if err != nil {
 			if first {
-				m.log.Info("systemd-logind not reachable: node shutdown is handled on SIGPWR only", "err", err)
+				m.log.Info("no graceful node shutdown through systemd-logind; SIGPWR still triggers one", "err", err)
 				return
 			}
 			m.log.Error("cannot watch the node for shutdown events", "err", err)

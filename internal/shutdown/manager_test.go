@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/godbus/dbus/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -88,6 +89,9 @@ type fakeLogind struct {
 	held    map[Lock]bool
 	signals chan bool
 	closed  bool
+	// ignoreDropIn: the drop-in does not raise the delay (another
+	// drop-in overrides it, say).
+	ignoreDropIn bool
 }
 
 func (l *fakeLogind) InhibitDelay() (time.Duration, error) {
@@ -100,7 +104,9 @@ func (l *fakeLogind) SetInhibitDelay(d time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.raised = append(l.raised, d)
-	l.delay = d
+	if !l.ignoreDropIn {
+		l.delay = d
+	}
 	return nil
 }
 
@@ -284,5 +290,49 @@ func TestWriteDropIn(t *testing.T) {
 	}
 	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o644 {
 		t.Errorf("mode %v, want 0644 (logind reads it)", fi.Mode())
+	}
+}
+
+// A logind whose delay stays below the grace period after the drop-in is
+// not used: no lock is kept, the connection is closed.
+func TestLogindDelayNotRaised(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	logind := &fakeLogind{delay: 5 * time.Second, held: map[Lock]bool{}, signals: make(chan bool), ignoreDropIn: true}
+	m := New(Config{Periods: Periods(30*time.Second, 10*time.Second, nil)}, Deps{Logind: func() (Logind, error) { return logind, nil }, Clock: clk})
+	done := make(chan struct{})
+	go func() { defer close(done); m.watchLogind(context.Background(), make(chan bool)) }()
+	nodelettest.Eventually(t, "the watch given up", func() bool {
+		clk.Step(time.Second)
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if !logind.closed || logind.locks() != 0 {
+		t.Errorf("closed %v, locks %d: want closed, none", logind.closed, logind.locks())
+	}
+}
+
+// logind's signal, read from its D-Bus message.
+func TestPrepareForShutdownSignal(t *testing.T) {
+	name := "org.freedesktop.login1.Manager.PrepareForShutdown"
+	for _, tc := range []struct {
+		s    *dbus.Signal
+		want bool
+		ok   bool
+	}{
+		{&dbus.Signal{Name: name, Body: []any{true}}, true, true},
+		{&dbus.Signal{Name: name, Body: []any{false}}, false, true},
+		{&dbus.Signal{Name: name, Body: []any{"yes"}}, false, false},
+		{&dbus.Signal{Name: name}, false, false},
+		{&dbus.Signal{Name: "org.freedesktop.login1.Manager.SessionNew", Body: []any{true}}, false, false},
+		{nil, false, false},
+	} {
+		got, err := prepareForShutdown(tc.s)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("%+v: %v, %v; want %v, ok %v", tc.s, got, err, tc.want, tc.ok)
+		}
 	}
 }
