@@ -34,6 +34,32 @@ func main() {
 	os.Exit(exitCode(os.Stderr, err))
 }
 
+// nodeShutdownSignals is the graceful node shutdown's trigger where
+// systemd-logind does not announce shutdowns: SIGPWR (what init sends
+// when the machine must go down, on power failure) starts one; the pods
+// are stopped as shutdownGracePeriod says and nodelet keeps running.
+// SIGTERM keeps its meaning: nodelet exits, pods keep running.
+func nodeShutdownSignals(ctx context.Context) <-chan bool {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGPWR)
+	out := make(chan bool, 1)
+	go func() {
+		defer signal.Stop(sig)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sig:
+				select {
+				case out <- true:
+				default: // one is pending already
+				}
+			}
+		}
+	}()
+	return out
+}
+
 // exitCode prints err as one line and maps it to the process exit code; a
 // remote command's exit code (nodelet exec) is passed through silently.
 func exitCode(stderr io.Writer, err error) int {

@@ -70,7 +70,7 @@ flags given on the command line override it.`,
 			if err != nil {
 				return err
 			}
-			a, err := agent.New(cfg, agent.Deps{Clock: clock.RealClock{}, Log: log})
+			a, err := agent.New(cfg, agent.Deps{Clock: clock.RealClock{}, Log: log, NodeShutdown: nodeShutdownSignals(cmd.Context())})
 			if err != nil {
 				return err
 			}

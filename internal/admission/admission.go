@@ -29,21 +29,33 @@ type Node struct {
 	// Pressure are the node's pressure conditions now (the eviction
 	// manager's), sorted.
 	Pressure []v1.NodeConditionType
+	// ShuttingDown: the node is shutting down (graceful node shutdown);
+	// every new pod is refused.
+	ShuttingDown bool
 	// Object is the Node as the API server has it (cluster mode; nil
 	// standalone): its name, labels and taints are checked too.
 	Object *v1.Node
 }
 
+// The kubelet's refusal while the node shuts down.
+const (
+	ReasonNodeShutdown  = "NodeShutdown"
+	messageNodeShutdown = "Pod was rejected as the node is shutting down."
+)
+
 // Result is the decision for one pod.
 type Result struct {
 	Admit   bool
-	Reason  string // the kubelet's: OutOfpods, OutOfcpu, OutOfmemory, NodePorts, NodeAffinity, NodeName, TaintToleration
+	Reason  string // the kubelet's: NodeShutdown, OutOfpods, OutOfcpu, OutOfmemory, NodePorts, NodeAffinity, NodeName, TaintToleration
 	Message string
 }
 
 // Admit decides whether pod may join active, the pods already admitted and
 // not terminated.
 func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
+	if node.ShuttingDown {
+		return Result{Reason: ReasonNodeShutdown, Message: messageNodeShutdown}
+	}
 	if r := checkPressure(pod, node.Pressure); !r.Admit {
 		return r
 	}

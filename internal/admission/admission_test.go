@@ -168,3 +168,12 @@ func TestAdmitUnderPressure(t *testing.T) {
 		}
 	}
 }
+
+// While the node shuts down every new pod is refused, with the kubelet's
+// reason and message, even one that fits.
+func TestAdmitWhileShuttingDown(t *testing.T) {
+	r := Admit(pod("a", "", "", 0), nil, Node{MaxPods: 110, ShuttingDown: true})
+	if r.Admit || r.Reason != "NodeShutdown" || r.Message != "Pod was rejected as the node is shutting down." {
+		t.Fatalf("got %+v, want NodeShutdown", r)
+	}
+}

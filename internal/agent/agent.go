@@ -19,6 +19,8 @@ import (
 type Deps struct {
 	Clock clock.WithTicker
 	Log   *slog.Logger
+	// NodeShutdown triggers a graceful node shutdown (cmd/nodelet: SIGPWR; see shutdown.Manager.Run).
+	NodeShutdown <-chan bool
 }
 
 // Agent is a running node agent.

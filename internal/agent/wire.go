@@ -39,6 +39,7 @@ import (
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/prober"
 	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/shutdown"
 	"github.com/nodelet/nodelet/internal/stats"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 	"github.com/nodelet/nodelet/internal/statussync"
@@ -69,8 +70,9 @@ type pipeline struct {
 	evict   *eviction.Manager
 	watcher pleg.Watcher // nil with the EventedPLEG feature gate off
 	// api serves the kubelet API and /healthz.
-	api    server.Deps
-	status *statusmanager.Manager
+	api      server.Deps
+	status   *statusmanager.Manager
+	shutdown *shutdown.Manager
 	// cluster is cluster mode's parts; nil standalone.
 	cluster *clusterParts
 }
@@ -201,6 +203,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		}
 		cl.node, err = nodestatus.New(api.kube, cfg.NodeStatusOptions(), nodestatus.Deps{HeartbeatClient: hb,
 			Runtime: rt, Machine: machine, PLEGHealthy: p.pleg.Healthy, Pressure: p.evict.Pressure, Events: recorder, Registerer: reg,
+			ShutdownStatus: func() error { return p.shutdown.Status() },
 			OnLeaseFailure: func() { cl.status.Stale() }, Clock: clk, Log: log})
 		if err != nil {
 			return nil, err
@@ -228,6 +231,14 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		}
 	}
 
+	// Beside: the graceful node shutdown; in cluster mode the Node follows at once.
+	p.shutdown = shutdown.New(cfg.ShutdownConfig(), shutdown.Deps{Workers: p.workers, Statuses: p.status, Sources: p.config,
+		Logind: shutdown.ConnectLogind, NodeChanged: func() {
+			if cl != nil {
+				cl.node.Trigger()
+			}
+		}, Events: recorder, Registerer: reg, Clock: clk, Log: log})
+
 	// 3. Housekeeping and the sync loop.
 	p.hk = housekeeping.New(housekeeping.Deps{Sources: p.config, Workers: p.workers, Runtime: runtime, Statuses: p.status,
 		Resources: resources, Log: log})
@@ -235,7 +246,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		SyncFrequency: cfg.SyncFrequency,
 		Node:          admission.Node{MaxPods: cfg.MaxPods, Allocatable: cfg.Allocatable, AppArmor: cfg.AppArmor},
 	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Seen: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Node: node,
-		Pressure: p.evict.Conditions, Clock: clk, Log: log})
+		Pressure: p.evict.Conditions, ShuttingDown: p.shutdown.ShuttingDown, Clock: clk, Log: log})
 
 	// The kubelet API.
 	health := []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
@@ -273,6 +284,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	goRun(func() { p.images.Run(ctx) })
 	goRun(func() { p.prober.Run(ctx) })
 	goRun(func() { p.evict.Run(ctx) })
+	goRun(func() { p.shutdown.Run(ctx, p.a.deps.NodeShutdown) })
 	if p.cluster != nil {
 		p.cluster.run(ctx, goRun, fatal)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/nodelet/nodelet/internal/nodestatus"
 	"github.com/nodelet/nodelet/internal/registry"
 	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/shutdown"
 	"github.com/nodelet/nodelet/internal/userns"
 )
 
@@ -160,6 +161,14 @@ type Config struct {
 	// (--image-gc-low-threshold), imageMinimumGCAge
 	// (--minimum-image-gc-age) and imageMaximumGCAge.
 	ImageGC imagegc.Policy
+
+	// ShutdownGracePeriod is how long the node's shutdown is delayed to
+	// stop the pods, of which ShutdownGracePeriodCriticalPods is for the
+	// critical pods (shutdownGracePeriod, shutdownGracePeriodCriticalPods;
+	// 0: no graceful node shutdown). ShutdownGracePeriodByPodPriority
+	// gives each priority its own period instead.
+	ShutdownGracePeriod, ShutdownGracePeriodCriticalPods time.Duration
+	ShutdownGracePeriodByPodPriority                     []shutdown.PriorityPeriod
 
 	// ClusterConfig are cluster mode's settings: Kubeconfig set joins an
 	// API server.
@@ -348,6 +357,9 @@ func (cfg Config) Validate() error {
 	if err := cfg.ImageGC.Validate(); err != nil {
 		return err
 	}
+	if err := validateShutdown(cfg); err != nil {
+		return err
+	}
 	if cfg.CgroupDriver != "cgroupfs" && cfg.CgroupDriver != "systemd" {
 		return fmt.Errorf("--cgroup-driver %q: want cgroupfs or systemd", cfg.CgroupDriver)
 	}
@@ -366,6 +378,40 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("userNamespaces.idsPerPod %d must be a multiple of %d, at least that and at most %d", ids, userns.DefaultIDsPerPod, int64(math.MaxUint32))
 	}
 	return server.CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth)
+}
+
+// validateShutdown checks the graceful node shutdown settings as the
+// kubelet does.
+func validateShutdown(cfg Config) error {
+	total, critical := cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods
+	if critical > total {
+		return fmt.Errorf("shutdownGracePeriodCriticalPods %v must be <= shutdownGracePeriod %v", critical, total)
+	}
+	if total < 0 || (total > 0 && total < time.Second) {
+		return fmt.Errorf("shutdownGracePeriod %v must be either zero or otherwise >= 1 sec", total)
+	}
+	if critical < 0 || (critical > 0 && critical < time.Second) {
+		return fmt.Errorf("shutdownGracePeriodCriticalPods %v must be either zero or otherwise >= 1 sec", critical)
+	}
+	if len(cfg.ShutdownGracePeriodByPodPriority) > 0 && (total > 0 || critical > 0) {
+		return errors.New("cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time")
+	}
+	for _, p := range cfg.ShutdownGracePeriodByPodPriority {
+		if p.GracePeriod < 0 {
+			return fmt.Errorf("shutdownGracePeriodByPodPriority: priority %d: shutdownGracePeriodSeconds %v must not be negative", p.Priority, p.GracePeriod)
+		}
+	}
+	return nil
+}
+
+// ShutdownPeriods are the graceful node shutdown's groups (none: off).
+func (cfg Config) ShutdownPeriods() []shutdown.PriorityPeriod {
+	return shutdown.Periods(cfg.ShutdownGracePeriod, cfg.ShutdownGracePeriodCriticalPods, cfg.ShutdownGracePeriodByPodPriority)
+}
+
+// ShutdownConfig is the graceful node shutdown's configuration.
+func (cfg Config) ShutdownConfig() shutdown.Config {
+	return shutdown.Config{Periods: cfg.ShutdownPeriods(), StatePath: filepath.Join(cfg.RootDir, shutdown.StateFile), NodeName: cfg.NodeName}
 }
 
 // validate checks the cluster-mode settings. Those that only matter in

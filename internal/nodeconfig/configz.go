@@ -1,6 +1,8 @@
 package nodeconfig
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -42,6 +44,12 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.ImageGCLowThresholdPercent = ptr.To(int32(cfg.ImageGC.LowThresholdPercent))
 	c.ImageMinimumGCAge = metav1.Duration{Duration: cfg.ImageGC.MinAge}
 	c.ImageMaximumGCAge = metav1.Duration{Duration: cfg.ImageGC.MaxAge}
+	c.ShutdownGracePeriod = metav1.Duration{Duration: cfg.ShutdownGracePeriod}
+	c.ShutdownGracePeriodCriticalPods = metav1.Duration{Duration: cfg.ShutdownGracePeriodCriticalPods}
+	for _, p := range cfg.ShutdownGracePeriodByPodPriority {
+		c.ShutdownGracePeriodByPodPriority = append(c.ShutdownGracePeriodByPodPriority,
+			server.ShutdownGracePeriodByPodPriority{Priority: p.Priority, ShutdownGracePeriodSeconds: int64(p.GracePeriod / time.Second)})
+	}
 	configzCluster(c, cfg.ClusterConfig)
 	return c
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodelet/nodelet/internal/eviction"
+	"github.com/nodelet/nodelet/internal/shutdown"
 )
 
 // maxFileSize bounds a KubeletConfiguration file, as the kubelet's.
@@ -147,6 +148,15 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 	}
 	setString(&cfg.RuntimeEndpoint, kc.ContainerRuntimeEndpoint)
 	applyImageGC(&cfg.ImageGC, kc)
+	setDuration(&cfg.ShutdownGracePeriod, kc.ShutdownGracePeriod)
+	setDuration(&cfg.ShutdownGracePeriodCriticalPods, kc.ShutdownGracePeriodCriticalPods)
+	if len(kc.ShutdownGracePeriodByPodPriority) > 0 {
+		cfg.ShutdownGracePeriodByPodPriority = nil
+		for _, p := range kc.ShutdownGracePeriodByPodPriority {
+			cfg.ShutdownGracePeriodByPodPriority = append(cfg.ShutdownGracePeriodByPodPriority,
+				shutdown.PriorityPeriod{Priority: p.Priority, GracePeriod: time.Duration(p.ShutdownGracePeriodSeconds) * time.Second})
+		}
+	}
 	if un := kc.UserNamespaces; un != nil && un.IDsPerPod != nil {
 		cfg.UserNamespaces.IDsPerPod = *un.IDsPerPod
 	}
@@ -325,6 +335,7 @@ var implemented = []string{
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
 	"userNamespaces",
 	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "imageMinimumGCAge", "imageMaximumGCAge",
+	"userNamespaces", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority",
 }
 
 // behaves are unimplemented boolean and string fields with the value

@@ -221,7 +221,7 @@ func TestFileUnimplementedFieldsWarn(t *testing.T) {
 		{"memoryReservationPolicy: TieredReservation\n", "memoryReservationPolicy"},
 		{"featureGates:\n  EventedPLEG: false\n", ""},
 		{"imageGCHighThresholdPercent: 90\n", ""},
-		{"shutdownGracePeriod: 30s\n", "shutdownGracePeriod"},
+		{"shutdownGracePeriod: 30s\n", ""},
 		{"shutdownGracePeriod: 0s\n", ""},
 		{"authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n", "authorization.webhook"},
 		{"logging:\n  verbosity: 4\n", "logging"},
@@ -359,6 +359,53 @@ func TestFileUserNamespacesIDsPerPod(t *testing.T) {
 		err = cfg.Validate()
 		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("%q: Validate = %v, want %q", tc.ids, err, tc.wantErr)
+		}
+	}
+}
+
+// The graceful node shutdown settings load by the kubelet's names, are
+// checked as the kubelet checks them and show in /configz.
+func TestFileShutdown(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, tc := range []struct {
+		doc     string
+		periods string // fmt of ShutdownPeriods
+		invalid string
+	}{
+		{"shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n", "[{0 20s} {2000000000 10s}]", ""},
+		{"shutdownGracePeriod: 30s\n", "[{0 30s} {2000000000 0s}]", ""},
+		{"", "[]", ""},
+		{"shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n", "", "must be <= shutdownGracePeriod"},
+		{"shutdownGracePeriod: 500ms\n", "", "either zero or otherwise >= 1 sec"},
+		{"shutdownGracePeriodByPodPriority:\n- priority: 100000\n  shutdownGracePeriodSeconds: 5\n- priority: 0\n  shutdownGracePeriodSeconds: 20\n",
+			"[{0 20s} {100000 5s}]", ""},
+		{"shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority:\n- priority: 0\n  shutdownGracePeriodSeconds: 20\n", "", "cannot specify both"},
+	} {
+		f, err := DecodeFile("c.yaml", []byte(head+tc.doc))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.doc, err)
+		}
+		cfg := DefaultConfig("/var/lib/nodelet")
+		cfg.NodeName = "n"
+		if warnings, err := f.Apply(&cfg); err != nil || len(warnings) != 0 {
+			t.Fatalf("%q: %v %q", tc.doc, err, warnings)
+		}
+		err = cfg.Validate()
+		if tc.invalid != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.invalid) {
+				t.Errorf("%q: %v, want %q", tc.doc, err, tc.invalid)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%q: %v", tc.doc, err)
+		}
+		if got := fmt.Sprint(cfg.ShutdownPeriods()); got != tc.periods {
+			t.Errorf("%q: periods %s, want %s", tc.doc, got, tc.periods)
+		}
+		c := Configz(cfg)
+		if c.ShutdownGracePeriod.Duration != cfg.ShutdownGracePeriod || len(c.ShutdownGracePeriodByPodPriority) != len(cfg.ShutdownGracePeriodByPodPriority) {
+			t.Errorf("%q: /configz %v %v", tc.doc, c.ShutdownGracePeriod, c.ShutdownGracePeriodByPodPriority)
 		}
 	}
 }

@@ -42,6 +42,9 @@ type Facts struct {
 	// not ready (the kubelet's runtimeErrors and networkErrors, PLEG
 	// health included); both nil: the node is ready as far as they go.
 	RuntimeErr, NetworkErr error
+	// ShutdownErr is why the node is not ready because it shuts down
+	// ("node is shutting down"); nil while it does not.
+	ShutdownErr error
 
 	// MemoryPressure, DiskPressure and PIDPressure: an eviction threshold
 	// of the kind was met within the pressure transition period.

@@ -100,6 +100,9 @@ func (m *Manager) gather(ctx context.Context) *Facts {
 	f.RuntimeHandlers, f.RuntimeFeatures = m.rt.handlers, m.rt.features
 	m.observeImageFs(ctx, obs)
 	f.RuntimeErr, f.NetworkErr = m.readiness(f.Now)
+	if m.shutdown != nil {
+		f.ShutdownErr = m.shutdown()
+	}
 
 	// Pressure.
 	if ws, _, avail, _, _, _, err := m.machine.NodeMemory(); err != nil {

@@ -60,6 +60,7 @@ type Manager struct {
 	machine     Machine
 	plegHealthy func() (bool, error)
 	pressureOf  func() (memory, disk, pid bool)
+	shutdown    func() error
 	events      EventRecorder
 	onFailure   func()
 	onLease     func()
@@ -136,6 +137,7 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		machine:     d.Machine,
 		plegHealthy: d.PLEGHealthy,
 		pressureOf:  d.Pressure,
+		shutdown:    d.ShutdownStatus,
 		events:      d.Events,
 		onFailure:   d.OnRepeatedHeartbeatFailure,
 		onLease:     d.OnLeaseFailure,

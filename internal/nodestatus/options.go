@@ -184,6 +184,10 @@ type Deps struct {
 	// conditions are computed here from the thresholds, grace periods
 	// ignored (the node status of a nodelet that evicts nothing).
 	Pressure func() (memory, disk, pid bool)
+	// ShutdownStatus is the graceful node shutdown's error while the node
+	// shuts down (shutdown.Manager.Status): Ready is then false with it;
+	// nil: none.
+	ShutdownStatus func() error
 	// Events receives the kubelet's node events (NodeReady,
 	// NodeHasSufficientMemory, Rebooted, ...); nil: none.
 	Events EventRecorder

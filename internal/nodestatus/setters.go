@@ -246,7 +246,7 @@ func findCondition(node *v1.Node, t v1.NodeConditionType) (cond *v1.NodeConditio
 }
 
 // setReady: Ready is true unless the runtime, its network or a required
-// capacity is missing; then false with the reasons as the message, in
+// capacity is missing, or the node shuts down; then false with the reasons as the message, in
 // the kubelet's words. The transition time moves only when the status
 // does.
 func (c *config) setReady(node *v1.Node, f *Facts) []Event {
@@ -258,7 +258,7 @@ func (c *config) setReady(node *v1.Node, f *Facts) []Event {
 		Message:           "kubelet is posting ready status",
 		LastHeartbeatTime: now,
 	}
-	errs := []error{f.RuntimeErr, f.NetworkErr}
+	errs := []error{f.RuntimeErr, f.NetworkErr, f.ShutdownErr}
 	var missing []string
 	for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourcePods, v1.ResourceEphemeralStorage} {
 		if _, ok := node.Status.Capacity[r]; !ok {

@@ -378,3 +378,19 @@ func TestDeclaredFeaturesReplaced(t *testing.T) {
 		t.Errorf("declared %v", next.Status.DeclaredFeatures)
 	}
 }
+
+// While the node shuts down, Ready is false with the kubelet's message.
+func TestReadyWhileShuttingDown(t *testing.T) {
+	c := testConfig(t, testOptions())
+	node, _ := c.initialNode(testFacts(t0))
+	f := testFacts(t0.Add(10 * time.Second))
+	f.ShutdownErr = errors.New("node is shutting down")
+	next, changed, evs := c.updateNode(node, f)
+	cond, _ := findCondition(next, v1.NodeReady)
+	if !changed || cond.Status != v1.ConditionFalse || cond.Reason != "KubeletNotReady" || cond.Message != "node is shutting down" {
+		t.Fatalf("changed %v, Ready %+v: want False KubeletNotReady \"node is shutting down\"", changed, cond)
+	}
+	if len(evs) != 1 || evs[0].Reason != "NodeNotReady" {
+		t.Errorf("events %+v, want NodeNotReady", evs)
+	}
+}

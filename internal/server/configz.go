@@ -49,15 +49,18 @@ type KubeletConfiguration struct {
 	KubeReserved   map[string]string `json:"kubeReserved,omitempty"`
 	EvictionHard   map[string]string `json:"evictionHard,omitempty"`
 
-	EvictionSoft                     map[string]string `json:"evictionSoft,omitempty"`
-	EvictionSoftGracePeriod          map[string]string `json:"evictionSoftGracePeriod,omitempty"`
-	EvictionMinimumReclaim           map[string]string `json:"evictionMinimumReclaim,omitempty"`
-	EvictionPressureTransitionPeriod metav1.Duration   `json:"evictionPressureTransitionPeriod"`
-	EvictionMaxPodGracePeriod        int32             `json:"evictionMaxPodGracePeriod,omitempty"`
-	ImageGCHighThresholdPercent      *int32            `json:"imageGCHighThresholdPercent,omitempty"`
-	ImageGCLowThresholdPercent       *int32            `json:"imageGCLowThresholdPercent,omitempty"`
-	ImageMinimumGCAge                metav1.Duration   `json:"imageMinimumGCAge,omitempty"`
-	ImageMaximumGCAge                metav1.Duration   `json:"imageMaximumGCAge,omitempty"`
+	EvictionSoft                     map[string]string                  `json:"evictionSoft,omitempty"`
+	EvictionSoftGracePeriod          map[string]string                  `json:"evictionSoftGracePeriod,omitempty"`
+	EvictionMinimumReclaim           map[string]string                  `json:"evictionMinimumReclaim,omitempty"`
+	EvictionPressureTransitionPeriod metav1.Duration                    `json:"evictionPressureTransitionPeriod"`
+	EvictionMaxPodGracePeriod        int32                              `json:"evictionMaxPodGracePeriod,omitempty"`
+	ImageGCHighThresholdPercent      *int32                             `json:"imageGCHighThresholdPercent,omitempty"`
+	ImageGCLowThresholdPercent       *int32                             `json:"imageGCLowThresholdPercent,omitempty"`
+	ImageMinimumGCAge                metav1.Duration                    `json:"imageMinimumGCAge,omitempty"`
+	ImageMaximumGCAge                metav1.Duration                    `json:"imageMaximumGCAge,omitempty"`
+	ShutdownGracePeriod              metav1.Duration                    `json:"shutdownGracePeriod,omitempty"`
+	ShutdownGracePeriodCriticalPods  metav1.Duration                    `json:"shutdownGracePeriodCriticalPods,omitempty"`
+	ShutdownGracePeriodByPodPriority []ShutdownGracePeriodByPodPriority `json:"shutdownGracePeriodByPodPriority,omitempty"`
 
 	RotateCertificates        bool            `json:"rotateCertificates,omitempty"`
 	ServerTLSBootstrap        bool            `json:"serverTLSBootstrap,omitempty"`
@@ -71,6 +74,12 @@ type KubeletConfiguration struct {
 	NodeStatusUpdateFrequency metav1.Duration `json:"nodeStatusUpdateFrequency,omitempty"`
 	NodeStatusReportFrequency metav1.Duration `json:"nodeStatusReportFrequency,omitempty"`
 	NodeLeaseDurationSeconds  int32           `json:"nodeLeaseDurationSeconds,omitempty"`
+}
+
+// ShutdownGracePeriodByPodPriority is one priority's shutdown grace period.
+type ShutdownGracePeriodByPodPriority struct {
+	Priority                   int32 `json:"priority"`
+	ShutdownGracePeriodSeconds int64 `json:"shutdownGracePeriodSeconds"`
 }
 
 // KubeletAuthentication is the kubelet's authentication settings.

@@ -77,6 +77,9 @@ type Deps struct {
 	Pressure func() []v1.NodeConditionType
 	Clock    clock.WithTicker
 	Log      *slog.Logger
+	// ShuttingDown, when set, says whether the node is shutting down:
+	// admission then refuses every new pod (shutdown.Manager).
+	ShuttingDown func() bool
 }
 
 // Inputs are the channels the loop selects over.
@@ -238,6 +241,7 @@ func (l *Loop) add(pod *v1.Pod) {
 	if l.deps.Pressure != nil {
 		node.Pressure = l.deps.Pressure()
 	}
+	node.ShuttingDown = l.deps.ShuttingDown != nil && l.deps.ShuttingDown()
 	if r := admission.Admit(pod, active, node); !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)

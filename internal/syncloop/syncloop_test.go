@@ -164,3 +164,19 @@ func TestReconcileSyncsPodsWithReadinessGates(t *testing.T) {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 }
+
+// While the node shuts down, a new pod is refused (NodeShutdown); pods
+// already admitted are still synced.
+func TestAdmissionWhileShuttingDown(t *testing.T) {
+	h := newHarness(10)
+	down := false
+	h.loop.deps.ShuttingDown = func() bool { return down }
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a")}} })
+	down = true
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("b")}} })
+	h.step(t, func() { h.resync <- time.Time{} })
+	want := "ADD a\nreject b NodeShutdown\nRESYNC a"
+	if got := strings.Join(h.rec.calls, "\n"); got != want {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
+	}
+}
