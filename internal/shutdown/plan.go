@@ -15,16 +15,16 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // The kubelet's priorities of the two groups shutdownGracePeriod and
 // shutdownGracePeriodCriticalPods make (scheduling's
-// DefaultPriorityWhenNoDefaultClassExists and SystemCriticalPriority),
-// and of the two system priority classes.
+// DefaultPriorityWhenNoDefaultClassExists and SystemCriticalPriority).
 const (
 	DefaultPriority        int32 = 0
-	SystemCriticalPriority int32 = 2000000000
-	systemNodeCritical     int32 = SystemCriticalPriority + 1000
+	SystemCriticalPriority       = podspec.SystemCriticalPriority
 )
 
 // PriorityPeriod is one entry of shutdownGracePeriodByPodPriority: pods of
@@ -70,28 +70,13 @@ type Group struct {
 	Pods []*v1.Pod
 }
 
-// Priority is the pod's priority as the shutdown groups see it: its
-// spec's priority when set (pods from the API server always have it),
-// else that of its system priority class (system-node-critical,
-// system-cluster-critical), else 0.
-//
-// The kubelet groups by spec.priority alone, and its other notion of a
-// critical pod (kubetypes.IsCriticalPod) counts every static pod as
-// critical. nodelet's standalone pods are all static, so being static
-// does not make a pod critical here: a static pod is critical by its
-// priority or its priority class only.
-func Priority(pod *v1.Pod) int32 {
-	if pod.Spec.Priority != nil {
-		return *pod.Spec.Priority
-	}
-	switch pod.Spec.PriorityClassName {
-	case "system-node-critical":
-		return systemNodeCritical
-	case "system-cluster-critical":
-		return SystemCriticalPriority
-	}
-	return DefaultPriority
-}
+// Priority is the pod's priority as the shutdown groups see it
+// (podspec.Priority): its spec's priority when set, else that of its
+// system priority class, else 0. The kubelet groups by spec.priority
+// alone; nodelet's static pods never went through the API server's
+// Priority admission, so their system class is resolved here, and being
+// static does not make a pod critical (podspec.IsCritical).
+func Priority(pod *v1.Pod) int32 { return podspec.Priority(pod) }
 
 // Plan puts every pod in the group of the highest priority not above its
 // own (below the lowest: the lowest group), as the kubelet's

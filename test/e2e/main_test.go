@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"syscall"
+	"slices"
 	"testing"
 	"time"
 
@@ -266,6 +267,16 @@ type nodeletProc struct {
 // runtime show, never the log).
 func startNodelet(t testing.TB, args ...string) *nodeletProc {
 	t.Helper()
+	// The test machine's disk is not the tests' business: unless a test
+	// sets them, no disk threshold evicts or refuses pods (the kubelet's
+	// imagefs.available<15% is met on a well-used build machine) and no
+	// image is collected for disk usage.
+	if !slices.Contains(args, "--eviction-hard") {
+		args = append(args, "--eviction-hard", "memory.available<100Mi")
+	}
+	if !slices.Contains(args, "--image-gc-high-threshold") {
+		args = append(args, "--image-gc-high-threshold", "100")
+	}
 	p := &nodeletProc{cmd: exec.Command(shared.nodelet, args...), args: args, stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout = io.Discard
 	p.cmd.Stderr = p.stderr
