@@ -40,9 +40,12 @@ const (
 	cleanupPoll    = time.Second
 )
 
-// Summary gives the stats the signals are read from (*stats.Provider).
+// Summary gives the stats the signals are read from (*stats.Provider):
+// Summary may be cached (its stats' times tell how old), FreshSummary is
+// read now.
 type Summary interface {
 	Summary(ctx context.Context, onlyCPUAndMemory bool) (*statsapi.Summary, error)
+	FreshSummary(ctx context.Context) (*statsapi.Summary, error)
 }
 
 // Workers are the pod workers (*podworker.Workers): an evicted pod is
@@ -252,7 +255,7 @@ func (m *Manager) reclaimNodeLevel(ctx context.Context, sig Signal, dedicated bo
 		}
 		log.Info("eviction manager: removed unused images", "freedBytes", freed)
 	}
-	summary, err := m.deps.Summary.Summary(ctx, false)
+	summary, err := m.deps.Summary.FreshSummary(ctx)
 	if err != nil {
 		log.Warn("eviction manager: cannot read stats after reclaim", "err", err)
 		return false

@@ -30,6 +30,10 @@ type fakeSummary struct {
 	calls int
 }
 
+func (f *fakeSummary) FreshSummary(ctx context.Context) (*statsapi.Summary, error) {
+	return f.Summary(ctx, false)
+}
+
 func (f *fakeSummary) Summary(context.Context, bool) (*statsapi.Summary, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

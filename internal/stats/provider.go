@@ -199,6 +199,14 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*v1alpha
 	return s.summary, nil
 }
 
+// FreshSummary is a full summary read now, past the cache and without
+// storing it: what the eviction manager checks right after it reclaimed
+// disk, when a summary even a second old would still show the space
+// taken.
+func (p *Provider) FreshSummary(ctx context.Context) (*v1alpha1.Summary, error) {
+	return p.refresh(ctx, true)
+}
+
 // SummaryJSON is Summary encoded as JSON, as /stats/summary serves it,
 // and a strong entity tag of that encoding (quoted, a digest of it). The
 // encoding is made once per cached summary and shared by its callers:
