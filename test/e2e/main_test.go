@@ -11,9 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
-	"slices"
 	"testing"
 	"time"
 
