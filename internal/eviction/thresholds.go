@@ -208,3 +208,31 @@ func parseValue(s string) (v Value, skip bool, err error) {
 	}
 	return Value{Quantity: &q}, false, nil
 }
+
+// Reservation is what the hard thresholds keep from allocatable:
+// memory.available of memory, nodefs.available of ephemeral storage (the
+// kubelet's hardEvictionReservation). Soft thresholds in thresholds are
+// skipped.
+func Reservation(thresholds []Threshold, capacity v1.ResourceList) v1.ResourceList {
+	out := v1.ResourceList{}
+	for _, t := range thresholds {
+		var name v1.ResourceName
+		switch {
+		case !t.Hard():
+			continue
+		case t.Signal == SignalMemoryAvailable:
+			name = v1.ResourceMemory
+		case t.Signal == SignalNodeFsAvailable:
+			name = v1.ResourceEphemeralStorage
+		default:
+			continue
+		}
+		if t.Value.Quantity != nil {
+			out[name] = t.Value.Quantity.DeepCopy()
+			continue
+		}
+		c := capacity[name]
+		out[name] = *resource.NewQuantity(t.Value.Of(c.Value()), resource.BinarySI)
+	}
+	return out
+}

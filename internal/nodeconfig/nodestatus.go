@@ -23,9 +23,8 @@ func (cfg Config) NodeStatusOptions() nodestatus.Options {
 		Labels: cfg.NodeLabels, RegisterWithTaints: cfg.RegisterWithTaints, RegisterNode: ptr.To(cfg.RegisterNode),
 		MaxPods:        cfg.MaxPods,
 		SystemReserved: quantities(cfg.SystemReserved), KubeReserved: quantities(cfg.KubeReserved),
-		EvictionHard: cfg.EvictionHard, EvictionSoft: cfg.EvictionSoft,
-		EvictionPressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod,
-		NodeStatusUpdateFrequency:        cfg.NodeStatusUpdateFrequency, NodeStatusReportFrequency: cfg.NodeStatusReportFrequency,
+		EvictionHard:              cfg.EvictionHard,
+		NodeStatusUpdateFrequency: cfg.NodeStatusUpdateFrequency, NodeStatusReportFrequency: cfg.NodeStatusReportFrequency,
 		NodeLeaseDurationSeconds: cfg.NodeLeaseDurationSeconds,
 		Host:                     cfg.Host,
 	}

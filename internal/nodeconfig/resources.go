@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nodelet/nodelet/internal/eviction"
 	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
@@ -17,65 +16,13 @@ import (
 // when none are configured: the ones node status reports pressure by.
 func DefaultEvictionHard() map[string]string { return nodestatus.DefaultEvictionHard() }
 
-// evictionSignals are the signals a threshold may name.
-var evictionSignals = []string{
-	"memory.available", "allocatableMemory.available",
-	"nodefs.available", "nodefs.inodesFree",
-	"imagefs.available", "imagefs.inodesFree",
-	"containerfs.available", "containerfs.inodesFree",
-	"pid.available",
-}
-
 // reservableResources are what systemReserved and kubeReserved may name.
 var reservableResources = []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage, "pid"}
 
-// threshold is one hard eviction threshold: a quantity, or a fraction of
-// the capacity.
-type threshold struct {
-	quantity *resource.Quantity
-	fraction float64
-}
-
-// of is the threshold's amount of capacity.
-func (t threshold) of(capacity resource.Quantity) resource.Quantity {
-	if t.quantity != nil {
-		return *t.quantity
-	}
-	return *resource.NewQuantity(int64(float64(capacity.Value())*t.fraction), resource.BinarySI)
-}
-
-// parseThreshold reads a threshold as the kubelet does: "N%" (0% and 100%
-// mean none) or a positive quantity. ok is false for a threshold that is
-// none.
-func parseThreshold(signal, value string) (t threshold, ok bool, err error) {
-	if !slices.Contains(evictionSignals, signal) {
-		return threshold{}, false, fmt.Errorf("evictionHard: unknown signal %q (want one of %s)", signal, strings.Join(evictionSignals, ", "))
-	}
-	if pct, isPct := strings.CutSuffix(value, "%"); isPct {
-		if value == "0%" || value == "100%" {
-			return threshold{}, false, nil
-		}
-		f, err := strconv.ParseFloat(pct, 32)
-		if err != nil || f < 0 || f > 100 {
-			return threshold{}, false, fmt.Errorf("evictionHard %s=%q: want a percentage from 0%% to 100%%", signal, value)
-		}
-		return threshold{fraction: f / 100}, true, nil
-	}
-	q, err := resource.ParseQuantity(value)
-	if err != nil || q.Sign() <= 0 {
-		return threshold{}, false, fmt.Errorf("evictionHard %s=%q: want a positive quantity or a percentage", signal, value)
-	}
-	return threshold{quantity: &q}, true, nil
-}
-
 // ValidateEvictionHard checks hard eviction thresholds (signal → value).
 func ValidateEvictionHard(thresholds map[string]string) error {
-	for _, signal := range slices.Sorted(maps.Keys(thresholds)) {
-		if _, _, err := parseThreshold(signal, thresholds[signal]); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := eviction.ParseThresholds(eviction.Config{EvictionHard: thresholds})
+	return err
 }
 
 // ParseReserved reads systemReserved or kubeReserved (resource → quantity)
@@ -116,24 +63,15 @@ func reservedMap(l v1.ResourceList) map[string]string {
 // (memory.available of memory, nodefs.available of ephemeral storage)
 // are taken off; never below zero.
 func Allocatable(capacity, systemReserved, kubeReserved v1.ResourceList, evictionHard map[string]string) (v1.ResourceList, error) {
-	eviction := v1.ResourceList{}
-	for signal, resourceName := range map[string]v1.ResourceName{"memory.available": v1.ResourceMemory, "nodefs.available": v1.ResourceEphemeralStorage} {
-		value, set := evictionHard[signal]
-		if !set {
-			continue
-		}
-		t, ok, err := parseThreshold(signal, value)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			eviction[resourceName] = t.of(capacity[resourceName])
-		}
+	hard, err := eviction.ParseThresholds(eviction.Config{EvictionHard: evictionHard})
+	if err != nil {
+		return nil, err
 	}
+	kept := eviction.Reservation(hard, capacity)
 	out := v1.ResourceList{}
 	for name, c := range capacity {
 		value := c.DeepCopy()
-		for _, reserved := range []v1.ResourceList{systemReserved, kubeReserved, eviction} {
+		for _, reserved := range []v1.ResourceList{systemReserved, kubeReserved, kept} {
 			if q, ok := reserved[name]; ok {
 				value.Sub(q)
 			}

@@ -19,6 +19,9 @@ func list(kv ...string) v1.ResourceList {
 // Allocatable is capacity less systemReserved, kubeReserved and the hard
 // eviction thresholds, as the kubelet computes it.
 func TestAllocatable(t *testing.T) {
+	// nodefs.available<10% of 100Gi, in the kubelet's float32 arithmetic:
+	// 0.1 is 0.10000000149, so 10737418400 bytes are kept, not 10Gi.
+	const tenPercentKept = "96636764000"
 	capacity := list("cpu", "4", "memory", "8Gi", "ephemeral-storage", "100Gi")
 	for _, tc := range []struct {
 		name             string
@@ -27,13 +30,13 @@ func TestAllocatable(t *testing.T) {
 		cpu, mem, ephem  string
 		capacityOverride v1.ResourceList
 	}{
-		{name: "defaults", eviction: DefaultEvictionHard(), cpu: "4", mem: "8092Mi", ephem: "90Gi"},
+		{name: "defaults", eviction: DefaultEvictionHard(), cpu: "4", mem: "8092Mi", ephem: tenPercentKept},
 		{name: "reserved", system: list("cpu", "500m", "memory", "512Mi"), kube: list("cpu", "250m", "memory", "256Mi", "ephemeral-storage", "1Gi"),
-			eviction: DefaultEvictionHard(), cpu: "3250m", mem: "7324Mi", ephem: "89Gi"},
+			eviction: DefaultEvictionHard(), cpu: "3250m", mem: "7324Mi", ephem: "95563022176"},
 		{name: "percent memory threshold", eviction: map[string]string{"memory.available": "25%"}, cpu: "4", mem: "6Gi", ephem: "100Gi"},
 		{name: "no thresholds", eviction: map[string]string{}, cpu: "4", mem: "8Gi", ephem: "100Gi"},
 		{name: "0% is none", eviction: map[string]string{"memory.available": "0%"}, cpu: "4", mem: "8Gi", ephem: "100Gi"},
-		{name: "never below zero", system: list("memory", "9Gi", "cpu", "5"), eviction: DefaultEvictionHard(), cpu: "0", mem: "0", ephem: "90Gi"},
+		{name: "never below zero", system: list("memory", "9Gi", "cpu", "5"), eviction: DefaultEvictionHard(), cpu: "0", mem: "0", ephem: tenPercentKept},
 		{name: "pid reservation is not a capacity", system: list("pid", "1000"), eviction: map[string]string{}, cpu: "4", mem: "8Gi", ephem: "100Gi"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

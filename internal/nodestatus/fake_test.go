@@ -184,6 +184,8 @@ type harness struct {
 	m       *Manager
 	rand    atomic.Uint64 // math.Float64bits of what Rand returns
 	pleg    atomic.Pointer[error]
+	// memoryPressure is what the eviction manager says.
+	memoryPressure atomic.Bool
 
 	failures      atomic.Int64 // OnRepeatedHeartbeatFailure calls
 	leaseFailures atomic.Int64 // OnLeaseFailure calls
@@ -251,6 +253,7 @@ func newHarness(t *testing.T, opts func(o *Options), objects ...runtime.Object) 
 			}
 			return true, nil
 		},
+		Pressure:                   func() (bool, bool, bool) { return h.memoryPressure.Load(), false, false },
 		Events:                     h.events,
 		OnRepeatedHeartbeatFailure: func() { h.failures.Add(1) },
 		OnLeaseFailure:             func() { h.leaseFailures.Add(1) },

@@ -69,7 +69,6 @@ func (m *Manager) gather(ctx context.Context) *Facts {
 	ctx, cancel := context.WithTimeout(ctx, gatherTimeout)
 	defer cancel()
 	f := &Facts{Now: m.clk.Now()}
-	obs := map[string]observation{}
 
 	// The machine's size and the root filesystem.
 	var errs []error
@@ -85,12 +84,10 @@ func (m *Manager) gather(ctx context.Context) *Facts {
 	}
 	f.MachineErr = errors.Join(errs...)
 	m.rt.warn("machine", "node status: cannot read the machine's size; reporting 0 CPU and memory", f.MachineErr, m.log)
-	capacity, avail, _, inodes, free, err := m.machine.FsStats(m.cfg.rootDir)
+	capacity, _, _, _, _, err := m.machine.FsStats(m.cfg.rootDir)
 	m.rt.warn("rootfs", "node status: cannot read the root filesystem; no ephemeral-storage capacity", err, m.log)
 	if err == nil {
 		f.RootFsBytes = capacity
-		obs[signalNodeFsAvailable] = observation{available: int64(avail), capacity: int64(capacity)}
-		obs[signalNodeFsInodes] = observation{available: int64(free), capacity: int64(inodes)}
 	}
 
 	// The runtime.
@@ -98,24 +95,12 @@ func (m *Manager) gather(ctx context.Context) *Facts {
 	f.RuntimeVersion = m.runtimeVersion(ctx)
 	f.Images = m.listImages(ctx)
 	f.RuntimeHandlers, f.RuntimeFeatures = m.rt.handlers, m.rt.features
-	m.observeImageFs(ctx, obs)
 	f.RuntimeErr, f.NetworkErr = m.readiness(f.Now)
 	if m.shutdown != nil {
 		f.ShutdownErr = m.shutdown()
 	}
 
-	// Pressure.
-	if ws, _, avail, _, _, _, err := m.machine.NodeMemory(); err != nil {
-		m.log.Debug("node status: no memory.available", "err", err)
-	} else {
-		obs[signalMemoryAvailable] = observation{available: int64(avail), capacity: int64(avail + ws)}
-	}
-	if running, limit, err := m.machine.Processes(); err != nil {
-		m.log.Debug("node status: no pid.available", "err", err)
-	} else {
-		obs[signalPIDAvailable] = observation{available: int64(limit) - int64(running), capacity: int64(limit)}
-	}
-	f.MemoryPressure, f.DiskPressure, f.PIDPressure = m.pressure.update(conditionsMet(m.cfg.all, obs), f.Now)
+	// Pressure, as the eviction manager sees it.
 	if m.pressureOf != nil {
 		f.MemoryPressure, f.DiskPressure, f.PIDPressure = m.pressureOf()
 	}
@@ -239,28 +224,6 @@ func (m *Manager) listImages(ctx context.Context) []Image {
 	})
 	m.rt.images = images
 	return images
-}
-
-// observeImageFs adds the imagefs signals: the size of the filesystem the
-// runtime keeps its images on (its first one, as the kubelet).
-func (m *Manager) observeImageFs(ctx context.Context, obs map[string]observation) {
-	resp, err := m.runtime.ImageFsInfo(ctx)
-	if err != nil {
-		m.log.Debug("node status: no image filesystem", "err", err)
-		return
-	}
-	fss := resp.GetImageFilesystems()
-	if len(fss) == 0 || fss[0].GetFsId().GetMountpoint() == "" {
-		return
-	}
-	mp := fss[0].GetFsId().GetMountpoint()
-	capacity, avail, _, inodes, free, err := m.machine.FsStats(mp)
-	if err != nil {
-		m.log.Debug("node status: cannot statfs the image filesystem", "path", mp, "err", err)
-		return
-	}
-	obs[signalImageFsAvail] = observation{available: int64(avail), capacity: int64(capacity)}
-	obs[signalImageFsInodes] = observation{available: int64(free), capacity: int64(inodes)}
 }
 
 // readiness are the runtime's and the network's errors as the kubelet

@@ -97,7 +97,6 @@ type Manager struct {
 
 	// Owned by the status goroutine.
 	rt          runtimeState
-	pressure    *pressure
 	started     time.Time
 	nextSync    time.Time
 	lastReport  time.Time
@@ -147,7 +146,6 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		trigger:     make(chan struct{}, 1),
 		leaseWake:   make(chan struct{}, 1),
 		rt:          runtimeState{networkErr: errNetworkUnknown},
-		pressure:    newPressure(cfg.transitionPeriod),
 	}
 	if m.rand == nil {
 		m.rand = rand.Float64

@@ -193,26 +193,20 @@ func TestPatchOnlyOnChange(t *testing.T) {
 	}
 }
 
-// Memory below the hard threshold is MemoryPressure, held for the
-// transition period after it is relieved.
+// The eviction manager's MemoryPressure is the Node's, with the
+// kubelet's reasons.
 func TestMemoryPressure(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start()
-	h.machine.set(func(m *fakeMachine) { m.memAvailable = 50 << 20 })
+	h.memoryPressure.Store(true)
 	h.advance(10 * time.Second)
 	if c := condition(h.node(), v1.NodeMemoryPressure); c.Status != v1.ConditionTrue || c.Reason != "KubeletHasInsufficientMemory" {
 		t.Errorf("MemoryPressure = %+v", c)
 	}
-	relieved := h.clk.Now()
-	h.machine.set(func(m *fakeMachine) { m.memAvailable = 6 << 30 })
-	h.advance(4 * time.Minute)
-	if c := condition(h.node(), v1.NodeMemoryPressure); c.Status != v1.ConditionTrue {
-		t.Errorf("MemoryPressure dropped within the transition period: %+v", c)
-	}
-	h.advance(80 * time.Second)
-	c := condition(h.node(), v1.NodeMemoryPressure)
-	if c.Status != v1.ConditionFalse || c.LastTransitionTime.Sub(relieved) < 5*time.Minute {
-		t.Errorf("MemoryPressure after the transition period = %+v (relieved at %v)", c, relieved)
+	h.memoryPressure.Store(false)
+	h.advance(10 * time.Second)
+	if c := condition(h.node(), v1.NodeMemoryPressure); c.Status != v1.ConditionFalse || c.Reason != "KubeletHasSufficientMemory" {
+		t.Errorf("MemoryPressure relieved = %+v", c)
 	}
 }
 

@@ -20,16 +20,17 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletapis "k8s.io/kubelet/pkg/apis"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/eviction"
 )
 
 // Defaults, the kubelet's (KubeletConfiguration v1beta1 and kubelet.go).
 const (
-	DefaultNodeStatusUpdateFrequency        = 10 * time.Second
-	DefaultNodeStatusReportFrequency        = 5 * time.Minute
-	DefaultNodeLeaseDurationSeconds         = 40
-	DefaultNodeStatusMaxImages              = 50
-	DefaultEvictionPressureTransitionPeriod = 5 * time.Minute
-	DefaultMaxPods                          = 110
+	DefaultNodeStatusUpdateFrequency = 10 * time.Second
+	DefaultNodeStatusReportFrequency = 5 * time.Minute
+	DefaultNodeLeaseDurationSeconds  = 40
+	DefaultNodeStatusMaxImages       = 50
+	DefaultMaxPods                   = 110
 	// DefaultKubeletVersion is the release nodelet tracks: what the Node
 	// reports as its kubelet version.
 	DefaultKubeletVersion = "v1.37.2"
@@ -99,17 +100,9 @@ type Options struct {
 	KubeReserved   map[string]string
 	// EvictionHard are the hard eviction thresholds (evictionHard; nil:
 	// DefaultEvictionHard, empty: none). memory.available and
-	// nodefs.available are taken from allocatable; every threshold met
-	// sets a pressure condition.
+	// nodefs.available are taken from allocatable. The pressure
+	// conditions are the eviction manager's (Deps.Pressure).
 	EvictionHard map[string]string
-	// EvictionSoft are the soft thresholds (evictionSoft); met, they set
-	// the pressure conditions too (the kubelet ignores their grace period
-	// for conditions).
-	EvictionSoft map[string]string
-	// EvictionPressureTransitionPeriod keeps a pressure condition true
-	// that long after its threshold was last met
-	// (evictionPressureTransitionPeriod, 5m).
-	EvictionPressureTransitionPeriod time.Duration
 	// NodeStatusUpdateFrequency is how often the status is computed
 	// (nodeStatusUpdateFrequency, 10s); NodeStatusReportFrequency how
 	// often it is patched when nothing changed (nodeStatusReportFrequency,
@@ -150,13 +143,8 @@ type Machine interface {
 	MemoryCapacity() (uint64, error)
 	// HugePages maps a huge page size in bytes to its pool's pages.
 	HugePages() (map[uint64]uint64, error)
-	// NodeMemory is the node's memory use in bytes (only the working set
-	// and available are read).
-	NodeMemory() (workingSet, usage, available, rss, pageFaults, majorPageFaults uint64, err error)
 	// FsStats is statfs of the filesystem holding path.
 	FsStats(path string) (capacity, available, used, inodes, inodesFree uint64, err error)
-	// Processes is the node's task count and the most there may be.
-	Processes() (running, limit uint64, err error)
 }
 
 // EventRecorder records events about the node (*events.Recorder).
@@ -180,9 +168,8 @@ type Deps struct {
 	// nil: no check.
 	PLEGHealthy func() (bool, error)
 	// Pressure is the eviction manager's view of the pressure conditions
-	// ((*eviction.Manager).Pressure), the one nodelet acts on; nil: the
-	// conditions are computed here from the thresholds, grace periods
-	// ignored (the node status of a nodelet that evicts nothing).
+	// ((*eviction.Manager).Pressure), the one admission and eviction act
+	// on; nil: no pressure.
 	Pressure func() (memory, disk, pid bool)
 	// ShutdownStatus is the graceful node shutdown's error while the node
 	// shuts down (shutdown.Manager.Status): Ready is then false with it;
@@ -226,10 +213,8 @@ type config struct {
 	podsPerCore        int
 	// reserved is systemReserved plus kubeReserved.
 	reserved v1.ResourceList
-	// hard are the hard thresholds (allocatable), all every threshold
-	// (pressure conditions).
-	hard, all         []threshold
-	transitionPeriod  time.Duration
+	// hard are the hard thresholds (allocatable).
+	hard              []eviction.Threshold
 	updateFrequency   time.Duration
 	reportFrequency   time.Duration
 	leaseDuration     int32
@@ -256,7 +241,6 @@ func newConfig(o Options) (*config, error) {
 		providerID:       o.ProviderID,
 		maxPods:          o.MaxPods,
 		podsPerCore:      o.PodsPerCore,
-		transitionPeriod: o.EvictionPressureTransitionPeriod,
 		updateFrequency:  o.NodeStatusUpdateFrequency,
 		reportFrequency:  o.NodeStatusReportFrequency,
 		leaseDuration:    o.NodeLeaseDurationSeconds,
@@ -295,9 +279,6 @@ func newConfig(o Options) (*config, error) {
 	if c.maxPods < 0 || c.podsPerCore < 0 {
 		return nil, fmt.Errorf("node status: maxPods %d and podsPerCore %d must not be negative", c.maxPods, c.podsPerCore)
 	}
-	if c.transitionPeriod == 0 {
-		c.transitionPeriod = DefaultEvictionPressureTransitionPeriod
-	}
 	if c.reportFrequency == 0 {
 		// The kubelet's backward-compatible default: the update frequency
 		// when only that is set.
@@ -312,7 +293,7 @@ func newConfig(o Options) (*config, error) {
 	if c.leaseDuration == 0 {
 		c.leaseDuration = DefaultNodeLeaseDurationSeconds
 	}
-	if c.updateFrequency < 0 || c.reportFrequency < 0 || c.leaseDuration < 0 || c.transitionPeriod < 0 {
+	if c.updateFrequency < 0 || c.reportFrequency < 0 || c.leaseDuration < 0 {
 		return nil, errors.New("node status: frequencies and durations must not be negative")
 	}
 	c.leaseRenewalEvery = time.Duration(float64(time.Duration(c.leaseDuration)*time.Second) * leaseRenewFraction)
@@ -330,14 +311,9 @@ func newConfig(o Options) (*config, error) {
 	if hard == nil {
 		hard = DefaultEvictionHard()
 	}
-	if c.hard, err = parseThresholds(hard); err != nil {
-		return nil, fmt.Errorf("node status: evictionHard: %w", err)
+	if c.hard, err = eviction.ParseThresholds(eviction.Config{EvictionHard: hard}); err != nil {
+		return nil, fmt.Errorf("node status: %w", err)
 	}
-	soft, err := parseThresholds(o.EvictionSoft)
-	if err != nil {
-		return nil, fmt.Errorf("node status: evictionSoft: %w", err)
-	}
-	c.all = append(append([]threshold{}, c.hard...), soft...)
 	return c, nil
 }
 

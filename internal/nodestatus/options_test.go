@@ -10,7 +10,7 @@ func TestOptionsDefaults(t *testing.T) {
 	c := testConfig(t, Options{NodeName: "n", RootDir: "/r"})
 	if c.hostname != "n" || c.maxPods != 110 || c.updateFrequency != 10*time.Second || c.reportFrequency != 5*time.Minute ||
 		c.leaseDuration != 40 || c.leaseRenewalEvery != 10*time.Second || c.maxImages != 50 || c.version != "v1.37.2" ||
-		!c.register || !c.attachDetach || c.transitionPeriod != 5*time.Minute || len(c.hard) != 5 {
+		!c.register || !c.attachDetach || len(c.hard) != 5 {
 		t.Errorf("defaults %+v", c)
 	}
 	// Only the update frequency set: reports follow it (the kubelet's
@@ -33,17 +33,16 @@ func TestOptionsDefaults(t *testing.T) {
 
 func TestOptionsRefused(t *testing.T) {
 	for name, o := range map[string]Options{
-		"no name":            {RootDir: "/r"},
-		"relative root":      {NodeName: "n", RootDir: "r"},
-		"bad IP":             {NodeName: "n", RootDir: "/r", NodeIPs: []string{"10.0.0.300"}},
-		"two IPv4":           {NodeName: "n", RootDir: "/r", NodeIPs: []string{"10.0.0.1", "10.0.0.2"}},
-		"reserved gpu":       {NodeName: "n", RootDir: "/r", SystemReserved: map[string]string{"nvidia.com/gpu": "1"}},
-		"negative reserved":  {NodeName: "n", RootDir: "/r", KubeReserved: map[string]string{"memory": "-1Gi"}},
-		"bad threshold":      {NodeName: "n", RootDir: "/r", EvictionHard: map[string]string{"memory.available": "x"}},
-		"bad soft threshold": {NodeName: "n", RootDir: "/r", EvictionSoft: map[string]string{"disk.free": "1Gi"}},
-		"node-role label":    {NodeName: "n", RootDir: "/r", Labels: map[string]string{"node-role.kubernetes.io/worker": ""}},
-		"bad label value":    {NodeName: "n", RootDir: "/r", Labels: map[string]string{"a": "b c"}},
-		"negative max pods":  {NodeName: "n", RootDir: "/r", MaxPods: -1},
+		"no name":           {RootDir: "/r"},
+		"relative root":     {NodeName: "n", RootDir: "r"},
+		"bad IP":            {NodeName: "n", RootDir: "/r", NodeIPs: []string{"10.0.0.300"}},
+		"two IPv4":          {NodeName: "n", RootDir: "/r", NodeIPs: []string{"10.0.0.1", "10.0.0.2"}},
+		"reserved gpu":      {NodeName: "n", RootDir: "/r", SystemReserved: map[string]string{"nvidia.com/gpu": "1"}},
+		"negative reserved": {NodeName: "n", RootDir: "/r", KubeReserved: map[string]string{"memory": "-1Gi"}},
+		"bad threshold":     {NodeName: "n", RootDir: "/r", EvictionHard: map[string]string{"memory.available": "x"}},
+		"node-role label":   {NodeName: "n", RootDir: "/r", Labels: map[string]string{"node-role.kubernetes.io/worker": ""}},
+		"bad label value":   {NodeName: "n", RootDir: "/r", Labels: map[string]string{"a": "b c"}},
+		"negative max pods": {NodeName: "n", RootDir: "/r", MaxPods: -1},
 	} {
 		if _, err := newConfig(o); err == nil {
 			t.Errorf("%s: accepted", name)

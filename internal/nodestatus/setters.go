@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nodelet/nodelet/internal/eviction"
 )
 
 // The setters: pure functions that fill a Node's status from Facts and
@@ -106,13 +108,13 @@ func (c *config) setMachineInfo(node *v1.Node, f *Facts) []Event {
 			delete(st.Allocatable, k)
 		}
 	}
-	eviction := evictionReservation(c.hard, st.Capacity)
+	reservation := eviction.Reservation(c.hard, st.Capacity)
 	for k, v := range st.Capacity {
 		value := v.DeepCopy()
 		if r, ok := c.reserved[k]; ok {
 			value.Sub(r)
 		}
-		if r, ok := eviction[k]; ok {
+		if r, ok := reservation[k]; ok {
 			value.Sub(r)
 		}
 		if value.Sign() < 0 {
