@@ -107,12 +107,6 @@ func newFakeMachine() *fakeMachine {
 		fsCapacityGiB: 100, memoryCapacity: 8 << 30}
 }
 
-func (m *fakeMachine) set(f func(m *fakeMachine)) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	f(m)
-}
-
 func (m *fakeMachine) NumCPU() (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -131,13 +125,6 @@ func (m *fakeMachine) HugePages() (map[uint64]uint64, error) {
 	return map[uint64]uint64{2 << 20: m.hugePages2MiB}, nil
 }
 
-func (m *fakeMachine) NodeMemory() (workingSet, usage, available, rss, pageFaults, majorPageFaults uint64, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ws := m.memoryCapacity - m.memAvailable
-	return ws, ws, m.memAvailable, 0, 0, 0, nil
-}
-
 func (m *fakeMachine) FsStats(path string) (capacity, available, used, inodes, inodesFree uint64, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -147,12 +134,6 @@ func (m *fakeMachine) FsStats(path string) (capacity, available, used, inodes, i
 		available = capacity / 2
 	}
 	return capacity, available, capacity - available, 1 << 20, 1 << 19, nil
-}
-
-func (m *fakeMachine) Processes() (running, limit uint64, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.processes, 32768, nil
 }
 
 // eventLog records node events.
