@@ -6,17 +6,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -91,18 +88,7 @@ func TestEvictionDiskPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, _ := name.NewTag(unusedRef)
-	archive := filepath.Join(shared.work, "evict-unused.tar")
-	if err := tarball.WriteToFile(archive, tag, img); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(shared.nodelet, "images", "import", archive, "--root-dir", m.root).CombinedOutput(); err != nil {
-		t.Fatalf("import: %v\n%s", err, out)
-	}
-	os.Remove(archive)
-	if _, err := m.rt.PullImage(ctx, &runtimeapi.ImageSpec{Image: unusedRef}, nil, nil); err != nil {
-		t.Fatalf("pull %s: %v", unusedRef, err)
-	}
+	importAndPull(ctx, t, m, unusedRef, img)
 
 	// The threshold: 32 MiB more than is available now. Removing the image
 	// frees its blob and its unpacked layer (about 128 MiB).

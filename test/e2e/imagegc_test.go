@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -49,18 +51,7 @@ func TestImageGCByDiskUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, _ := name.NewTag(unusedRef)
-	archive := filepath.Join(shared.work, "imagegc-unused.tar")
-	if err := tarball.WriteToFile(archive, tag, img); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(shared.nodelet, "images", "import", archive, "--root-dir", m.root).CombinedOutput(); err != nil {
-		t.Fatalf("import: %v\n%s", err, out)
-	}
-	unusedID, err := m.rt.PullImage(ctx, &runtimeapi.ImageSpec{Image: unusedRef}, nil, nil)
-	if err != nil {
-		t.Fatalf("pull %s: %v", unusedRef, err)
-	}
+	unusedID := importAndPull(ctx, t, m, unusedRef, img)
 	pause := imageID(t, m.rt, registry.PauseRef)
 	if pause == "" || running.ImageRef == "" {
 		t.Fatalf("pause image %q, running container's image %q: want both", pause, running.ImageRef)
@@ -151,4 +142,28 @@ func dialManaged(t *testing.T, m *managedNode) *cri.Client {
 	})
 	t.Cleanup(func() { rt.Close() })
 	return rt
+}
+
+// importAndPull stores img under ref in the managed node's image store
+// (`nodelet images import`) and pulls it through CRI, as a user on an
+// air-gapped machine would; it returns the image's ID.
+func importAndPull(ctx context.Context, t *testing.T, m *managedNode, ref string, img v1.Image) string {
+	t.Helper()
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(shared.work, strings.NewReplacer("/", "_", ":", "_").Replace(ref)+".tar")
+	if err := tarball.WriteToFile(archive, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(archive)
+	if out, err := exec.Command(shared.nodelet, "images", "import", archive, "--root-dir", m.root).CombinedOutput(); err != nil {
+		t.Fatalf("import: %v\n%s", err, out)
+	}
+	id, err := m.rt.PullImage(ctx, &runtimeapi.ImageSpec{Image: ref}, nil, nil)
+	if err != nil {
+		t.Fatalf("pull %s: %v", ref, err)
+	}
+	return id
 }
