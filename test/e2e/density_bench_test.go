@@ -7,10 +7,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -137,7 +139,8 @@ type densityResult struct {
 	// over the idle window, % of one core
 	cpu, containerdCPU, shimsCPU float64
 	// at its end
-	rssMiB, anonMiB, heapMiB float64 // heapMiB < 0: unknown
+	rssMiB, anonMiB, heapMiB float64    // heapMiB < 0: unknown
+	ops                      runtimeOps // the agent's CRI calls in the window
 }
 
 // measure fills in the idle window's figures of the running agent a.
@@ -149,6 +152,7 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 	}
 	profile := make(chan []byte, 1)
 	dir := os.Getenv("NODELET_BENCH_PPROF")
+	ops0 := parseRuntimeOps(a.metrics(b))
 	agent0, containerd0, runtime0 := cpuSeconds(pid), cpuSeconds(containerd), runtimeCPUSeconds(containerd)
 	start := time.Now()
 	if api != nil && dir != "" {
@@ -165,6 +169,8 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 	r.cpu = 100 * (cpuSeconds(pid) - agent0) / elapsed
 	r.containerdCPU = 100 * (cpuSeconds(containerd) - containerd0) / elapsed
 	r.shimsCPU = 100*(runtimeCPUSeconds(containerd)-runtime0)/elapsed - r.containerdCPU
+	r.ops = runtimeOps{}
+	r.ops.add(ops0, parseRuntimeOps(a.metrics(b)))
 	r.rssMiB, r.anonMiB = procStatusMiB(pid, "VmRSS"), procStatusMiB(pid, "RssAnon")
 	r.heapMiB = -1
 	if api != nil {
@@ -255,6 +261,15 @@ func printDensityTable(w io.Writer, window time.Duration, results []densityResul
 		}
 		fmt.Fprintf(w, "  nodelet ÷ kubelet at %d pods: start %.2fx, RSS %.2fx, CPU %.2fx\n", r.pods,
 			r.start.Seconds()/k.start.Seconds(), r.rssMiB/k.rssMiB, r.cpu/max(k.cpu, 0.001))
+	}
+	for _, r := range results {
+		fmt.Fprintf(w, "  %s, %d pods: CRI calls per minute idle:", r.agent, r.pods)
+		for _, op := range slices.Sorted(maps.Keys(r.ops)) {
+			if n := r.ops[op].calls; n > 0 {
+				fmt.Fprintf(w, " %s %.0f", op, n*float64(time.Minute)/float64(window))
+			}
+		}
+		fmt.Fprintln(w)
 	}
 	if n, ok := byKey["nodelet/100"]; ok {
 		fmt.Fprintf(w, "  goals at 100 idle pods: nodelet RSS ≤ 40 MiB (now %.1f, %s), CPU ≤ 0.3%% (now %.2f%%, %s)\n",
