@@ -141,6 +141,8 @@ type densityResult struct {
 	// at its end
 	rssMiB, anonMiB, heapMiB float64    // heapMiB < 0: unknown
 	ops                      runtimeOps // the agent's CRI calls in the window
+	// nodelet's allocations and collections in the window, per minute
+	allocMiB, gcs float64
 }
 
 // measure fills in the idle window's figures of the running agent a.
@@ -153,6 +155,14 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 	profile := make(chan []byte, 1)
 	dir := os.Getenv("NODELET_BENCH_PPROF")
 	ops0 := parseRuntimeOps(a.metrics(b))
+	var heap0 string
+	if api != nil {
+		text, err := api.get("/debug/pprof/heap?debug=1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		heap0 = string(text)
+	}
 	agent0, containerd0, runtime0 := cpuSeconds(pid), cpuSeconds(containerd), runtimeCPUSeconds(containerd)
 	start := time.Now()
 	if api != nil && dir != "" {
@@ -181,6 +191,9 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 		if v, ok := memStat(string(text), "HeapInuse"); ok {
 			r.heapMiB = v / (1 << 20)
 		}
+		perMinute := float64(time.Minute) / float64(window)
+		r.allocMiB = (memStatDelta(heap0, string(text), "TotalAlloc") / (1 << 20)) * perMinute
+		r.gcs = memStatDelta(heap0, string(text), "NumGC") * perMinute
 		if dir != "" {
 			if prof := <-profile; len(prof) > 0 {
 				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-cpu-%d.pprof", r.pods)), prof, 0o644)
@@ -211,6 +224,14 @@ func memStat(text, name string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// memStatDelta is how much a runtime.MemStats field grew from one
+// /debug/pprof/heap?debug=1 text to a later one.
+func memStatDelta(before, after, name string) float64 {
+	b, _ := memStat(before, name)
+	a, _ := memStat(after, name)
+	return a - b
 }
 
 // metricValue is the value of the unlabelled series name in a Prometheus text.
@@ -263,6 +284,9 @@ func printDensityTable(w io.Writer, window time.Duration, results []densityResul
 			r.start.Seconds()/k.start.Seconds(), r.rssMiB/k.rssMiB, r.cpu/max(k.cpu, 0.001))
 	}
 	for _, r := range results {
+		if r.agent == "nodelet" {
+			fmt.Fprintf(w, "  nodelet, %d pods: per minute idle %.1f MiB allocated, %.0f GCs\n", r.pods, r.allocMiB, r.gcs)
+		}
 		fmt.Fprintf(w, "  %s, %d pods: CRI calls per minute idle:", r.agent, r.pods)
 		for _, op := range slices.Sorted(maps.Keys(r.ops)) {
 			if n := r.ops[op].calls; n > 0 {
