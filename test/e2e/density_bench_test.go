@@ -166,6 +166,10 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 	agent0, containerd0, runtime0 := cpuSeconds(pid), cpuSeconds(containerd), runtimeCPUSeconds(containerd)
 	start := time.Now()
 	if api != nil && dir != "" {
+		// Allocations in the window: go tool pprof -base allocs-start allocs-end.
+		if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-start-%d.pprof", r.pods)), allocs, 0o644)
+		}
 		go func() {
 			prof, err := api.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(window.Seconds())))
 			if err != nil {
@@ -197,6 +201,9 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 		if dir != "" {
 			if prof := <-profile; len(prof) > 0 {
 				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-cpu-%d.pprof", r.pods)), prof, 0o644)
+			}
+			if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-end-%d.pprof", r.pods)), allocs, 0o644)
 			}
 			if heap, err := api.get("/debug/pprof/heap"); err == nil {
 				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-heap-%d.pprof", r.pods)), heap, 0o644)
