@@ -13,7 +13,7 @@ CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL := _output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/admin.kubeconfig
 CONTROL_PLANE := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
-.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 conformance bench bench-cluster clean
+.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 conformance bench bench-density bench-cluster clean
 
 all: build
 
@@ -122,6 +122,11 @@ BENCH = bins=$$(hack/build-upstream.sh kubelet $(CONTROL_PLANE)) || exit 1; \
 ## (see the issues): every benchmark, the cluster's (bench-cluster) included
 bench: build
 	@$(BENCH) -bench . -timeout 60m
+
+## bench-density: only the idle pods' cost at 100 and 200 pods, nodelet
+## beside the upstream kubelet (BenchmarkDensity; about 10 minutes)
+bench-density: build
+	@$(BENCH) -bench '^BenchmarkDensity$$' -timeout 40m
 
 ## bench-cluster: only cluster mode's figures against the upstream kubelet,
 ## on one control plane (BenchmarkCluster; about 13 minutes)

@@ -109,6 +109,9 @@ type Collector struct {
 	log       *slog.Logger
 
 	mu sync.Mutex // one collection or rotation at a time
+	// logPaths is the log path of each container running at the last
+	// rotation, by container ID.
+	logPaths map[string]string
 }
 
 // New returns a collector; zero fields of the policies take the defaults.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -50,6 +51,7 @@ func (c *Collector) RotateLogs(ctx context.Context) error {
 		return fmt.Errorf("rotate logs: %w", err)
 	}
 	var errs []error
+	paths := make(map[string]string, len(running))
 	for _, ctr := range running {
 		if ctx.Err() != nil {
 			return errors.Join(append(errs, ctx.Err())...)
@@ -57,28 +59,55 @@ func (c *Collector) RotateLogs(ctx context.Context) error {
 		if !podspec.IsManaged(ctr.GetLabels()) || ctr.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
 			continue
 		}
-		if err := c.rotateLog(ctx, ctr.GetId()); err != nil {
+		path, err := c.rotateLog(ctx, ctr.GetId())
+		if err != nil {
 			errs = append(errs, fmt.Errorf("rotate log of container %s: %w", ctr.GetId(), err))
 		}
+		if path != "" {
+			paths[ctr.GetId()] = path
+		}
 	}
+	c.logPaths = paths // the running containers' only: no entry outlives its container
 	return errors.Join(errs...)
 }
 
-func (c *Collector) rotateLog(ctx context.Context, id string) error {
-	resp, err := c.rt.ContainerStatus(ctx, id)
-	if cri.IsNotFound(err) {
-		return nil
+// rotateLog rotates the log of the running container id if it is due, and
+// returns the log's path ("" when unknown). A container's log path is set
+// when it is created: it is asked of the runtime once per container, not
+// every round (ContainerStatus for every container every 10 s was most of
+// nodelet's CRI calls with idle pods). Nothing is done while the log file
+// is smaller than the limit, which one lstat tells; the rest, from opening
+// the log's directory without following symlinks on, is for a log due.
+func (c *Collector) rotateLog(ctx context.Context, id string) (string, error) {
+	path, known := c.logPaths[id]
+	if !known {
+		resp, err := c.rt.ContainerStatus(ctx, id)
+		if cri.IsNotFound(err) {
+			return "", nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if resp.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			return "", nil // a stopped container cannot reopen its log
+		}
+		path = resp.GetStatus().GetLogPath()
 	}
-	if err != nil {
-		return err
-	}
-	if resp.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		return nil // a stopped container cannot reopen its log
-	}
-	path := resp.GetStatus().GetLogPath()
 	if path == "" {
-		return nil
+		return "", nil
 	}
+	if _, err := beneath.Rel(c.policy.PodLogsDir, path); err != nil {
+		return path, fmt.Errorf("log %s not rotated: %w", path, err)
+	}
+	if info, err := os.Lstat(path); err == nil && info.Mode().IsRegular() && info.Size() < c.logPolicy.MaxSize {
+		return path, nil // not due; whether it is safe to rotate is asked when it is
+	}
+	return path, c.rotateDue(ctx, id, path)
+}
+
+// rotateDue rotates the log at path of the container id if it has reached
+// the limit.
+func (c *Collector) rotateDue(ctx context.Context, id, path string) error {
 	dir, name, err := c.openLogDir(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

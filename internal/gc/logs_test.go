@@ -34,7 +34,8 @@ type logRuntime struct {
 	logs      map[string]string // container ID → log path
 	reopenErr error
 	reopened  []string
-	sbLists   int // ListPodSandbox calls, one per collection
+	sbLists   int            // ListPodSandbox calls, one per collection
+	statuses  map[string]int // ContainerStatus calls per container ID
 }
 
 func (r *logRuntime) ListPodSandbox(context.Context, *runtimeapi.PodSandboxFilter) ([]*runtimeapi.PodSandbox, error) {
@@ -57,6 +58,10 @@ func (r *logRuntime) ListContainers(_ context.Context, f *runtimeapi.ContainerFi
 func (r *logRuntime) ContainerStatus(_ context.Context, id string) (*runtimeapi.ContainerStatusResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.statuses == nil {
+		r.statuses = map[string]int{}
+	}
+	r.statuses[id]++
 	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{
 		Id: id, State: running, LogPath: r.logs[id],
 	}}, nil
@@ -216,6 +221,48 @@ func TestRotateLogsFailedReopenRestoresFile(t *testing.T) {
 	}
 	if got := read(t, r.path); !bytes.Equal(got, data) {
 		t.Errorf("restored log has %d bytes, want %d", len(got), len(data))
+	}
+}
+
+// TestRotateLogsAsksLogPathOnce: a running container's log path is asked
+// of the runtime at the first round only, a log that grows past the limit
+// later is still rotated, and a container gone from the list is forgotten
+// (asked again should its ID come back).
+func TestRotateLogsAsksLogPathOnce(t *testing.T) {
+	r := newRotation(t, 5)
+	write(t, r.path, 10)
+	for range 3 {
+		if err := r.rotate(t); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := r.rt.statuses["c1"]; got != 1 {
+		t.Fatalf("ContainerStatus of c1: %d calls in 3 rounds, want 1", got)
+	}
+	write(t, r.path, maxSize)
+	if err := r.rotate(t); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(r.rt.reopened, []string{"c1"}) || r.rt.statuses["c1"] != 1 {
+		t.Fatalf("log past the limit: reopened %v, ContainerStatus %d calls", r.rt.reopened, r.rt.statuses["c1"])
+	}
+	r.rt.mu.Lock()
+	delete(r.rt.logs, "c1")
+	r.rt.mu.Unlock()
+	if err := r.rotate(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.gc.logPaths["c1"]; ok {
+		t.Fatal("c1 still known after it left the running list")
+	}
+	r.rt.mu.Lock()
+	r.rt.logs["c1"] = r.path
+	r.rt.mu.Unlock()
+	if err := r.rotate(t); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.rt.statuses["c1"]; got != 2 {
+		t.Fatalf("ContainerStatus of c1 back in the list: %d calls in all, want 2", got)
 	}
 }
 

@@ -76,6 +76,26 @@ type Manager struct {
 	// burstable is the CPU request, in milliCPU, of every Burstable pod
 	// ensured and not removed: the burstable tier's cpu.shares is their sum.
 	burstable map[types.UID]int64
+	// applied is what EnsurePod last wrote for each pod it ensured and
+	// RemovePod has not removed.
+	applied map[types.UID]appliedConfig
+}
+
+// burstableKnown tells whether the burstable tier's shares already count
+// the pod's CPU requests as they are (always for a pod of another tier).
+func (m *Manager) burstableKnown(pod *v1.Pod, qos v1.PodQOSClass) bool {
+	if qos != v1.PodQOSBurstable {
+		return true
+	}
+	reqs, _, _, _ := podTotals(pod)
+	cpu, ok := m.burstable[pod.UID]
+	return ok && cpu == reqs.cpu
+}
+
+// appliedConfig is a pod cgroup's tier and the values written to it.
+type appliedConfig struct {
+	qos v1.PodQOSClass
+	cfg PodCgroupConfig
 }
 
 // NewManager manages the cgroups under cgroupRoot ("/sys/fs/cgroup"), the
@@ -86,7 +106,8 @@ func NewManager(cgroupRoot string, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{root: cgroupRoot, log: log, top: defaultTopCgroupName, burstable: map[types.UID]int64{}}
+	m := &Manager{root: cgroupRoot, log: log, top: defaultTopCgroupName, burstable: map[types.UID]int64{},
+		applied: map[types.UID]appliedConfig{}}
 	if _, err := os.Stat(filepath.Join(cgroupRoot, fileControllers)); err == nil || isCgroup2(cgroupRoot) {
 		m.err = fmt.Errorf("%w (found at %s)", ErrCgroupV2, cgroupRoot)
 		log.Error("pod cgroups unavailable", "root", cgroupRoot, "err", m.err)
@@ -160,11 +181,21 @@ func (m *Manager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error) {
 		if _, err := os.Stat(filepath.Join(h.path, rel)); errors.Is(err, fs.ErrNotExist) {
 			created = true
 		}
+	}
+	cfg := PodConfig(pod)
+	parent := cgroupfsName(m.top, qos, pod.UID)
+	if !created && m.applied[pod.UID] == (appliedConfig{qos, cfg}) && m.burstableKnown(pod, qos) {
+		// Every sync of every pod comes here (with 100 idle pods, 100 a
+		// minute): what this nodelet wrote is still there, as the kubelet
+		// takes an existing pod cgroup to be right.
+		return parent, nil
+	}
+	delete(m.applied, pod.UID)
+	for _, h := range m.hierarchies {
 		if err := mkdirs(h, rel); err != nil {
 			return "", err
 		}
 	}
-	cfg := PodConfig(pod)
 	if err := m.writeCPU(rel, fileCPUShares, cfg.CPUShares); err != nil {
 		return "", err
 	}
@@ -192,7 +223,7 @@ func (m *Manager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error) {
 			}
 		}
 	}
-	parent := cgroupfsName(m.top, qos, pod.UID)
+	m.applied[pod.UID] = appliedConfig{qos, cfg}
 	if created {
 		m.log.Info("created pod cgroup", "pod", podRef(pod), "cgroup", parent,
 			"cpuShares", cfg.CPUShares, "cpuQuota", cfg.CPUQuota, "memoryLimit", cfg.MemoryLimit)
@@ -246,6 +277,7 @@ func (m *Manager) RemovePod(podUID types.UID, qos v1.PodQOSClass) error {
 			return fmt.Errorf("remove pod cgroup %s: %w", d, err)
 		}
 	}
+	delete(m.applied, podUID)
 	if _, ok := m.burstable[podUID]; ok {
 		delete(m.burstable, podUID)
 		if err := m.updateBurstableLocked(); err != nil {

@@ -533,3 +533,43 @@ func TestManagerRealCgroupV1(t *testing.T) {
 		t.Errorf("Pods = %v, %v", uids, err)
 	}
 }
+
+// TestManagerEnsurePodWritesOnlyChanges: ensuring a pod whose cgroup this
+// manager already wrote, unchanged, writes nothing (a value changed behind
+// its back stays so, as under the kubelet); new limits are written, and a
+// cgroup removed behind its back is made again.
+func TestManagerEnsurePodWritesOnlyChanges(t *testing.T) {
+	root := fakeTree(t)
+	m := NewManager(root, nil)
+	pod := podWith("g1", rr("500m", "256Mi", "500m", "256Mi"))
+	parent, err := m.EnsurePod(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shares := filepath.Join(root, "cpu", parent, "cpu.shares")
+	if err := os.WriteFile(shares, []byte("7"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.EnsurePod(pod); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, shares); got != "7" {
+		t.Fatalf("unchanged pod ensured again: cpu.shares rewritten to %s", got)
+	}
+	resized := podWith("g1", rr("1", "256Mi", "1", "256Mi"))
+	if _, err := m.EnsurePod(resized); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, shares); got != "1024" {
+		t.Fatalf("new requests: cpu.shares = %s, want 1024", got)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "memory", parent)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.EnsurePod(resized); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, filepath.Join(root, "memory", parent, "memory.limit_in_bytes")); got != strconv.Itoa(256<<20) {
+		t.Fatalf("cgroup made again: memory.limit_in_bytes = %s", got)
+	}
+}

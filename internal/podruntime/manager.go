@@ -221,6 +221,8 @@ type Manager struct {
 
 	mu       sync.Mutex
 	startups map[types.UID]*startup // start-up steps recorded per pod
+
+	observed observedFacts // what Observe need not ask again
 }
 
 // New returns a Manager.

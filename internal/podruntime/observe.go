@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -44,12 +46,25 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 		st.Sandboxes = append(st.Sandboxes, toSandbox(s))
 	}
 	sortSandboxes(st.Sandboxes)
+	known := m.observed.get(uid)
+	seen := podFacts{containers: map[string]observed.Container{}}
 	if len(st.Sandboxes) > 0 && st.Sandboxes[0].State == observed.SandboxReady {
-		if st.IPs, err = m.sandboxIPs(ctx, st.Sandboxes[0].ID); err != nil {
+		id := st.Sandboxes[0].ID
+		if known.sandboxID == id && len(known.ips) > 0 {
+			st.IPs = slices.Clone(known.ips)
+		} else if st.IPs, err = m.sandboxIPs(ctx, id); err != nil {
 			return nil, err
+		}
+		if len(st.IPs) > 0 {
+			seen.sandboxID, seen.ips = id, st.IPs
 		}
 	}
 	for _, c := range containers {
+		if oc, ok := known.containers[c.Id]; ok && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+			st.Containers = append(st.Containers, oc)
+			seen.containers[c.Id] = oc
+			continue
+		}
 		oc, err := m.containerDetails(ctx, c)
 		if cri.IsNotFound(err) {
 			continue
@@ -58,9 +73,54 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 			return nil, err
 		}
 		st.Containers = append(st.Containers, oc)
+		if oc.State == observed.ContainerRunning {
+			seen.containers[c.Id] = oc
+		}
 	}
+	m.observed.set(uid, seen)
 	sortContainers(st.Containers)
 	return st, nil
+}
+
+// podFacts is what Observe keeps of a pod between two looks: what the
+// runtime's status calls told that cannot change while the lists show the
+// same objects in the same state. A ready sandbox's IPs are set before it
+// is ready and kept until it is removed; a running container's start time,
+// image and empty exit details stay until it stops, which the list shows.
+// Resyncs of idle pods then cost the two list calls, not also a status
+// call per sandbox and container (with 100 pods, 200 of nodelet's CRI calls
+// a minute).
+type podFacts struct {
+	sandboxID  string
+	ips        []string
+	containers map[string]observed.Container // running ones, by ID
+}
+
+// observedFacts is podFacts by pod UID, for the pods seen with a ready
+// sandbox or a running container at their last look: a pod whose last
+// look found neither has no entry, so entries end with their pods.
+type observedFacts struct {
+	mu   sync.Mutex
+	pods map[types.UID]podFacts
+}
+
+func (o *observedFacts) get(uid types.UID) podFacts {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.pods[uid]
+}
+
+func (o *observedFacts) set(uid types.UID, f podFacts) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if f.sandboxID == "" && len(f.containers) == 0 {
+		delete(o.pods, uid)
+		return
+	}
+	if o.pods == nil {
+		o.pods = map[types.UID]podFacts{}
+	}
+	o.pods[uid] = f
 }
 
 // ListPods is the PLEG's relist: every pod nodelet owns, from two list

@@ -1,0 +1,309 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// BenchmarkDensity measures what many idle pods cost a node agent: for
+// nodelet and the upstream kubelet (standalone, on the same containerd, one
+// agent at a time) and for each pod count (100 and 200;
+// NODELET_BENCH_DENSITY="100,200" changes it):
+//
+//   - start: manifests of count idle pods written at once, to every
+//     container running;
+//   - after a settling pause (20 s) with all the pods running, over an
+//     idle window (a minute; NODELET_BENCH_WINDOW): the agent's
+//     user+system CPU as % of one core, containerd's own in the same window
+//     and containerd's with its shims;
+//   - at the window's end: the agent's VmRSS and RssAnon (/proc), and its Go
+//     heap in use (nodelet: runtime.MemStats through /debug/pprof/heap;
+//     the kubelet: go_memstats_heap_inuse_bytes on /metrics).
+//
+// NODELET_BENCH_DENSITY_AGENTS="nodelet" leaves the kubelet out;
+// NODELET_BENCH_PPROF=dir writes nodelet's CPU profile of each window and its
+// heap profile at the end there (the profile's own cost is then in the
+// window). The machine is shared: the CPU figures are noisy, repeat them. It
+// prints a table with the goals at 100 pods; it asserts nothing (make bench).
+func BenchmarkDensity(b *testing.B) {
+	counts := []int{100, 200}
+	if s := os.Getenv("NODELET_BENCH_DENSITY"); s != "" {
+		counts = counts[:0]
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				b.Fatalf("NODELET_BENCH_DENSITY=%q: want pod counts, comma separated", s)
+			}
+			counts = append(counts, n)
+		}
+	}
+	window, settle := time.Minute, 20*time.Second
+	if s := os.Getenv("NODELET_BENCH_WINDOW"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		window = d
+	}
+	names := []string{"nodelet", "kubelet"}
+	if s := os.Getenv("NODELET_BENCH_DENSITY_AGENTS"); s != "" {
+		names = strings.Split(s, ",")
+	}
+	maxPods := 0
+	for _, c := range counts {
+		maxPods = max(maxPods, c+10)
+	}
+	pullBusybox(b)
+	ctx := context.Background()
+	var results []densityResult
+	for _, name := range names {
+		a := densityAgent(b, name, maxPods)
+		for _, count := range counts {
+			cleanRuntime(b)
+			a.start(b)
+			r := densityResult{agent: name, pods: count}
+			prefix := fmt.Sprintf("dens%s%dp", name[:1], count)
+			r.start = idlePods(b, ctx, a.dir, prefix, count)
+			time.Sleep(settle)
+			r.measure(b, a, window)
+			results = append(results, r)
+			removeManifests(b, ctx, a.dir, prefix, count)
+			waitSandboxesStopped(b, ctx, prefix)
+			a.stop(b)
+		}
+	}
+	cleanRuntime(b)
+	fmt.Println()
+	printDensityTable(os.Stdout, window, results)
+	for _, r := range results {
+		if r.agent == "nodelet" {
+			b.ReportMetric(r.rssMiB, fmt.Sprintf("MiB-nodelet-%dpods", r.pods))
+			b.ReportMetric(r.cpu, fmt.Sprintf("%%cpu-nodelet-%dpods", r.pods))
+		}
+	}
+}
+
+// densityAgent is the named agent, allowed maxPods pods.
+func densityAgent(b *testing.B, name string, maxPods int) *manifestAgent {
+	var a *manifestAgent
+	switch name {
+	case "nodelet":
+		a = newNodeletAgent(b)
+	case "kubelet":
+		a = newKubeletAgent(b)
+	default:
+		b.Fatalf("NODELET_BENCH_DENSITY_AGENTS: unknown agent %q (nodelet, kubelet)", name)
+	}
+	command := a.command
+	a.command = func() *exec.Cmd {
+		cmd := command()
+		// Both read --max-pods (the kubelet's flag is deprecated, not gone).
+		cmd.Args = append(cmd.Args, "--max-pods", strconv.Itoa(maxPods))
+		return cmd
+	}
+	return a
+}
+
+// idlePods writes count idle pods' manifests (a shell waiting on a sleep
+// of an hour: nothing wakes in the pod) and returns the time until all
+// their containers run.
+func idlePods(b *testing.B, ctx context.Context, dir, prefix string, count int) time.Duration {
+	b.Helper()
+	start := time.Now()
+	for i := range count {
+		name := fmt.Sprintf("%s%02d", prefix, i) // as removeManifests names them
+		writeManifestB(b, dir, name, fmt.Sprintf(idlePod, name))
+	}
+	waitRunning(b, ctx, prefix, count)
+	return time.Since(start)
+}
+
+type densityResult struct {
+	agent string
+	pods  int
+	start time.Duration
+	// over the idle window, % of one core
+	cpu, containerdCPU, shimsCPU float64
+	// at its end
+	rssMiB, anonMiB, heapMiB float64    // heapMiB < 0: unknown
+	ops                      runtimeOps // the agent's CRI calls in the window
+	// nodelet's allocations and collections in the window, per minute
+	allocMiB, gcs float64
+}
+
+// measure fills in the idle window's figures of the running agent a.
+func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Duration) {
+	pid, containerd := a.cmd.Process.Pid, shared.containerd.PID()
+	var api *nodeAPI
+	if r.agent == "nodelet" {
+		api = nodeletAPI(b, a.cmd.Args)
+	}
+	profile := make(chan []byte, 1)
+	dir := os.Getenv("NODELET_BENCH_PPROF")
+	ops0 := parseRuntimeOps(a.metrics(b))
+	var heap0 string
+	if api != nil {
+		text, err := api.get("/debug/pprof/heap?debug=1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		heap0 = string(text)
+	}
+	agent0, containerd0, runtime0 := cpuSeconds(pid), cpuSeconds(containerd), runtimeCPUSeconds(containerd)
+	start := time.Now()
+	if api != nil && dir != "" {
+		// Allocations in the window: go tool pprof -base allocs-start allocs-end.
+		if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-start-%d.pprof", r.pods)), allocs, 0o644)
+		}
+		go func() {
+			prof, err := api.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(window.Seconds())))
+			if err != nil {
+				b.Error(err)
+			}
+			profile <- prof
+		}()
+	}
+	time.Sleep(window)
+	elapsed := time.Since(start).Seconds()
+	r.cpu = 100 * (cpuSeconds(pid) - agent0) / elapsed
+	r.containerdCPU = 100 * (cpuSeconds(containerd) - containerd0) / elapsed
+	r.shimsCPU = 100*(runtimeCPUSeconds(containerd)-runtime0)/elapsed - r.containerdCPU
+	r.ops = runtimeOps{}
+	r.ops.add(ops0, parseRuntimeOps(a.metrics(b)))
+	r.rssMiB, r.anonMiB = procStatusMiB(pid, "VmRSS"), procStatusMiB(pid, "RssAnon")
+	r.heapMiB = -1
+	if api != nil {
+		text, err := api.get("/debug/pprof/heap?debug=1")
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v, ok := memStat(string(text), "HeapInuse"); ok {
+			r.heapMiB = v / (1 << 20)
+		}
+		perMinute := float64(time.Minute) / float64(window)
+		r.allocMiB = (memStatDelta(heap0, string(text), "TotalAlloc") / (1 << 20)) * perMinute
+		r.gcs = memStatDelta(heap0, string(text), "NumGC") * perMinute
+		if dir != "" {
+			if prof := <-profile; len(prof) > 0 {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-cpu-%d.pprof", r.pods)), prof, 0o644)
+			}
+			if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-end-%d.pprof", r.pods)), allocs, 0o644)
+			}
+			if heap, err := api.get("/debug/pprof/heap"); err == nil {
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-heap-%d.pprof", r.pods)), heap, 0o644)
+			}
+		}
+	} else if v, ok := metricValue(a.metrics(b), "go_memstats_heap_inuse_bytes"); ok {
+		r.heapMiB = v / (1 << 20)
+	}
+}
+
+// nodeletAPI is the HTTPS API of the nodelet run with args, as its admin.
+func nodeletAPI(b *testing.B, args []string) *nodeAPI {
+	port, addr, root := lastFlag(args, "--port"), lastFlag(args, "--address"), lastFlag(args, "--root-dir")
+	return &nodeAPI{base: "https://" + net.JoinHostPort(addr, port), client: adminClientTB(b, root)}
+}
+
+// memStat is the runtime.MemStats field name from a /debug/pprof/heap?debug=1 text.
+func memStat(text, name string) (float64, bool) {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "# "+name+" = "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// memStatDelta is how much a runtime.MemStats field grew from one
+// /debug/pprof/heap?debug=1 text to a later one.
+func memStatDelta(before, after, name string) float64 {
+	b, _ := memStat(before, name)
+	a, _ := memStat(after, name)
+	return a - b
+}
+
+// metricValue is the value of the unlabelled series name in a Prometheus text.
+func metricValue(text, name string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// procStatusMiB is one kB field of /proc/<pid>/status in MiB.
+func procStatusMiB(pid int, field string) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.Fields(v + " 0")[0], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// printDensityTable prints one row per agent and pod count, the nodelet
+// rows' ratios to the kubelet's, and the goals at 100 pods.
+func printDensityTable(w io.Writer, window time.Duration, results []densityResult) {
+	fmt.Fprintf(w, "density: idle pods (sh waiting on sleep 3600), one containerd, agents one at a time; CPU over %v idle, %% of one core (shared machine: noisy)\n", window)
+	fmt.Fprintf(w, "  %-8s %5s %9s %9s %9s %9s %10s %10s %11s\n", "agent", "pods", "start", "RSS MiB", "anon MiB", "heap MiB", "agent CPU", "containerd", "shims CPU")
+	byKey := map[string]densityResult{}
+	for _, r := range results {
+		byKey[fmt.Sprintf("%s/%d", r.agent, r.pods)] = r
+		heap := "-"
+		if r.heapMiB >= 0 {
+			heap = fmt.Sprintf("%.1f", r.heapMiB)
+		}
+		fmt.Fprintf(w, "  %-8s %5d %8.1fs %9.1f %9.1f %9s %9.2f%% %9.2f%% %10.2f%%\n", r.agent, r.pods, r.start.Seconds(),
+			r.rssMiB, r.anonMiB, heap, r.cpu, r.containerdCPU, r.shimsCPU)
+	}
+	for _, r := range results {
+		k, ok := byKey[fmt.Sprintf("kubelet/%d", r.pods)]
+		if r.agent != "nodelet" || !ok {
+			continue
+		}
+		fmt.Fprintf(w, "  nodelet ÷ kubelet at %d pods: start %.2fx, RSS %.2fx, CPU %.2fx\n", r.pods,
+			r.start.Seconds()/k.start.Seconds(), r.rssMiB/k.rssMiB, r.cpu/max(k.cpu, 0.001))
+	}
+	for _, r := range results {
+		if r.agent == "nodelet" {
+			fmt.Fprintf(w, "  nodelet, %d pods: per minute idle %.1f MiB allocated, %.0f GCs\n", r.pods, r.allocMiB, r.gcs)
+		}
+		fmt.Fprintf(w, "  %s, %d pods: CRI calls per minute idle:", r.agent, r.pods)
+		for _, op := range slices.Sorted(maps.Keys(r.ops)) {
+			if n := r.ops[op].calls; n > 0 {
+				fmt.Fprintf(w, " %s %.0f", op, n*float64(time.Minute)/float64(window))
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	if n, ok := byKey["nodelet/100"]; ok {
+		fmt.Fprintf(w, "  goals at 100 idle pods: nodelet RSS ≤ 40 MiB (now %.1f, %s), CPU ≤ 0.3%% (now %.2f%%, %s)\n",
+			n.rssMiB, verdict(n.rssMiB <= 40), n.cpu, verdict(n.cpu <= 0.3))
+	}
+}
