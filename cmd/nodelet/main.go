@@ -11,22 +11,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 )
 
-// gcPercent is the garbage collector's target unless GOGC says otherwise.
-// nodelet's live heap is small (about 11 MiB with 100 pods), so the
-// default 100 % leaves as much again of garbage resident between
-// collections; 50 % keeps about 5 MiB less resident at 100 pods for
-// collections of a small heap twice as often.
-const gcPercent = 50
+// The garbage collector keeps Go's default target (GOGC=100). At 100 idle
+// pods, 50 % kept 2 MiB less anonymous memory but collected 14 times a
+// minute instead of 6, for 0.57 % of a core against 0.47 % (BenchmarkDensity,
+// the same hour): idle CPU is the scarcer of the two on a small node.
 
 func main() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
