@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"golang.org/x/sys/unix"
 
@@ -228,7 +229,7 @@ func chaosDiskFull(t *testing.T) {
 	// At least one new pod, which needs room under the root dir.
 	did = append(did, "create "+r.create(false, 0).name)
 	t.Logf("with %s full: %s", root, strings.Join(did, ", "))
-	time.Sleep(size(10*time.Second, 60*time.Second))
+	time.Sleep(size(6*time.Second, 60*time.Second))
 	// Nothing that ran was stopped for want of room.
 	v, err := r.criView(context.Background())
 	if err != nil {
@@ -355,7 +356,7 @@ func chaosManyManifests(t *testing.T) {
 	var last error
 	deadline := time.Now().Add(size(3*time.Minute, 10*time.Minute))
 	for time.Now().Before(deadline) {
-		if last = leftovers(ctx, r, filepath.Join(m.root, "pods")); last == nil {
+		if last = leftovers(ctx, r, filepath.Join(m.root, "pods"), chaosLong()); last == nil {
 			break
 		}
 		time.Sleep(time.Second)
@@ -363,21 +364,23 @@ func chaosManyManifests(t *testing.T) {
 	if last != nil {
 		r.violate("%d manifests deleted at once: %v", count, last)
 	} else {
-		t.Logf("%d manifests deleted at once: nothing left after %v", count, time.Since(start).Round(time.Second))
+		t.Logf("%d manifests deleted at once: nothing left (removed: %v) after %v", count, chaosLong(), time.Since(start).Round(time.Second))
 	}
 	r.report()
 }
 
-// leftovers says what is left of the scenario's pods: sandboxes and
-// containers in any state, and pod directories.
-func leftovers(ctx context.Context, r *chaosRun, podsDir string) error {
+// leftovers says what is left of the scenario's pods: pod directories,
+// and sandboxes and containers: running ones, or (removed) any. The
+// container GC removes the dead ones of deleted pods once a minute, a wait
+// only the long version affords.
+func leftovers(ctx context.Context, r *chaosRun, podsDir string, removed bool) error {
 	sbs, err := r.rt.ListPodSandbox(ctx, nil)
 	if err != nil {
 		return err
 	}
 	var left []string
 	for _, s := range sbs {
-		if strings.HasPrefix(s.Labels[podspec.LabelPodName], r.prefix) {
+		if strings.HasPrefix(s.Labels[podspec.LabelPodName], r.prefix) && (removed || s.State == runtimeapi.PodSandboxState_SANDBOX_READY) {
 			left = append(left, "sandbox "+s.Labels[podspec.LabelPodName]+" "+s.State.String())
 		}
 	}
@@ -386,7 +389,7 @@ func leftovers(ctx context.Context, r *chaosRun, podsDir string) error {
 		return err
 	}
 	for _, c := range cs {
-		if strings.HasPrefix(c.Labels[podspec.LabelPodName], r.prefix) {
+		if strings.HasPrefix(c.Labels[podspec.LabelPodName], r.prefix) && (removed || c.State == runtimeapi.ContainerState_CONTAINER_RUNNING) {
 			left = append(left, "container "+c.Labels[podspec.LabelPodName]+" "+c.State.String())
 		}
 	}
@@ -425,7 +428,7 @@ func chaosClockJump(t *testing.T) {
 			restore()
 		}
 	})
-	hold := size(15*time.Second, 60*time.Second)
+	hold := size(8*time.Second, 60*time.Second)
 	for _, jump := range []time.Duration{time.Hour, -time.Hour} {
 		now := time.Now()
 		if err := setClock(now.Add(jump)); err != nil {
@@ -516,7 +519,7 @@ func chaosAPIServer(t *testing.T) {
 	t.Cleanup(func() { cp.script("start-apiserver") })
 	r.runs++
 	added := []*chaosPod{r.create(false, 0)}
-	time.Sleep(size(10*time.Second, 60*time.Second))
+	time.Sleep(size(5*time.Second, 60*time.Second))
 	if out, err := cp.script("start-apiserver"); err != nil {
 		t.Fatalf("hack/cluster.sh start-apiserver: %v\n%s", err, out)
 	}
