@@ -335,8 +335,10 @@ func (f *filler) free() error {
 // d. Many manifests written at once, then deleted at once: all run, then
 // nothing of them is left: no sandbox, no container, no pod directory.
 func chaosManyManifests(t *testing.T) {
+	// --max-pods: the kubelet's default (110) would refuse most of them
+	// (OutOfpods), as it should.
 	m := startManaged(t, "chaos-many", "nlchaos2", "10.62.0.0/22", "--port", freePort(t), "--address", "127.0.0.1",
-		"--file-check-frequency", "1s", "--healthz-port", "0")
+		"--file-check-frequency", "1s", "--healthz-port", "0", "--max-pods", "600")
 	r := newChaosRun(t, "many-manifests", m.rt, m.manifests, "e2e")
 	api := m.n.api(t)
 	r.api = func() *nodeAPI { return api }
@@ -512,7 +514,20 @@ func chaosAPIServer(t *testing.T) {
 	r.waitConverged(2 * time.Minute)
 	stable := r.stableIDs()
 
-	// The API server killed, and back after a while.
+	// The API server SIGKILLed, and back after a while (stop-apiserver
+	// then only forgets its pid).
+	pidFile := filepath.Join(cp.Dir, "run", "kube-apiserver.pid")
+	data, err := os.ReadFile(pidFile) // "<pid> <binary>"
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(data) + " x")[0])
+	if err != nil {
+		t.Fatalf("%s: %v", pidFile, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := cp.script("stop-apiserver"); err != nil {
 		t.Fatalf("hack/cluster.sh stop-apiserver: %v\n%s", err, out)
 	}
