@@ -190,16 +190,25 @@ func (m *Manager) Synchronize(ctx context.Context) *v1.Pod {
 	m.deps.Recorder.NodeEvent(m.opts.NodeName, v1.EventTypeWarning, "EvictionThresholdMet", fmt.Sprintf("Attempting to reclaim %s", d.Resource))
 
 	dedicated := dedicatedImageFs(summary)
-	if m.reclaimNodeLevel(ctx, t.Signal, dedicated) {
+	resolved, fresh := m.reclaimNodeLevel(ctx, t.Signal, dedicated)
+	if resolved {
 		log.Info("eviction manager: able to reduce resource pressure without evicting pods", "resource", d.Resource)
 		return nil
+	}
+	// Rank on stats read now: the cached summary's volume usage may be a
+	// minute old, and hide the pod that just filled its emptyDir.
+	if fresh == nil {
+		if fresh, err = m.deps.Summary.FreshSummary(ctx); err != nil {
+			log.Warn("eviction manager: cannot read stats now; ranking on the last ones", "err", err)
+			fresh = summary
+		}
 	}
 	pods := slices.Clone(m.deps.ActivePods())
 	if len(pods) == 0 {
 		log.Warn("eviction manager: thresholds met, but no pod is active to evict", "resource", d.Resource)
 		return nil
 	}
-	stats := StatsFrom(summary)
+	stats := StatsFrom(fresh)
 	Rank(t.Signal, dedicated, pods, stats)
 	log.Info("eviction manager: must evict a pod to reclaim", "resource", d.Resource, "ranked", podNames(pods))
 	for _, pod := range pods {
@@ -235,12 +244,13 @@ func (m *Manager) evict(pod *v1.Pod, grace int64, msg string) {
 
 // reclaimNodeLevel frees what the node holds for a disk signal (dead
 // containers, unused images) and reports whether every threshold is then
-// resolved, minimum reclaim included.
-func (m *Manager) reclaimNodeLevel(ctx context.Context, sig Signal, dedicated bool) bool {
+// resolved, minimum reclaim included, with the stats read after (nil when
+// there was nothing to reclaim, or they could not be read).
+func (m *Manager) reclaimNodeLevel(ctx context.Context, sig Signal, dedicated bool) (bool, *statsapi.Summary) {
 	disk := signalInfo[sig].condition == v1.NodeDiskPressure
 	imageSignal := sig == SignalImageFsAvailable || sig == SignalImageFsInodesFree
 	if !disk || (dedicated && !imageSignal) {
-		return false
+		return false, nil
 	}
 	log := m.deps.Log
 	if f := m.deps.ReclaimContainers; f != nil {
@@ -258,9 +268,9 @@ func (m *Manager) reclaimNodeLevel(ctx context.Context, sig Signal, dedicated bo
 	summary, err := m.deps.Summary.FreshSummary(ctx)
 	if err != nil {
 		log.Warn("eviction manager: cannot read stats after reclaim", "err", err)
-		return false
+		return false, nil
 	}
-	return len(StillMet(m.opts.Thresholds, Observe(summary))) == 0
+	return len(StillMet(m.opts.Thresholds, Observe(summary))) == 0, summary
 }
 
 // waitForCleanup waits until the evicted pod's worker finished, or

@@ -94,8 +94,14 @@ func (p *Provider) listStats(ctx context.Context, l *listed) error {
 // refresh builds a summary from scratch (but for the CPU samples and the
 // disk usage cache).
 func (p *Provider) refresh(ctx context.Context, full bool) (*v1alpha1.Summary, error) {
+	return p.refreshWith(ctx, full, false)
+}
+
+// refreshWith is refresh; with freshDU, the directories' disk usage is
+// measured now rather than served from the cache.
+func (p *Provider) refreshWith(ctx context.Context, full, freshDU bool) (*v1alpha1.Summary, error) {
 	wait := p.startLists(ctx, full)
-	fsm := &fsMemo{machine: p.machine, byPath: map[string]*fsInfo{}}
+	fsm := &fsMemo{machine: p.machine, byPath: map[string]*fsInfo{}, fresh: freshDU}
 	now := p.clk.Now()
 	node := p.nodeStats(now, full, fsm)
 	l, err := wait()

@@ -23,6 +23,9 @@ const emptyDirPlugin = "kubernetes.io~empty-dir"
 type fsMemo struct {
 	machine Machine
 	byPath  map[string]*fsInfo
+	// fresh: directories' disk usage is measured now, not served from
+	// the cache (FreshSummary).
+	fresh bool
 }
 
 type fsInfo struct {
@@ -56,7 +59,7 @@ func (p *Provider) logStats(pod v1alpha1.PodReference, container string, now tim
 	out := &v1alpha1.FsStats{Time: metav1.NewTime(now)}
 	fsm.withFs(out, p.podLogsDir)
 	dir := filepath.Join(p.podLogsDir, pod.Namespace+"_"+pod.Name+"_"+pod.UID, container)
-	if used, inodes, ok := p.du.get(dir); ok {
+	if used, inodes, ok := p.du.get(dir, fsm.fresh); ok {
 		out.UsedBytes, out.InodesUsed = &used, &inodes
 	}
 	return out
@@ -117,7 +120,7 @@ func (p *Provider) addStorageStats(ps *v1alpha1.PodStats, now time.Time, fsm *fs
 			// exact and cheap, and it is memory, not ephemeral storage.
 			tmpInodesUsed := inodes - min(inodes, inodesFree)
 			vs.UsedBytes, vs.InodesUsed = &fsUsed, &tmpInodesUsed
-		} else if u, n, ok := p.du.get(path); ok {
+		} else if u, n, ok := p.du.get(path, fsm.fresh); ok {
 			vs.UsedBytes, vs.InodesUsed = &u, &n
 			used += u
 			inodesUsed += n
@@ -152,13 +155,22 @@ type duEntry struct {
 }
 
 // get returns the usage of path; ok is false when it could not be
-// measured (a missing directory, for example).
-func (c *duCache) get(path string) (used, inodes uint64, ok bool) {
-	now := c.clk.Now()
+// measured (a missing directory, for example). With now, it is measured
+// before get returns, whatever the cache holds.
+func (c *duCache) get(path string, now bool) (used, inodes uint64, ok bool) {
+	at := c.clk.Now()
 	c.mu.Lock()
 	e := c.entries[path]
+	if now && e != nil {
+		e.lastAsked = at
+		c.mu.Unlock()
+		c.measure(path, e)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return e.used, e.inodes, e.ok
+	}
 	if e == nil {
-		e = &duEntry{refreshing: true, lastAsked: now}
+		e = &duEntry{refreshing: true, lastAsked: at}
 		c.entries[path] = e
 		c.mu.Unlock()
 		c.measure(path, e)
@@ -167,8 +179,8 @@ func (c *duCache) get(path string) (used, inodes uint64, ok bool) {
 		return e.used, e.inodes, e.ok
 	}
 	defer c.mu.Unlock()
-	e.lastAsked = now
-	if !e.refreshing && now.Sub(e.measured) >= c.ttl {
+	e.lastAsked = at
+	if !e.refreshing && at.Sub(e.measured) >= c.ttl {
 		e.refreshing = true
 		go c.measure(path, e)
 	}

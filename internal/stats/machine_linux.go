@@ -31,13 +31,25 @@ func (m *HostMachine) FsStats(path string) (capacity, available, used, inodes, i
 	return capacity, available, used, st.Files, st.Ffree, nil
 }
 
-// IsTmpfs reports whether path is on a tmpfs.
+// IsTmpfs reports whether path is a tmpfs mounted there: its own
+// filesystem (a memory-backed emptyDir), not a directory of a tmpfs
+// mounted above it (a disk emptyDir of a root directory on a tmpfs).
 func (m *HostMachine) IsTmpfs(path string) (bool, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
 		return false, fmt.Errorf("statfs %s: %w", path, err)
 	}
-	return st.Type == unix.TMPFS_MAGIC, nil
+	if st.Type != unix.TMPFS_MAGIC {
+		return false, nil
+	}
+	var self, parent unix.Stat_t
+	if err := unix.Stat(path, &self); err != nil {
+		return false, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if err := unix.Stat(filepath.Dir(path), &parent); err != nil {
+		return false, fmt.Errorf("stat %s: %w", filepath.Dir(path), err)
+	}
+	return self.Dev != parent.Dev || self.Ino == parent.Ino, nil
 }
 
 // DiskUsage walks the tree at path like du -x -s -B1 and counts its inodes

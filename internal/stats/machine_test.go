@@ -205,3 +205,20 @@ func TestHostMachineCapacityReal(t *testing.T) {
 		t.Errorf("Processes = %d, %d, %v", running, limit, err)
 	}
 }
+
+// A directory of a tmpfs is not a tmpfs of its own: a disk emptyDir of a
+// root directory on a tmpfs counts as ephemeral storage.
+func TestIsTmpfsOnlyAtItsMount(t *testing.T) {
+	m := NewHostMachine()
+	if tmp, err := m.IsTmpfs("/dev/shm"); err != nil || !tmp {
+		t.Skipf("/dev/shm is not a tmpfs here (%v, %v)", tmp, err)
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "istmpfs")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer os.RemoveAll(dir)
+	if tmp, err := m.IsTmpfs(dir); err != nil || tmp {
+		t.Errorf("IsTmpfs(%s) = %v, %v; want false: it is a directory of /dev/shm", dir, tmp, err)
+	}
+}

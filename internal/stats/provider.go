@@ -37,7 +37,8 @@ type Machine interface {
 	// FsStats is statfs of the filesystem holding path, in bytes and
 	// inodes.
 	FsStats(path string) (capacity, available, used, inodes, inodesFree uint64, err error)
-	// IsTmpfs reports whether path is on a tmpfs.
+	// IsTmpfs reports whether path is a tmpfs mounted there (not merely
+	// a directory of a tmpfs above it).
 	IsTmpfs(path string) (bool, error)
 	// DiskUsage walks the tree at path (du -x): the bytes of its blocks
 	// and its inodes, hard links counted once.
@@ -200,11 +201,12 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*v1alpha
 }
 
 // FreshSummary is a full summary read now, past the cache and without
-// storing it: what the eviction manager checks right after it reclaimed
-// disk, when a summary even a second old would still show the space
-// taken.
+// storing it, the volumes' disk usage measured now too: what the eviction
+// manager decides from, when a summary even a second old would still show
+// the space a reclaim freed, or a volume's usage a minute old would hide
+// the pod that just filled it.
 func (p *Provider) FreshSummary(ctx context.Context) (*v1alpha1.Summary, error) {
-	return p.refresh(ctx, true)
+	return p.refreshWith(ctx, true, true)
 }
 
 // SummaryJSON is Summary encoded as JSON, as /stats/summary serves it,
