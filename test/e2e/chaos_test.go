@@ -38,10 +38,7 @@ type chaosScenario struct {
 	run  func(t *testing.T)
 }
 
-// chaosScenarios is the suite. The eviction and image-GC scenarios
-// (a memory-pressure eviction of the right pod with a threshold relative
-// to the current usage; disk pressure reclaiming images, then evicting)
-// belong here once the eviction manager and image GC exist.
+// chaosScenarios is the suite.
 var chaosScenarios = []chaosScenario{
 	{"nodelet-kill", chaosNodeletKill},
 	{"containerd-kill", chaosContainerdKill},
@@ -49,6 +46,8 @@ var chaosScenarios = []chaosScenario{
 	{"many-manifests", chaosManyManifests},
 	{"clock-jump", chaosClockJump},
 	{"api-server", chaosAPIServer},
+	{"memory-eviction", chaosMemoryEviction},
+	{"disk-eviction", chaosDiskEviction},
 }
 
 func TestChaos(t *testing.T) {

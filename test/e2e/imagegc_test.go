@@ -32,7 +32,7 @@ import (
 // low threshold, a FreeDiskSpaceFailed node event tells it.
 func TestImageGCByDiskUsage(t *testing.T) {
 	port := freePort(t)
-	m := startManaged(t, "imagegc", "nle2eig", "10.61.0.0/24", "--port", port, "--address", "127.0.0.1")
+	m := startManaged(t, "imagegc", "nle2eig", "10.65.0.0/24", "--port", port, "--address", "127.0.0.1")
 	writeManifest(t, m.manifests, "sleeper.yaml", fmt.Sprintf(sleeperPod, "imagegc"))
 	ctx := context.Background()
 	var running *runtimeapi.Container
