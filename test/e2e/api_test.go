@@ -89,27 +89,33 @@ spec:
 			t.Errorf("GET %s: %d, want 4xx", path, resp.StatusCode)
 		}
 	}
-	resp, err := admin.Get(server + "/stats/summary")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var summary statsv1alpha1.Summary
-	if err := json.Unmarshal(body, &summary); err != nil {
-		t.Fatalf("/stats/summary: %v\n%s", err, body)
-	}
+	// A summary may be up to 10 s old (served while it is refreshed, and
+	// the eviction manager reads one every 10 s): the new pod shows in one
+	// of the next.
 	var summaryWS, summaryCPU uint64
 	var podUID string
-	for _, p := range summary.Pods {
-		if p.PodRef.Name == "talker-e2e" && len(p.Containers) == 1 && p.Containers[0].Memory != nil &&
-			p.Containers[0].Memory.WorkingSetBytes != nil && p.Containers[0].CPU != nil && p.Containers[0].CPU.UsageCoreNanoSeconds != nil {
-			summaryWS, summaryCPU, podUID = *p.Containers[0].Memory.WorkingSetBytes, *p.Containers[0].CPU.UsageCoreNanoSeconds, p.PodRef.UID
+	eventually(t, 30*time.Second, "talker-e2e's container memory and the node's CPU in /stats/summary", func() error {
+		resp, err := admin.Get(server + "/stats/summary")
+		if err != nil {
+			return err
 		}
-	}
-	if summaryWS == 0 || summary.Node.CPU == nil {
-		t.Fatalf("/stats/summary lacks talker-e2e's container memory or node CPU:\n%s", body)
-	}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var summary statsv1alpha1.Summary
+		if err := json.Unmarshal(body, &summary); err != nil {
+			return errorf("/stats/summary: %w\n%s", err, body)
+		}
+		for _, p := range summary.Pods {
+			if p.PodRef.Name == "talker-e2e" && len(p.Containers) == 1 && p.Containers[0].Memory != nil &&
+				p.Containers[0].Memory.WorkingSetBytes != nil && p.Containers[0].CPU != nil && p.Containers[0].CPU.UsageCoreNanoSeconds != nil {
+				summaryWS, summaryCPU, podUID = *p.Containers[0].Memory.WorkingSetBytes, *p.Containers[0].CPU.UsageCoreNanoSeconds, p.PodRef.UID
+			}
+		}
+		if summaryWS == 0 || summary.Node.CPU == nil {
+			return errorf("lacks them:\n%.2000s", body)
+		}
+		return nil
+	})
 	// The numbers are the runtime's: the same container's CRI stats agree
 	// (memory within a factor of two; CPU time only grows).
 	cs0, err := shared.rt.ListContainerStats(context.Background(), &runtimeapi.ContainerStatsFilter{
@@ -125,7 +131,7 @@ spec:
 	if summaryWS > 2*criWS || criWS > 2*summaryWS || summaryCPU > criCPU {
 		t.Errorf("/stats/summary says working set %d, CPU %dns; CRI says %d, %dns", summaryWS, summaryCPU, criWS, criCPU)
 	}
-	resp, err = admin.Get(server + "/metrics")
+	resp, err := admin.Get(server + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
