@@ -39,6 +39,7 @@ func chaosMemoryEviction(t *testing.T) {
 	if thresholdMiB < 512 {
 		t.Skipf("only %d MiB available", available>>20)
 	}
+	t.Cleanup(func() { removePodsWithPrefix(shared.rt, "hogmem") })
 	r := newChaosRun(t, "memory-eviction", shared.rt, filepath.Join(shared.work, "manifests-chaos-mem"), "e2e")
 	for range 5 {
 		r.create(true, 0)

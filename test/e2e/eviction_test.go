@@ -64,22 +64,26 @@ func TestEvictionMemoryPressure(t *testing.T) {
 	if threshold < 512 {
 		t.Skipf("only %d MiB available: too little to fill 2 GiB safely", available>>20)
 	}
+	// Registered first, so it runs once the nodelet has stopped: the
+	// evicted pod's sandbox is not left in the shared runtime for a later
+	// test's pod of the same name to be mistaken for.
+	t.Cleanup(func() { removePodsWithPrefix(shared.rt, "evict-") })
 	n, dir, _ := lifecycleNodelet(t, "evict", "--eviction-hard", fmt.Sprintf("memory.available<%dMi", threshold),
 		"--eviction-pressure-transition-period", "2m")
 	t.Logf("memory available %d MiB: threshold memory.available<%d MiB, the hog fills %d MiB", available>>20, threshold, fillMiB)
 	api := n.api(t)
 
-	keep := []string{"idle", "requested", "critical"}
-	writeManifest(t, dir, "idle.yaml", evictionPod("idle", 0, "", ""))
-	writeManifest(t, dir, "requested.yaml", evictionPod("requested", 0, "", "64Mi"))
-	writeManifest(t, dir, "critical.yaml", evictionPod("critical", 0, "system-node-critical", ""))
+	keep := []string{"evict-idle", "evict-requested", "evict-critical"}
+	writeManifest(t, dir, "evict-idle.yaml", evictionPod("evict-idle", 0, "", ""))
+	writeManifest(t, dir, "evict-requested.yaml", evictionPod("evict-requested", 0, "", "64Mi"))
+	writeManifest(t, dir, "evict-critical.yaml", evictionPod("evict-critical", 0, "system-node-critical", ""))
 	ids := map[string]string{}
 	for _, name := range keep {
 		ids[name] = waitPhase(t, n, name+"-e2e", "Running", 90*time.Second).Status.ContainerStatuses[0].ContainerID
 	}
-	writeManifest(t, dir, "hog.yaml", evictionPod("hog", fillMiB, "", ""))
+	writeManifest(t, dir, "evict-hog.yaml", evictionPod("evict-hog", fillMiB, "", ""))
 
-	hog := waitPod(t, api, "hog-e2e", 3*time.Minute, "evicted", func(p *v1.Pod) error {
+	hog := waitPod(t, api, "evict-hog-e2e", 3*time.Minute, "evicted", func(p *v1.Pod) error {
 		if p.Status.Phase != v1.PodFailed || p.Status.Reason != "Evicted" {
 			return fmt.Errorf("phase %s reason %q", p.Status.Phase, p.Status.Reason)
 		}
@@ -99,15 +103,15 @@ func TestEvictionMemoryPressure(t *testing.T) {
 		t.Errorf("DisruptionTarget %+v, want True TerminationByKubelet", disruption)
 	}
 	waitEvent(t, api, 30*time.Second, "Evicted event of hog", func(e server.EventItem) bool {
-		return e.Pod == "hog-e2e" && e.Reason == "Evicted"
+		return e.Pod == "evict-hog-e2e" && e.Reason == "Evicted"
 	})
 	// The evicted pod stays down: its manifest is there, but it is not
 	// started again.
-	waitPod(t, api, "hog-e2e", 60*time.Second, "containers stopped", func(p *v1.Pod) error {
-		if len(instances(t, "hog-e2e", "main")) == 0 {
+	waitPod(t, api, "evict-hog-e2e", 60*time.Second, "containers stopped", func(p *v1.Pod) error {
+		if len(instances(t, "evict-hog-e2e", "main")) == 0 {
 			return nil
 		}
-		for _, c := range instances(t, "hog-e2e", "main") {
+		for _, c := range instances(t, "evict-hog-e2e", "main") {
 			if c.State.String() == "CONTAINER_RUNNING" {
 				return fmt.Errorf("container %s runs", c.Id)
 			}
@@ -137,11 +141,11 @@ func TestEvictionMemoryPressure(t *testing.T) {
 	if w := resp.Header.Values("Warning"); resp.StatusCode != http.StatusOK || len(w) != 1 || !strings.Contains(w[0], "node has condition MemoryPressure") {
 		t.Errorf("/pods warnings %q, want the MemoryPressure condition", w)
 	}
-	writeManifest(t, dir, "late-besteffort.yaml", evictionPod("late-besteffort", 0, "", ""))
-	writeManifest(t, dir, "late-burstable.yaml", evictionPod("late-burstable", 0, "", "32Mi"))
-	rejected := waitPhase(t, n, "late-besteffort-e2e", "Failed", 60*time.Second)
+	writeManifest(t, dir, "evict-late-besteffort.yaml", evictionPod("evict-late-besteffort", 0, "", ""))
+	writeManifest(t, dir, "evict-late-burstable.yaml", evictionPod("evict-late-burstable", 0, "", "32Mi"))
+	rejected := waitPhase(t, n, "evict-late-besteffort-e2e", "Failed", 60*time.Second)
 	if rejected.Status.Reason != "Evicted" || rejected.Status.Message != "Pod was rejected: The node had condition: [MemoryPressure]. " {
 		t.Errorf("late BestEffort pod: reason %q message %q", rejected.Status.Reason, rejected.Status.Message)
 	}
-	waitPhase(t, n, "late-burstable-e2e", "Running", 90*time.Second)
+	waitPhase(t, n, "evict-late-burstable-e2e", "Running", 90*time.Second)
 }

@@ -69,18 +69,19 @@ shutdownGracePeriodCriticalPods: 10s
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { removePodsWithPrefix(shared.rt, "shutdown-") }) // after the nodelet stops
 	n, dir, _ := lifecycleNodelet(t, "shutdown", "--config", config)
-	writeManifest(t, dir, "regular.yaml", shutdownPod("regular", "", 3))
-	writeManifest(t, dir, "critical.yaml", shutdownPod("critical", "system-node-critical", 0))
-	waitContainerRunning(t, 90*time.Second, "regular-e2e", "main")
-	waitContainerRunning(t, 90*time.Second, "critical-e2e", "main")
+	writeManifest(t, dir, "shutdown-regular.yaml", shutdownPod("shutdown-regular", "", 3))
+	writeManifest(t, dir, "shutdown-critical.yaml", shutdownPod("shutdown-critical", "system-node-critical", 0))
+	waitContainerRunning(t, 90*time.Second, "shutdown-regular-e2e", "main")
+	waitContainerRunning(t, 90*time.Second, "shutdown-critical-e2e", "main")
 	api := n.api(t)
 
 	if err := n.cmd.Process.Signal(syscall.SIGPWR); err != nil {
 		t.Fatal(err)
 	}
-	regular := waitPod(t, api, "regular-e2e", 60*time.Second, "stopped by the shutdown", stoppedByShutdown)
-	critical := waitPod(t, api, "critical-e2e", 60*time.Second, "stopped by the shutdown", stoppedByShutdown)
+	regular := waitPod(t, api, "shutdown-regular-e2e", 60*time.Second, "stopped by the shutdown", stoppedByShutdown)
+	critical := waitPod(t, api, "shutdown-critical-e2e", 60*time.Second, "stopped by the shutdown", stoppedByShutdown)
 	// The regular pod took 3 s to exit after its SIGTERM; the critical
 	// one exits at its SIGTERM, which comes only once the regular pod
 	// finished.
@@ -93,8 +94,8 @@ shutdownGracePeriodCriticalPods: 10s
 		t.Errorf("the regular pod's container exited %d, want 0 (its TERM trap ran)", code)
 	}
 
-	writeManifest(t, dir, "late.yaml", shutdownPod("late", "", 0))
-	waitPod(t, api, "late-e2e", 30*time.Second, "rejected", func(p *v1.Pod) error {
+	writeManifest(t, dir, "shutdown-late.yaml", shutdownPod("shutdown-late", "", 0))
+	waitPod(t, api, "shutdown-late-e2e", 30*time.Second, "rejected", func(p *v1.Pod) error {
 		if err := hasPhase(v1.PodFailed, "NodeShutdown")(p); err != nil {
 			return err
 		}
