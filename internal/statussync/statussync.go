@@ -297,6 +297,13 @@ func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
 	pod, st := e.pod, e.status
 	e.dirty = false
 	s.mu.Unlock()
+	// The newest status, not only the one last taken: a pod's worker may
+	// finish (and the pod be deleted below) between the runtime manager
+	// setting its final status and this syncer taking it, and that status
+	// would then never reach the API.
+	if latest, ok := s.deps.Statuses.Get(uid); ok {
+		st = latest
+	}
 
 	if _, kept := s.deps.Statuses.Get(uid); !kept && podspec.IsStatic(pod) {
 		// A static pod no source wants any more, whose status
