@@ -505,3 +505,29 @@ func TestStaticPodVersionsOwnMirrors(t *testing.T) {
 		})
 	}
 }
+
+// A pod's final status set after the syncer took the pod's last one, its
+// worker finished by then: the status patched before the final delete is
+// the final one, not the one taken (it would never reach the API after).
+func TestFinalStatusBeforeDelete(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	now := metav1.NewTime(t0)
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	h := newHarness(t, pod)
+	ctx := context.Background()
+	h.workers.running["uid-1"] = true
+	h.statuses.SetPodStatus(pod, running(true))
+	h.s.take()
+	// Meanwhile: the containers stopped, the final status was set, the
+	// worker finished.
+	failed := running(false)
+	failed.Phase = v1.PodFailed
+	h.statuses.SetPodStatus(pod, failed)
+	h.workers.running["uid-1"] = false
+	h.workers.finished["uid-1"] = true
+	h.s.syncPod(ctx, "uid-1")
+	w := h.writes()
+	if len(w) != 2 || !strings.Contains(w[0], `"phase":"Failed"`) || w[1] != "delete default/web grace=0 uid=uid-1" {
+		t.Fatalf("writes = %q, want the Failed status patched, then the delete", w)
+	}
+}
