@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nodelet/nodelet/internal/nodeconfig"
+	"github.com/nodelet/nodelet/internal/server"
 )
 
 func TestExitCodePrintsOneLine(t *testing.T) {
@@ -59,17 +61,68 @@ func TestSuggestNodeName(t *testing.T) {
 	}
 }
 
-// The API authorizes by default: admins (system:masters) do anything,
-// authenticated clients only read.
+// The secure port's defaults depend on the mode: standalone, admins
+// (system:masters) do anything and authenticated clients only read; in
+// cluster mode (--kubeconfig), whether or not --config sets them, the
+// kubelet's config-file defaults: webhook authentication and Webhook
+// authorization, anonymous off. What a file or a flag sets wins.
 func TestAuthorizationDefaults(t *testing.T) {
 	f := newRootCommand(io.Discard, io.Discard).Flags()
 	for name, want := range map[string]string{
-		"authorization-mode":       "NodeletGroups",
 		"authorization-read-group": "system:authenticated",
 		"anonymous-auth":           "false",
 	} {
 		if got := f.Lookup(name).DefValue; got != want {
 			t.Errorf("--%s defaults to %q, want %q", name, got, want)
 		}
+	}
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	silent := writeConfig(t, "maxPods: 20\n")
+	groups := writeConfig(t, "authorization:\n  mode: NodeletGroups\nauthentication:\n  webhook:\n    enabled: false\n")
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		mode       string
+		webhook    bool
+		anonymous  bool
+		insecure   bool // a Node Warning event says what any cluster identity can do
+		insecureOf string
+	}{
+		{name: "standalone", mode: "NodeletGroups"},
+		{name: "standalone, file silent", args: []string{"--config", silent}, mode: "NodeletGroups"},
+		{name: "cluster", args: []string{"--kubeconfig", kubeconfig}, mode: "Webhook", webhook: true},
+		{name: "cluster, file silent", args: []string{"--kubeconfig", kubeconfig, "--config", silent}, mode: "Webhook", webhook: true},
+		{name: "cluster, file chooses groups", args: []string{"--kubeconfig", kubeconfig, "--config", groups}, mode: "NodeletGroups",
+			insecure: true, insecureOf: "every client certificate of the client CA"},
+		{name: "cluster, flags choose groups", args: []string{"--kubeconfig", kubeconfig, "--authorization-mode", "NodeletGroups"},
+			mode: "NodeletGroups", webhook: true, insecure: true, insecureOf: "every service-account token of the cluster (pods' own included)"},
+		{name: "cluster, flag over file", args: []string{"--kubeconfig", kubeconfig, "--config", groups, "--authorization-mode", "Webhook",
+			"--authentication-token-webhook"}, mode: "Webhook", webhook: true},
+		{name: "cluster, webhook authn off by flag", args: []string{"--kubeconfig", kubeconfig, "--authentication-token-webhook=false"},
+			mode: "Webhook"},
+		{name: "cluster, always allow", args: []string{"--kubeconfig", kubeconfig, "--authorization-mode", "AlwaysAllow"},
+			mode: "AlwaysAllow", webhook: true, insecure: true, insecureOf: "may do anything on this node's API"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _, err := configFrom(t, tc.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := cfg.SecureAuth()
+			if a.AuthorizationMode != tc.mode || cfg.TokenWebhook() != tc.webhook || a.AnonymousAuth != tc.anonymous {
+				t.Errorf("mode %s, token webhook %v, anonymous %v; want %s, %v, %v",
+					a.AuthorizationMode, cfg.TokenWebhook(), a.AnonymousAuth, tc.mode, tc.webhook, tc.anonymous)
+			}
+			if err := server.CheckAuthorization(a.AuthorizationMode, a.AnonymousAuth); err != nil {
+				t.Errorf("CheckAuthorization: %v", err)
+			}
+			msg := server.ClusterAuthorizationWarning(a, cfg.TokenWebhook())
+			if !cfg.ClusterMode() {
+				return
+			}
+			if (msg != "") != tc.insecure || !strings.Contains(msg, tc.insecureOf) {
+				t.Errorf("warning %q, want one (%v) saying %q", msg, tc.insecure, tc.insecureOf)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -100,8 +101,10 @@ flags given on the command line override it.`,
 	f.StringVar(&cfg.ClientCAFile, "client-ca-file", "", "CA bundle that client certificates are verified against (the local admin CA is always trusted)")
 	f.StringVar(&cfg.TokenAuthFile, "token-auth-file", "", "Static bearer tokens: token,user,uid,\"group1,group2\" per line")
 	f.BoolVar(&cfg.AnonymousAuth, "anonymous-auth", false, "Let requests without credentials in as system:anonymous")
-	f.StringVar(&cfg.AuthorizationMode, "authorization-mode", cfg.AuthorizationMode,
-		"NodeletGroups (system:masters may do anything, --authorization-read-group may read), Webhook (needs an API server) or AlwaysAllow (any authenticated client may do anything; refused with --anonymous-auth)")
+	f.StringVar(&cfg.AuthorizationMode, "authorization-mode", "",
+		"Webhook (SubjectAccessReviews against the API server; the default with --kubeconfig, as the kubelet's config-file default), "+
+			"NodeletGroups (system:masters may do anything, --authorization-read-group may read; the default standalone) "+
+			"or AlwaysAllow (any authenticated client may do anything; refused with --anonymous-auth)")
 	f.StringVar(&cfg.AuthorizationReadGroup, "authorization-read-group", "system:authenticated", "Group that may use the read-only paths (/pods, /stats, /metrics, /containerLogs, ...) in NodeletGroups mode")
 	f.StringVar(&cfg.HealthzBindAddress, "healthz-bind-address", cfg.HealthzBindAddress, "Address of the healthz endpoint")
 	f.IntVar(&cfg.HealthzPort, "healthz-port", cfg.HealthzPort, "Port of the healthz endpoint (0 disables it)")
@@ -165,9 +168,34 @@ func addClusterFlags(f *pflag.FlagSet, o *rootOptions) {
 	f.Int32Var(&cl.EventBurst, "event-burst", cl.EventBurst, "Events sent to the API server in a burst")
 	f.StringVar(&cl.KubeAPIContentType, "kube-api-content-type", cl.KubeAPIContentType, "Content type of requests to the API server")
 	f.DurationVar(&cl.NodeStatusUpdateFrequency, "node-status-update-frequency", cl.NodeStatusUpdateFrequency, "How often the node's status is computed (and posted when it changed)")
-	f.BoolVar(&cl.AuthenticationTokenWebhook, "authentication-token-webhook", false, "Authenticate bearer tokens on the secure port with TokenReviews")
+	f.Var(&optionalBool{dst: &cl.AuthenticationTokenWebhook}, "authentication-token-webhook",
+		"Authenticate bearer tokens on the secure port with TokenReviews (default: true with --kubeconfig, as the kubelet's config-file default)")
+	f.Lookup("authentication-token-webhook").NoOptDefVal = "true"
 	f.DurationVar(&cl.AuthenticationTokenWebhookCacheTTL, "authentication-token-webhook-cache-ttl", cl.AuthenticationTokenWebhookCacheTTL, "How long TokenReview answers are cached")
 }
+
+// optionalBool is a boolean flag whose absence is kept apart from false:
+// nil until given, so that the mode's default applies (see
+// nodeconfig.Config.TokenWebhook).
+type optionalBool struct{ dst **bool }
+
+func (b *optionalBool) String() string {
+	if b.dst == nil || *b.dst == nil {
+		return ""
+	}
+	return strconv.FormatBool(**b.dst)
+}
+
+func (b *optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.dst = &v
+	return nil
+}
+
+func (b *optionalBool) Type() string { return "bool" }
 
 // config is the configuration the agent runs with: the defaults, then
 // --config's file, then the flags given on the command line (which win,

@@ -98,6 +98,9 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		}
 		cl.events = apievents.New(ec, cfg.NodeName)
 		recorder.SetForwarder(cl.events)
+		if msg := server.ClusterAuthorizationWarning(cfg.SecureAuth(), cfg.TokenWebhook()); msg != "" && cfg.Port > 0 {
+			recorder.NodeEvent(cfg.NodeName, v1.EventTypeWarning, server.InsecureAuthorizationReason, msg)
+		}
 	}
 	manifestErrors := podsource.NewManifestErrorsCounter(reg)
 	var names []string
@@ -303,9 +306,9 @@ func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
 	}
 	if cfg.Port > 0 {
 		l.Secure = server.Settings{RootDir: cfg.RootDir, Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)),
-			NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, Auth: cfg.Auth}
+			NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, Auth: cfg.SecureAuth()}
 		if c := p.cluster; c != nil {
-			l.Secure.Client, l.Secure.WebhookAuthn = c.api.kube, cfg.AuthenticationTokenWebhook
+			l.Secure.Client, l.Secure.WebhookAuthn = c.api.kube, cfg.TokenWebhook()
 			l.Secure.TokenCacheTTL = cfg.AuthenticationTokenWebhookCacheTTL
 			if c.serving != nil {
 				l.Secure.GetCertificate = c.serving.GetCertificate

@@ -258,8 +258,9 @@ type ClusterConfig struct {
 	NodeLeaseDurationSeconds  int32
 	// AuthenticationTokenWebhook resolves bearer tokens on the secure
 	// port with TokenReviews, cached AuthenticationTokenWebhookCacheTTL
-	// (--authentication-token-webhook, authentication.webhook).
-	AuthenticationTokenWebhook         bool
+	// (--authentication-token-webhook, authentication.webhook.enabled);
+	// nil is the mode's default (see Config.TokenWebhook).
+	AuthenticationTokenWebhook         *bool
 	AuthenticationTokenWebhookCacheTTL time.Duration
 }
 
@@ -296,7 +297,6 @@ func DefaultConfig(rootDir string) Config {
 		EventedPLEG:                      true,
 		MaxPods:                          110,
 		Port:                             10250,
-		Auth:                             server.Auth{AuthorizationMode: server.AuthorizationNodeletGroups},
 		HealthzBindAddress:               "127.0.0.1",
 		CgroupRoot:                       "/sys/fs/cgroup",
 		CgroupsPerQOS:                    true,
@@ -377,7 +377,38 @@ func (cfg Config) Validate() error {
 	if ids := cfg.UserNamespaces.IDsPerPod; ids < userns.DefaultIDsPerPod || ids%userns.DefaultIDsPerPod != 0 || ids > math.MaxUint32 {
 		return fmt.Errorf("userNamespaces.idsPerPod %d must be a multiple of %d, at least that and at most %d", ids, userns.DefaultIDsPerPod, int64(math.MaxUint32))
 	}
-	return server.CheckAuthorization(cfg.AuthorizationMode, cfg.AnonymousAuth)
+	return server.CheckAuthorization(cfg.SecureAuth().AuthorizationMode, cfg.AnonymousAuth)
+}
+
+// ClusterMode reports whether nodelet joins a cluster (--kubeconfig).
+func (cfg Config) ClusterMode() bool { return cfg.Kubeconfig != "" }
+
+// SecureAuth are the secure port's access settings with the mode's
+// default authorization filled in where neither a flag nor --config set
+// one: in cluster mode the kubelet's config-file default, Webhook (every
+// request is a SubjectAccessReview against the API server, so a pod's
+// service-account token or another node's certificate gets what RBAC
+// gives it on nodes/<name>: nothing, by default); standalone
+// NodeletGroups, as there is no API server to ask.
+func (cfg Config) SecureAuth() server.Auth {
+	a := cfg.Auth
+	if a.AuthorizationMode == "" {
+		a.AuthorizationMode = server.AuthorizationNodeletGroups
+		if cfg.ClusterMode() {
+			a.AuthorizationMode = server.AuthorizationWebhook
+		}
+	}
+	return a
+}
+
+// TokenWebhook reports whether bearer tokens are resolved with
+// TokenReviews: as set, else the kubelet's config-file default in cluster
+// mode (on), and off standalone (there is no API server).
+func (cfg Config) TokenWebhook() bool {
+	if cfg.AuthenticationTokenWebhook != nil {
+		return *cfg.AuthenticationTokenWebhook
+	}
+	return cfg.ClusterMode()
 }
 
 // validateShutdown checks the graceful node shutdown settings as the

@@ -24,7 +24,7 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.TLSCertFile, c.TLSPrivateKeyFile = cfg.TLSCertFile, cfg.TLSPrivateKeyFile
 	c.Authentication.X509.ClientCAFile = cfg.ClientCAFile
 	c.Authentication.Anonymous.Enabled = ptr.To(cfg.AnonymousAuth)
-	c.Authorization.Mode = cfg.AuthorizationMode
+	c.Authorization.Mode = cfg.SecureAuth().AuthorizationMode
 	c.MaxPods, c.PodCIDR, c.CgroupRoot, c.PodLogsDir = int32(cfg.MaxPods), cfg.Managed.Containerd.PodCIDR, cfg.CgroupRoot, cfg.PodLogsDir
 	c.ContainerLogMaxSize = resource.NewQuantity(cfg.ContainerLogMaxSize, resource.BinarySI).String()
 	c.ContainerLogMaxFiles = ptr.To(int32(cfg.ContainerLogMaxFiles))
@@ -51,6 +51,7 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 			server.ShutdownGracePeriodByPodPriority{Priority: p.Priority, ShutdownGracePeriodSeconds: int64(p.GracePeriod / time.Second)})
 	}
 	configzCluster(c, cfg.ClusterConfig)
+	c.Authentication.Webhook.Enabled = ptr.To(cfg.TokenWebhook())
 	return c
 }
 
@@ -58,7 +59,6 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 // --bootstrap-kubeconfig, --cert-dir and --node-labels are flags only, not
 // KubeletConfiguration fields: /configz does not show them.
 func configzCluster(c *server.KubeletConfiguration, cl ClusterConfig) {
-	c.Authentication.Webhook.Enabled = ptr.To(cl.AuthenticationTokenWebhook)
 	c.Authentication.Webhook.CacheTTL = metav1.Duration{Duration: cl.AuthenticationTokenWebhookCacheTTL}
 	c.RotateCertificates, c.ServerTLSBootstrap = cl.RotateCertificates, cl.ServerTLSBootstrap
 	c.RegisterNode, c.RegisterWithTaints = ptr.To(cl.RegisterNode), cl.RegisterWithTaints

@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/server"
 )
@@ -85,7 +86,7 @@ func TestConfigzShowsClusterSettings(t *testing.T) {
 	cfg.RegisterWithTaints = []v1.Taint{{Key: "dedicated", Value: "edge", Effect: v1.TaintEffectNoSchedule}}
 	cfg.SystemReserved = v1.ResourceList{v1.ResourceMemory: resource.MustParse("512Mi")}
 	cfg.ClusterDomain, cfg.ClusterDNS = "cluster.local", []string{"10.96.0.10"}
-	cfg.AuthenticationTokenWebhook = true
+	cfg.AuthenticationTokenWebhook = ptr.To(true)
 	b, err := json.Marshal(Configz(cfg))
 	if err != nil {
 		t.Fatal(err)

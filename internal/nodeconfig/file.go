@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/nodelet/nodelet/internal/imagegc"
@@ -218,7 +219,7 @@ func (f *File) applyServer(cfg *Config) {
 		cfg.AnonymousAuth = *authn.Anonymous.Enabled
 	}
 	if authn.Webhook.Enabled != nil {
-		cfg.AuthenticationTokenWebhook = *authn.Webhook.Enabled
+		cfg.AuthenticationTokenWebhook = ptr.To(*authn.Webhook.Enabled)
 	}
 	setDuration(&cfg.AuthenticationTokenWebhookCacheTTL, authn.Webhook.CacheTTL)
 	setString(&cfg.AuthorizationMode, string(kc.Authorization.Mode))

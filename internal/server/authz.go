@@ -221,3 +221,41 @@ func isSubpath(p, base string) bool {
 	base = strings.TrimSuffix(base, "/")
 	return p == base || strings.HasPrefix(p, base+"/")
 }
+
+// InsecureAuthorizationReason is the reason of the Node Warning event
+// that ClusterAuthorizationWarning's message goes with.
+const InsecureAuthorizationReason = "InsecureAuthorization"
+
+// ClusterAuthorizationWarning says, for a node of a cluster, what any
+// identity of that cluster can do on the node's API when a's mode is not
+// Webhook (chosen on purpose: Webhook is cluster mode's default); "" for
+// Webhook. tokenWebhook tells whether bearer tokens are TokenReviewed, so
+// that every service-account token of the cluster, pods' own included,
+// authenticates.
+func ClusterAuthorizationWarning(a Auth, tokenWebhook bool) string {
+	who := "every client certificate of the client CA (other nodes' included)"
+	if tokenWebhook {
+		who += " and every service-account token of the cluster (pods' own included)"
+	}
+	switch a.AuthorizationMode {
+	case AuthorizationAlwaysAllow:
+		return fmt.Sprintf("authorization mode %s in cluster mode: %s may do anything on this node's API, "+
+			"including exec into every pod and reading every container's logs; "+
+			"--authorization-mode=%s (the kubelet's default) lets the API server's RBAC decide",
+			AuthorizationAlwaysAllow, who, AuthorizationWebhook)
+	case AuthorizationNodeletGroups:
+		group := a.AuthorizationReadGroup
+		if group == "" {
+			group = AuthenticatedGroup
+		}
+		readers := "members of group " + group
+		if group == AuthenticatedGroup {
+			readers = who + " (group " + AuthenticatedGroup + ")"
+		}
+		return fmt.Sprintf("authorization mode %s in cluster mode: %s may read this node's %s: every pod's spec and status, "+
+			"every container's logs, the node's events, stats, metrics and configuration; %s may do anything, exec into every pod included; "+
+			"--authorization-mode=%s (the kubelet's default) lets the API server's RBAC decide",
+			AuthorizationNodeletGroups, readers, strings.Join(readOnlyPaths, ", "), AdminGroup, AuthorizationWebhook)
+	}
+	return ""
+}
