@@ -306,7 +306,7 @@ evictionHard: {memory.available: 1Mi}
 
 // upstreamKubelet is the kubelet binary: $NODELET_BENCH_KUBELET (make bench
 // sets it), else what hack/build-upstream.sh builds (cached by version).
-func upstreamKubelet(b *testing.B) string {
+func upstreamKubelet(b testing.TB) string {
 	if p := os.Getenv("NODELET_BENCH_KUBELET"); p != "" {
 		return p
 	}
