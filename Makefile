@@ -82,10 +82,11 @@ fuzz-short:
 # once per version, minutes the first time). Every test runs on the managed
 # containerd 2.x; then the node tests (not the cluster ones) run once more on
 # Debian's containerd 1.6, the distribution runtime users may point
-# --container-runtime-endpoint at.
+# --container-runtime-endpoint at. The upstream kubelet is built too: the
+# cluster tests compare nodelet's API with its answers.
 E2E_FILTER = grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e: )|_test.go'
 e2e: build
-	@bins=$$(hack/build-upstream.sh $(CONTROL_PLANE)) || exit 1; \
+	@bins=$$(hack/build-upstream.sh $(CONTROL_PLANE) kubelet) || exit 1; \
 	export NODELET_CLUSTER_BIN=$$(dirname "$${bins%%$$'\n'*}"); \
 	$(GO) test -tags e2e -count=1 -timeout 25m -v ./test/e2e 2>&1 | tee /tmp/nodelet-e2e.log | $(E2E_FILTER) ; exit $${PIPESTATUS[0]}
 	@$(MAKE) --no-print-directory e2e-containerd1
