@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/agent"
+	"github.com/nodelet/nodelet/internal/bounded"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
 	"github.com/nodelet/nodelet/internal/nodestatus"
 )
@@ -333,22 +334,7 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, conta
 }
 
 // readSmallFile reads a machine file of at most 1 MiB (more is an error).
-func readSmallFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	const limit = 1 << 20
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return b, nil
-}
+func readSmallFile(path string) ([]byte, error) { return bounded.ReadFile(path, 1<<20) }
 
 // suggestNodeName turns name into a valid node name: characters other
 // than lowercase letters, digits, "-" and "." become "-", and what is left

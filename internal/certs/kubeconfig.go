@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -16,27 +15,14 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // maxFileSize bounds what is read of a kubeconfig or a certificate file.
 const maxFileSize = 1 << 20
 
 // readBounded reads path, refusing more than maxFileSize bytes.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxFileSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxFileSize)
-	}
-	return b, nil
-}
+func readBounded(path string) ([]byte, error) { return bounded.ReadFile(path, maxFileSize) }
 
 // loadKubeconfig reads the kubeconfig at path into a client
 // configuration, its relative paths taken from path's directory as

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // process is a started containerd: what the Manager needs of it.
@@ -167,21 +167,7 @@ func checkStateMajor(c Config) error {
 }
 
 // readBounded reads a file of at most limit bytes.
-func readBounded(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
-	}
-	return data, nil
-}
+func readBounded(path string, limit int64) ([]byte, error) { return bounded.ReadFile(path, limit) }
 
 // launch starts one containerd and waits for its socket.
 func (m *Manager) launch(ctx context.Context, restart bool) (process, error) {

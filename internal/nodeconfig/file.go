@@ -4,9 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 	kjson "sigs.k8s.io/json"
 
+	"github.com/nodelet/nodelet/internal/bounded"
 	"github.com/nodelet/nodelet/internal/imagegc"
 	"sigs.k8s.io/yaml"
 
@@ -48,17 +47,9 @@ type File struct {
 // ReadFile reads and decodes the KubeletConfiguration file at path (at
 // most 1 MiB).
 func ReadFile(path string) (*File, error) {
-	f, err := os.Open(path)
+	data, err := bounded.ReadFile(path, maxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("--config: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("--config %s: %w", path, err)
-	}
-	if len(data) > maxFileSize {
-		return nil, fmt.Errorf("--config %s: larger than %d bytes", path, maxFileSize)
 	}
 	return DecodeFile(path, data)
 }

@@ -5,9 +5,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"strings"
+
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // HostInfo are the machine's identity facts in status.nodeInfo. They are
@@ -94,17 +95,5 @@ func readHostFile(root fs.FS, path string) (string, error) {
 }
 
 func readLimited(root fs.FS, path string) ([]byte, error) {
-	f, err := root.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxHostFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxHostFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxHostFile)
-	}
-	return data, nil
+	return bounded.ReadFS(root, path, maxHostFile)
 }

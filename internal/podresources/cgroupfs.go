@@ -2,12 +2,12 @@ package podresources
 
 import (
 	"errors"
-	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // FS is a cgroup v2 (unified) hierarchy as the unified manager uses it:
@@ -47,19 +47,7 @@ func (o OSFS) Mkdir(rel string) error { return os.Mkdir(o.path(rel), 0o755) }
 func (o OSFS) Rmdir(rel string) error { return os.Remove(o.path(rel)) }
 
 func (o OSFS) ReadFile(rel string) ([]byte, error) {
-	f, err := os.Open(o.path(rel))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxInterfaceFile+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxInterfaceFile {
-		return nil, fmt.Errorf("%s: larger than %d bytes", o.path(rel), maxInterfaceFile)
-	}
-	return b, nil
+	return bounded.ReadFile(o.path(rel), maxInterfaceFile)
 }
 
 // WriteFile writes an interface file that must exist: a cgroup file is

@@ -9,6 +9,8 @@ import (
 	"os"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // errIsDir is a manifest path entry that turned out to be a directory (a
@@ -146,12 +148,9 @@ func explainOpenError(path string, err error) error {
 // readLimited reads r to its end, refusing more than limit bytes; what
 // names r in the error.
 func readLimited(r io.Reader, limit int, what string) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(data) > limit {
+	data, err := bounded.ReadAll(r, int64(limit), what)
+	if errors.Is(err, bounded.ErrTooLarge) {
 		return nil, tooLarge(what, limit)
 	}
-	return data, nil
+	return data, err
 }

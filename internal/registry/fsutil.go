@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // openNoFollow opens path for reading, refusing a symlink in its last
@@ -29,14 +31,7 @@ func openNoFollow(path string) (*os.File, os.FileInfo, error) {
 
 // readBounded reads all of r, failing when it holds more than limit bytes.
 func readBounded(r io.Reader, limit int64, what string) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", what, limit)
-	}
-	return data, nil
+	return bounded.ReadAll(r, limit, what)
 }
 
 // fileLock is an exclusive flock(2) on a lock file. flock locks belong to

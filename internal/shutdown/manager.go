@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/bounded"
 	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/nodelet/nodelet/internal/podworker"
@@ -466,15 +466,10 @@ func loadState(path string) (state, error) {
 	if path == "" {
 		return s, nil
 	}
-	f, err := os.Open(path)
+	data, err := bounded.ReadFile(path, maxStateFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
 	}
-	if err != nil {
-		return s, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxStateFile))
 	if err != nil {
 		return s, err
 	}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/bounded"
 	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/nodelet/nodelet/internal/podworker"
 	nodelettest "github.com/nodelet/nodelet/internal/testutil"
@@ -334,5 +335,19 @@ func TestPrepareForShutdownSignal(t *testing.T) {
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("%+v: %v, %v; want %v, ok %v", tc.s, got, err, tc.want, tc.ok)
 		}
+	}
+}
+
+// A state file larger than nodelet writes is refused with its name and
+// size, not cut at the limit and then reported as broken JSON.
+func TestLoadStateTooLarge(t *testing.T) {
+	path := filepath.Join(t.TempDir(), StateFile)
+	body := `{"startTime":"2026-01-01T00:00:00Z","pad":"` + strings.Repeat("x", maxStateFile) + `"}`
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadState(path)
+	if !errors.Is(err, bounded.ErrTooLarge) || !strings.Contains(err.Error(), path) {
+		t.Errorf("loadState of %d bytes: %v; want ErrTooLarge naming %s", len(body), err, path)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // What one container's cgroup and processes hold, as read for
@@ -58,15 +60,9 @@ type deviceIO struct {
 	ops map[string]uint64
 }
 
-// readBounded reads at most maxCgroupFile bytes of path.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(io.LimitReader(f, maxCgroupFile))
-}
+// readBounded reads path, whole: one of more than maxCgroupFile bytes is
+// an error naming it, never a prefix parsed as if it were all.
+func readBounded(path string) ([]byte, error) { return bounded.ReadFile(path, maxCgroupFile) }
 
 // readUintFile reads a file holding one number ("max" is MaxUint64).
 func readUintFile(path string) (uint64, bool) {
@@ -369,20 +365,22 @@ type procStats struct {
 	hasNofile bool
 }
 
-// readPids reads up to maxProcs process IDs of cgroup.procs in dir.
+// readPids reads the first maxProcs process IDs of cgroup.procs in dir,
+// a line at a time: a cgroup of many processes costs no more than that.
 func readPids(dir string) ([]int, error) {
-	data, err := readBounded(filepath.Join(dir, "cgroup.procs"))
+	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
 	var pids []int
-	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc := bufio.NewScanner(f)
 	for sc.Scan() && len(pids) < maxProcs {
 		if pid, err := strconv.Atoi(strings.TrimSpace(sc.Text())); err == nil && pid > 0 {
 			pids = append(pids, pid)
 		}
 	}
-	return pids, nil
+	return pids, sc.Err()
 }
 
 // readProcs reads the processes' descriptors, sockets, threads and the

@@ -27,7 +27,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -43,6 +42,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // FileName is the file in a pod's directory that holds its mapping.
@@ -419,12 +419,9 @@ func (m *Manager) read(uid types.UID) (Mapping, bool, error) {
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		return Mapping{}, false, fmt.Errorf("%s: not a regular file", path)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	data, err := bounded.ReadAll(f, maxFile, path)
 	if err != nil {
-		return Mapping{}, false, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(data) > maxFile {
-		return Mapping{}, false, fmt.Errorf("%s: larger than %d bytes", path, maxFile)
+		return Mapping{}, false, err
 	}
 	mp, err := parseFile(data)
 	if err != nil {
