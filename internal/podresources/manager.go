@@ -16,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodelet/nodelet/internal/cgroupmount"
 	"github.com/nodelet/nodelet/internal/podspec"
 )
 
@@ -108,7 +109,7 @@ func NewManager(cgroupRoot string, log *slog.Logger) *Manager {
 	}
 	m := &Manager{root: cgroupRoot, log: log, top: defaultTopCgroupName, burstable: map[types.UID]int64{},
 		applied: map[types.UID]appliedConfig{}}
-	if _, err := os.Stat(filepath.Join(cgroupRoot, fileControllers)); err == nil || isCgroup2(cgroupRoot) {
+	if _, err := os.Stat(filepath.Join(cgroupRoot, fileControllers)); err == nil || cgroupmount.IsCgroup2(cgroupRoot) {
 		m.err = fmt.Errorf("%w (found at %s)", ErrCgroupV2, cgroupRoot)
 		log.Error("pod cgroups unavailable", "root", cgroupRoot, "err", m.err)
 	}
@@ -522,7 +523,7 @@ func removeCgroup(dir string) error {
 	if err == nil || errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if (!errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST)) || isCgroupFS(dir) {
+	if (!errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST)) || cgroupmount.IsCgroup(dir) {
 		return err
 	}
 	entries, rerr := os.ReadDir(dir)

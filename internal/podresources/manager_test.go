@@ -12,6 +12,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/cgroupmount"
 )
 
 // fakeTree builds a cgroup v1 layout under a temporary root: one directory
@@ -421,7 +423,7 @@ func TestManagerRealCgroupV1(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	if exists(filepath.Join(root, "cgroup.controllers")) || isCgroup2(root) || !exists(filepath.Join(root, "cpu", "tasks")) {
+	if exists(filepath.Join(root, "cgroup.controllers")) || cgroupmount.IsCgroup2(root) || !exists(filepath.Join(root, "cpu", "tasks")) {
 		t.Skip("needs cgroup v1")
 	}
 	m := NewManager(root, nil)

@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/cgroupmount"
 )
 
 // Cgroups is a pod cgroup manager: Manager on cgroup v1, UnifiedManager
@@ -53,7 +55,7 @@ func Open(ctx context.Context, opts Options) (Cgroups, error) {
 	if opts.Driver != DriverCgroupfs && opts.Driver != DriverSystemd {
 		return nil, fmt.Errorf("cgroup driver %q: want cgroupfs or systemd", opts.Driver)
 	}
-	version, err := cgroupVersion(opts.Root)
+	version, err := cgroupmount.Version(opts.Root)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/cgroupmount"
 )
 
 // realUnified is the cgroup2 mount the real test uses: a hybrid host's
@@ -36,7 +38,7 @@ func TestUnifiedRealCgroup2(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skipf("needs root to create cgroups under %s (euid %d)", realUnified, os.Geteuid())
 	}
-	if v, err := cgroupVersion(realUnified); err != nil || v != 2 {
+	if v, err := cgroupmount.Version(realUnified); err != nil || v != 2 {
 		t.Skipf("needs a cgroup2 filesystem mounted at %s (statfs: version %d, %v)", realUnified, v, err)
 	}
 	rootFS := OSFS(realUnified)

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/cgroupmount"
 )
 
 // userHZ is the unit of the times in /proc/stat (sysconf(_SC_CLK_TCK),
@@ -65,7 +67,7 @@ func (m *HostMachine) cgroupVersion() CgroupVersion {
 	}
 	m.cgroupOnce.Do(func() {
 		m.cgroup = CgroupV1
-		if unified, err := isCgroup2(m.CgroupDir); err == nil && unified {
+		if cgroupmount.IsCgroup2(m.CgroupDir) {
 			m.cgroup = CgroupV2
 		}
 	})

@@ -9,15 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// isCgroup2 reports whether dir is on a cgroup2 filesystem.
-func isCgroup2(dir string) (bool, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return false, fmt.Errorf("statfs %s: %w", dir, err)
-	}
-	return st.Type == unix.CGROUP2_SUPER_MAGIC, nil
-}
-
 // FsStats is statfs(2) of path.
 func (m *HostMachine) FsStats(path string) (capacity, available, used, inodes, inodesFree uint64, err error) {
 	var st unix.Statfs_t

@@ -9,11 +9,6 @@ import (
 
 var errNotLinux = errors.New("not supported on this platform")
 
-// isCgroup2 is not supported off Linux.
-func isCgroup2(dir string) (bool, error) {
-	return false, fmt.Errorf("statfs %s: %w", dir, errNotLinux)
-}
-
 // FsStats is not supported off Linux.
 func (m *HostMachine) FsStats(path string) (capacity, available, used, inodes, inodesFree uint64, err error) {
 	return 0, 0, 0, 0, 0, fmt.Errorf("statfs %s: %w", path, errNotLinux)

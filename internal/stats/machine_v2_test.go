@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/cgroupmount"
 )
 
 // kernelV2Root is a cgroup v2 root directory as kernel 6.x lays it out
@@ -131,7 +133,7 @@ func TestCgroupDetection(t *testing.T) {
 func TestHostMachineRealCgroupV2(t *testing.T) {
 	var root string
 	for _, dir := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		if ok, err := isCgroup2(dir); err == nil && ok {
+		if cgroupmount.IsCgroup2(dir) {
 			root = dir
 			break
 		}
