@@ -218,10 +218,7 @@ func (m *Manager) Synchronize(ctx context.Context) *v1.Pod {
 		}
 		grace := int64(hardGracePeriodSeconds)
 		if !t.Hard() {
-			grace = m.opts.MaxPodGracePeriodSeconds
-			if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-				grace = min(grace, *g)
-			}
+			grace = min(m.opts.MaxPodGracePeriodSeconds, podspec.GracePeriodSeconds(pod))
 		}
 		msg := Message(d.Resource, pod, stats, d.Met, obs)
 		m.evict(pod, grace, msg)

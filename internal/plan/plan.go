@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podspec"
 )
 
 // Compute is the kubelet's computePodActions as a pure function: from the
@@ -146,10 +147,7 @@ func (p *planner) restartPolicy() v1.RestartPolicy {
 
 // podGrace is the pod's termination grace period.
 func (p *planner) podGrace() time.Duration {
-	if s := p.pod.Spec.TerminationGracePeriodSeconds; s != nil {
-		return time.Duration(*s) * time.Second
-	}
-	return defaultGracePeriod
+	return time.Duration(podspec.GracePeriodSeconds(p.pod)) * time.Second
 }
 
 // kill adds inst to ContainersToKill once.

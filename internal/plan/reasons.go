@@ -49,8 +49,6 @@ const (
 )
 
 const (
-	// defaultGracePeriod is the API default of terminationGracePeriodSeconds.
-	defaultGracePeriod = 30 * time.Second
 	// backoffReset is how long an instance must have run for its exit not
 	// to count as a crash of a crash loop.
 	backoffReset = 10 * time.Minute

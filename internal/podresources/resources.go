@@ -49,18 +49,13 @@ const (
 	maxBurstableOOMScoreAdj = BestEffortOOMScoreAdj - 1
 )
 
-// Annotations and names that make a pod critical, as the kubelet reads them.
+// The cgroups' names.
 const (
-	annotationConfigSource = "kubernetes.io/config.source"
-	annotationConfigMirror = "kubernetes.io/config.mirror"
-	sourceAPIServer        = "api"
-	systemNodeCritical     = "system-node-critical"
-	systemCriticalPriority = 2000000000
-	podCgroupNamePrefix    = "pod"
-	defaultTopCgroupName   = "kubepods"
-	burstableCgroupName    = "burstable"
-	bestEffortCgroupName   = "besteffort"
-	cgroupfsPathSeparator  = "/"
+	podCgroupNamePrefix   = "pod"
+	defaultTopCgroupName  = "kubepods"
+	burstableCgroupName   = "burstable"
+	bestEffortCgroupName  = "besteffort"
+	cgroupfsPathSeparator = "/"
 )
 
 // MilliCPUToShares is cpu.shares for milliCPU: 1024 per CPU, at least
@@ -134,7 +129,7 @@ func ContainerResources(pod *v1.Pod, c *v1.Container, nodeMemoryCapacity int64) 
 // sidecar (restartable init container) scores no higher than the pod's
 // regular container with the smallest memory request.
 func OOMScoreAdj(pod *v1.Pod, c *v1.Container, nodeMemoryCapacity int64) int64 {
-	if isNodeCritical(pod) {
+	if podspec.IsNodeCritical(pod) {
 		return GuaranteedOOMScoreAdj
 	}
 	switch podspec.QOSClass(pod) {
@@ -195,22 +190,6 @@ func minRegularMemoryRequest(pod *v1.Pod) (int64, bool) {
 		}
 	}
 	return least, found
-}
-
-// isNodeCritical is the kubelet's IsNodeCriticalPod: a critical pod (static,
-// mirror, or of system-critical priority) of priority class
-// system-node-critical.
-func isNodeCritical(pod *v1.Pod) bool {
-	if pod.Spec.PriorityClassName != systemNodeCritical {
-		return false
-	}
-	if src, ok := pod.Annotations[annotationConfigSource]; ok && src != sourceAPIServer {
-		return true
-	}
-	if _, ok := pod.Annotations[annotationConfigMirror]; ok {
-		return true
-	}
-	return pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority
 }
 
 // CgroupParent is the pod's cgroup for the cgroupfs driver, relative to

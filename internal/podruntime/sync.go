@@ -373,10 +373,7 @@ func (m *Manager) pullEvent(pod *v1.Pod, c *v1.Container, pe *pullError) {
 }
 
 func gracePeriod(pod *v1.Pod) time.Duration {
-	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		return time.Duration(*g) * time.Second
-	}
-	return time.Duration(v1.DefaultTerminationGracePeriodSeconds) * time.Second
+	return time.Duration(podspec.GracePeriodSeconds(pod)) * time.Second
 }
 
 func podRef(pod *v1.Pod) string { return fmt.Sprintf("%s_%s(%s)", pod.Name, pod.Namespace, pod.UID) }

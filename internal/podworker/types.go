@@ -181,7 +181,4 @@ type Metrics interface {
 const (
 	defaultResyncInterval = time.Minute
 	defaultBackOffPeriod  = 10 * time.Second
-	// defaultGracePeriodSeconds applies when the pod spec has none (the API
-	// server's default).
-	defaultGracePeriodSeconds = 30
 )

@@ -359,9 +359,9 @@ func effectiveGrace(ps *podState, pod *v1.Pod, kill *KillPodOptions) int64 {
 		lower(*kill.PodTerminationGracePeriodSecondsOverride)
 	}
 	if !set {
-		g = defaultGracePeriodSeconds
-		if pod != nil && pod.Spec.TerminationGracePeriodSeconds != nil {
-			g = *pod.Spec.TerminationGracePeriodSeconds
+		g = v1.DefaultTerminationGracePeriodSeconds
+		if pod != nil {
+			g = podspec.GracePeriodSeconds(pod)
 		}
 	}
 	return max(g, 1)

@@ -108,9 +108,5 @@ func Plan(periods []PriorityPeriod, pods []*v1.Pod) []Group {
 // the group's, or the pod's own terminationGracePeriodSeconds when that
 // is shorter, as the kubelet's.
 func GraceSeconds(g Group, pod *v1.Pod) int64 {
-	s := int64(g.GracePeriod / time.Second)
-	if t := pod.Spec.TerminationGracePeriodSeconds; t != nil && *t <= s {
-		s = *t
-	}
-	return s
+	return min(int64(g.GracePeriod/time.Second), podspec.GracePeriodSeconds(pod))
 }
