@@ -457,6 +457,13 @@ func (s *secureServer) getContainerLogs(w http.ResponseWriter, r *http.Request) 
 		http.Error(w, "container logs are not available", http.StatusNotFound)
 		return
 	}
+	if opts.Follow {
+		// A follow lasts as long as the client wants it: the server's
+		// read and write timeouts must not cut it.
+		if err := holdOpen(w); err != nil {
+			s.log.Debug("cannot lift the deadlines of a log stream", "err", err)
+		}
+	}
 	lw := newLogWriter(w, opts.Follow, s.log)
 	err = s.deps.Logs.ContainerLogs(r.Context(), ns, pod, ctr, opts, lw)
 	if lw.started() {
@@ -596,32 +603,11 @@ func writeJSON(w http.ResponseWriter, v any, log *slog.Logger) {
 }
 
 // ServeTLS listens on addr and serves h over TLS with tlsCfg until ctx
-// ends.
+// ends, within DefaultLimits.
 func ServeTLS(ctx context.Context, addr string, tlsCfg *tls.Config, h http.Handler, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{
-		Handler:           h,
-		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
-		// As the kubelet: long enough for log follows and profiles.
-		ReadTimeout:    4 * time.Hour,
-		WriteTimeout:   4 * time.Hour,
-		IdleTimeout:    90 * time.Second,
-		MaxHeaderBytes: 1 << 20,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	log.Info("serving TLS", "addr", ln.Addr().String())
-	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve %s: %w", addr, err)
-	}
-	return nil
+	return serve(ctx, ln, h, tlsCfg, DefaultLimits(), log)
 }
