@@ -167,6 +167,10 @@ func addClusterFlags(f *pflag.FlagSet, o *rootOptions) {
 	f.DurationVar(&cl.NodeStatusUpdateFrequency, "node-status-update-frequency", cl.NodeStatusUpdateFrequency, "How often the node's status is computed (and posted when it changed)")
 	f.BoolVar(&cl.AuthenticationTokenWebhook, "authentication-token-webhook", false, "Authenticate bearer tokens on the secure port with TokenReviews")
 	f.DurationVar(&cl.AuthenticationTokenWebhookCacheTTL, "authentication-token-webhook-cache-ttl", cl.AuthenticationTokenWebhookCacheTTL, "How long TokenReview answers are cached")
+	f.DurationVar(&cl.AuthorizationWebhookCacheAuthorizedTTL, "authorization-webhook-cache-authorized-ttl", cl.AuthorizationWebhookCacheAuthorizedTTL,
+		"How long SubjectAccessReview answers that allowed are cached (0: not at all)")
+	f.DurationVar(&cl.AuthorizationWebhookCacheUnauthorizedTTL, "authorization-webhook-cache-unauthorized-ttl", cl.AuthorizationWebhookCacheUnauthorizedTTL,
+		"How long SubjectAccessReview answers that denied are cached (0: not at all)")
 }
 
 // config is the configuration the agent runs with: the defaults, then

@@ -258,6 +258,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 			Cadvisor: stats.NewContainerMetrics(rt, machine, clk, log)},
 		Configz: nodeconfig.Configz(cfg), Health: health, Log: log, Clock: clk,
 	}
+	p.api.SystemLogs = cfg.SystemLogs()
 	return p, nil
 }
 
@@ -307,6 +308,7 @@ func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
 		if c := p.cluster; c != nil {
 			l.Secure.Client, l.Secure.WebhookAuthn = c.api.kube, cfg.AuthenticationTokenWebhook
 			l.Secure.TokenCacheTTL = cfg.AuthenticationTokenWebhookCacheTTL
+			l.Secure.AuthorizedTTL, l.Secure.UnauthorizedTTL = cfg.AuthorizationWebhookCacheAuthorizedTTL, cfg.AuthorizationWebhookCacheUnauthorizedTTL
 			if c.serving != nil {
 				l.Secure.GetCertificate = c.serving.GetCertificate
 			}

@@ -141,7 +141,10 @@ type Deps struct {
 	Args []string
 	// Streaming serves /exec, /attach and /portForward; nil answers 501.
 	Streaming StreamingRuntime
-	Log       *slog.Logger
+	// SystemLogs is the directory served at /logs/ (the kubelet's
+	// enableSystemLogHandler: /var/log); "" switches /logs/ off (405).
+	SystemLogs string
+	Log        *slog.Logger
 	// Clock verifies client certificates; nil is the real clock.
 	Clock clock.PassiveClock
 }
@@ -186,7 +189,7 @@ type secureServer struct {
 // else anonymous when allowed; 401 otherwise) and authorized as a verb on
 // a subresource of nodes/<NodeName> (403 when denied) before it reaches
 // /pods, /runningpods/, /stats/summary, /metrics*, /containerLogs,
-// /events, /configz, /debug/pprof/ or the streaming endpoints.
+// /events, /configz, /debug/pprof/, /logs/ or the streaming endpoints.
 func NewSecure(cfg Config, deps Deps) (http.Handler, error) {
 	return newSecureServer(cfg, deps)
 }
@@ -251,6 +254,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	s.handle("GET /events", http.HandlerFunc(s.getEvents))
 	s.handle("GET /configz", http.HandlerFunc(s.getConfigz))
 	s.handle(pprofPattern, http.HandlerFunc(s.servePprof))
+	s.handle("GET "+logsPath, systemLogsHandler(deps.SystemLogs, s.log))
 	for _, p := range streamingPatterns {
 		s.handle(p, http.HandlerFunc(s.serveStreaming))
 	}
