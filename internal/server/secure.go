@@ -221,7 +221,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 		if cfg.NodeName == "" {
 			return nil, errors.New("authorization mode Webhook needs the node name")
 		}
-		authz = webhookAuthorizer{client: cfg.SAR}
+		authz = newWebhookAuthorizer(cfg.SAR)
 		if cfg.AuthorizedTTL > 0 || cfg.UnauthorizedTTL > 0 {
 			authz = newCachedAuthorizer(authz, cfg.AuthorizedTTL, cfg.UnauthorizedTTL, deps.Clock)
 		}
