@@ -197,13 +197,6 @@ func (l *connLimiter) connState(c net.Conn, s http.ConnState) {
 	}
 }
 
-// open is the number of connections open.
-func (l *connLimiter) open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.conns)
-}
-
 func (c *trackedConn) Close() error {
 	c.once.Do(func() {
 		c.l.mu.Lock()

@@ -3,7 +3,7 @@
 // serves only /healthz) and the read-only port (--read-only-port, off by
 // default) with /healthz and the Prometheus metrics. The secure API
 // (--port, HTTPS) serves /healthz, /pods, /runningpods/, /stats/summary,
-// /metrics*, /containerLogs, /events, /configz, /debug/pprof/ and the
+// /metrics*, /containerLogs, /events, /configz, /debug/pprof/, /logs/ and the
 // streaming endpoints (exec, attach, portForward, run: not implemented
 // yet), all behind the kubelet's authentication (client certificates
 // against --client-ca-file and a local admin CA, bearer tokens from
