@@ -173,6 +173,31 @@ func TestClusterFlags(t *testing.T) {
 	}
 }
 
+// The SubjectAccessReview cache TTLs: the kubelet's defaults, the file's
+// values, and the flags over them, where 0 switches a cache off.
+func TestAuthorizationWebhookCacheFlags(t *testing.T) {
+	cfg, _, err := configFrom(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AuthorizationWebhookCacheAuthorizedTTL != 5*time.Minute || cfg.AuthorizationWebhookCacheUnauthorizedTTL != 30*time.Second {
+		t.Errorf("defaults %v, %v", cfg.AuthorizationWebhookCacheAuthorizedTTL, cfg.AuthorizationWebhookCacheUnauthorizedTTL)
+	}
+	path := writeConfig(t, "authorization:\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 10s\n")
+	cfg, _, err = configFrom(t, "--config", path, "--authorization-webhook-cache-unauthorized-ttl=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.AuthorizationWebhookCacheAuthorizedTTL != time.Minute || cfg.AuthorizationWebhookCacheUnauthorizedTTL != 0 {
+		t.Errorf("file and flag: %v, %v", cfg.AuthorizationWebhookCacheAuthorizedTTL, cfg.AuthorizationWebhookCacheUnauthorizedTTL)
+	}
+	if cfg, _, err := configFrom(t, "--authorization-webhook-cache-authorized-ttl=-1s"); err != nil {
+		t.Fatal(err)
+	} else if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "authorization-webhook-cache") {
+		t.Errorf("negative TTL: %v", err)
+	}
+}
+
 // Every flag of the brief exists with the kubelet's name.
 func TestKubeletFlagNames(t *testing.T) {
 	f := newRootCommand(io.Discard, io.Discard).Flags()

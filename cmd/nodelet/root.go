@@ -173,6 +173,10 @@ func addClusterFlags(f *pflag.FlagSet, o *rootOptions) {
 		"Authenticate bearer tokens on the secure port with TokenReviews (default: true with --kubeconfig, as the kubelet's config-file default)")
 	f.Lookup("authentication-token-webhook").NoOptDefVal = "true"
 	f.DurationVar(&cl.AuthenticationTokenWebhookCacheTTL, "authentication-token-webhook-cache-ttl", cl.AuthenticationTokenWebhookCacheTTL, "How long TokenReview answers are cached")
+	f.DurationVar(&cl.AuthorizationWebhookCacheAuthorizedTTL, "authorization-webhook-cache-authorized-ttl", cl.AuthorizationWebhookCacheAuthorizedTTL,
+		"How long SubjectAccessReview answers that allowed are cached (0: not at all)")
+	f.DurationVar(&cl.AuthorizationWebhookCacheUnauthorizedTTL, "authorization-webhook-cache-unauthorized-ttl", cl.AuthorizationWebhookCacheUnauthorizedTTL,
+		"How long SubjectAccessReview answers that denied are cached (0: not at all)")
 }
 
 // optionalBool is a boolean flag whose absence is kept apart from false:

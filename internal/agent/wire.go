@@ -259,7 +259,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		Logs: podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
 		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: statsProvider.ResourceGatherer(),
 			Cadvisor: stats.NewContainerMetrics(rt, machine, clk, log)},
-		Configz: nodeconfig.Configz(cfg), Health: health, Log: log, Clock: clk,
+		Configz: nodeconfig.Configz(cfg), Health: health, Log: log, Clock: clk, SystemLogs: cfg.SystemLogs(),
 	}
 	return p, nil
 }
@@ -305,11 +305,9 @@ func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
 		l.HealthzAddr = net.JoinHostPort(cfg.HealthzBindAddress, strconv.Itoa(cfg.HealthzPort))
 	}
 	if cfg.Port > 0 {
-		l.Secure = server.Settings{RootDir: cfg.RootDir, Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)),
-			NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, Auth: cfg.SecureAuth()}
+		l.Secure = cfg.SecureSettings()
 		if c := p.cluster; c != nil {
-			l.Secure.Client, l.Secure.WebhookAuthn = c.api.kube, cfg.TokenWebhook()
-			l.Secure.TokenCacheTTL = cfg.AuthenticationTokenWebhookCacheTTL
+			l.Secure.Client = c.api.kube
 			if c.serving != nil {
 				l.Secure.GetCertificate = c.serving.GetCertificate
 			}

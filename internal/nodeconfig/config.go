@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"net"
 	"net/http"
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -109,6 +111,9 @@ type Config struct {
 	// (--tls-cert-file, --client-ca-file, --anonymous-auth,
 	// --authorization-mode, ...).
 	server.Auth
+	// EnableSystemLogHandler serves SystemLogDir at /logs/ on the secure
+	// port (enableSystemLogHandler, true).
+	EnableSystemLogHandler bool
 	// HealthzBindAddress:HealthzPort serves /healthz (0 disables).
 	HealthzBindAddress string
 	HealthzPort        int
@@ -262,6 +267,39 @@ type ClusterConfig struct {
 	// nil is the mode's default (see Config.TokenWebhook).
 	AuthenticationTokenWebhook         *bool
 	AuthenticationTokenWebhookCacheTTL time.Duration
+	// AuthorizationWebhookCacheAuthorizedTTL and
+	// AuthorizationWebhookCacheUnauthorizedTTL keep the answers of
+	// SubjectAccessReviews (authorization mode Webhook) that allowed
+	// (5m) and that denied (30s); 0 keeps none of that kind
+	// (authorization.webhook, --authorization-webhook-cache-*-ttl).
+	AuthorizationWebhookCacheAuthorizedTTL   time.Duration
+	AuthorizationWebhookCacheUnauthorizedTTL time.Duration
+}
+
+// SystemLogDir is the node's log directory, served at /logs/ when
+// EnableSystemLogHandler is set, as the kubelet serves it.
+const SystemLogDir = "/var/log"
+
+// SystemLogs is the directory to serve at /logs/: SystemLogDir, or ""
+// when EnableSystemLogHandler is off.
+func (cfg Config) SystemLogs() string {
+	if !cfg.EnableSystemLogHandler {
+		return ""
+	}
+	return SystemLogDir
+}
+
+// SecureSettings are the secure port's (--address, --port): its access
+// settings with the mode's defaults (SecureAuth, TokenWebhook) and the
+// webhook caches' lifetimes, which apply once the agent gives it the API
+// server's client (cluster mode).
+func (cfg Config) SecureSettings() server.Settings {
+	return server.Settings{
+		RootDir: cfg.RootDir, Addr: net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)),
+		NodeName: cfg.NodeName, NodeIP: cfg.NodeIP, Auth: cfg.SecureAuth(),
+		WebhookAuthn: cfg.TokenWebhook(), TokenCacheTTL: cfg.AuthenticationTokenWebhookCacheTTL,
+		AuthorizedTTL: cfg.AuthorizationWebhookCacheAuthorizedTTL, UnauthorizedTTL: cfg.AuthorizationWebhookCacheUnauthorizedTTL,
+	}
 }
 
 // CertDirectory is where the node's certificates are: CertDir, else
@@ -298,6 +336,7 @@ func DefaultConfig(rootDir string) Config {
 		MaxPods:                          110,
 		Port:                             10250,
 		HealthzBindAddress:               "127.0.0.1",
+		EnableSystemLogHandler:           true,
 		CgroupRoot:                       "/sys/fs/cgroup",
 		CgroupsPerQOS:                    true,
 		CgroupDriver:                     "cgroupfs",
@@ -325,6 +364,9 @@ func DefaultConfig(rootDir string) Config {
 			NodeStatusReportFrequency:          5 * time.Minute,
 			NodeLeaseDurationSeconds:           40,
 			AuthenticationTokenWebhookCacheTTL: 2 * time.Minute,
+			// The kubelet's defaults (pkg/kubelet/apis/config/v1beta1).
+			AuthorizationWebhookCacheAuthorizedTTL:   5 * time.Minute,
+			AuthorizationWebhookCacheUnauthorizedTTL: 30 * time.Second,
 		},
 		Managed: ManagedConfig{
 			Containerd:      containerd.DefaultConfig(rootDir),
@@ -469,6 +511,9 @@ func (c ClusterConfig) validate() error {
 	}
 	if c.AuthenticationTokenWebhookCacheTTL < 0 {
 		return errors.New("--authentication-token-webhook-cache-ttl must not be negative")
+	}
+	if c.AuthorizationWebhookCacheAuthorizedTTL < 0 || c.AuthorizationWebhookCacheUnauthorizedTTL < 0 {
+		return errors.New("--authorization-webhook-cache-authorized-ttl and --authorization-webhook-cache-unauthorized-ttl must not be negative")
 	}
 	if err := ValidateNodeLabels(c.NodeLabels); err != nil {
 		return err

@@ -25,6 +25,7 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.Authentication.X509.ClientCAFile = cfg.ClientCAFile
 	c.Authentication.Anonymous.Enabled = ptr.To(cfg.AnonymousAuth)
 	c.Authorization.Mode = cfg.SecureAuth().AuthorizationMode
+	c.EnableSystemLogHandler = ptr.To(cfg.EnableSystemLogHandler)
 	c.MaxPods, c.PodCIDR, c.CgroupRoot, c.PodLogsDir = int32(cfg.MaxPods), cfg.Managed.Containerd.PodCIDR, cfg.CgroupRoot, cfg.PodLogsDir
 	c.ContainerLogMaxSize = resource.NewQuantity(cfg.ContainerLogMaxSize, resource.BinarySI).String()
 	c.ContainerLogMaxFiles = ptr.To(int32(cfg.ContainerLogMaxFiles))
@@ -60,6 +61,8 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 // KubeletConfiguration fields: /configz does not show them.
 func configzCluster(c *server.KubeletConfiguration, cl ClusterConfig) {
 	c.Authentication.Webhook.CacheTTL = metav1.Duration{Duration: cl.AuthenticationTokenWebhookCacheTTL}
+	c.Authorization.Webhook.CacheAuthorizedTTL = metav1.Duration{Duration: cl.AuthorizationWebhookCacheAuthorizedTTL}
+	c.Authorization.Webhook.CacheUnauthorizedTTL = metav1.Duration{Duration: cl.AuthorizationWebhookCacheUnauthorizedTTL}
 	c.RotateCertificates, c.ServerTLSBootstrap = cl.RotateCertificates, cl.ServerTLSBootstrap
 	c.RegisterNode, c.RegisterWithTaints = ptr.To(cl.RegisterNode), cl.RegisterWithTaints
 	c.ContentType, c.KubeAPIQPS, c.KubeAPIBurst = cl.KubeAPIContentType, ptr.To(cl.KubeAPIQPS), cl.KubeAPIBurst

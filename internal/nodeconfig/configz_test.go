@@ -111,6 +111,13 @@ func TestConfigzShowsClusterSettings(t *testing.T) {
 			t.Errorf("%s = %s, want %s", name, v, want)
 		}
 	}
+	authz, _ := got["authorization"].(map[string]any)
+	if v, _ := json.Marshal(authz["webhook"]); string(v) != `{"cacheAuthorizedTTL":"5m0s","cacheUnauthorizedTTL":"30s"}` {
+		t.Errorf("authorization.webhook = %s", v)
+	}
+	if v, _ := json.Marshal(got["enableSystemLogHandler"]); string(v) != "true" {
+		t.Errorf("enableSystemLogHandler = %s", v)
+	}
 	for _, secret := range []string{"/etc/kubernetes/kubelet.conf", "bootstrap-kubelet.conf", "/secret/pki", "infra"} {
 		if strings.Contains(string(b), secret) {
 			t.Errorf("/configz shows %q", secret)

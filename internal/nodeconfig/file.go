@@ -214,6 +214,13 @@ func (f *File) applyServer(cfg *Config) {
 	}
 	setDuration(&cfg.AuthenticationTokenWebhookCacheTTL, authn.Webhook.CacheTTL)
 	setString(&cfg.AuthorizationMode, string(kc.Authorization.Mode))
+	// 0s is unset, as the kubelet's defaulting reads it (kubeadm writes
+	// 0s): only the flags can switch a cache off.
+	setDuration(&cfg.AuthorizationWebhookCacheAuthorizedTTL, kc.Authorization.Webhook.CacheAuthorizedTTL)
+	setDuration(&cfg.AuthorizationWebhookCacheUnauthorizedTTL, kc.Authorization.Webhook.CacheUnauthorizedTTL)
+	if kc.EnableSystemLogHandler != nil {
+		cfg.EnableSystemLogHandler = *kc.EnableSystemLogHandler
+	}
 }
 
 // applyCluster sets cluster mode's settings.
@@ -327,7 +334,7 @@ var implemented = []string{
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
 	"userNamespaces",
 	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "imageMinimumGCAge", "imageMaximumGCAge",
-	"userNamespaces", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority",
+	"userNamespaces", "enableSystemLogHandler", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority",
 }
 
 // behaves are unimplemented boolean and string fields with the value
@@ -362,11 +369,6 @@ func (f *File) unimplemented() []string {
 		}
 		if !zeroJSON(v) {
 			warn(k, v)
-		}
-	}
-	if authz, ok := f.raw["authorization"].(map[string]any); ok {
-		if wh, ok := authz["webhook"].(map[string]any); ok && !zeroJSON(wh) {
-			warn("authorization.webhook", wh)
 		}
 	}
 	return out

@@ -223,7 +223,8 @@ func TestFileUnimplementedFieldsWarn(t *testing.T) {
 		{"imageGCHighThresholdPercent: 90\n", ""},
 		{"shutdownGracePeriod: 30s\n", ""},
 		{"shutdownGracePeriod: 0s\n", ""},
-		{"authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n", "authorization.webhook"},
+		{"authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 1m\n", ""},
+		{"enableSystemLogHandler: false\n", ""},
 		{"logging:\n  verbosity: 4\n", "logging"},
 	} {
 		f, err := DecodeFile("c.yaml", []byte(head+tc.doc))
@@ -240,6 +241,37 @@ func TestFileUnimplementedFieldsWarn(t *testing.T) {
 			t.Errorf("%q: warnings %q, want none", tc.doc, warnings)
 		case tc.want != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], tc.want+" is not implemented")):
 			t.Errorf("%q: warnings %q, want one about %s", tc.doc, warnings, tc.want)
+		}
+	}
+}
+
+// authorization.webhook's cache TTLs and enableSystemLogHandler are taken
+// from the file; 0s there is unset, as the kubelet's defaulting reads it.
+func TestFileAuthorizationWebhookAndSystemLogs(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, tc := range []struct {
+		doc                string
+		authorized, denied time.Duration
+		systemLogs         string
+	}{
+		{"", 5 * time.Minute, 30 * time.Second, "/var/log"},
+		{"authorization:\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 10s\n", time.Minute, 10 * time.Second, "/var/log"},
+		{"authorization:\n  webhook:\n    cacheAuthorizedTTL: 0s\n    cacheUnauthorizedTTL: 0s\n", 5 * time.Minute, 30 * time.Second, "/var/log"},
+		{"enableSystemLogHandler: false\n", 5 * time.Minute, 30 * time.Second, ""},
+		{"enableSystemLogHandler: true\n", 5 * time.Minute, 30 * time.Second, "/var/log"},
+	} {
+		f, err := DecodeFile("c.yaml", []byte(head+tc.doc))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.doc, err)
+		}
+		cfg := DefaultConfig("/var/lib/nodelet")
+		if _, err := f.Apply(&cfg); err != nil {
+			t.Fatalf("%q: %v", tc.doc, err)
+		}
+		if cfg.AuthorizationWebhookCacheAuthorizedTTL != tc.authorized || cfg.AuthorizationWebhookCacheUnauthorizedTTL != tc.denied ||
+			cfg.SystemLogs() != tc.systemLogs {
+			t.Errorf("%q: authorized %v, unauthorized %v, system logs %q", tc.doc, cfg.AuthorizationWebhookCacheAuthorizedTTL,
+				cfg.AuthorizationWebhookCacheUnauthorizedTTL, cfg.SystemLogs())
 		}
 	}
 }

@@ -33,6 +33,24 @@ type UserInfo struct {
 	Name   string
 	UID    string
 	Groups []string
+	// Extra are the user's further attributes, as a TokenReview's
+	// status.user.extra gives them (scopes, the credential's ID, the pod a
+	// service account token is bound to); they go into every
+	// SubjectAccessReview. Users of client certificates and static
+	// tokens have none.
+	Extra map[string][]string
+}
+
+// clone returns a copy of u sharing no slice or map with it.
+func (u UserInfo) clone() UserInfo {
+	out := UserInfo{Name: u.Name, UID: u.UID, Groups: slices.Clone(u.Groups)}
+	if u.Extra != nil {
+		out.Extra = make(map[string][]string, len(u.Extra))
+		for k, v := range u.Extra {
+			out.Extra[k] = slices.Clone(v)
+		}
+	}
+	return out
 }
 
 // Authenticator tells who made a request: ok is false when the request

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -113,28 +114,54 @@ func (g groupAuthorizer) Authorize(_ context.Context, a Attributes) (bool, strin
 	return false, fmt.Sprintf("%s is not a read-only path: it is for %s", a.Path, g.adminGroup), nil
 }
 
-// webhookAuthorizer asks the API server with a SubjectAccessReview.
+// sarCreator is the one call of the SubjectAccessReview API the webhook
+// authorizer makes.
+type sarCreator interface {
+	Create(ctx context.Context, sar *authorizationv1.SubjectAccessReview, opts metav1.CreateOptions) (*authorizationv1.SubjectAccessReview, error)
+}
+
+// webhookAuthorizer asks the API server with a SubjectAccessReview, each
+// within timeout.
 type webhookAuthorizer struct {
-	client kubernetes.Interface
+	reviews sarCreator
+	timeout time.Duration
+}
+
+func newWebhookAuthorizer(client kubernetes.Interface) webhookAuthorizer {
+	return webhookAuthorizer{reviews: client.AuthorizationV1().SubjectAccessReviews(), timeout: webhookTimeout}
+}
+
+// sarSpec is the question the API server is asked about a: the user, with
+// the extra fields a token review gave (a certificate's user has none), and
+// the verb on the subresource of nodes/<name>, as the kubelet asks it.
+func sarSpec(a Attributes) authorizationv1.SubjectAccessReviewSpec {
+	spec := authorizationv1.SubjectAccessReviewSpec{
+		User:   a.User.Name,
+		UID:    a.User.UID,
+		Groups: a.User.Groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Verb:        a.Verb,
+			Group:       "",
+			Version:     "v1",
+			Resource:    a.Resource,
+			Subresource: a.Subresource,
+			Name:        a.Name,
+		},
+	}
+	if len(a.User.Extra) > 0 {
+		spec.Extra = make(map[string]authorizationv1.ExtraValue, len(a.User.Extra))
+		for k, v := range a.User.Extra {
+			spec.Extra[k] = authorizationv1.ExtraValue(v)
+		}
+	}
+	return spec
 }
 
 func (w webhookAuthorizer) Authorize(ctx context.Context, a Attributes) (bool, string, error) {
-	sar := &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   a.User.Name,
-			UID:    a.User.UID,
-			Groups: a.User.Groups,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Verb:        a.Verb,
-				Group:       "",
-				Version:     "v1",
-				Resource:    a.Resource,
-				Subresource: a.Subresource,
-				Name:        a.Name,
-			},
-		},
-	}
-	resp, err := w.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	sar := &authorizationv1.SubjectAccessReview{Spec: sarSpec(a)}
+	resp, err := w.reviews.Create(ctx, sar, metav1.CreateOptions{})
 	if err != nil {
 		return false, "", fmt.Errorf("subject access review: %w", err)
 	}

@@ -32,6 +32,8 @@ type KubeletConfiguration struct {
 	TLSPrivateKeyFile  string                `json:"tlsPrivateKeyFile,omitempty"`
 	Authentication     KubeletAuthentication `json:"authentication"`
 	Authorization      KubeletAuthorization  `json:"authorization"`
+	// EnableSystemLogHandler: /logs/ serves the node's log directory.
+	EnableSystemLogHandler *bool `json:"enableSystemLogHandler,omitempty"`
 
 	MaxPods                     int32            `json:"maxPods,omitempty"`
 	PodCIDR                     string           `json:"podCIDR,omitempty"`
@@ -106,9 +108,18 @@ type KubeletAnonymousAuthentication struct {
 	Enabled *bool `json:"enabled,omitempty"`
 }
 
-// KubeletAuthorization is the authorization mode.
+// KubeletAuthorization is the authorization mode, and how long the
+// Webhook mode's answers are cached.
 type KubeletAuthorization struct {
-	Mode string `json:"mode,omitempty"`
+	Mode    string                      `json:"mode,omitempty"`
+	Webhook KubeletWebhookAuthorization `json:"webhook"`
+}
+
+// KubeletWebhookAuthorization is how long SubjectAccessReview answers are
+// cached: those that allowed, and those that denied.
+type KubeletWebhookAuthorization struct {
+	CacheAuthorizedTTL   metav1.Duration `json:"cacheAuthorizedTTL,omitempty"`
+	CacheUnauthorizedTTL metav1.Duration `json:"cacheUnauthorizedTTL,omitempty"`
 }
 
 // NewKubeletConfiguration returns an empty configuration with its kind and

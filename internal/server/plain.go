@@ -3,7 +3,7 @@
 // serves only /healthz) and the read-only port (--read-only-port, off by
 // default) with /healthz and the Prometheus metrics. The secure API
 // (--port, HTTPS) serves /healthz, /pods, /runningpods/, /stats/summary,
-// /metrics*, /containerLogs, /events, /configz, /debug/pprof/ and the
+// /metrics*, /containerLogs, /events, /configz, /debug/pprof/, /logs/ and the
 // streaming endpoints (exec, attach, portForward, run: not implemented
 // yet), all behind the kubelet's authentication (client certificates
 // against --client-ca-file and a local admin CA, bearer tokens from
@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
@@ -90,22 +89,12 @@ func ReadOnlyHandler(deps Deps) http.Handler {
 	return s.mux
 }
 
-// Serve listens on addr and serves h until ctx ends.
+// Serve listens on addr and serves h until ctx ends, within
+// DefaultLimits.
 func Serve(ctx context.Context, addr string, h http.Handler, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	log.Info("serving", "addr", ln.Addr().String())
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve %s: %w", addr, err)
-	}
-	return nil
+	return serve(ctx, ln, h, nil, DefaultLimits(), log)
 }

@@ -141,7 +141,10 @@ type Deps struct {
 	Args []string
 	// Streaming serves /exec, /attach and /portForward; nil answers 501.
 	Streaming StreamingRuntime
-	Log       *slog.Logger
+	// SystemLogs is the directory served at /logs/ (the kubelet's
+	// enableSystemLogHandler: /var/log); "" switches /logs/ off (405).
+	SystemLogs string
+	Log        *slog.Logger
 	// Clock verifies client certificates; nil is the real clock.
 	Clock clock.PassiveClock
 }
@@ -186,7 +189,7 @@ type secureServer struct {
 // else anonymous when allowed; 401 otherwise) and authorized as a verb on
 // a subresource of nodes/<NodeName> (403 when denied) before it reaches
 // /pods, /runningpods/, /stats/summary, /metrics*, /containerLogs,
-// /events, /configz, /debug/pprof/ or the streaming endpoints.
+// /events, /configz, /debug/pprof/, /logs/ or the streaming endpoints.
 func NewSecure(cfg Config, deps Deps) (http.Handler, error) {
 	return newSecureServer(cfg, deps)
 }
@@ -218,7 +221,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 		if cfg.NodeName == "" {
 			return nil, errors.New("authorization mode Webhook needs the node name")
 		}
-		authz = webhookAuthorizer{client: cfg.SAR}
+		authz = newWebhookAuthorizer(cfg.SAR)
 		if cfg.AuthorizedTTL > 0 || cfg.UnauthorizedTTL > 0 {
 			authz = newCachedAuthorizer(authz, cfg.AuthorizedTTL, cfg.UnauthorizedTTL, deps.Clock)
 		}
@@ -251,6 +254,7 @@ func newSecureServer(cfg Config, deps Deps) (*secureServer, error) {
 	s.handle("GET /events", http.HandlerFunc(s.getEvents))
 	s.handle("GET /configz", http.HandlerFunc(s.getConfigz))
 	s.handle(pprofPattern, http.HandlerFunc(s.servePprof))
+	s.handle("GET "+logsPath, systemLogsHandler(deps.SystemLogs, s.log))
 	for _, p := range streamingPatterns {
 		s.handle(p, http.HandlerFunc(s.serveStreaming))
 	}
@@ -457,6 +461,13 @@ func (s *secureServer) getContainerLogs(w http.ResponseWriter, r *http.Request) 
 		http.Error(w, "container logs are not available", http.StatusNotFound)
 		return
 	}
+	if opts.Follow {
+		// A follow lasts as long as the client wants it: the server's
+		// read and write timeouts must not cut it.
+		if err := holdOpen(w); err != nil {
+			s.log.Debug("cannot lift the deadlines of a log stream", "err", err)
+		}
+	}
 	lw := newLogWriter(w, opts.Follow, s.log)
 	err = s.deps.Logs.ContainerLogs(r.Context(), ns, pod, ctr, opts, lw)
 	if lw.started() {
@@ -596,32 +607,11 @@ func writeJSON(w http.ResponseWriter, v any, log *slog.Logger) {
 }
 
 // ServeTLS listens on addr and serves h over TLS with tlsCfg until ctx
-// ends.
+// ends, within DefaultLimits.
 func ServeTLS(ctx context.Context, addr string, tlsCfg *tls.Config, h http.Handler, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	srv := &http.Server{
-		Handler:           h,
-		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
-		// As the kubelet: long enough for log follows and profiles.
-		ReadTimeout:    4 * time.Hour,
-		WriteTimeout:   4 * time.Hour,
-		IdleTimeout:    90 * time.Second,
-		MaxHeaderBytes: 1 << 20,
-		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
-	}
-	go func() {
-		<-ctx.Done()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
-	log.Info("serving TLS", "addr", ln.Addr().String())
-	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve %s: %w", addr, err)
-	}
-	return nil
+	return serve(ctx, ln, h, tlsCfg, DefaultLimits(), log)
 }

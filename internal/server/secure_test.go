@@ -197,6 +197,7 @@ var routeAuthz = map[string]authzCase{
 	"GET /events":                                      {"get", []string{"proxy"}, readers},
 	"GET /configz":                                     {"get", []string{"configz", "proxy"}, readers},
 	pprofPattern:                                       {"get", []string{"proxy"}, admins},
+	"GET " + logsPath:                                  {"get", []string{"log"}, admins},
 	"GET /exec/{namespace}/{pod}/{container}":          {"create", []string{"proxy"}, admins},
 	"POST /exec/{namespace}/{pod}/{container}":         {"create", []string{"proxy"}, admins},
 	"GET /exec/{namespace}/{pod}/{uid}/{container}":    {"create", []string{"proxy"}, admins},
@@ -386,6 +387,7 @@ func call(t *testing.T, c *http.Client, method, url string) (int, string) {
 
 func TestEveryRouteServesTheAdminOverTLS(t *testing.T) {
 	deps, _, _ := testDeps()
+	deps.SystemLogs = t.TempDir()
 	f := startTLS(t, Config{AuthorizationMode: AuthorizationAlwaysAllow, NodeName: "node-a"}, deps)
 	admin := f.client(f.admin)
 	anon := f.client()

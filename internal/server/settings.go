@@ -56,6 +56,10 @@ type Settings struct {
 	Client        kubernetes.Interface
 	WebhookAuthn  bool
 	TokenCacheTTL time.Duration
+	// AuthorizedTTL and UnauthorizedTTL keep SubjectAccessReview answers
+	// that allowed and that denied (authorization.webhook
+	// cacheAuthorizedTTL, cacheUnauthorizedTTL); 0 keeps none.
+	AuthorizedTTL, UnauthorizedTTL time.Duration
 	// GetCertificate, when set, serves the certificates it gives
 	// (serverTLSBootstrap: certs.Serving.GetCertificate) instead of
 	// TLSCertFile or a self-signed one; see Config.GetCertificate.
@@ -100,7 +104,7 @@ func (s Settings) Load(clk clock.PassiveClock) (Config, error) {
 		AuthorizationMode: s.AuthorizationMode, ReadGroup: s.AuthorizationReadGroup, NodeName: s.NodeName,
 	}
 	if s.Client != nil {
-		cfg.SAR, cfg.AuthorizedTTL, cfg.UnauthorizedTTL = s.Client, DefaultAuthorizedCacheTTL, DefaultUnauthorizedCacheTTL
+		cfg.SAR, cfg.AuthorizedTTL, cfg.UnauthorizedTTL = s.Client, s.AuthorizedTTL, s.UnauthorizedTTL
 		if s.WebhookAuthn {
 			cfg.TokenReview = NewTokenReviewer(s.Client, s.TokenCacheTTL, clk)
 		}

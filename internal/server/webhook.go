@@ -4,8 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
-	"strings"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,25 +16,40 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Webhook cache lifetimes, the kubelet's defaults: authentication
-// .webhook.cacheTTL 2m, authorization.webhook.cacheAuthorizedTTL 5m and
-// cacheUnauthorizedTTL 30s.
+// Webhook settings. The cache lifetimes are the kubelet's defaults
+// (authentication.webhook.cacheTTL 2m; authorization.webhook
+// cacheAuthorizedTTL 5m and cacheUnauthorizedTTL 30s, which nodeconfig
+// sets).
 const (
-	DefaultTokenCacheTTL        = 2 * time.Minute
-	DefaultAuthorizedCacheTTL   = 5 * time.Minute
-	DefaultUnauthorizedCacheTTL = 30 * time.Second
+	DefaultTokenCacheTTL = 2 * time.Minute
+	// webhookTimeout bounds each TokenReview and SubjectAccessReview
+	// call: the delegated authentication and authorization defaults of
+	// k8s.io/apiserver (pkg/server/options: TokenRequestTimeout and
+	// ClientTimeout, 10s), which a component that asks the API server
+	// about its own clients uses.
+	webhookTimeout = 10 * time.Second
 	// webhookCacheSize bounds each cache: a client sending many tokens or
 	// paths cannot grow nodelet's memory.
 	webhookCacheSize = 4096
 )
 
+// tokenReviewCreator is the one call of the TokenReview API the
+// TokenReviewer makes.
+type tokenReviewCreator interface {
+	Create(ctx context.Context, tr *authenticationv1.TokenReview, opts metav1.CreateOptions) (*authenticationv1.TokenReview, error)
+}
+
 // TokenReviewer resolves bearer tokens with TokenReviews against the API
-// server (authentication.webhook), caching each answer for TTL. Tokens
-// are kept only as SHA-256 digests.
+// server (authentication.webhook), caching each answer, yes or no, for
+// ttl (0: none); errors are not cached. Tokens are kept only as SHA-256
+// digests. As the kubelet's, the reviews name no audiences: the API
+// server checks the token against its own (the kubelet's
+// DelegatingAuthenticatorConfig sets no APIAudiences).
 type TokenReviewer struct {
-	client kubernetes.Interface
-	ttl    time.Duration
-	cache  *ttlCache[tokenAnswer]
+	reviews tokenReviewCreator
+	ttl     time.Duration
+	timeout time.Duration
+	cache   *ttlCache[tokenAnswer]
 }
 
 type tokenAnswer struct {
@@ -41,13 +57,12 @@ type tokenAnswer struct {
 	ok   bool
 }
 
-// NewTokenReviewer returns a TokenReviewer that caches answers for ttl (0:
-// DefaultTokenCacheTTL).
+// NewTokenReviewer returns a TokenReviewer that caches answers for ttl;
+// 0 caches nothing (the kubelet's authentication.webhook.cacheTTL: a
+// file's 0s is its default, 2m, which nodeconfig applies).
 func NewTokenReviewer(client kubernetes.Interface, ttl time.Duration, clk clock.PassiveClock) *TokenReviewer {
-	if ttl <= 0 {
-		ttl = DefaultTokenCacheTTL
-	}
-	return &TokenReviewer{client: client, ttl: ttl, cache: newTTLCache[tokenAnswer](webhookCacheSize, clk)}
+	return &TokenReviewer{reviews: client.AuthenticationV1().TokenReviews(), ttl: ttl, timeout: webhookTimeout,
+		cache: newTTLCache[tokenAnswer](webhookCacheSize, clk)}
 }
 
 // AuthenticateToken implements TokenAuthenticator.
@@ -55,24 +70,38 @@ func (t *TokenReviewer) AuthenticateToken(ctx context.Context, token string) (Us
 	sum := sha256.Sum256([]byte(token))
 	key := hex.EncodeToString(sum[:])
 	if a, ok := t.cache.get(key); ok {
-		return a.user, a.ok, nil
+		return a.user.clone(), a.ok, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
 	tr := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}
-	resp, err := t.client.AuthenticationV1().TokenReviews().Create(ctx, tr, metav1.CreateOptions{})
+	resp, err := t.reviews.Create(ctx, tr, metav1.CreateOptions{})
 	if err != nil {
 		return UserInfo{}, false, fmt.Errorf("token review: %w", err)
 	}
 	st := resp.Status
 	a := tokenAnswer{ok: st.Authenticated && st.Error == ""}
 	if a.ok {
-		a.user = UserInfo{Name: st.User.Username, UID: st.User.UID, Groups: st.User.Groups}
+		a.user = UserInfo{Name: st.User.Username, UID: st.User.UID, Groups: slices.Clone(st.User.Groups)}
+		if len(st.User.Extra) > 0 {
+			a.user.Extra = make(map[string][]string, len(st.User.Extra))
+			for k, v := range st.User.Extra {
+				a.user.Extra[k] = slices.Clone(v)
+			}
+		}
 	}
-	t.cache.put(key, a, t.ttl)
-	return a.user, a.ok, nil
+	if t.ttl > 0 {
+		t.cache.put(key, a, t.ttl)
+	}
+	return a.user.clone(), a.ok, nil
 }
 
 // cachedAuthorizer remembers an authorizer's decisions: allowed ones for
-// allowedTTL, denied ones for deniedTTL, errors not at all.
+// allowedTTL, denied ones for deniedTTL (0: not at all), errors not at
+// all. A decision is known by the whole SubjectAccessReview spec the
+// attributes make (as the API server's webhook authorizer keys its cache
+// on the spec's JSON): two requests share an entry only when the API
+// server would be asked exactly the same question.
 type cachedAuthorizer struct {
 	next                  Authorizer
 	allowedTTL, deniedTTL time.Duration
@@ -89,9 +118,22 @@ func newCachedAuthorizer(next Authorizer, allowedTTL, deniedTTL time.Duration, c
 		cache: newTTLCache[decision](webhookCacheSize, clk)}
 }
 
+// decisionKey is the JSON of the SubjectAccessReview spec a makes: JSON
+// quotes every string and sorts the Extra map's keys, so no two specs
+// share a key.
+func decisionKey(a Attributes) (string, error) {
+	b, err := json.Marshal(sarSpec(a))
+	if err != nil {
+		return "", fmt.Errorf("cache key: %w", err)
+	}
+	return string(b), nil
+}
+
 func (c *cachedAuthorizer) Authorize(ctx context.Context, a Attributes) (bool, string, error) {
-	key := strings.Join([]string{a.User.Name, a.User.UID, strings.Join(a.User.Groups, ","),
-		a.Verb, a.Resource, a.Subresource, a.Name}, "\x00")
+	key, err := decisionKey(a)
+	if err != nil {
+		return false, "", err
+	}
 	if d, ok := c.cache.get(key); ok {
 		return d.allowed, d.why, nil
 	}
