@@ -9,7 +9,7 @@ import (
 // The kubelet's rule, as pkg/kubelet/kubelet_network_linux.go makes it
 // (syncIPTablesRules), written out here so that a change to Rules that
 // would no longer match what a kubelet on the same machine installs fails.
-var kubeletRule = "-m comment --comment block incoming localnet connections --dst 127.0.0.0/8 ! --src 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
+const kubeletRule = "-m comment --comment block incoming localnet connections --dst 127.0.0.0/8 ! --src 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
 
 func TestRulesAreTheKubelets(t *testing.T) {
 	want := []string{
@@ -31,7 +31,7 @@ func TestPlan(t *testing.T) {
 		newChain = "-w 5 -t filter -N KUBE-FIREWALL"
 		output   = "-w 5 -t filter -I OUTPUT -j KUBE-FIREWALL"
 		input    = "-w 5 -t filter -I INPUT -j KUBE-FIREWALL"
-		drop     = "-w 5 -t filter -A KUBE-FIREWALL " + "-m comment --comment block incoming localnet connections --dst 127.0.0.0/8 ! --src 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
+		drop     = "-w 5 -t filter -A KUBE-FIREWALL " + kubeletRule
 	)
 	for _, tc := range []struct {
 		name string
