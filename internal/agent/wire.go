@@ -23,6 +23,7 @@ import (
 	"github.com/nodelet/nodelet/internal/gc"
 	"github.com/nodelet/nodelet/internal/housekeeping"
 	"github.com/nodelet/nodelet/internal/imagegc"
+	"github.com/nodelet/nodelet/internal/localnet"
 	"github.com/nodelet/nodelet/internal/logs"
 	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/mirror"
@@ -73,6 +74,7 @@ type pipeline struct {
 	api      server.Deps
 	status   *statusmanager.Manager
 	shutdown *shutdown.Manager
+	localnet *localnet.Keeper // in every mode, as the kubelet
 	// cluster is cluster mode's parts; nil standalone.
 	cluster *clusterParts
 }
@@ -242,6 +244,8 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 			}
 		}, Events: recorder, Registerer: reg, Clock: clk, Log: log})
 
+	p.localnet = localnet.New(localnet.Deps{Iptables: localnet.Exec{}, Events: recorder, NodeName: cfg.NodeName, Registerer: reg, Clock: clk, Log: log})
+
 	// 3. Housekeeping and the sync loop.
 	p.hk = housekeeping.New(housekeeping.Deps{Sources: p.config, Workers: p.workers, Runtime: runtime, Statuses: p.status,
 		Resources: resources, Log: log})
@@ -279,6 +283,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	merged := make(chan podsource.Update) // unbuffered, as updates
 	goRun(func() { p.objects.Pass(ctx, updates, merged) })
 	goRun(func() { p.config.Run(ctx, merged) })
+	goRun(func() { p.localnet.Run(ctx) }) // first: its check takes milliseconds, a first sandbox far longer
 	goRun(func() { p.workers.Run(ctx) })
 	// Relist every PLEGRelistPeriod, or on every container event where the
 	// runtime streams them (EventedPLEG; then every 5 minutes as a safety net).
