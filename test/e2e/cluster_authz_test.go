@@ -63,30 +63,6 @@ func TestClusterKubeletAPIAuthorization(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// nodelet: cluster mode with the client CA only.
-	name := "authz-nodelet"
-	port := freePort(t)
-	rootDir := filepath.Join(shared.work, "root-"+name)
-	proc := startNodelet(t, "--container-runtime-endpoint", shared.endpoint, "--root-dir", rootDir,
-		"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(rootDir, "kubelet.kubeconfig"),
-		"--client-ca-file", cp.CAFile, "--hostname-override", name, "--node-ip", "127.0.0.1", "--address", "127.0.0.1",
-		"--port", port, "--healthz-port", "0", "--pod-logs-dir", filepath.Join(shared.work, "logs-"+name))
-	t.Cleanup(func() { deleteNode(cp.Admin, name) })
-	waitNodeReady(t, cp.Admin, name, 2*time.Minute)
-
-	// The upstream kubelet: kubeadm's configuration (hack/cluster.sh's).
-	kubelet := startClusterKubelet(t, cp, "authz-kubelet")
-
-	agents := []*authzAgent{
-		{label: "nodelet", node: name, base: "https://127.0.0.1:" + port, rootDir: rootDir},
-		{label: "kubelet", node: kubelet.node, base: "https://127.0.0.1:" + kubelet.port, rootDir: kubelet.rootDir},
-	}
-	for _, a := range agents {
-		a.pod = runTokenPod(t, cp, ns, a.node)
-		a.token = podToken(t, a.rootDir, a.pod)
-		waitServing(t, a.base, apiserver)
-	}
-
 	type request struct {
 		who, method, path string
 		want              int
@@ -115,7 +91,11 @@ func TestClusterKubeletAPIAuthorization(t *testing.T) {
 		}
 	}
 	got := map[string]map[string]int{} // agent → "who method path" → code
-	for _, a := range agents {
+	// probe runs a's pod, takes its token and sends the requests.
+	probe := func(a *authzAgent) {
+		a.pod = runTokenPod(t, cp, ns, a.node)
+		a.token = podToken(t, a.rootDir, a.pod)
+		waitServing(t, a.base, apiserver)
 		clients := map[string]*authzClient{
 			"pod":        {client: tlsClient(nil), token: a.token},
 			"other-node": {client: tlsClient(&other)},
@@ -140,6 +120,30 @@ func TestClusterKubeletAPIAuthorization(t *testing.T) {
 			}
 		}
 	}
+
+	// The agents share the test runtime and each stops the pods it does
+	// not know: one runs at a time. First nodelet, in cluster mode with
+	// the client CA only.
+	name := "authz-nodelet"
+	port := freePort(t)
+	rootDir := filepath.Join(shared.work, "root-"+name)
+	proc := startNodelet(t, "--container-runtime-endpoint", shared.endpoint, "--root-dir", rootDir,
+		"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(rootDir, "kubelet.kubeconfig"),
+		"--client-ca-file", cp.CAFile, "--hostname-override", name, "--node-ip", "127.0.0.1", "--address", "127.0.0.1",
+		"--port", port, "--healthz-port", "0", "--pod-logs-dir", filepath.Join(shared.work, "logs-"+name))
+	t.Cleanup(func() { deleteNode(cp.Admin, name) })
+	waitNodeReady(t, cp.Admin, name, 2*time.Minute)
+	nodelet := &authzAgent{label: "nodelet", node: name, base: "https://127.0.0.1:" + port, rootDir: rootDir}
+	probe(nodelet)
+	if err := proc.stop(t); err != nil {
+		t.Logf("nodelet exit: %v", err)
+	}
+
+	// Then the upstream kubelet: kubeadm's configuration (hack/cluster.sh's).
+	kubelet := startClusterKubelet(t, cp, "authz-kubelet")
+	probe(&authzAgent{label: "kubelet", node: kubelet.node, base: "https://127.0.0.1:" + kubelet.port, rootDir: kubelet.rootDir})
+	kubelet.stop(t)
+
 	for key, code := range got["nodelet"] {
 		if k, ok := got["kubelet"][key]; ok && k != code {
 			t.Errorf("%s: nodelet %d, kubelet %d", key, code, k)
@@ -148,14 +152,11 @@ func TestClusterKubeletAPIAuthorization(t *testing.T) {
 	t.Logf("%d requests per agent, same codes from nodelet and the kubelet v1.37: %v", len(got["nodelet"]), got["nodelet"])
 
 	// NodeletGroups chosen on purpose: the hole is back, and said.
-	if err := proc.stop(t); err != nil {
-		t.Logf("nodelet exit: %v", err)
-	}
 	proc = startNodelet(t, append(slices.Clone(proc.args), "--authorization-mode", "NodeletGroups")...)
 	defer proc.stop(t)
-	pod := &authzClient{client: tlsClient(nil), token: agents[0].token}
+	pod := &authzClient{client: tlsClient(nil), token: nodelet.token}
 	eventually(t, time.Minute, "the pod's token reads /pods under NodeletGroups", func() error {
-		code, body, err := pod.try("GET", agents[0].base+"/pods")
+		code, body, err := pod.try("GET", nodelet.base+"/pods")
 		if err == nil && code != http.StatusOK {
 			err = fmt.Errorf("%d: %s", code, firstLine(body))
 		}
@@ -345,13 +346,40 @@ func issueClusterCert(t *testing.T, cp *controlPlane, cn string, groups ...strin
 // clusterKubelet is the upstream kubelet joined to the control plane.
 type clusterKubelet struct {
 	node, port, rootDir string
+	agent               *clusterAgent
+	cp                  *controlPlane
+}
+
+// stop removes the kubelet's pods through the API and waits until the
+// kubelet has stopped them (the test runtime is shared), then stops the
+// kubelet and removes its Node.
+func (k *clusterKubelet) stop(t *testing.T) {
+	t.Helper()
+	ctx := clusterContext(t, 2*time.Minute)
+	pods, err := k.cp.Admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + k.node})
+	if err == nil {
+		for _, p := range pods.Items {
+			_ = k.cp.Admin.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+		}
+	}
+	eventually(t, 90*time.Second, "the kubelet's pods gone", func() error {
+		pods, err := k.cp.Admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + k.node})
+		if err == nil && len(pods.Items) > 0 {
+			err = fmt.Errorf("%d pods left", len(pods.Items))
+		}
+		return err
+	})
+	if err := k.agent.stop(); err != nil {
+		t.Logf("kubelet: %v", err)
+	}
+	deleteNode(k.cp.Admin, k.node)
 }
 
 // startClusterKubelet runs the upstream kubelet of the control plane's
 // release on the shared containerd, joined as hack/cluster.sh joins
 // nodelet (the bootstrap token and kubeadm's KubeletConfiguration), its
-// API on 127.0.0.1; it waits for the Node to be Ready and stops the
-// kubelet and removes the Node at the end of the test.
+// API on 127.0.0.1; it waits for the Node to be Ready. stop, or the end
+// of the test, stops it and removes the Node.
 func startClusterKubelet(t *testing.T, cp *controlPlane, node string) *clusterKubelet {
 	t.Helper()
 	bin := upstreamKubelet(t)
@@ -363,7 +391,7 @@ func startClusterKubelet(t *testing.T, cp *controlPlane, node string) *clusterKu
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &clusterKubelet{node: node, port: freePort(t), rootDir: filepath.Join(work, "root")}
+	k := &clusterKubelet{node: node, port: freePort(t), rootDir: filepath.Join(work, "root"), cp: cp}
 	config := filepath.Join(work, "config.yaml")
 	machine := kubeletMachineConfig(shared.endpoint, filepath.Join(work, "logs"), freePort(t), "0", k.port)
 	if err := os.WriteFile(config, append(base, machine...), 0o600); err != nil {
@@ -378,6 +406,7 @@ func startClusterKubelet(t *testing.T, cp *controlPlane, node string) *clusterKu
 	if err := a.start(); err != nil {
 		t.Fatal(err)
 	}
+	k.agent = a
 	t.Cleanup(func() {
 		deleteNode(cp.Admin, node)
 		if err := a.stop(); err != nil {
