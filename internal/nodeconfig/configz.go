@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/server"
@@ -13,8 +14,8 @@ import (
 // Configz is /configz: the settings the kubelet has too, by its names;
 // nothing of the environment, and the server redacts the manifest URL's
 // credentials and headers.
-func Configz(cfg Config) *server.KubeletConfiguration {
-	c := server.NewKubeletConfiguration()
+func Configz(cfg Config) *server.Configz {
+	c := server.NewConfigz()
 	c.StaticPodPath, c.StaticPodURL, c.StaticPodURLHeader = cfg.PodManifestPath, cfg.ManifestURL, cfg.ManifestURLHeader
 	c.SyncFrequency = metav1.Duration{Duration: cfg.SyncFrequency}
 	c.FileCheckFrequency = metav1.Duration{Duration: cfg.FileCheckFrequency}
@@ -24,7 +25,7 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.TLSCertFile, c.TLSPrivateKeyFile = cfg.TLSCertFile, cfg.TLSPrivateKeyFile
 	c.Authentication.X509.ClientCAFile = cfg.ClientCAFile
 	c.Authentication.Anonymous.Enabled = ptr.To(cfg.AnonymousAuth)
-	c.Authorization.Mode = cfg.SecureAuth().AuthorizationMode
+	c.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationMode(cfg.SecureAuth().AuthorizationMode)
 	c.EnableSystemLogHandler = ptr.To(cfg.EnableSystemLogHandler)
 	c.MaxPods, c.PodCIDR, c.CgroupRoot, c.PodLogsDir = int32(cfg.MaxPods), cfg.Managed.Containerd.PodCIDR, cfg.CgroupRoot, cfg.PodLogsDir
 	c.ContainerLogMaxSize = resource.NewQuantity(cfg.ContainerLogMaxSize, resource.BinarySI).String()
@@ -49,7 +50,7 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 	c.ShutdownGracePeriodCriticalPods = metav1.Duration{Duration: cfg.ShutdownGracePeriodCriticalPods}
 	for _, p := range cfg.ShutdownGracePeriodByPodPriority {
 		c.ShutdownGracePeriodByPodPriority = append(c.ShutdownGracePeriodByPodPriority,
-			server.ShutdownGracePeriodByPodPriority{Priority: p.Priority, ShutdownGracePeriodSeconds: int64(p.GracePeriod / time.Second)})
+			kubeletv1beta1.ShutdownGracePeriodByPodPriority{Priority: p.Priority, ShutdownGracePeriodSeconds: int64(p.GracePeriod / time.Second)})
 	}
 	configzCluster(c, cfg.ClusterConfig)
 	c.Authentication.Webhook.Enabled = ptr.To(cfg.TokenWebhook())
@@ -59,7 +60,7 @@ func Configz(cfg Config) *server.KubeletConfiguration {
 // configzCluster fills in cluster mode's settings. --kubeconfig,
 // --bootstrap-kubeconfig, --cert-dir and --node-labels are flags only, not
 // KubeletConfiguration fields: /configz does not show them.
-func configzCluster(c *server.KubeletConfiguration, cl ClusterConfig) {
+func configzCluster(c *server.Configz, cl ClusterConfig) {
 	c.Authentication.Webhook.CacheTTL = metav1.Duration{Duration: cl.AuthenticationTokenWebhookCacheTTL}
 	c.Authorization.Webhook.CacheAuthorizedTTL = metav1.Duration{Duration: cl.AuthorizationWebhookCacheAuthorizedTTL}
 	c.Authorization.Webhook.CacheUnauthorizedTTL = metav1.Duration{Duration: cl.AuthorizationWebhookCacheUnauthorizedTTL}

@@ -13,8 +13,8 @@ import (
 // the command line; none may come back.
 var secrets = []string{"urlpass", "urluser", "querysecret", "fragsecret", "hdrsecret", "hdrsecret2", "tokvalue", "pwvalue"}
 
-func secretConfig() *KubeletConfiguration {
-	c := NewKubeletConfiguration()
+func secretConfig() *Configz {
+	c := NewConfigz()
 	c.StaticPodPath = "/etc/nodelet/manifests"
 	c.StaticPodURL = "https://urluser:urlpass@manifests.example:8443/pods/node-a.yaml?token=querysecret#fragsecret"
 	c.StaticPodURLHeader = map[string][]string{"Authorization": {"Bearer hdrsecret"}, "X-Key": {"hdrsecret2", "hdrsecret"}}
@@ -35,7 +35,7 @@ func TestConfigzRedactsSecrets(t *testing.T) {
 		}
 	}
 	var got struct {
-		KubeletConfig KubeletConfiguration `json:"kubeletconfig"`
+		KubeletConfig Configz `json:"kubeletconfig"`
 	}
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatal(err)

@@ -135,7 +135,7 @@ type Deps struct {
 	Health []HealthCheck
 	// Configz is served at /configz as {"kubeletconfig": Configz}, its
 	// secrets redacted; nil answers 404.
-	Configz *KubeletConfiguration
+	Configz *Configz
 	// Args is the command line /debug/pprof/cmdline shows, the values of
 	// flags that hold secrets redacted (redact.Args); nil is os.Args.
 	Args []string
@@ -565,7 +565,7 @@ func (s *secureServer) getConfigz(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "configz is not available", http.StatusNotFound)
 		return
 	}
-	writeJSON(w, map[string]any{"kubeletconfig": s.deps.Configz.redacted()}, s.log)
+	writeJSON(w, map[string]any{"kubeletconfig": redactedConfigz(s.deps.Configz)}, s.log)
 }
 
 // servePprof serves /debug/pprof/: the index, and the named profiles.

@@ -129,7 +129,7 @@ func testDeps() (Deps, *fakeLogs, *fakeStats) {
 			Cadvisor: registry("cadvisor_test_total"),
 		},
 		Health:  []HealthCheck{{Name: "pleg", Check: func() error { return nil }}},
-		Configz: &KubeletConfiguration{Kind: "KubeletConfiguration", APIVersion: "kubelet.config.k8s.io/v1beta1", Port: 10250},
+		Configz: func() *Configz { c := NewConfigz(); c.Port = 10250; return c }(),
 	}, logs, stats
 }
 
