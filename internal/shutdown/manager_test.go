@@ -351,3 +351,36 @@ func TestLoadStateTooLarge(t *testing.T) {
 		t.Errorf("loadState of %d bytes: %v; want ErrTooLarge naming %s", len(body), err, path)
 	}
 }
+
+// A group whose pods do not finish holds the next one back for its grace
+// period, then the next starts anyway; the empty group between them (at
+// priority 100) is skipped.
+func TestShutdownGroupTimesOut(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+	w := &fakeWorkers{finished: map[types.UID]bool{}, statuses: map[types.UID]string{}}
+	pods := podList{testPod("high", priority(1000)), testPod("low")}
+	m := New(Config{Periods: Periods(0, 0, []PriorityPeriod{{0, 10 * time.Second}, {100, 5 * time.Second}, {1000, 4 * time.Second}})},
+		Deps{Workers: w, Statuses: w, Sources: pods,
+			Logind: func() (Logind, error) { return nil, errors.New("no system bus") }, Clock: clk})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	triggers := make(chan bool)
+	go m.Run(ctx, triggers)
+	triggers <- true
+	nodelettest.Eventually(t, "the low group stopped and waiting", func() bool {
+		return len(w.kills()) == 1 && clk.HasWaiters()
+	})
+	for range 49 { // 9.8s: the low group's time is not over
+		clk.Step(pollPeriod)
+	}
+	if got := w.kills(); !slices.Equal(got, []string{"low:10"}) {
+		t.Fatalf("killed %v before the low group's 10s ran out", got)
+	}
+	nodelettest.Eventually(t, "the high group stopped", func() bool {
+		clk.Step(pollPeriod)
+		return len(w.kills()) == 2
+	})
+	if got := w.kills(); !slices.Equal(got, []string{"low:10", "high:4"}) {
+		t.Errorf("killed %v, want low:10 then high:4", got)
+	}
+}

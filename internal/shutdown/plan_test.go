@@ -98,3 +98,56 @@ func TestPlan(t *testing.T) {
 		}
 	}
 }
+
+// Each pod is stopped with its group's grace period, or its own
+// terminationGracePeriodSeconds when that is not longer (unset: the API's
+// default, 30s).
+func TestGraceSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		group time.Duration
+		pod   *v1.Pod
+		want  int64
+	}{
+		{"unset, group shorter than the default", 20 * time.Second, testPod("p"), 20},
+		{"unset, group longer than the default", 60 * time.Second, testPod("p"), 30},
+		{"its own shorter", 20 * time.Second, testPod("p", grace(3)), 3},
+		{"its own equal", 20 * time.Second, testPod("p", grace(20)), 20},
+		{"its own longer", 20 * time.Second, testPod("p", grace(600)), 20},
+		{"its own zero", 20 * time.Second, testPod("p", grace(0)), 0},
+		{"a group of no time", 0, testPod("p", grace(5)), 0},
+		{"a group's fraction of a second is dropped", 2500 * time.Millisecond, testPod("p"), 2},
+	} {
+		g := Group{PriorityPeriod: PriorityPeriod{GracePeriod: tc.group}}
+		if got := GraceSeconds(g, tc.pod); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The groups are stopped lowest priority first, whatever the order the
+// periods were given in; a pod goes to the highest group not above its
+// priority, the lowest group if it is below all; within a group pods keep
+// the sources' order.
+func TestPlanOrder(t *testing.T) {
+	periods := Periods(0, 0, []PriorityPeriod{
+		{SystemCriticalPriority, 3 * time.Second},
+		{1000, 2 * time.Second},
+		{10, time.Second},
+	})
+	pods := []*v1.Pod{
+		testPod("c-critical", priority(SystemCriticalPriority)),
+		testPod("b-at-1000", priority(1000)),
+		testPod("a-999", priority(999)),
+		testPod("z-below-all", priority(-5)),
+		testPod("y-at-10", priority(10)),
+		testPod("x-above-critical", priority(SystemCriticalPriority+1)),
+	}
+	want := `10 1s: a-999(1s) z-below-all(1s) y-at-10(1s)
+1000 2s: b-at-1000(2s)
+2000000000 3s: c-critical(3s) x-above-critical(3s)
+`
+	if got := describe(Plan(periods, pods)); got != want {
+		t.Errorf("plan:\n%s\nwant\n%s", got, want)
+	}
+}

@@ -62,13 +62,6 @@ func ephemeral(names ...string) podOpt {
 	}
 }
 
-func sidecar(name string) podOpt {
-	return func(p *v1.Pod) {
-		always := v1.ContainerRestartPolicyAlways
-		p.Spec.InitContainers = append(p.Spec.InitContainers, v1.Container{Name: name, Image: name + ":1", RestartPolicy: &always})
-	}
-}
-
 // withContainer edits the named container (init or app).
 func withContainer(name string, f func(*v1.Container)) podOpt {
 	return func(p *v1.Pod) {
