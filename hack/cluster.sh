@@ -696,8 +696,8 @@ can_bootstrap() {
 	"$kubectl" --kubeconfig "$admin" auth can-i create certificatesigningrequests.certificates.k8s.io "${as[@]}" &&
 		"$kubectl" --kubeconfig "$admin" auth can-i create certificatesigningrequests.certificates.k8s.io \
 			--subresource=nodeclient "${as[@]}" &&
-		"$kubectl" --kubeconfig "$admin" auth can-i approve signers.certificates.k8s.io/kubernetes.io/kubelet-serving \
-			--as=nodelet-test:csrapprover
+		"$kubectl" --kubeconfig "$admin" auth can-i update certificatesigningrequests.certificates.k8s.io \
+			--subresource=approval --as=nodelet-test:csrapprover
 }
 
 node_ready() {
