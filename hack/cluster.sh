@@ -5,16 +5,26 @@
 # configured as kubeadm configures production clusters: a generated cluster
 # CA and certificates (etcd with its own CA, mutual TLS everywhere),
 # --authorization-mode=Node,RBAC with the NodeRestriction admission plugin, a
-# bootstrap token with kubeadm's RBAC for TLS bootstrapping and CSR
-# auto-approval, and the controller manager's CSR signer and approver,
-# service account, token, root-CA publisher, namespace, garbage collector and
-# node lifecycle controllers.
+# bootstrap token that expires after 24 hours with kubeadm's RBAC for TLS
+# bootstrapping and CSR auto-approval, and the controller manager's CSR
+# signer and approver, service account, token, token cleaner, root-CA
+# publisher, namespace, garbage collector and node lifecycle controllers.
+# Node serving certificates come from kubernetes.io/kubelet-serving CSRs
+# (serverTLSBootstrap), which the API server verifies
+# (--kubelet-certificate-authority).
+#
+# What only a test machine does (README.md, "What is for a test machine
+# only"): everything on 127.0.0.1 (--advertise-address=127.0.0.1 with
+# --endpoint-reconciler-type=none), every key unencrypted in CLUSTER_DIR/pki
+# (the CA's too), and test/csrapprover approving nodes' serving CSRs.
 #
 #   up      start etcd, kube-apiserver, kube-controller-manager, kube-scheduler
-#           (each only if not already running), apply the bootstrap token and
-#           RBAC, then start nodelet joined through TLS bootstrap (unless
-#           NODELET=0) and wait for its Node to be Ready. Every wait is
-#           bounded and shows the end of the component's log when it fails.
+#           and the serving CSR approver (each only if not already running),
+#           apply the bootstrap token (a new one if the last expires within
+#           the hour) and RBAC, then start nodelet joined through TLS
+#           bootstrap (unless NODELET=0) and wait for its Node to be Ready.
+#           Every wait is bounded and shows the end of the component's log
+#           when it fails.
 #   down    stop them all (nodelet first); the state stays for the next up.
 #           --purge also deletes the state (certificates, etcd data, logs,
 #           kubeconfigs) and nodelet's cluster credentials under its root dir.
@@ -27,10 +37,13 @@
 # The paths scripts and people can rely on (default CLUSTER_DIR):
 #   _output/cluster/admin.kubeconfig      cluster admin (O=system:masters)
 #   _output/cluster/bootstrap.kubeconfig  the bootstrap token, for nodelet
+#   _output/cluster/pki/bootstrap-token   the token (id.secret) and, beside it,
+#   _output/cluster/pki/bootstrap-token.expiration  when it expires (RFC 3339)
 #   _output/cluster/nodelet-config.yaml   a KubeletConfiguration as kubeadm writes
 #   _output/cluster/pki/ca.crt            the cluster CA
 #   _output/cluster/logs/NAME.log         each process's output
 #   _output/bin/kubectl                   the kubectl of the same release
+#   _output/bin/csrapprover               test/csrapprover, built by up
 #
 # Environment (defaults in brackets):
 #   CLUSTER_DIR [_output/cluster]  state; the e2e tests use a temporary one
@@ -77,7 +90,7 @@ service_ip=10.96.0.1 # the first address of service_cidr: the kubernetes Service
 admin=$dir/admin.kubeconfig
 
 # Components in start order; down stops them in reverse.
-components=(etcd kube-apiserver kube-controller-manager kube-scheduler nodelet)
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler csrapprover nodelet)
 
 say() { echo "cluster: $*" >&2; }
 die() {
@@ -189,6 +202,15 @@ binaries() {
 	kubectl=$bindir/kubectl
 }
 
+# approver_binary builds test/csrapprover into _output/bin (a second or
+# two when it is up to date: go build relinks only what changed).
+approver_binary() {
+	approver=$root/_output/bin/csrapprover
+	mkdir -p "$root/_output/bin"
+	"${GO:-go}" build -C "$root" -o "$approver" ./test/csrapprover ||
+		die "building test/csrapprover (the serving CSR approver) failed"
+}
+
 # --- certificates ---------------------------------------------------------
 
 openssl_config() {
@@ -263,12 +285,39 @@ certificates() {
 	cert admin /O=system:masters/CN=kubernetes-admin client ca
 	cert controller-manager /CN=system:kube-controller-manager client ca
 	cert scheduler /CN=system:kube-scheduler client ca
+	# test/csrapprover's identity; bootstrap.yaml gives it its rights.
+	cert csrapprover /CN=nodelet-test:csrapprover client ca
 	key "$pki/sa.key"
 	[[ -f $pki/sa.pub ]] || openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
-	# id.secret, as kubeadm's tokens: [a-z0-9]{6}.[a-z0-9]{16}
-	[[ -f $pki/bootstrap-token ]] || echo "$(openssl rand -hex 3).$(openssl rand -hex 8)" >"$pki/bootstrap-token"
-	token=$(<"$pki/bootstrap-token")
+	bootstrap_token
+}
+
+# bootstrap_token sets token, token_id and token_expiration: those of
+# pki/bootstrap-token unless it expires within the hour (or has no
+# expiration: made by an older version of this script); then a new token
+# valid for 24 hours, kubeadm's default, and old_token_id is the one it
+# replaces (up deletes its Secret). The Secret's expiration makes the
+# token invalid then, and the controller manager's tokencleaner deletes it.
+bootstrap_token() {
+	local f=$pki/bootstrap-token expires=0
+	old_token_id=
+	if [[ -f $f.expiration ]]; then
+		expires=$(date -d "$(<"$f.expiration")" +%s 2>/dev/null) || expires=0
+	fi
+	if [[ -f $f ]] && ((expires < $(date +%s) + 3600)); then
+		old_token_id=$(cut -d. -f1 "$f")
+		say "the bootstrap token $old_token_id expires within the hour (or has expired): making a new one"
+	fi
+	if [[ ! -f $f ]] || [[ -n $old_token_id ]]; then
+		# id.secret, as kubeadm's tokens: [a-z0-9]{6}.[a-z0-9]{16}
+		echo "$(openssl rand -hex 3).$(openssl rand -hex 8)" >"$f.tmp"
+		date -u -d '+24 hours' +%Y-%m-%dT%H:%M:%SZ >"$f.expiration.tmp"
+		mv "$f.tmp" "$f"
+		mv "$f.expiration.tmp" "$f.expiration"
+	fi
+	token=$(<"$f")
 	token_id=${token%%.*}
+	token_expiration=$(<"$f.expiration")
 }
 
 # --- kubeconfigs and manifests --------------------------------------------
@@ -312,11 +361,14 @@ kubeconfigs() {
 	kubeconfig "$dir/controller-manager.kubeconfig" system:kube-controller-manager controller-manager
 	kubeconfig "$dir/scheduler.kubeconfig" system:kube-scheduler scheduler
 	kubeconfig "$dir/bootstrap.kubeconfig" "tls-bootstrap-token-user" --token "$token"
+	kubeconfig "$dir/csrapprover.kubeconfig" nodelet-test:csrapprover csrapprover
 }
 
 # nodelet_config writes the KubeletConfiguration kubeadm writes for its
 # kubelet, less what this cluster does not have (cluster DNS) and what is
-# the default anyway.
+# the default anyway, and with serverTLSBootstrap: the node's serving
+# certificate from a kubernetes.io/kubelet-serving CSR (which
+# test/csrapprover approves), which the API server verifies.
 nodelet_config() {
 	cat >"$dir/nodelet-config.yaml.tmp" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -331,7 +383,7 @@ authentication:
 authorization:
   mode: Webhook
 rotateCertificates: true
-serverTLSBootstrap: false
+serverTLSBootstrap: true
 clusterDomain: cluster.local
 EOF
 	mv "$dir/nodelet-config.yaml.tmp" "$dir/nodelet-config.yaml"
@@ -340,7 +392,8 @@ EOF
 # bootstrap_manifest writes what kubeadm init creates for joining nodes:
 # the bootstrap token, the RBAC of TLS bootstrapping and CSR auto-approval,
 # the kubelet API rights of the API server, and the cluster-info ConfigMap
-# that the bootstrap signer signs with the token.
+# that the bootstrap signer signs with the token; and the rights of
+# test/csrapprover.
 bootstrap_manifest() {
 	cat >"$dir/bootstrap.yaml.tmp" <<EOF
 apiVersion: v1
@@ -351,6 +404,7 @@ metadata:
 type: bootstrap.kubernetes.io/token
 stringData:
   description: nodelet's bootstrap token, made by hack/cluster.sh
+  expiration: "$token_expiration"
   # quoted: hex digits alone, or around an e, would be a YAML number
   token-id: "$token_id"
   token-secret: "${token#*.}"
@@ -414,6 +468,40 @@ subjects:
 - apiGroup: rbac.authorization.k8s.io
   kind: User
   name: kube-apiserver-kubelet-client
+---
+# test/csrapprover: reads CSRs and Nodes, approves and denies
+# kubernetes.io/kubelet-serving CSRs, and nothing else.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: nodelet-test:csrapprover
+rules:
+- apiGroups: [certificates.k8s.io]
+  resources: [certificatesigningrequests]
+  verbs: [get, list, watch]
+- apiGroups: [certificates.k8s.io]
+  resources: [certificatesigningrequests/approval]
+  verbs: [update]
+- apiGroups: [certificates.k8s.io]
+  resources: [signers]
+  resourceNames: [kubernetes.io/kubelet-serving]
+  verbs: [approve]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: nodelet-test:csrapprover
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: nodelet-test:csrapprover
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: nodelet-test:csrapprover
 ---
 apiVersion: v1
 kind: ConfigMap
@@ -531,6 +619,7 @@ start_apiserver() {
 		--tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
 		--kubelet-client-certificate="$pki/apiserver-kubelet-client.crt" \
 		--kubelet-client-key="$pki/apiserver-kubelet-client.key" \
+		--kubelet-certificate-authority="$pki/ca.crt" \
 		--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname \
 		--etcd-servers="https://127.0.0.1:$etcd_port" \
 		--etcd-cafile="$pki/etcd/ca.crt" \
@@ -583,23 +672,54 @@ start_scheduler() {
 		--leader-elect=false
 }
 
+# start_approver starts test/csrapprover as its own identity.
+start_approver() {
+	start csrapprover "$approver" --kubeconfig "$dir/csrapprover.kubeconfig"
+}
+
+# approver_synced: the approver's log, since its last start, says its
+# caches are synced (it decides from then on).
+approver_synced() {
+	awk '/^==== /{ok=0} /caches synced/{ok=1} END{exit !ok}' "$logs/csrapprover.log"
+}
+
 # healthz PORT: the /healthz of a component's own serving port, which its
 # self-signed certificate serves (hence -k) to anyone.
 healthz() { curl -sfk --max-time 2 "https://127.0.0.1:$1/healthz" | grep -qx ok; }
 
 # can_bootstrap: the token's user may create CSRs and have its node client
-# CSRs approved (the RBAC of bootstrap.yaml is in effect).
+# CSRs approved, and the approver may approve serving CSRs (the RBAC of
+# bootstrap.yaml is in effect).
 can_bootstrap() {
 	local as=(--as="system:bootstrap:$token_id" --as-group=system:bootstrappers
 		--as-group=system:bootstrappers:nodelet --as-group=system:authenticated)
 	"$kubectl" --kubeconfig "$admin" auth can-i create certificatesigningrequests.certificates.k8s.io "${as[@]}" &&
 		"$kubectl" --kubeconfig "$admin" auth can-i create certificatesigningrequests.certificates.k8s.io \
-			--subresource=nodeclient "${as[@]}"
+			--subresource=nodeclient "${as[@]}" &&
+		"$kubectl" --kubeconfig "$admin" auth can-i update certificatesigningrequests.certificates.k8s.io \
+			--subresource=approval --as=nodelet-test:csrapprover
 }
 
 node_ready() {
 	[[ $("$kubectl" --kubeconfig "$admin" get node "$1" \
 		-o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]]
+}
+
+# node_serving NODE: the node's kubelet port, at its first InternalIP,
+# serves a certificate of the cluster CA for that address, as the API
+# server verifies it (kubectl logs, exec) once the node's serving CSR is
+# approved.
+node_serving() {
+	local ip port
+	ip=$("$kubectl" --kubeconfig "$admin" get node "$1" \
+		-o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}' 2>/dev/null) || return 1
+	port=$("$kubectl" --kubeconfig "$admin" get node "$1" -o 'jsonpath={.status.daemonEndpoints.kubeletEndpoint.port}' 2>/dev/null) ||
+		return 1
+	ip=${ip%% *}
+	[[ -n $ip && -n $port ]] || return 1
+	[[ $ip != *:* ]] || ip="[$ip]"
+	# Any HTTP answer (401 without credentials) will do: TLS verified.
+	curl -s -o /dev/null --max-time 2 --cacert "$pki/ca.crt" "https://$ip:$port/healthz"
 }
 
 start_nodelet() {
@@ -618,7 +738,8 @@ start_nodelet() {
 		--hostname-override "$node" \
 		"${extra[@]}"
 	say "waiting for node $node to be Ready"
-	if ! (wait_for nodelet "node $node Ready" node_ready "$node"); then
+	if ! (wait_for nodelet "node $node Ready" node_ready "$node" &&
+		wait_for csrapprover "node $node serving its certificate from the cluster CA" node_serving "$node"); then
 		say "the control plane stays up (hack/cluster.sh down stops it)"
 		exit 1
 	fi
@@ -627,6 +748,7 @@ start_nodelet() {
 up() {
 	local begin=$SECONDS
 	binaries
+	approver_binary
 	mkdir -p "$root/_output/bin"
 	ln -sfn "$kubectl" "$root/_output/bin/kubectl"
 	# Keys and credentials 0600, directories 0700.
@@ -643,11 +765,18 @@ up() {
 	wait_for kube-apiserver "kube-apiserver /readyz on $server" admin_get /readyz
 	"$kubectl" --kubeconfig "$admin" apply -f "$dir/bootstrap.yaml" >"$logs/bootstrap-apply.log" 2>&1 ||
 		die_log bootstrap-apply "applying $(rel "$dir/bootstrap.yaml") failed"
+	if [[ -n $old_token_id && $old_token_id != "$token_id" ]]; then
+		"$kubectl" --kubeconfig "$admin" -n kube-system delete secret "bootstrap-token-$old_token_id" \
+			--ignore-not-found >>"$logs/bootstrap-apply.log" 2>&1 ||
+			die_log bootstrap-apply "deleting the replaced bootstrap token's Secret failed"
+	fi
 	wait_for kube-apiserver "the bootstrap token's RBAC" can_bootstrap
 	start_controller_manager
 	start_scheduler
+	start_approver
 	wait_for kube-controller-manager "kube-controller-manager /healthz on :$kcm_port" healthz "$kcm_port"
 	wait_for kube-scheduler "kube-scheduler /healthz on :$scheduler_port" healthz "$scheduler_port"
+	wait_for csrapprover "the serving CSR approver watching" approver_synced
 	# Pods can be created once their namespace has its service account and
 	# root CA (the controller manager makes both).
 	wait_for kube-controller-manager "service account default/default" \
@@ -672,6 +801,7 @@ down() {
 	local purge=${1:-}
 	[[ -z $purge || $purge == --purge ]] || die "usage: $0 down [--purge]"
 	stop nodelet 90
+	stop csrapprover 30
 	stop kube-scheduler 30
 	stop kube-controller-manager 30
 	stop kube-apiserver 30
@@ -680,8 +810,9 @@ down() {
 		say "deleting the state in $(rel "$dir") and nodelet's cluster credentials in $nodelet_root"
 		rm -rf "$pki" "$dir/etcd" "$logs" "$run" "$dir"/*.kubeconfig "$dir/nodelet-config.yaml" \
 			"$dir/bootstrap.yaml" "$dir/audit-policy.yaml"
-		# Issued by the CA just deleted: the next nodelet bootstraps anew.
-		rm -f "$nodelet_root/kubelet.kubeconfig" "$nodelet_root"/pki/kubelet-client-*
+		# Issued by the CA just deleted: the next nodelet bootstraps anew
+		# and asks for a new serving certificate.
+		rm -f "$nodelet_root/kubelet.kubeconfig" "$nodelet_root"/pki/kubelet-client-* "$nodelet_root"/pki/kubelet-server-*
 	fi
 }
 

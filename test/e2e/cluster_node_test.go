@@ -4,9 +4,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,7 +36,11 @@ type clusterNode struct {
 // bootstrap kubeconfig and kubeadm's KubeletConfiguration), with its own
 // root dir, manifest directory and kubelet port on 127.0.0.1 (the API
 // server reaches it there for logs, exec and port-forward). It waits for
-// the Node to be Ready.
+// the Node to be Ready and for its port to serve a certificate the API
+// server accepts: the cluster CA's, issued through the node's
+// kubernetes.io/kubelet-serving CSR (serverTLSBootstrap; hack/cluster.sh's
+// approver approves it), for 127.0.0.1. Until then the port refuses TLS
+// handshakes, and kubectl logs and exec would fail.
 func joinNode(t *testing.T, cp *controlPlane, name string, extra ...string) *clusterNode {
 	t.Helper()
 	n := &clusterNode{name: name, rootDir: filepath.Join(shared.work, "root-"+name), manifests: filepath.Join(shared.work, "manifests-"+name)}
@@ -48,6 +54,7 @@ func joinNode(t *testing.T, cp *controlPlane, name string, extra ...string) *clu
 		"--pod-logs-dir", filepath.Join(shared.work, "logs-"+name)}, extra...)
 	n.start(t)
 	waitNodeReady(t, cp.Admin, name, 2*time.Minute)
+	waitServing(t, cp, net.JoinHostPort("127.0.0.1", lastFlag(n.args, "--port")), time.Minute)
 	t.Cleanup(func() { deleteNode(cp.Admin, name) })
 	return n
 }
@@ -68,6 +75,37 @@ func deleteNode(c kubernetes.Interface, name string) {
 		}
 	}
 	_ = c.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+}
+
+// waitServing waits until addr (host:port, the host a node IP) serves a
+// certificate of the cluster CA for that IP, as the API server
+// (--kubelet-certificate-authority) verifies a node's.
+func waitServing(t testing.TB, cp *controlPlane, addr string, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, addr+" serving a certificate of the cluster CA", func() error {
+		return servingVerified(cp, addr)
+	})
+}
+
+func servingVerified(cp *controlPlane, addr string) error {
+	ca, err := os.ReadFile(cp.CAFile)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		return fmt.Errorf("no certificate in %s", cp.CAFile)
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+		&tls.Config{RootCAs: roots, ServerName: host, MinVersion: tls.VersionTLS12})
+	if err != nil {
+		return err
+	}
+	return conn.Close()
 }
 
 func waitNodeReady(t *testing.T, c kubernetes.Interface, name string, timeout time.Duration) *v1.Node {

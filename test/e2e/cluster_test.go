@@ -138,11 +138,9 @@ func clusterUp(dir string) (*controlPlane, error) {
 		cp.script("down")
 		return nil, fmt.Errorf("hack/cluster.sh up, binaries from %s: %v\n%s", from, err, out)
 	}
-	token, err := os.ReadFile(filepath.Join(dir, "pki", "bootstrap-token"))
-	if err != nil {
+	if err := cp.readToken(); err != nil {
 		return nil, err
 	}
-	cp.TokenID, _, _ = strings.Cut(strings.TrimSpace(string(token)), ".")
 	if cp.AdminConfig, err = clientcmd.BuildConfigFromFlags("", cp.AdminKubeconfig); err != nil {
 		return nil, err
 	}
@@ -150,6 +148,17 @@ func clusterUp(dir string) (*controlPlane, error) {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// readToken reads the bootstrap token's id from pki/bootstrap-token (up
+// makes a new token when the last one expires).
+func (cp *controlPlane) readToken() error {
+	token, err := os.ReadFile(filepath.Join(cp.Dir, "pki", "bootstrap-token"))
+	if err != nil {
+		return err
+	}
+	cp.TokenID, _, _ = strings.Cut(strings.TrimSpace(string(token)), ".")
+	return nil
 }
 
 // script runs hack/cluster.sh with the control plane's environment.
@@ -185,7 +194,7 @@ func (cp *controlPlane) logsOnFailure(t testing.TB) {
 		if !t.Failed() {
 			return
 		}
-		for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		for _, name := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "csrapprover"} {
 			b, err := os.ReadFile(filepath.Join(cp.Dir, "logs", name+".log"))
 			if err != nil {
 				t.Logf("%s log: %v", name, err)

@@ -325,6 +325,9 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 	if err := waitNodeSchedulable(ctx, cp.Admin, a.node); err != nil {
 		t.Fatalf("node %s not Ready: %v", a.node, a.why(err))
 	}
+	// The suites reach the agent through the API server, which verifies
+	// its serving certificate: issued through its kubelet-serving CSR.
+	waitServing(t, cp, net.JoinHostPort(conformanceNodeIP(t), "10250"), time.Minute)
 
 	// What the selection holds: a dry run with the labels alone.
 	suiteBin := bins.suite(s.name)
