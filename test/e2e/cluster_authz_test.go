@@ -95,7 +95,7 @@ func TestClusterKubeletAPIAuthorization(t *testing.T) {
 	probe := func(a *authzAgent) {
 		a.pod = runTokenPod(t, cp, ns, a.node)
 		a.token = podToken(t, a.rootDir, a.pod)
-		waitServing(t, a.base, apiserver)
+		waitAnswering(t, a.base, apiserver)
 		clients := map[string]*authzClient{
 			"pod":        {client: tlsClient(nil), token: a.token},
 			"other-node": {client: tlsClient(&other)},
@@ -230,10 +230,10 @@ func tlsClient(cert *tls.Certificate) *http.Client {
 	return &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}}
 }
 
-// waitServing waits until the agent's port completes a handshake and
+// waitAnswering waits until the agent's port completes a handshake and
 // answers the API server's client certificate (a serving certificate may
 // first have to be issued).
-func waitServing(t *testing.T, base string, cert tls.Certificate) {
+func waitAnswering(t *testing.T, base string, cert tls.Certificate) {
 	t.Helper()
 	c := &authzClient{client: tlsClient(&cert)}
 	eventually(t, 2*time.Minute, base+" serving", func() error {
