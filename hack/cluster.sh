@@ -713,7 +713,7 @@ node_serving() {
 	local ip port
 	ip=$("$kubectl" --kubeconfig "$admin" get node "$1" \
 		-o 'jsonpath={.status.addresses[?(@.type=="InternalIP")].address}' 2>/dev/null) || return 1
-	port=$("$kubectl" --kubeconfig "$admin" get node "$1" -o 'jsonpath={.status.daemonEndpoints.kubeletEndpoint.port}' 2>/dev/null) ||
+	port=$("$kubectl" --kubeconfig "$admin" get node "$1" -o 'jsonpath={.status.daemonEndpoints.kubeletEndpoint.Port}' 2>/dev/null) ||
 		return 1
 	ip=${ip%% *}
 	[[ -n $ip && -n $port ]] || return 1
@@ -730,12 +730,16 @@ start_nodelet() {
 	node=${node,,}
 	read -ra extra <<<"${NODELET_ARGS:-}"
 	mkdir -p "$nodelet_root"
+	# On loopback, as the control plane: the API server (logs, exec) and
+	# up's own check of the serving certificate reach the node there.
+	# NODELET_ARGS may say otherwise (the last flag wins).
 	start nodelet "$bin" \
 		--root-dir "$nodelet_root" \
 		--bootstrap-kubeconfig "$dir/bootstrap.kubeconfig" \
 		--kubeconfig "$nodelet_root/kubelet.kubeconfig" \
 		--config "$dir/nodelet-config.yaml" \
 		--hostname-override "$node" \
+		--node-ip 127.0.0.1 --address 127.0.0.1 \
 		"${extra[@]}"
 	say "waiting for node $node to be Ready"
 	if ! (wait_for nodelet "node $node Ready" node_ready "$node" &&
