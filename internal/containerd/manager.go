@@ -148,7 +148,7 @@ func (m *Manager) Start(ctx context.Context) error {
 // does not promise to read a newer one's, and the pods in it would be lost
 // to the older one.
 func checkStateMajor(c Config) error {
-	data, err := readBounded(c.majorFile(), 64)
+	data, err := bounded.ReadFile(c.majorFile(), 64)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -165,9 +165,6 @@ func checkStateMajor(c Config) error {
 	}
 	return nil
 }
-
-// readBounded reads a file of at most limit bytes.
-func readBounded(path string, limit int64) ([]byte, error) { return bounded.ReadFile(path, limit) }
 
 // launch starts one containerd and waits for its socket.
 func (m *Manager) launch(ctx context.Context, restart bool) (process, error) {

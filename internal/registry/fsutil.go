@@ -3,12 +3,9 @@ package registry
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // openNoFollow opens path for reading, refusing a symlink in its last
@@ -27,11 +24,6 @@ func openNoFollow(path string) (*os.File, os.FileInfo, error) {
 		return nil, nil, err
 	}
 	return f, fi, nil
-}
-
-// readBounded reads all of r, failing when it holds more than limit bytes.
-func readBounded(r io.Reader, limit int64, what string) ([]byte, error) {
-	return bounded.ReadAll(r, limit, what)
 }
 
 // fileLock is an exclusive flock(2) on a lock file. flock locks belong to

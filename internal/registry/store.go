@@ -28,6 +28,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/bounded"
 )
 
 // StoreDir is the OCI layout holding the node's local images under
@@ -269,7 +270,7 @@ func (s *Store) readIndex() (*v1.IndexManifest, error) {
 		return nil, fmt.Errorf("reading image store index: %w", err)
 	}
 	defer f.Close()
-	data, err := readBounded(f, maxIndexBytes, f.Name())
+	data, err := bounded.ReadAll(f, maxIndexBytes, f.Name())
 	if err != nil {
 		return nil, fmt.Errorf("reading image store index: %w", err)
 	}
@@ -452,7 +453,7 @@ func (s *Store) readBlob(h v1.Hash, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := readBounded(f, limit, "blob "+h.String())
+	data, err := bounded.ReadAll(f, limit, "blob "+h.String())
 	if err != nil {
 		return nil, err
 	}
