@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -82,11 +81,13 @@ func (t *TokenReviewer) AuthenticateToken(ctx context.Context, token string) (Us
 	st := resp.Status
 	a := tokenAnswer{ok: st.Authenticated && st.Error == ""}
 	if a.ok {
-		a.user = UserInfo{Name: st.User.Username, UID: st.User.UID, Groups: slices.Clone(st.User.Groups)}
+		// The response is this call's own: the cache keeps it as it is,
+		// and every caller gets its own copy (clone).
+		a.user = UserInfo{Name: st.User.Username, UID: st.User.UID, Groups: st.User.Groups}
 		if len(st.User.Extra) > 0 {
 			a.user.Extra = make(map[string][]string, len(st.User.Extra))
 			for k, v := range st.User.Extra {
-				a.user.Extra[k] = slices.Clone(v)
+				a.user.Extra[k] = v
 			}
 		}
 	}
