@@ -88,13 +88,9 @@ func waitServing(t testing.TB, cp *controlPlane, addr string, timeout time.Durat
 }
 
 func servingVerified(cp *controlPlane, addr string) error {
-	ca, err := os.ReadFile(cp.CAFile)
+	roots, err := cp.roots()
 	if err != nil {
 		return err
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(ca) {
-		return fmt.Errorf("no certificate in %s", cp.CAFile)
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -112,13 +112,9 @@ func TestClusterPKI(t *testing.T) {
 
 func caPool(t *testing.T, cp *controlPlane) *x509.CertPool {
 	t.Helper()
-	ca, err := os.ReadFile(cp.CAFile)
+	roots, err := cp.roots()
 	if err != nil {
 		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(ca) {
-		t.Fatalf("no certificate in %s", cp.CAFile)
 	}
 	return roots
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -185,6 +186,20 @@ func clientFor(t testing.TB, cfg *rest.Config) kubernetes.Interface {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// roots is a pool of the cluster CA, which signs the API server's, the
+// users' and the nodes' certificates.
+func (cp *controlPlane) roots() (*x509.CertPool, error) {
+	ca, err := os.ReadFile(cp.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("no certificate in %s", cp.CAFile)
+	}
+	return roots, nil
 }
 
 // logsOnFailure puts the end of each control-plane log into the test's log
