@@ -25,6 +25,7 @@ func Configz(cfg Config) *server.Configz {
 	c.TLSCertFile, c.TLSPrivateKeyFile = cfg.TLSCertFile, cfg.TLSPrivateKeyFile
 	c.Authentication.X509.ClientCAFile = cfg.ClientCAFile
 	c.Authentication.Anonymous.Enabled = ptr.To(cfg.AnonymousAuth)
+	c.Authentication.Webhook.Enabled = ptr.To(cfg.TokenWebhook())
 	c.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationMode(cfg.SecureAuth().AuthorizationMode)
 	c.EnableSystemLogHandler = ptr.To(cfg.EnableSystemLogHandler)
 	c.MaxPods, c.PodCIDR, c.CgroupRoot, c.PodLogsDir = int32(cfg.MaxPods), cfg.Managed.Containerd.PodCIDR, cfg.CgroupRoot, cfg.PodLogsDir
@@ -53,7 +54,6 @@ func Configz(cfg Config) *server.Configz {
 			kubeletv1beta1.ShutdownGracePeriodByPodPriority{Priority: p.Priority, ShutdownGracePeriodSeconds: int64(p.GracePeriod / time.Second)})
 	}
 	configzCluster(c, cfg.ClusterConfig)
-	c.Authentication.Webhook.Enabled = ptr.To(cfg.TokenWebhook())
 	return c
 }
 
