@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/podsetup"
 	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
@@ -39,6 +40,7 @@ type call struct {
 	ctx        context.Context
 	reason     podupdate.Reason
 	unprepared error
+	setup      podsetup.Setup
 	pod        *v1.Pod
 	grace      time.Duration
 	at         time.Time // fake clock time of the call
@@ -88,16 +90,16 @@ func (f *fakeSyncer) do(ctx context.Context, c call) (SyncResult, error) {
 }
 
 func (f *fakeSyncer) SyncPod(ctx context.Context, req SyncRequest) (SyncResult, error) {
-	return f.do(ctx, call{kind: kindSync, reason: req.Reason, pod: req.Pod, unprepared: req.Unprepared})
+	return f.do(ctx, call{kind: kindSync, reason: req.Reason, pod: req.Pod, unprepared: req.Unprepared, setup: req.Setup})
 }
 
-func (f *fakeSyncer) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
-	_, err := f.do(ctx, call{kind: kindTerminating, pod: pod, grace: grace})
+func (f *fakeSyncer) SyncTerminatingPod(ctx context.Context, req TerminatingRequest) error {
+	_, err := f.do(ctx, call{kind: kindTerminating, pod: req.Pod, grace: req.GracePeriod, setup: req.Setup})
 	return err
 }
 
-func (f *fakeSyncer) SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error {
-	_, err := f.do(ctx, call{kind: kindTerminated, pod: pod})
+func (f *fakeSyncer) SyncTerminatedPod(ctx context.Context, req TerminatedRequest) error {
+	_, err := f.do(ctx, call{kind: kindTerminated, pod: req.Pod, setup: req.Setup})
 	return err
 }
 

@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodelet/nodelet/internal/podsetup"
 	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
@@ -53,11 +54,33 @@ type recordingHook struct {
 
 func (h recordingHook) Name() string { return h.name }
 
-func (h recordingHook) Prepare(_ context.Context, pod *v1.Pod) error {
+// Prepare hands back a setup naming the hook and the pod version it was
+// prepared for: a contributor, and the pod directory.
+func (h recordingHook) Prepare(_ context.Context, pod *v1.Pod) (podsetup.Setup, error) {
 	h.log.add(fmt.Sprintf("%s.Prepare %s", h.name, pod.UID))
 	h.log.mu.Lock()
 	defer h.log.mu.Unlock()
-	return h.log.failPrepare[h.name]
+	if err := h.log.failPrepare[h.name]; err != nil {
+		return podsetup.Setup{}, err
+	}
+	made := h.name + "@" + pod.ResourceVersion
+	return podsetup.Setup{PodDir: made, Containers: []podsetup.Contributor{namedContributor(made)}}, nil
+}
+
+// namedContributor contributes nothing; its name tells who handed it.
+type namedContributor string
+
+func (namedContributor) ContributeContainer(podsetup.Container) (podsetup.Additions, error) {
+	return podsetup.Additions{}, nil
+}
+
+// contributors names the contributors of a setup, in order.
+func contributors(s podsetup.Setup) []string {
+	var out []string
+	for _, c := range s.Containers {
+		out = append(out, string(c.(namedContributor)))
+	}
+	return out
 }
 
 func (h recordingHook) Cleanup(_ context.Context, pod *v1.Pod) error {
@@ -127,6 +150,57 @@ func TestHookPrepareFailure(t *testing.T) {
 		t.Errorf("retry's Unprepared = %v, want nil", c.unprepared)
 	}
 	c.ok()
+}
+
+// What the hooks set up reaches the Syncer merged in hook order: every
+// sync request carries each hook's latest successful setup (a hook failing
+// this round still hands its previous one), and the terminating and
+// terminated requests carry the pod's last one; a pod never prepared gets
+// the zero value.
+func TestHooksHandTheirSetups(t *testing.T) {
+	l := &hookLog{}
+	h := newHarness(t, Options{BackOffPeriod: 10 * time.Second}, hooks(l, "cgroup", "volumes", "probes")...).run()
+	h.w.UpdatePod(update(podupdate.Add, testPod("a", "1", secs(3))))
+	c := h.expect(kindSync, "a")
+	if got, want := contributors(c.setup), []string{"cgroup@1", "volumes@1", "probes@1"}; !slices.Equal(got, want) {
+		t.Errorf("first sync's contributors %q, want %q", got, want)
+	}
+	if c.setup.PodDir != "probes@1" {
+		t.Errorf("PodDir %q: the last hook's value should win", c.setup.PodDir)
+	}
+	c.ok()
+
+	l.setFail(&l.failPrepare, "volumes", errors.New("no such ConfigMap"))
+	pod := testPod("a", "2", secs(3))
+	h.w.UpdatePod(update(podupdate.Update, pod))
+	c = h.expect(kindSync, "a")
+	if got, want := contributors(c.setup), []string{"cgroup@2", "volumes@1", "probes@1"}; !slices.Equal(got, want) {
+		t.Errorf("unprepared sync's contributors %q, want %q", got, want)
+	}
+	c.fail(c.unprepared)
+
+	h.w.UpdatePod(kill(pod, nil))
+	c = h.expect(kindTerminating, "a")
+	if got, want := contributors(c.setup), []string{"cgroup@2", "volumes@1", "probes@1"}; !slices.Equal(got, want) {
+		t.Errorf("SyncTerminatingPod's contributors %q, want %q", got, want)
+	}
+	c.ok()
+	c = h.expect(kindTerminated, "a")
+	if got, want := contributors(c.setup), []string{"cgroup@2", "volumes@1", "probes@1"}; !slices.Equal(got, want) {
+		t.Errorf("SyncTerminatedPod's contributors %q, want %q", got, want)
+	}
+	c.ok()
+	h.waitExit("a")
+
+	// Killed before its first sync: never prepared.
+	h.w.UpdatePod(kill(testPod("b", "1", secs(3)), nil))
+	c = h.expect(kindTerminating, "b")
+	if c.setup.PodDir != "" || c.setup.Containers != nil {
+		t.Errorf("a pod never prepared got setup %+v, want the zero value", c.setup)
+	}
+	c.ok()
+	h.expect(kindTerminated, "b").ok()
+	h.waitExit("b")
 }
 
 // Cleanup runs for a pod killed before its first sync (its containers may

@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/podsetup"
 	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
@@ -54,6 +55,27 @@ type SyncRequest struct {
 	// still stop what must stop and report the pod's status, but start
 	// nothing, and return an error wrapping it.
 	Unprepared error
+	// Setup is what the hooks set up for the pod, merged in hook order
+	// (podsetup.Merge): each hook's latest successful Prepare, so a hook
+	// that failed this round still hands what it set up before.
+	Setup podsetup.Setup
+}
+
+// TerminatingRequest is one SyncTerminatingPod call.
+type TerminatingRequest struct {
+	Pod *v1.Pod
+	// GracePeriod is what the pod's containers get to stop.
+	GracePeriod time.Duration
+	// Setup is the pod's last prepared setup (see SyncRequest); the zero
+	// value for a pod never prepared.
+	Setup podsetup.Setup
+}
+
+// TerminatedRequest is one SyncTerminatedPod call.
+type TerminatedRequest struct {
+	Pod *v1.Pod
+	// Setup is the pod's last prepared setup, as in TerminatingRequest.
+	Setup podsetup.Setup
 }
 
 // SyncResult is what SyncPod tells the worker to do next.
@@ -81,12 +103,12 @@ type Syncer interface {
 	// SyncPod makes the pod run as specified.
 	SyncPod(ctx context.Context, req SyncRequest) (SyncResult, error)
 	// SyncTerminatingPod stops all of the pod's containers, giving them
-	// gracePeriod. Once it succeeds no container of the pod runs or will
-	// ever be started again.
-	SyncTerminatingPod(ctx context.Context, pod *v1.Pod, gracePeriod time.Duration) error
+	// req.GracePeriod. Once it succeeds no container of the pod runs or
+	// will ever be started again.
+	SyncTerminatingPod(ctx context.Context, req TerminatingRequest) error
 	// SyncTerminatedPod releases what the stopped pod still holds (and
 	// reports its final status). It is the last call for the pod.
-	SyncTerminatedPod(ctx context.Context, pod *v1.Pod) error
+	SyncTerminatedPod(ctx context.Context, req TerminatedRequest) error
 }
 
 // State is where a pod is in its lifecycle.
@@ -145,15 +167,20 @@ type Options struct {
 	BackOffPeriod time.Duration
 }
 
-// Hook is one per-pod resource (volumes, the pod cgroup, probe workers…)
-// that owns both its setup and its teardown. For every pod the workers
-// call, in this order:
+// Hook is one per-pod resource (the pod directory, volumes, the pod
+// cgroup, probe workers…) that owns both its setup and its teardown, and
+// hands back what it set up: the runtime manager gets it in the sync
+// requests (podsetup.Setup) and so depends on no hook. For every pod the
+// workers call, in this order:
 //
 //  1. Prepare of every hook, in the order given to New, before every
 //     SyncPod (the first call sets the resource up, later ones refresh it
-//     with the newest spec: it must be idempotent). The first error stops
-//     the round; SyncPod then runs with SyncRequest.Unprepared set, and the
-//     sync counts as failed (retried after the back-off).
+//     with the newest spec: it must be idempotent). The setups they
+//     return are merged in that order (podsetup.Merge) into
+//     SyncRequest.Setup; the pod keeps each hook's latest one for the
+//     SyncTerminatingPod and SyncTerminatedPod requests. The first error
+//     stops the round; SyncPod then runs with SyncRequest.Unprepared set,
+//     and the sync counts as failed (retried after the back-off).
 //  2. SyncPod, SyncTerminatingPod, SyncTerminatedPod (the Syncer).
 //  3. Cleanup of every hook, in reverse order, once SyncTerminatedPod has
 //     succeeded: no container of the pod runs or will run again. Every
@@ -167,7 +194,7 @@ type Options struct {
 type Hook interface {
 	// Name names the hook in errors and logs.
 	Name() string
-	Prepare(ctx context.Context, pod *v1.Pod) error
+	Prepare(ctx context.Context, pod *v1.Pod) (podsetup.Setup, error)
 	Cleanup(ctx context.Context, pod *v1.Pod) error
 }
 

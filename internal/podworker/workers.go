@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/podsetup"
 	"github.com/nodelet/nodelet/internal/podupdate"
 )
 
@@ -164,6 +165,10 @@ type podState struct {
 	// restartRequested: an Add came after termination was requested; once
 	// finished, SyncKnownPods forgets the UID so that it may start again.
 	restartRequested bool
+	// prepared holds, per hook, what its latest successful Prepare set up
+	// (the zero value before). Made under mu; its elements are read and
+	// written only by the pod's goroutine, whose calls are sequential.
+	prepared []podsetup.Setup
 }
 
 // Deps are what the pod workers call. Syncer, Clock and Log are required.
@@ -734,7 +739,10 @@ func (w *Workers) takeLocked(ps *podState, now time.Time) (work, bool) {
 	case <-ps.wake: // this round covers it
 	default:
 	}
-	wk := work{state: ps.state(), reason: podupdate.Resync, pod: ps.pod}
+	if ps.prepared == nil {
+		ps.prepared = make([]podsetup.Setup, len(w.hooks))
+	}
+	wk := work{state: ps.state(), reason: podupdate.Resync, pod: ps.pod, prepared: ps.prepared}
 	if ps.pending {
 		wk.reason = ps.pendingReason
 	}
@@ -756,6 +764,8 @@ type work struct {
 	reason      podupdate.Reason
 	pod         *v1.Pod
 	gracePeriod time.Duration
+	// prepared is the pod's podState.prepared.
+	prepared []podsetup.Setup
 }
 
 // call makes the Sync* call for wk's state, with the hooks around it.
@@ -763,20 +773,23 @@ func (w *Workers) call(ctx context.Context, wk work) (res SyncResult, err error)
 	start := w.clk.Now()
 	switch wk.state {
 	case Syncing:
-		req := SyncRequest{Reason: wk.reason, Pod: wk.pod, Unprepared: w.prepare(ctx, wk.pod)}
+		req := SyncRequest{Reason: wk.reason, Pod: wk.pod, Unprepared: w.prepare(ctx, wk.pod, wk.prepared)}
+		req.Setup = podsetup.Merge(wk.prepared...)
 		res, err = w.syncer.SyncPod(ctx, req)
 		w.observe(wk.reason, start)
 		if err != nil {
 			err = fmt.Errorf("SyncPod (%s): %w", wk.reason, err)
 		}
 	case Terminating:
-		err = w.syncer.SyncTerminatingPod(ctx, wk.pod, wk.gracePeriod)
+		req := TerminatingRequest{Pod: wk.pod, GracePeriod: wk.gracePeriod, Setup: podsetup.Merge(wk.prepared...)}
+		err = w.syncer.SyncTerminatingPod(ctx, req)
 		w.observe(podupdate.Kill, start)
 		if err != nil {
 			err = fmt.Errorf("SyncTerminatingPod (grace period %s): %w", wk.gracePeriod, err)
 		}
 	case Terminated:
-		if err = w.syncer.SyncTerminatedPod(ctx, wk.pod); err != nil {
+		req := TerminatedRequest{Pod: wk.pod, Setup: podsetup.Merge(wk.prepared...)}
+		if err = w.syncer.SyncTerminatedPod(ctx, req); err != nil {
 			err = fmt.Errorf("SyncTerminatedPod: %w", err)
 		} else {
 			err = w.cleanup(ctx, wk.pod)
@@ -787,12 +800,15 @@ func (w *Workers) call(ctx context.Context, wk work) (res SyncResult, err error)
 	return res, err
 }
 
-// prepare runs every hook's Prepare in order until one fails.
-func (w *Workers) prepare(ctx context.Context, pod *v1.Pod) error {
-	for _, h := range w.hooks {
-		if err := h.Prepare(ctx, pod); err != nil {
+// prepare runs every hook's Prepare in order until one fails, keeping in
+// prepared (one slot per hook) what each hook that succeeded set up.
+func (w *Workers) prepare(ctx context.Context, pod *v1.Pod, prepared []podsetup.Setup) error {
+	for i, h := range w.hooks {
+		setup, err := h.Prepare(ctx, pod)
+		if err != nil {
 			return fmt.Errorf("prepare %s: %w", h.Name(), err)
 		}
+		prepared[i] = setup
 	}
 	return nil
 }

@@ -505,13 +505,13 @@ func (s *countingSyncer) SyncPod(_ context.Context, req SyncRequest) (SyncResult
 	return SyncResult{}, nil
 }
 
-func (s *countingSyncer) SyncTerminatingPod(_ context.Context, pod *v1.Pod, _ time.Duration) error {
-	s.record(pod.UID, kindTerminating)
+func (s *countingSyncer) SyncTerminatingPod(_ context.Context, req TerminatingRequest) error {
+	s.record(req.Pod.UID, kindTerminating)
 	return nil
 }
 
-func (s *countingSyncer) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
-	s.record(pod.UID, kindTerminated)
+func (s *countingSyncer) SyncTerminatedPod(_ context.Context, req TerminatedRequest) error {
+	s.record(req.Pod.UID, kindTerminated)
 	return nil
 }
 
