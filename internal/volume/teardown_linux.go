@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,25 +13,31 @@ import (
 
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodelet/nodelet/internal/beneath"
 )
 
-// TearDown unmounts and removes everything of the pod: the tmpfs of
-// memory-backed volumes, the subPath bind mounts and the pod directory
-// <rootDir>/pods/<uid> with all it holds. Call it once no container of the
-// pod runs any more. It never follows a symlink out of the pod directory
-// and removes nothing outside it; while anything below the pod directory
-// stays mounted, nothing is removed and an error is returned (try again
-// later). A pod without a directory is already torn down. Once the pod is
-// torn down, its cached service account tokens are forgotten.
+// TearDown unmounts and removes the pod's volumes: the tmpfs of
+// memory-backed volumes, the subPath bind mounts, and the pod directory's
+// volumes and volume-subpaths subtrees with all they hold (the pod
+// directory itself and anything else in it belong to the pod directory
+// hook). Call it once no container of the pod runs any more. It never
+// follows a symlink and removes nothing outside those subtrees; while
+// anything below them stays mounted, nothing mounted is removed and an
+// error is returned (try again later). A pod without them is already torn
+// down. Once the pod is torn down, its cached service account tokens are
+// forgotten.
 //
-// The steps:
+// The steps, for each subtree:
 //
-//  1. open the pod directory without following a symlink (a symlink in its
-//     place is removed as such);
+//  1. open the pod directory, then the subtree, without following a
+//     symlink (a symlink in the subtree's place is removed as such; a pod
+//     directory that is not a directory holds no volumes);
 //  2. unmount every mount below it, deepest and newest first, each opened
-//     below the pod directory without following symlinks;
-//  3. remove the tree through directory descriptors, never following a
-//     symlink and refusing to descend into anything still mounted.
+//     below it without following symlinks;
+//  3. remove the tree through directory descriptors
+//     (beneath.RemoveAll), never following a symlink and refusing to
+//     descend into anything still mounted.
 func (m *Manager) TearDown(ctx context.Context, podUID types.UID) error {
 	if err := checkPathElement("pod UID", string(podUID)); err != nil {
 		return err
@@ -48,50 +53,86 @@ func (m *Manager) TearDown(ctx context.Context, podUID types.UID) error {
 	return nil
 }
 
+// volumeSubtrees are the volume manager's entries in a pod directory.
+var volumeSubtrees = []string{volumesDirName, subPathsDirName}
+
 func (m *Manager) tearDown(ctx context.Context, uid types.UID) error {
 	// Step 1.
-	podsFD, err := unix.Open(m.podsDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", m.podsDir(), err)
-	}
-	defer unix.Close(podsFD)
-	name := string(uid)
-	podFD, err := unix.Openat(podsFD, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		return nil
-	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
-		// Not a directory (a symlink, say): remove the entry itself.
-		if err := unix.Unlinkat(podsFD, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("removing %s: %w", m.podDir(uid), err)
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("opening %s: %w", m.podDir(uid), err)
+	podFD, err := m.openPodDir(uid)
+	if err != nil || podFD < 0 {
+		return err
 	}
 	defer unix.Close(podFD)
-
-	// Step 2.
-	if err := unmountAll(ctx, podFD); err != nil {
-		return err
+	removed := false
+	for _, name := range volumeSubtrees {
+		path := filepath.Join(m.podDir(uid), name)
+		subFD, err := openSubtree(podFD, name, path)
+		if err != nil {
+			return err
+		}
+		if subFD < 0 {
+			continue
+		}
+		// Step 2.
+		err = unmountAll(ctx, subFD)
+		unix.Close(subFD)
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Step 3.
+		if err := beneath.RemoveAll(podFD, name, path); err != nil {
+			return err
+		}
+		removed = true
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	if removed {
+		m.log.Info("Removed pod volumes", "podUID", uid)
 	}
-
-	// Step 3.
-	parentMnt, err := mountKeyOf(podsFD)
-	if err != nil {
-		return err
-	}
-	if err := removeAllAt(podsFD, name, m.podDir(uid), parentMnt); err != nil {
-		return err
-	}
-	m.log.Info("Removed pod volumes", "podUID", uid)
 	return nil
+}
+
+// openPodDir opens the pod's directory with O_PATH, following no symlink;
+// -1 when there is none or it is not a directory (then it holds no
+// volumes, and is not the volume manager's to remove).
+func (m *Manager) openPodDir(uid types.UID) (int, error) {
+	podsFD, err := unix.Open(m.podsDir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("opening %s: %w", m.podsDir(), err)
+	}
+	defer unix.Close(podsFD)
+	fd, err := unix.Openat(podsFD, string(uid), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
+		return -1, nil
+	case err != nil:
+		return -1, fmt.Errorf("opening %s: %w", m.podDir(uid), err)
+	}
+	return fd, nil
+}
+
+// openSubtree opens the directory name of the pod directory open as podFD
+// with O_PATH, following no symlink; -1 when there is none. Anything else
+// in its place (a symlink, say) is removed as such.
+func openSubtree(podFD int, name, path string) (int, error) {
+	fd, err := unix.Openat(podFD, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return -1, nil
+	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
+		if err := unix.Unlinkat(podFD, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+			return -1, fmt.Errorf("removing %s: %w", path, err)
+		}
+		return -1, nil
+	case err != nil:
+		return -1, fmt.Errorf("opening %s: %w", path, err)
+	}
+	return fd, nil
 }
 
 // unmountAll unmounts everything mounted at or below the directory open as
@@ -163,81 +204,10 @@ func relBelow(dir, path string) (string, bool) {
 	return rest, ok && rest != ""
 }
 
-// mountKey identifies the mount a file is on: the mount ID where statx has
-// it, else only the device.
-type mountKey struct {
-	mntID uint64
-	dev   uint64
-}
-
-func mountKeyOf(fd int) (mountKey, error) {
-	var stx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE|unix.STATX_MNT_ID, &stx); err != nil {
-		return mountKey{}, fmt.Errorf("statx: %w", err)
-	}
-	k := mountKey{dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor)}
-	if stx.Mask&unix.STATX_MNT_ID != 0 {
-		k.mntID = stx.Mnt_id
-	}
-	return k, nil
-}
-
-// removeAllAt removes the entry name of the directory open as parent and,
-// for a directory, everything below it. It opens each directory with
-// O_NOFOLLOW relative to its parent's descriptor, so a symlink is removed
-// as a symlink and never followed, and it refuses to enter a directory on
-// another mount than parentMnt. path is for messages only.
-func removeAllAt(parent int, name, path string, parentMnt mountKey) error {
-	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	switch {
-	case errors.Is(err, unix.ENOENT):
-		return nil
-	case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
-		if err := unix.Unlinkat(parent, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("removing %s: %w", path, err)
-		}
-		return nil
-	case err != nil:
-		return fmt.Errorf("opening %s: %w", path, err)
-	}
-	dir := os.NewFile(uintptr(fd), path)
-	defer dir.Close()
-
-	mnt, err := mountKeyOf(fd)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if mnt != parentMnt {
-		return fmt.Errorf("%s is on another mount: not removed", path)
-	}
-	var errs []error
-	for {
-		names, err := dir.Readdirnames(1024)
-		for _, n := range names {
-			if err := removeAllAt(fd, n, filepath.Join(path, n), mnt); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if errors.Is(err, io.EOF) || len(names) == 0 {
-			break
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listing %s: %w", path, err))
-			break
-		}
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	if err := unix.Unlinkat(parent, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("removing %s: %w", path, err)
-	}
-	return nil
-}
-
-// Pods lists the UIDs of the pod directories under <rootDir>/pods
-// (anything there, a symlink included, is treated as a pod directory, so
-// that TearDown removes it), for housekeeping to tear down the orphans.
+// Pods lists the UIDs of the pod directories under <rootDir>/pods that
+// hold volumes (anything in the place of the volumes or volume-subpaths
+// subtree, a symlink included, counts, so that TearDown removes it), for
+// housekeeping to tear down the orphans.
 func (m *Manager) Pods() ([]types.UID, error) {
 	entries, err := os.ReadDir(m.podsDir())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -248,7 +218,12 @@ func (m *Manager) Pods() ([]types.UID, error) {
 	}
 	uids := make([]types.UID, 0, len(entries))
 	for _, e := range entries {
-		uids = append(uids, types.UID(e.Name()))
+		for _, name := range volumeSubtrees {
+			if _, err := os.Lstat(filepath.Join(m.podsDir(), e.Name(), name)); err == nil {
+				uids = append(uids, types.UID(e.Name()))
+				break
+			}
+		}
 	}
 	return uids, nil
 }

@@ -68,8 +68,8 @@ func TestEmptyDirMemory(t *testing.T) {
 	if n := len(mountsUnder(t, e.root)); n != 0 {
 		t.Fatalf("%d mounts left after TearDown", n)
 	}
-	if _, err := os.Stat(e.m.podDir(pod.UID)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("pod dir after TearDown: %v", err)
+	if _, err := os.Stat(filepath.Join(e.m.podDir(pod.UID), volumesDirName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pod volumes after TearDown: %v", err)
 	}
 }
 
