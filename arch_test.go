@@ -100,7 +100,7 @@ func either(fs ...func(string) bool) func(string) bool {
 var purePackages = []string{
 	internal("plan"), internal("observed"), internal("status"), internal("podspec"),
 	internal("envvars"), internal("podnet"), internal("securitycontext"),
-	internal("admission"), internal("redact"), internal("podupdate"),
+	internal("admission"), internal("redact"), internal("podupdate"), internal("podsetup"),
 }
 
 // impure matches what a pure package may not import: the file system,
@@ -238,6 +238,12 @@ func rules() []rule {
 			Forbidden:  is(internal("pleg")),
 			Transitive: true,
 		},
+		{
+			Name:       "13: podruntime depends on no per-pod resource manager: hooks hand it what they set up",
+			From:       is(internal("podruntime")),
+			Forbidden:  is(internal("podresources"), internal("volume"), internal("userns"), internal("prober")),
+			Transitive: true,
+		},
 	}
 }
 
@@ -291,6 +297,7 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		{ImportPath: internal("podspec"), Imports: []string{"k8s.io/api/core/v1", "k8s.io/utils/ptr"}},
 		{ImportPath: internal("podresources"), Deps: []string{internal("podspec"), internal("status")}},
 		{ImportPath: internal("podruntime"), Deps: []string{internal("cri"), internal("pleg")}},
+		{ImportPath: internal("podruntime"), Deps: []string{internal("podsetup"), internal("volume")}},
 	}
 	got := violations(bad, rules())
 	if len(got) != len(bad) {

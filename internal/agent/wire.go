@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -135,7 +136,6 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	objs := objects.Router{Static: p.objects}
 	volumeOpts := []volume.Option{volume.WithMountPropagation()}
 	var services podruntime.Services
-	var hooks []podworker.Hook
 	if cl != nil {
 		cl.watcher = objects.NewWatcher(api.kube, p.objects.Notify, clk, log)
 		cl.services = objects.NewServices(api.kube)
@@ -143,33 +143,45 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		volumeOpts = append(volumeOpts, volume.WithTokens(token.New(api.kube.CoreV1(), clk, log)))
 	}
 	volumes := volume.New(cfg.RootDir, objs, envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}, log, volumeOpts...)
-	var resources []housekeeping.Resource
 	cg, err := podresources.Setup(podresources.SetupConfig{CgroupsPerQOS: cfg.CgroupsPerQOS, Root: cfg.CgroupRoot,
 		Driver: cfg.CgroupDriver, PodPidsLimit: cfg.PodPidsLimit, MemoryQoS: cfg.MemoryQoS, MemoryThrottlingFactor: cfg.MemoryThrottlingFactor,
 		NodeAllocatableMemory: cfg.Allocatable.Memory().Value(), NodeName: cfg.NodeName, Runtime: rt, Events: recorder, Log: log})
 	if err != nil {
 		return nil, err
 	}
-	if cg != nil { // an interface: nil stays nil in podruntime.Deps
-		hooks = append(hooks, podhooks.Cgroup{Cgroups: cg})
-		resources = append(resources, podhooks.Cgroup{Cgroups: cg})
+	cgroupHook := podhooks.Cgroup{NodeMemoryCapacity: cfg.MemoryCapacity}
+	if cg != nil { // an interface: nil stays nil in the hook
+		cgroupHook.Cgroups = cg
 	}
+	objectsHook := podhooks.Objects{Objects: objs}
 	if cl != nil { // the objects a pod refers to are watched before its volumes are set up
-		hooks = append(hooks, podhooks.Objects{Registry: cl.watcher})
+		objectsHook.Registry = cl.watcher
 	}
-	uns := userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log}) // hostUsers: false
-	usernsHook, volumeHook := podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, podhooks.Volumes{Volumes: volumes, Recorder: recorder}
-	hooks = append(hooks, usernsHook, volumeHook, podhooks.Probes{Prober: p.prober})
-	resources = append(resources, volumeHook, usernsHook)
+	podsDir := filepath.Join(cfg.RootDir, "pods")
+	hooks := []podworker.Hook{
+		podhooks.PodDir{PodsDir: podsDir},
+		cgroupHook,
+		objectsHook,
+		podhooks.UserNamespaces{Manager: userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log}), Recorder: recorder}, // hostUsers: false
+		podhooks.Volumes{Volumes: volumes, Recorder: recorder},
+		podhooks.Probes{Prober: p.prober},
+	}
+	// Housekeeping cleans up what the hooks hold on the machine in their
+	// cleanup order: the pod directory last.
+	var resources []housekeeping.Resource
+	for _, h := range slices.Backward(hooks) {
+		if r, ok := h.(housekeeping.Resource); ok {
+			resources = append(resources, r)
+		}
+	}
 
 	// 5. The runtime manager, and 4. the pod workers over it.
 	runtime := podruntime.New(rt, podruntime.Options{
 		PodLogsDir: cfg.PodLogsDir, LegacyLogLinks: true, HostIP: cfg.NodeIP, NodeName: cfg.NodeName, Allocatable: cfg.Allocatable,
-		PodsDir: filepath.Join(cfg.RootDir, "pods"), HostResolvConf: cfg.HostResolvConf, HostHosts: cfg.HostHosts,
-		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), NodeMemoryCapacity: cfg.MemoryCapacity,
-		MaxParallelSandboxes: cfg.MaxParallelSandboxes,
-	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Probes: p.prober, Objects: objs, Services: services,
-		Cgroups: cg, Volumes: volumes, UserNamespaces: uns, PodStartDuration: m.PodStartDuration, PodStartStages: m, RuntimeFeatures: cri.NewHandlerFeatures(rt, clk, log)})
+		PodsDir: podsDir, HostResolvConf: cfg.HostResolvConf, HostHosts: cfg.HostHosts,
+		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), MaxParallelSandboxes: cfg.MaxParallelSandboxes,
+	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Services: services,
+		PodStartDuration: m.PodStartDuration, PodStartStages: m, RuntimeFeatures: cri.NewHandlerFeatures(rt, clk, log)})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
 	var onFinished func(types.UID)

@@ -8,7 +8,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/podsetup"
 	"github.com/nodelet/nodelet/internal/userns"
 	"github.com/nodelet/nodelet/internal/volume"
 )
@@ -24,6 +26,10 @@ func (f *fakeVolumes) TearDown(_ context.Context, uid types.UID) error {
 	return nil
 }
 func (f *fakeVolumes) Pods() ([]types.UID, error) { return []types.UID{"a"}, nil }
+func (f *fakeVolumes) Mounts(_ *v1.Pod, c *v1.Container, env map[string]string, rro bool) ([]*runtimeapi.Mount, error) {
+	return []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/vol/" + c.Name + "/" + env["SUB"], RecursiveReadOnly: rro}}, nil
+}
+func (f *fakeVolumes) EnvFile(*v1.Pod, string, string, int64) ([]byte, error) { return nil, nil }
 
 type events []string
 
@@ -39,6 +45,9 @@ func (f *fakeCgroups) RemovePod(uid types.UID, qos v1.PodQOSClass) error {
 	return nil
 }
 func (f *fakeCgroups) Pods() ([]types.UID, error) { return nil, nil }
+func (f *fakeCgroups) ContainerUnified(_ *v1.Pod, c *v1.Container) map[string]string {
+	return map[string]string{"memory.high": "for-" + c.Name}
+}
 
 // A volume that cannot be set up is the kubelet's FailedMount event, in
 // one line, and an error wrapping the cause.
@@ -46,7 +55,7 @@ func TestVolumesPrepareFailure(t *testing.T) {
 	cause := errors.New("configmap \"a\" not found\nand another")
 	ev := &events{}
 	h := Volumes{Volumes: &fakeVolumes{setUpErr: cause}, Recorder: ev}
-	err := h.Prepare(context.Background(), &v1.Pod{})
+	_, err := h.Prepare(context.Background(), &v1.Pod{})
 	if !errors.Is(err, cause) {
 		t.Fatalf("Prepare = %v", err)
 	}
@@ -62,7 +71,7 @@ func TestVolumesPrepareFailurePerVolume(t *testing.T) {
 	sec := &volume.SetUpError{Volume: "sec", Err: errors.New(`secret "b" not found`)}
 	ev := &events{}
 	h := Volumes{Volumes: &fakeVolumes{setUpErr: errors.Join(cm, sec)}, Recorder: ev}
-	if err := h.Prepare(context.Background(), &v1.Pod{}); !errors.Is(err, sec.Err) {
+	if _, err := h.Prepare(context.Background(), &v1.Pod{}); !errors.Is(err, sec.Err) {
 		t.Fatalf("Prepare = %v", err)
 	}
 	want := []string{
@@ -103,7 +112,7 @@ func TestObjectsRegistersAndUnregisters(t *testing.T) {
 	pod := &v1.Pod{}
 	pod.UID = "u1"
 	for range 2 {
-		if err := h.Prepare(context.Background(), pod); err != nil {
+		if _, err := h.Prepare(context.Background(), pod); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,6 +134,7 @@ func (f *fakeUserns) Allocate(_ context.Context, pod *v1.Pod) (userns.Mapping, e
 	f.allocated = append(f.allocated, pod.UID)
 	return userns.Mapping{HostID: 65536, Length: 65536}, f.err
 }
+func (f *fakeUserns) CheckRuntime(context.Context) error { return nil }
 func (f *fakeUserns) Release(uid types.UID) error {
 	f.released = append(f.released, uid)
 	return nil
@@ -144,7 +154,7 @@ func TestUserNamespaces(t *testing.T) {
 	f, ev := &fakeUserns{}, &events{}
 	h := UserNamespaces{Manager: f, Recorder: ev}
 	for _, p := range []*v1.Pod{mk("default", nil), mk("host", &yes), mk("own", &no)} {
-		if err := h.Prepare(context.Background(), p); err != nil {
+		if _, err := h.Prepare(context.Background(), p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -152,7 +162,7 @@ func TestUserNamespaces(t *testing.T) {
 		t.Errorf("allocated %v, events %q", f.allocated, *ev)
 	}
 	f.err = errors.New("can't set `spec.hostUsers: false`, runtime does not support user namespaces\n(more)")
-	if err := h.Prepare(context.Background(), mk("refused", &no)); !errors.Is(err, f.err) {
+	if _, err := h.Prepare(context.Background(), mk("refused", &no)); !errors.Is(err, f.err) {
 		t.Fatalf("Prepare = %v", err)
 	}
 	want := "Warning FailedCreatePodSandBox Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces (more)"
@@ -164,5 +174,48 @@ func TestUserNamespaces(t *testing.T) {
 	}
 	if held, err := h.Holding(); err != nil || len(held) != 1 {
 		t.Errorf("holding %v %v", held, err)
+	}
+}
+
+// Each hook hands back what it set up: the pod cgroup's parent and every
+// container's resources (with the cgroup manager's Unified map, and
+// without a cgroup manager still the resources), the user namespace with
+// its runtime check, the volumes' env files and mounts, the probe results.
+func TestHooksHandBackWhatTheySetUp(t *testing.T) {
+	ctx := context.Background()
+	no := false
+	pod := &v1.Pod{Spec: v1.PodSpec{HostUsers: &no, Containers: []v1.Container{{Name: "app"}}}}
+	pod.UID = "u1"
+	c := podsetup.Container{Pod: pod, Container: &pod.Spec.Containers[0], Env: map[string]string{"SUB": "x"}, RecursiveReadOnlyMounts: true}
+
+	cg, err := (Cgroup{Cgroups: &fakeCgroups{}, NodeMemoryCapacity: 1 << 30}).Prepare(ctx, pod)
+	if err != nil || cg.CgroupParent != "/kubepods/podx" {
+		t.Fatalf("cgroup: %+v %v", cg, err)
+	}
+	add, err := cg.Apply(c)
+	if err != nil || add.Resources.GetUnified()["memory.high"] != "for-app" || add.Resources.GetOomScoreAdj() == 0 {
+		t.Errorf("cgroup's container resources %v %v", add.Resources, err)
+	}
+	bare, err := (Cgroup{NodeMemoryCapacity: 1 << 30}).Prepare(ctx, pod)
+	if err != nil || bare.CgroupParent != "" {
+		t.Fatalf("cgroup without a manager: %+v %v", bare, err)
+	}
+	if add, err := bare.Apply(c); err != nil || add.Resources == nil || add.Resources.Unified != nil {
+		t.Errorf("resources without a cgroup manager %v %v", add.Resources, err)
+	}
+
+	us, err := (UserNamespaces{Manager: &fakeUserns{}, Recorder: &events{}}).Prepare(ctx, pod)
+	if err != nil || us.UserNamespace.GetUids()[0].GetHostId() != 65536 || len(us.SandboxChecks) != 1 {
+		t.Errorf("user namespace: %+v %v", us, err)
+	}
+
+	vols := &fakeVolumes{}
+	vs, err := (Volumes{Volumes: vols, Recorder: &events{}}).Prepare(ctx, pod)
+	if err != nil || vs.Files == nil {
+		t.Fatalf("volumes: %+v %v", vs, err)
+	}
+	add, err = vs.Apply(c)
+	if err != nil || len(add.Mounts) != 1 || add.Mounts[0].HostPath != "/vol/app/x" || !add.Mounts[0].RecursiveReadOnly {
+		t.Errorf("volume mounts %v %v", add.Mounts, err)
 	}
 }

@@ -5,29 +5,32 @@ import (
 	"fmt"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/podsetup"
+	"github.com/nodelet/nodelet/internal/podworker"
 )
 
-// fakeCgroups names every pod's cgroup and gives each container a
-// Unified map naming it.
-type fakeCgroups struct{}
-
-func (fakeCgroups) CgroupParent(pod *v1.Pod) string {
-	return "kubepods-pod" + string(pod.UID) + ".slice"
+// cgroupSetup is what a pod cgroup hook hands: the pod's cgroup, and for
+// each container a Unified map naming it.
+func cgroupSetup(uid string) podsetup.Setup {
+	return podsetup.Setup{
+		CgroupParent: "kubepods-pod" + uid + ".slice",
+		Containers: []podsetup.Contributor{podsetup.ContributorFunc(func(c podsetup.Container) (podsetup.Additions, error) {
+			res := &runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "for-" + c.Container.Name}}
+			return podsetup.Additions{Resources: res}, nil
+		})},
+	}
 }
 
-func (fakeCgroups) ContainerUnified(_ *v1.Pod, c *v1.Container) map[string]string {
-	return map[string]string{"memory.high": "for-" + c.Name}
-}
-
-// The sandbox goes under the pod cgroup, and each container's CRI
-// resources carry the cgroup manager's Unified map (cgroup v2 files such
-// as MemoryQoS's memory.high).
+// The sandbox goes under the pod cgroup its hooks set up, and each
+// container's CRI resources are the ones they contribute (cgroup v2 files
+// such as MemoryQoS's memory.high among them).
 func TestSyncPodPodCgroups(t *testing.T) {
 	f := newFixture(t)
-	f.m.cgroups = fakeCgroups{}
 	pod := testPod()
-	if _, err := f.m.syncPod(context.Background(), pod, nil); err != nil {
+	setup := cgroupSetup(string(pod.UID))
+	if _, err := f.m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod, Setup: setup}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range pod.Spec.Containers {
@@ -40,7 +43,7 @@ func TestSyncPodPodCgroups(t *testing.T) {
 		}
 	}
 	// The fake runtime keeps no sandbox config: the config as built.
-	net, _, err := f.m.sandboxNet(pod, nil)
+	net, _, err := f.m.sandboxNet(pod, setup.CgroupParent, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

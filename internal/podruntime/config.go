@@ -103,6 +103,11 @@ type containerExtras struct {
 	mounts    []*runtimeapi.Mount
 	resources *runtimeapi.LinuxContainerResources
 	security  *runtimeapi.LinuxContainerSecurityContext
+	// devices, cdiDevices and annotations are what the pod's hooks add
+	// (podsetup.Additions); nodelet's own annotations win.
+	devices     []*runtimeapi.Device
+	cdiDevices  []*runtimeapi.CDIDevice
+	annotations map[string]string
 	// ephemeral marks an ephemeral container (podspec.LabelContainerKind);
 	// targetID is the container whose PID namespace it joins.
 	ephemeral bool
@@ -120,15 +125,17 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 	if extras.ephemeral {
 		labels[podspec.LabelContainerKind] = podspec.KindEphemeral
 	}
-	annotations := map[string]string{
-		podspec.AnnotationRestartCount:  strconv.Itoa(restartCount),
-		podspec.AnnotationContainerHash: plan.ContainerHash(c),
-		podspec.AnnotationBackoffStep:   strconv.Itoa(backoffStep),
-		// The kubelet's, always there: what the status of the exited
-		// container reads its message from.
-		podspec.AnnotationTerminationMessagePath:   c.TerminationMessagePath,
-		podspec.AnnotationTerminationMessagePolicy: string(c.TerminationMessagePolicy),
+	annotations := map[string]string{}
+	for k, v := range extras.annotations {
+		annotations[k] = v
 	}
+	annotations[podspec.AnnotationRestartCount] = strconv.Itoa(restartCount)
+	annotations[podspec.AnnotationContainerHash] = plan.ContainerHash(c)
+	annotations[podspec.AnnotationBackoffStep] = strconv.Itoa(backoffStep)
+	// The kubelet's, always there: what the status of the exited container
+	// reads its message from.
+	annotations[podspec.AnnotationTerminationMessagePath] = c.TerminationMessagePath
+	annotations[podspec.AnnotationTerminationMessagePolicy] = string(c.TerminationMessagePolicy)
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		annotations[podspec.AnnotationGracePeriod] = strconv.FormatInt(*g, 10)
 	}
@@ -140,6 +147,8 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 		WorkingDir:  c.WorkingDir,
 		Envs:        extras.env,
 		Mounts:      extras.mounts,
+		Devices:     extras.devices,
+		CDIDevices:  extras.cdiDevices,
 		Labels:      labels,
 		Annotations: annotations,
 		LogPath:     filepath.Join(c.Name, strconv.Itoa(restartCount)+".log"),

@@ -9,19 +9,16 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/envvars"
+	"github.com/nodelet/nodelet/internal/podsetup"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
 // envFileVolumes has one volume, "config", holding config.env.
 type envFileVolumes struct{ content string }
-
-func (envFileVolumes) Mounts(*v1.Pod, *v1.Container, map[string]string, bool) ([]*runtimeapi.Mount, error) {
-	return nil, nil
-}
 
 func (v envFileVolumes) EnvFile(pod *v1.Pod, volume, path string, limit int64) ([]byte, error) {
 	if volume != "config" {
@@ -33,13 +30,14 @@ func (v envFileVolumes) EnvFile(pod *v1.Pod, volume, path string, limit int64) (
 	return []byte(v.content), nil
 }
 
-func withEnvFiles(t *testing.T, content string) *fixture {
+// withEnvFiles is a fixture and the setup of a volumes hook whose env
+// files hold content.
+func withEnvFiles(t *testing.T, content string) (*fixture, podsetup.Setup) {
 	f := newFixture(t)
 	log := slog.New(slog.DiscardHandler)
 	c := cri.New(f.rs, f.is, "fake", cri.DefaultTimeouts(), log)
-	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: f.clock, Log: log, Status: statusmanager.New(nil),
-		Volumes: envFileVolumes{content: content}})
-	return f
+	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: f.clock, Log: log, Status: statusmanager.New(nil)})
+	return f, podsetup.Setup{Files: envFileVolumes{content: content}}
 }
 
 func fileKeyEnv(name, volume, key string) v1.EnvVar {
@@ -49,11 +47,11 @@ func fileKeyEnv(name, volume, key string) v1.EnvVar {
 
 // A fileKeyRef takes its value from the env file in the pod's volume.
 func TestEnvFromFile(t *testing.T) {
-	f := withEnvFiles(t, "CONFIG_1='value1'\nCONFIG_2='value2'\n")
+	f, setup := withEnvFiles(t, "CONFIG_1='value1'\nCONFIG_2='value2'\n")
 	pod := testPod()
 	c := &pod.Spec.Containers[0]
 	c.Env = []v1.EnvVar{fileKeyEnv("CONFIG_1", "config", "CONFIG_1"), fileKeyEnv("TWO", "config", "CONFIG_2")}
-	extras, err := f.m.containerExtras(t.Context(), pod, c, nil)
+	extras, err := f.m.containerExtras(t.Context(), pod, c, nil, setup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,11 +70,11 @@ func TestEnvFromFileConfigError(t *testing.T) {
 		{fileKeyEnv("X", "config", "MISSING"), `environment variable key "MISSING" not found in file "config.env" of volume "config"`},
 		{fileKeyEnv("X", "other", "CONFIG_1"), `cannot find the volume "other" referenced by FileKeyRef`},
 	} {
-		f := withEnvFiles(t, "CONFIG_1='value1'\n")
+		f, setup := withEnvFiles(t, "CONFIG_1='value1'\n")
 		pod := testPod()
 		pod.Spec.Containers = pod.Spec.Containers[:1]
 		pod.Spec.Containers[0].Env = []v1.EnvVar{tc.env}
-		st, err := f.m.syncPod(context.Background(), pod, nil)
+		st, err := f.m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod, Setup: setup})
 		if err == nil {
 			t.Fatal("no error")
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
@@ -75,14 +76,14 @@ func TestEphemeralContainersStartOnceInTheTargetsPIDNamespace(t *testing.T) {
 	f, rec := newRecordingFixture(t)
 	ctx := context.Background()
 	pod := testPod()
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	f.mutations()
 	app := containerByName(f, "app")
 
 	pod = withEphemeral(pod, "debugger", "app")
-	st, err := f.m.syncPod(ctx, pod, nil)
+	st, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ func TestEphemeralContainersStartOnceInTheTargetsPIDNamespace(t *testing.T) {
 	}
 
 	// Steady: nothing more.
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.mutations(); got != "" {
@@ -134,7 +135,7 @@ func TestEphemeralContainersStartOnceInTheTargetsPIDNamespace(t *testing.T) {
 	dbg.FinishedAt = f.clock.Now().UnixNano()
 	f.rs.Unlock()
 	pod = withEphemeral(pod, "debugger2", "")
-	st, err = f.m.syncPod(ctx, pod, nil)
+	st, err = f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,11 +157,11 @@ func TestEphemeralContainerUnknownTarget(t *testing.T) {
 	f, _ := newRecordingFixture(t)
 	ctx := context.Background()
 	pod := testPod()
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	f.mutations()
-	st, err := f.m.syncPod(ctx, withEphemeral(pod, "debugger", "nope"), nil)
+	st, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: withEphemeral(pod, "debugger", "nope")})
 	if err == nil {
 		t.Error("no error for a missing target")
 	}

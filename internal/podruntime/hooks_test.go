@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/httpget"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
@@ -108,7 +109,7 @@ func hookPod() *v1.Pod {
 func runUntilAllStarted(t *testing.T, m *Manager, rs *critest.FakeRuntimeService, rec *stopRecorder, pod *v1.Pod) {
 	t.Helper()
 	for i := 0; i < 5; i++ {
-		if _, err := m.syncPod(context.Background(), pod, nil); err != nil {
+		if _, err := m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -131,7 +132,7 @@ func TestTerminationOrderAndPreStop(t *testing.T) {
 	rs.Lock()
 	rs.Called = nil
 	rs.Unlock()
-	if err := m.SyncTerminatingPod(context.Background(), pod, 10*time.Second); err != nil {
+	if err := m.SyncTerminatingPod(context.Background(), podworker.TerminatingRequest{Pod: pod, GracePeriod: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	got := strings.Join(rec.stopped, ",")
@@ -150,7 +151,7 @@ func TestFailedPreStopStillStops(t *testing.T) {
 	pod := hookPod()
 	runUntilAllStarted(t, m, rs, rec, pod)
 	rs.InjectError("ExecSync", errors.New("no such command"))
-	if err := m.SyncTerminatingPod(context.Background(), pod, 10*time.Second); err != nil {
+	if err := m.SyncTerminatingPod(context.Background(), podworker.TerminatingRequest{Pod: pod, GracePeriod: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if !events.has("Warning FailedPreStopHook") || len(rec.stopped) != 5 {
@@ -166,7 +167,7 @@ func TestFailedPostStartKillsContainer(t *testing.T) {
 	pod.Spec.Containers = []v1.Container{{Name: "app", Image: "i:1",
 		Lifecycle: &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"false"}}}}}}
 	rs.InjectError("ExecSync", errors.New("exit 1"))
-	_, err := m.syncPod(context.Background(), pod, nil)
+	_, err := m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod})
 	if err == nil || !strings.Contains(err.Error(), "postStart") {
 		t.Fatalf("err = %v", err)
 	}
@@ -185,7 +186,7 @@ func TestActiveDeadline(t *testing.T) {
 	pod.Spec.Containers = pod.Spec.Containers[1:]
 	deadline := int64(30)
 	pod.Spec.ActiveDeadlineSeconds = &deadline
-	st, err := m.syncPod(context.Background(), pod, nil)
+	st, err := m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod})
 	if err != nil || st.Phase != v1.PodRunning {
 		t.Fatalf("phase %s err %v", st.Phase, err)
 	}
@@ -198,7 +199,7 @@ func TestActiveDeadline(t *testing.T) {
 	}
 	rs.Unlock()
 	clk.Step(31 * time.Second)
-	st, err = m.syncPod(context.Background(), pod, nil)
+	st, err = m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod})
 	if err != nil || st.Phase != v1.PodFailed || st.Reason != "DeadlineExceeded" {
 		t.Fatalf("phase %s reason %s err %v", st.Phase, st.Reason, err)
 	}
@@ -301,7 +302,7 @@ func TestSidecarPreStopHooksRunTogether(t *testing.T) {
 		pod.Spec.InitContainers[i].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"drain"}}}}
 	}
 	runUntilAllStarted(t, m, rs, rec, pod)
-	if err := m.SyncTerminatingPod(context.Background(), pod, 10*time.Second); err != nil {
+	if err := m.SyncTerminatingPod(context.Background(), podworker.TerminatingRequest{Pod: pod, GracePeriod: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if events.has("Warning FailedPreStopHook") {

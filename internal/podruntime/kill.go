@@ -10,6 +10,8 @@ import (
 
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/plan"
+	"github.com/nodelet/nodelet/internal/podsetup"
+	"github.com/nodelet/nodelet/internal/podworker"
 )
 
 // SyncTerminatingPod stops every running container of the pod in parallel
@@ -17,20 +19,23 @@ import (
 // sandboxes, and publishes the pod's final status: its containers
 // terminated, the phase Succeeded or Failed (a terminal pod keeps its
 // phase), as the kubelet's syncTerminatingPod does before the pod is
-// deleted from the API.
-func (m *Manager) SyncTerminatingPod(ctx context.Context, pod *v1.Pod, grace time.Duration) error {
-	return m.killPod(ctx, pod, pod.UID, pod.Name, pod.Namespace, &grace)
+// deleted from the API; its probes' results (req.Setup) still count.
+func (m *Manager) SyncTerminatingPod(ctx context.Context, req podworker.TerminatingRequest) error {
+	pod, grace := req.Pod, req.GracePeriod
+	return m.killPod(ctx, pod, pod.UID, pod.Name, pod.Namespace, &grace, req.Setup.Probes)
 }
 
 // KillPod stops a pod nodelet has no spec for (an orphan found in the
 // runtime), giving each container the grace period recorded on it.
 func (m *Manager) KillPod(ctx context.Context, uid types.UID, name, namespace string) error {
-	return m.killPod(ctx, nil, uid, name, namespace, nil)
+	return m.killPod(ctx, nil, uid, name, namespace, nil, nil)
 }
 
 // killPod stops the pod's running containers (with pod's hooks and order
-// when its spec is known), then its sandboxes.
-func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid types.UID, name, namespace string, grace *time.Duration) error {
+// when its spec is known), then its sandboxes, and publishes the pod's
+// status with its probes' results.
+func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid types.UID, name, namespace string, grace *time.Duration,
+	probes podsetup.ProbeResults) error {
 	log := m.log.With("pod", namespace+"/"+name, "podUID", uid)
 	obs, err := m.Observe(ctx, uid, name, namespace)
 	if err != nil {
@@ -64,7 +69,7 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid types.UID, name,
 	} else if final, err = m.Observe(ctx, uid, name, namespace); err != nil {
 		return err
 	}
-	m.publish(ctx, pod, final, nil, nil, true)
+	m.publish(ctx, pod, probes, final, nil, nil, true)
 	return nil
 }
 

@@ -3,6 +3,13 @@
 // facts), asks the pure planner (plan.Compute) what to do, and executes the
 // actions in the order plan.Actions documents: kill, sandbox, init
 // containers, containers. It reports status computed from the facts.
+//
+// What the pod's hooks set up comes with each request (podsetup.Setup):
+// the sandbox's cgroup parent and user namespace, the checks before a
+// sandbox, the pod directory, the env's objects and files, the probe
+// results, and the contributors whose additions (mounts, resources,
+// devices, annotations) go into every container's config. So it depends on
+// no per-pod resource manager (volumes, cgroups, user namespaces, prober).
 package podruntime
 
 import (
@@ -18,7 +25,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/status"
 )
 
@@ -38,16 +44,6 @@ type Runtime interface {
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error)
 	ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec) (*runtimeapi.ImageStatusResponse, error)
 	PullImage(ctx context.Context, image *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
-}
-
-// ProbeResults tells the planner which running containers failed liveness
-// or passed startup. The prober implements it; nil means no probes.
-type ProbeResults interface {
-	LivenessFailed(containerID string) (failed bool, probe, message string)
-	StartupDone(containerID string) bool
-	Ready(containerID string) (ready, known bool)
-	Bound(containerID string) bool
-	ReadyUnbound(pod *v1.Pod, container string, startedAt time.Time) bool
 }
 
 // Statuses is the status cache (statusmanager.Manager): the manager sets
@@ -79,11 +75,12 @@ type Recorder interface {
 }
 
 // Deps are the manager's collaborators; Status is required, and all but
-// Clock and Log may be nil.
+// Clock and Log may be nil. What a pod's hooks set up for it (its cgroup
+// parent, user namespace, volumes, probe results…) is not among them: it
+// comes with each request (podsetup.Setup).
 type Deps struct {
 	Clock    clock.Clock
 	Log      *slog.Logger
-	Probes   ProbeResults
 	Status   Statuses
 	Recorder Recorder
 	// PodStartDuration, when set, observes once per pod the seconds from
@@ -93,22 +90,9 @@ type Deps struct {
 	// PodStartStages, when set, observes once per pod the stages of its
 	// start (the metrics.PodStartStage* names).
 	PodStartStages StageObserver
-	// Objects are the ConfigMaps and Secrets env refers to.
-	Objects envvars.Objects
 	// Services, when set (cluster mode), are what the service environment
 	// variables come from.
 	Services Services
-	// Cgroups, when set, names the pod cgroup a sandbox goes under (the
-	// pod cgroup hook creates it before the sync).
-	Cgroups PodCgroups
-	// Volumes, when set, gives containers their volume mounts and the env
-	// files of their fileKeyRef entries (the volumes hook sets the volumes
-	// up before the sync); without it every fileKeyRef fails.
-	Volumes Volumes
-	// UserNamespaces, when set, gives pods with hostUsers: false their
-	// user namespace (the user namespaces hook allocates it before the
-	// sync); without it such pods are refused.
-	UserNamespaces UserNamespaces
 	// RuntimeFeatures, when set, tells whether the runtime handler
 	// supports recursive read-only mounts; without it none does.
 	RuntimeFeatures RuntimeFeatures
@@ -123,16 +107,6 @@ type RuntimeFeatures interface {
 // runtimeHandler is the CRI runtime handler of every sandbox: the
 // runtime's default (nodelet does not resolve runtimeClassName).
 const runtimeHandler = ""
-
-// UserNamespaces are the pods' user namespaces (userns.Manager).
-type UserNamespaces interface {
-	// PodUserNamespace is the pod's CRI user namespace option: nil on the
-	// host's, its ID mappings for a pod with hostUsers: false.
-	PodUserNamespace(pod *v1.Pod) (*runtimeapi.UserNamespace, error)
-	// CheckRuntime fails, saying why, unless the runtime supports user
-	// namespaces; asked before every sandbox of such a pod is created.
-	CheckRuntime(ctx context.Context) error
-}
 
 // Options tune the manager.
 type Options struct {
@@ -154,8 +128,10 @@ type Options struct {
 	// NodeName and Allocatable feed the downward API.
 	NodeName    string
 	Allocatable v1.ResourceList
-	// PodsDir holds per-pod files (<root-dir>/pods); "" disables the
-	// managed /etc/hosts.
+	// PodsDir is where the pod directory hook keeps the pod directories
+	// (<root-dir>/pods): a container's termination message is read back
+	// only from a file below it. The files are written in the directory
+	// each request hands (podsetup.Setup.PodDir).
 	PodsDir string
 	// HostResolvConf and HostHosts are the node's /etc/resolv.conf and
 	// /etc/hosts, read once at start.
@@ -167,16 +143,6 @@ type Options struct {
 	ClusterDomain string
 	// SeccompRoot holds Localhost seccomp profiles (<root-dir>/seccomp).
 	SeccompRoot string
-	// NodeMemoryCapacity sizes the OOM score of burstable containers.
-	NodeMemoryCapacity int64
-}
-
-// Volumes gives each container its mounts of the pod's volumes
-// (supportsRRO: the runtime handler supports recursive read-only mounts),
-// and the env files (envvars.Files) its fileKeyRef entries read from them.
-type Volumes interface {
-	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, supportsRRO bool) ([]*runtimeapi.Mount, error)
-	envvars.Files
 }
 
 // Services gives the Services the service environment variables of a pod
@@ -187,30 +153,17 @@ type Services interface {
 	ServicesFor(namespace string) ([]*v1.Service, error)
 }
 
-// PodCgroups names pod cgroups under the QoS hierarchy.
-type PodCgroups interface {
-	CgroupParent(pod *v1.Pod) string
-	// ContainerUnified is the CRI Unified map (cgroup v2 files) of a
-	// container, MemoryQoS's memory.high among them; nil for none.
-	ContainerUnified(pod *v1.Pod, c *v1.Container) map[string]string
-}
-
 // Manager creates, restarts and removes pods in the runtime.
 type Manager struct {
 	rt       Runtime
 	opts     Options
 	clock    clock.Clock
 	log      *slog.Logger
-	probes   ProbeResults
 	status   Statuses
 	recorder Recorder
 	podStart Observer
 	stages   StageObserver
-	objects  envvars.Objects
 	services Services
-	cgroups  PodCgroups
-	volumes  Volumes
-	userns   UserNamespaces
 	features RuntimeFeatures
 
 	pulls *imagePuller
@@ -251,8 +204,17 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt: rt, opts: opts, clock: clk, log: log, probes: deps.Probes, status: deps.Status, recorder: recorder, podStart: deps.PodStartDuration, stages: deps.PodStartStages, objects: deps.Objects, services: deps.Services, cgroups: deps.Cgroups, volumes: deps.Volumes, userns: deps.UserNamespaces, features: deps.RuntimeFeatures,
-		pulls: newImagePuller(rt, opts.MaxParallelImagePulls, clk),
+		rt:       rt,
+		opts:     opts,
+		clock:    clk,
+		log:      log,
+		status:   deps.Status,
+		recorder: recorder,
+		podStart: deps.PodStartDuration,
+		stages:   deps.PodStartStages,
+		services: deps.Services,
+		features: deps.RuntimeFeatures,
+		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {
 				return nil

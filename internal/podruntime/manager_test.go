@@ -97,7 +97,7 @@ func containerByName(f *fixture, name string) *critest.FakeContainer {
 
 func TestSyncPodCreatesSandboxAndContainers(t *testing.T) {
 	f := newFixture(t)
-	st, err := f.m.syncPod(context.Background(), testPod(), nil)
+	st, err := f.m.syncPod(context.Background(), podworker.SyncRequest{Pod: testPod()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,12 +123,12 @@ func TestSyncPodCreatesSandboxAndContainers(t *testing.T) {
 func TestSyncPodIsIdempotent(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if _, err := f.m.syncPod(ctx, testPod(), nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: testPod()}); err != nil {
 		t.Fatal(err)
 	}
 	f.mutations()
 	f.imageCalls()
-	if _, err := f.m.syncPod(ctx, testPod(), nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: testPod()}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.mutations(); got != "" {
@@ -146,7 +146,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 	ctx := context.Background()
 	pod := testPod()
 	pod.Spec.Containers = pod.Spec.Containers[:1]
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	exit := func() {
@@ -158,7 +158,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 	}
 	exit()
 	f.mutations()
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.mutations(); got != "CreateContainer,StartContainer" {
@@ -169,7 +169,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 		t.Errorf("restarted instance annotations %v log %q", second.Annotations, second.LogPath)
 	}
 	exit()
-	st, _ := f.m.syncPod(ctx, pod, nil)
+	st, _ := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod})
 	if got := f.mutations(); got != "" {
 		t.Fatalf("restarted inside the back-off: %s", got)
 	}
@@ -177,7 +177,7 @@ func TestSyncPodRestartsExitedContainerWithBackoff(t *testing.T) {
 		t.Errorf("status state %+v, want CrashLoopBackOff", st.ContainerStatuses[0].State)
 	}
 	f.clock.Step(11 * time.Second)
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.mutations(); got != "CreateContainer,StartContainer" {
@@ -193,7 +193,7 @@ func TestSyncPodImagePullBackoff(t *testing.T) {
 	pod := testPod()
 	pod.Spec.Containers = pod.Spec.Containers[1:]
 	f.is.InjectError("PullImage", errors.New("registry down"))
-	st, err := f.m.syncPod(ctx, pod, nil)
+	st, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod})
 	if err == nil || !strings.Contains(err.Error(), "registry down") {
 		t.Fatalf("err = %v", err)
 	}
@@ -201,7 +201,7 @@ func TestSyncPodImagePullBackoff(t *testing.T) {
 		t.Fatalf("state %+v, want ErrImagePull", st.ContainerStatuses[0].State)
 	}
 	f.imageCalls()
-	st, _ = f.m.syncPod(ctx, pod, nil)
+	st, _ = f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod})
 	if w := st.ContainerStatuses[0].State.Waiting; w == nil || w.Reason != "ImagePullBackOff" {
 		t.Fatalf("state %+v, want ImagePullBackOff", st.ContainerStatuses[0].State)
 	}
@@ -209,7 +209,7 @@ func TestSyncPodImagePullBackoff(t *testing.T) {
 		t.Error("pulled again inside the back-off")
 	}
 	f.clock.Step(11 * time.Second)
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatalf("after the back-off: %v", err)
 	}
 }
@@ -219,7 +219,7 @@ func TestPullNeverWithoutImage(t *testing.T) {
 	pod := testPod()
 	pod.Spec.Containers = pod.Spec.Containers[:1]
 	pod.Spec.Containers[0].ImagePullPolicy = v1.PullNever
-	st, err := f.m.syncPod(context.Background(), pod, nil)
+	st, err := f.m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod})
 	if err == nil || st.ContainerStatuses[0].State.Waiting.Reason != "ErrImageNeverPull" {
 		t.Fatalf("err = %v, state %+v", err, st.ContainerStatuses[0].State)
 	}
@@ -248,11 +248,11 @@ func TestHostNetworkPodHasNoHostname(t *testing.T) {
 func TestSyncTerminatingPodStopsContainersThenSandbox(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if _, err := f.m.syncPod(ctx, testPod(), nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: testPod()}); err != nil {
 		t.Fatal(err)
 	}
 	f.mutations()
-	if err := f.m.SyncTerminatingPod(ctx, testPod(), 3*time.Second); err != nil {
+	if err := f.m.SyncTerminatingPod(ctx, podworker.TerminatingRequest{Pod: testPod(), GracePeriod: 3 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if got := f.mutations(); got != "StopContainer,StopContainer,StopPodSandbox" {
@@ -278,12 +278,12 @@ func TestSyncTerminatingPodStopsContainersThenSandbox(t *testing.T) {
 func TestSyncTerminatingPodKeepsSandboxWhenAContainerWillNotStop(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
-	if _, err := f.m.syncPod(ctx, testPod(), nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: testPod()}); err != nil {
 		t.Fatal(err)
 	}
 	f.mutations()
 	f.rs.InjectError("StopContainer", errors.New("stuck"))
-	if err := f.m.SyncTerminatingPod(ctx, testPod(), time.Second); err == nil {
+	if err := f.m.SyncTerminatingPod(ctx, podworker.TerminatingRequest{Pod: testPod(), GracePeriod: time.Second}); err == nil {
 		t.Fatal("no error although a container did not stop")
 	}
 	if strings.Contains(f.mutations(), "StopPodSandbox") {
@@ -299,7 +299,7 @@ func TestEnvConfigError(t *testing.T) {
 	pod.Spec.Containers = pod.Spec.Containers[:1]
 	pod.Spec.Containers[0].Env = []v1.EnvVar{{Name: "GREETING", ValueFrom: &v1.EnvVarSource{
 		ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "cm"}, Key: "greeting"}}}}
-	st, err := f.m.syncPod(context.Background(), pod, nil)
+	st, err := f.m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod})
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -396,7 +396,7 @@ func TestSandboxCreationIsBounded(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := m.syncPod(context.Background(), pod, nil); err != nil {
+			if _, err := m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -421,7 +421,7 @@ func TestInitContainerFailureHasNoPodReason(t *testing.T) {
 	pod := testPod()
 	pod.Spec.RestartPolicy = v1.RestartPolicyNever
 	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "busybox:1.35", ImagePullPolicy: v1.PullIfNotPresent}}
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	c := containerByName(f, "init")
@@ -429,7 +429,7 @@ func TestInitContainerFailureHasNoPodReason(t *testing.T) {
 	c.State = runtimeapi.ContainerState_CONTAINER_EXITED
 	c.StartedAt, c.FinishedAt, c.ExitCode = f.clock.Now().Add(-time.Second).UnixNano(), f.clock.Now().UnixNano(), 1
 	f.rs.Unlock()
-	st, err := f.m.syncPod(ctx, pod, nil)
+	st, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestTerminatingPodThatNeverRan(t *testing.T) {
 	f := newFixture(t)
 	pod := testPod()
 	pod.Annotations = nil // an API pod, not a static one
-	if err := f.m.SyncTerminatingPod(context.Background(), pod, time.Second); err != nil {
+	if err := f.m.SyncTerminatingPod(context.Background(), podworker.TerminatingRequest{Pod: pod, GracePeriod: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	st, ok := f.m.status.Get(pod.UID)
@@ -465,7 +465,7 @@ func TestLegacyLogLink(t *testing.T) {
 	f.m.opts.PodLogsDir, f.m.opts.LegacyLogLinks = logs, true
 	pod := testPod()
 	pod.Spec.Containers = pod.Spec.Containers[:1]
-	if _, err := f.m.syncPod(context.Background(), pod, nil); err != nil {
+	if _, err := f.m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	c := containerByName(f, "app")

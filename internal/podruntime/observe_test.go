@@ -8,6 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podworker"
 )
 
 // statusCalls are the runtime's status calls since the last look, in order.
@@ -32,7 +33,7 @@ func TestObserveAsksStatusOncePerObject(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	pod := testPod()
-	if _, err := f.m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	f.statusCalls()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,7 +12,7 @@ import (
 	"github.com/nodelet/nodelet/internal/atomicfile"
 	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/podnet"
-	"github.com/nodelet/nodelet/internal/podresources"
+	"github.com/nodelet/nodelet/internal/podsetup"
 	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/securitycontext"
 )
@@ -25,22 +24,23 @@ type configError struct{ err error }
 func (e *configError) Error() string { return e.err.Error() }
 func (e *configError) Unwrap() error { return e.err }
 
-// podUserNamespace is the pod's user namespace: nil on the host's, its ID
-// mappings for a pod with hostUsers: false.
-func (m *Manager) podUserNamespace(pod *v1.Pod) (*runtimeapi.UserNamespace, error) {
+// podUserNamespace is the pod's user namespace: nil on the host's, the ID
+// mappings its hooks gave a pod with hostUsers: false, which is refused
+// without them (it would run on the host's).
+func podUserNamespace(pod *v1.Pod, setup podsetup.Setup) (*runtimeapi.UserNamespace, error) {
 	if pod.Spec.HostUsers == nil || *pod.Spec.HostUsers {
 		return nil, nil
 	}
-	if m.userns == nil {
+	if setup.UserNamespace == nil {
 		return nil, errors.New("can't set `spec.hostUsers: false`: user namespaces are not configured on this node")
 	}
-	return m.userns.PodUserNamespace(pod)
+	return setup.UserNamespace, nil
 }
 
-// sandboxNet computes the pod's hostname, DNS config, cgroup parent and
-// security context (with userNS, its user namespace); warnings are for
-// events.
-func (m *Manager) sandboxNet(pod *v1.Pod, userNS *runtimeapi.UserNamespace) (sandboxNet, []string, error) {
+// sandboxNet computes the pod's hostname, DNS config, cgroup parent (the
+// one its hooks set up) and security context (with userNS, its user
+// namespace); warnings are for events.
+func (m *Manager) sandboxNet(pod *v1.Pod, cgroupParent string, userNS *runtimeapi.UserNamespace) (sandboxNet, []string, error) {
 	// The error says it is the hostname; the kubelet's event carries it
 	// as it is ("Failed to create pod sandbox: failed to construct FQDN...").
 	hostname, _, err := podnet.Hostname(pod, m.opts.ClusterDomain)
@@ -51,22 +51,19 @@ func (m *Manager) sandboxNet(pod *v1.Pod, userNS *runtimeapi.UserNamespace) (san
 	if err != nil {
 		return sandboxNet{}, nil, fmt.Errorf("pod DNS config: %w", err)
 	}
-	net := sandboxNet{hostname: hostname, dns: dns}
-	if m.cgroups != nil {
-		net.cgroupParent = m.cgroups.CgroupParent(pod)
-	}
+	net := sandboxNet{hostname: hostname, dns: dns, cgroupParent: cgroupParent}
 	if net.security, net.sysctls, err = securitycontext.Sandbox(pod, m.opts.SeccompRoot, userNS); err != nil {
 		return sandboxNet{}, nil, fmt.Errorf("pod security context: %w", err)
 	}
 	return net, warnings, nil
 }
 
-// securityAndResources builds the container's CRI security context (with
-// the image's user, after refusing root under runAsNonRoot, and the pod's
-// user namespace userNS) and resources. With a user namespace, every
-// mount carries its ID mappings, as the kubelet gives them, for the
-// runtime to make it an idmapped mount.
-func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.Container, img image, userNS *runtimeapi.UserNamespace,
+// containerSecurity builds the container's CRI security context (with the
+// image's user, after refusing root under runAsNonRoot, and the pod's user
+// namespace userNS). With a user namespace, every mount carries its ID
+// mappings, as the kubelet gives them, for the runtime to make it an
+// idmapped mount.
+func (m *Manager) containerSecurity(ctx context.Context, pod *v1.Pod, c *v1.Container, img image, userNS *runtimeapi.UserNamespace,
 	extras *containerExtras) error {
 	status := img.status
 	if status == nil { // just pulled: ask for the image's user
@@ -97,16 +94,14 @@ func (m *Manager) securityAndResources(ctx context.Context, pod *v1.Pod, c *v1.C
 		}
 	}
 	extras.security = sc
-	extras.resources = podresources.ContainerResources(pod, c, m.opts.NodeMemoryCapacity)
-	if m.cgroups != nil {
-		extras.resources.Unified = m.cgroups.ContainerUnified(pod, c)
-	}
 	return nil
 }
 
-// containerExtras builds a container's environment, expanded command and
-// args, and the mounts nodelet manages for it (/etc/hosts).
-func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string) (containerExtras, error) {
+// containerExtras builds a container's environment (from the objects and
+// env files the pod's hooks hand), expanded command and args, what the
+// hooks' contributors add (mounts, resources, devices, annotations), and
+// the mounts nodelet manages for it (/etc/hosts).
+func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string, setup podsetup.Setup) (containerExtras, error) {
 	facts := envvars.PodFacts{PodIPs: podIPs, NodeName: m.opts.NodeName, NodeAllocatable: m.opts.Allocatable}
 	if m.opts.HostIP != "" {
 		facts.HostIPs = []string{m.opts.HostIP}
@@ -114,9 +109,7 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	if pod.Spec.HostNetwork && m.opts.HostIP != "" {
 		facts.PodIPs = []string{m.opts.HostIP}
 	}
-	if m.volumes != nil {
-		facts.Files = m.volumes
-	}
+	facts.Files = setup.Files
 	if m.services != nil {
 		// A pod of the API server waits until the Services have been read
 		// once (its KUBERNETES_SERVICE_HOST must not go missing after a
@@ -127,7 +120,7 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		}
 		facts.Services = services
 	}
-	env, err := envvars.Build(pod, c, facts, m.objects)
+	env, err := envvars.Build(pod, c, facts, setup.Objects)
 	if err != nil {
 		return containerExtras{}, &configError{err}
 	}
@@ -136,18 +129,20 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		extras.env = append(extras.env, &runtimeapi.KeyValue{Key: e.Name, Value: []byte(e.Value)})
 	}
 	extras.command, extras.args = envvars.ExpandCommand(c, env)
-	if m.volumes != nil {
+	if len(setup.Containers) > 0 {
 		vars := make(map[string]string, len(env))
 		for _, e := range env {
 			vars[e.Name] = e.Value
 		}
-		mounts, err := m.volumes.Mounts(pod, c, vars, m.supportsRRO(ctx))
+		add, err := setup.Apply(podsetup.Container{Pod: pod, Container: c, Env: vars, RecursiveReadOnlyMounts: m.supportsRRO(ctx)})
 		if err != nil {
 			return containerExtras{}, &configError{err}
 		}
-		extras.mounts = append(extras.mounts, mounts...)
+		extras.mounts = append(extras.mounts, add.Mounts...)
+		extras.resources = add.Resources
+		extras.devices, extras.cdiDevices, extras.annotations = add.Devices, add.CDIDevices, add.Annotations
 	}
-	if hosts, ok, err := m.hostsFile(pod, c, facts.PodIPs); err != nil {
+	if hosts, ok, err := m.hostsFile(pod, c, facts.PodIPs, setup.PodDir); err != nil {
 		return containerExtras{}, err
 	} else if ok {
 		extras.mounts = append(extras.mounts, hosts)
@@ -155,11 +150,11 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 	return extras, nil
 }
 
-// hostsFile writes the kubelet-managed /etc/hosts of the pod and returns
-// its mount, unless the container mounts /etc/hosts itself or the pod has
-// no IP yet.
-func (m *Manager) hostsFile(pod *v1.Pod, c *v1.Container, podIPs []string) (*runtimeapi.Mount, bool, error) {
-	if m.opts.PodsDir == "" || len(podIPs) == 0 && !pod.Spec.HostNetwork {
+// hostsFile writes the kubelet-managed /etc/hosts of the pod in its
+// directory podDir and returns its mount, unless the pod has no directory,
+// the container mounts /etc/hosts itself or the pod has no IP yet.
+func (m *Manager) hostsFile(pod *v1.Pod, c *v1.Container, podIPs []string, podDir string) (*runtimeapi.Mount, bool, error) {
+	if podDir == "" || len(podIPs) == 0 && !pod.Spec.HostNetwork {
 		return nil, false, nil
 	}
 	for _, vm := range c.VolumeMounts {
@@ -172,10 +167,7 @@ func (m *Manager) hostsFile(pod *v1.Pod, c *v1.Container, podIPs []string) (*run
 		return nil, false, fmt.Errorf("pod hostname: %w", err)
 	}
 	content := podnet.HostsFile(pod, podIPs, hostname, domain, m.opts.HostHosts)
-	path := filepath.Join(m.opts.PodsDir, string(pod.UID), "etc-hosts")
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, false, fmt.Errorf("write hosts file: %w", err)
-	}
+	path := filepath.Join(podDir, "etc-hosts")
 	if err := atomicfile.Write(path, content, 0o644); err != nil {
 		return nil, false, fmt.Errorf("write hosts file: %w", err)
 	}

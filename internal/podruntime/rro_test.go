@@ -15,6 +15,8 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/podsetup"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
@@ -23,10 +25,6 @@ import (
 type rroVolumes struct {
 	mu   sync.Mutex
 	told []bool
-}
-
-func (r *rroVolumes) EnvFile(*v1.Pod, string, string, int64) ([]byte, error) {
-	return nil, errString("no env files")
 }
 
 func (r *rroVolumes) Mounts(_ *v1.Pod, c *v1.Container, _ map[string]string, supportsRRO bool) ([]*runtimeapi.Mount, error) {
@@ -39,6 +37,14 @@ func (r *rroVolumes) Mounts(_ *v1.Pod, c *v1.Container, _ map[string]string, sup
 		}
 	}
 	return nil, nil
+}
+
+// setup is what a volumes hook over r hands: its mounts.
+func (r *rroVolumes) setup() podsetup.Setup {
+	return podsetup.Setup{Containers: []podsetup.Contributor{podsetup.ContributorFunc(func(c podsetup.Container) (podsetup.Additions, error) {
+		mounts, err := r.Mounts(c.Pod, c.Container, c.Env, c.RecursiveReadOnlyMounts)
+		return podsetup.Additions{Mounts: mounts}, err
+	})}}
 }
 
 type errString string
@@ -71,10 +77,10 @@ func TestRecursiveReadOnlyFromRuntimeStatus(t *testing.T) {
 		c := cri.New(rs, is, "fake", cri.DefaultTimeouts(), log)
 		vols := &rroVolumes{}
 		m := New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Status: statusmanager.New(nil),
-			Recorder: events.New(100, clk, log), Volumes: vols, RuntimeFeatures: cri.NewHandlerFeatures(c, clk, log)})
+			Recorder: events.New(100, clk, log), RuntimeFeatures: cri.NewHandlerFeatures(c, clk, log)})
 
 		pod := rroPod()
-		st, _ := m.syncPod(t.Context(), pod, nil)
+		st, _ := m.syncPod(t.Context(), podworker.SyncRequest{Pod: pod, Setup: vols.setup()})
 		if len(vols.told) == 0 || vols.told[0] != supported {
 			t.Errorf("supported %v: volumes told %v", supported, vols.told)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/nodelet/nodelet/internal/events"
 	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
@@ -77,7 +78,7 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	pod.Spec.DNSPolicy = v1.DNSDefault
 	ctx := context.Background()
 
-	if _, err := m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	// The init container runs for a second and exits 0.
@@ -87,7 +88,7 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	setup.State, setup.FinishedAt, setup.ExitCode = runtimeapi.ContainerState_CONTAINER_EXITED, clk.Now().UnixNano(), 0
 	rs.Unlock()
 	clk.Step(200 * time.Millisecond) // the sync that sees it comes a little later
-	st, err := m.syncPod(ctx, pod, nil)
+	st, err := m.syncPod(ctx, podworker.SyncRequest{Pod: pod})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	}
 	// Later syncs record nothing again.
 	clk.Step(time.Second)
-	if _, err := m.syncPod(ctx, pod, nil); err != nil {
+	if _, err := m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -120,7 +121,7 @@ func TestStartupStepsAreRecordedInOrder(t *testing.T) {
 	// know its start-up and records none of it.
 	rec2 := events.New(0, clk, log)
 	m2 := New(rt, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Recorder: rec2, Status: statusmanager.New(nil)})
-	if _, err := m2.syncPod(ctx, pod, nil); err != nil {
+	if _, err := m2.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 		t.Fatal(err)
 	}
 	if got := steps(rec2, pod, t0); got != "" {
@@ -153,7 +154,7 @@ func TestStartupStagesObservedOnce(t *testing.T) {
 	pod.Annotations = map[string]string{podspec.AnnotationConfigSeen: clk.Now().Add(-40 * time.Millisecond).Format(time.RFC3339Nano)}
 	ctx := context.Background()
 	for range 2 {
-		if _, err := m.syncPod(ctx, pod, nil); err != nil {
+		if _, err := m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/observed"
 	"github.com/nodelet/nodelet/internal/plan"
+	"github.com/nodelet/nodelet/internal/podsetup"
 	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/status"
@@ -27,9 +28,9 @@ import (
 //  1. observe the pod in the runtime (Observe);
 //  2. plan (plan.Compute, pure);
 //  3. execute the actions in plan.Actions' order (execute), ephemeral
-//     containers before init containers; a pod whose
-//     hooks could not prepare it (req.Unprepared) only has what must stop
-//     stopped;
+//     containers before init containers, with what the pod's hooks set
+//     up (req.Setup); a pod whose hooks could not prepare it
+//     (req.Unprepared) only has what must stop stopped;
 //  4. observe again and publish the status computed from the facts.
 //
 // The result is terminal when the pod reached Succeeded or Failed and
@@ -37,7 +38,7 @@ import (
 // back-off or the activeDeadlineSeconds runs out). An error means part of
 // the plan failed (a pull, a create); the pod worker retries.
 func (m *Manager) SyncPod(ctx context.Context, req podworker.SyncRequest) (podworker.SyncResult, error) {
-	st, out, err := m.sync(ctx, req.Pod, req.Unprepared)
+	st, out, err := m.sync(ctx, req)
 	res := podworker.SyncResult{Terminal: st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed, ObservedAt: out.observedAt}
 	if !res.Terminal {
 		res.RequeueAfter = out.requeueAfter
@@ -46,8 +47,8 @@ func (m *Manager) SyncPod(ctx context.Context, req podworker.SyncRequest) (podwo
 }
 
 // syncPod is SyncPod returning the status it published.
-func (m *Manager) syncPod(ctx context.Context, pod *v1.Pod, unprepared error) (v1.PodStatus, error) {
-	st, _, err := m.sync(ctx, pod, unprepared)
+func (m *Manager) syncPod(ctx context.Context, req podworker.SyncRequest) (v1.PodStatus, error) {
+	st, _, err := m.sync(ctx, req)
 	return st, err
 }
 
@@ -58,7 +59,8 @@ type syncOutcome struct {
 	observedAt time.Time
 }
 
-func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.PodStatus, syncOutcome, error) {
+func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodStatus, syncOutcome, error) {
+	pod, probes := req.Pod, req.Setup.Probes
 	log := m.log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID)
 	t0 := m.clock.Now()
 	obs, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
@@ -75,7 +77,7 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 	m.initContainersDone(pod, start, obs)
 	actions := plan.Compute(plan.Input{
 		Pod: pod, Status: obs, Now: t1, StartTime: m.startTime(pod),
-		LivenessFailed: m.livenessFailures(obs), StartupDone: m.startupDone(obs),
+		LivenessFailed: livenessFailures(probes, obs), StartupDone: startupDone(probes, obs),
 	})
 	m.stage(start, metrics.PodStartStagePlan, m.clock.Since(t1))
 	if actions.Failure.Reason == plan.ReasonDeadlineExceeded {
@@ -92,7 +94,7 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
 		}
 	}
-	execErr := m.execute(ctx, pod, obs, actions, waiting, start, unprepared, log)
+	execErr := m.execute(ctx, pod, obs, actions, waiting, start, req.Setup, req.Unprepared, log)
 	if changesRuntime(actions) {
 		again := m.clock.Now()
 		if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
@@ -108,7 +110,7 @@ func (m *Manager) sync(ctx context.Context, pod *v1.Pod, unprepared error) (v1.P
 			failed = &status.Rejection{}
 		}
 	}
-	st := m.publish(ctx, pod, obs, waiting, failed, false)
+	st := m.publish(ctx, pod, probes, obs, waiting, failed, false)
 	if st.Phase == v1.PodRunning && !start.started.IsZero() {
 		m.stage(start, metrics.PodStartStageStatus, m.clock.Since(start.started))
 	}
@@ -127,10 +129,11 @@ func (m *Manager) startTime(pod *v1.Pod) *time.Time {
 	return &t
 }
 
-// execute carries out actions; start failures are recorded in waiting with
-// the kubelet's reason. With unprepared set it only stops what must stop.
+// execute carries out actions with what the pod's hooks set up; start
+// failures are recorded in waiting with the kubelet's reason. With
+// unprepared set it only stops what must stop.
 func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions, waiting map[string]plan.Waiting,
-	start *startup, unprepared error, log *slog.Logger) error {
+	start *startup, setup podsetup.Setup, unprepared error, log *slog.Logger) error {
 	// Step 1-2: kills.
 	if err := m.killContainers(ctx, pod, firstIP(obs), actions.ContainersToKill, log); err != nil {
 		return err
@@ -149,12 +152,12 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		return unprepared
 	}
 	// Step 3: sandbox.
-	userNS, err := m.podUserNamespace(pod)
+	userNS, err := podUserNamespace(pod, setup)
 	if err != nil {
 		m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 		return fmt.Errorf("user namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
-	net, warnings, err := m.sandboxNet(pod, userNS)
+	net, warnings, err := m.sandboxNet(pod, setup.CgroupParent, userNS)
 	if err != nil {
 		// The kubelet fails the sandbox's config with these.
 		m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
@@ -167,10 +170,10 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		for _, w := range warnings {
 			m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", w)
 		}
-		// A runtime that does not know user namespaces would run the pod
-		// on the host's: ask before every sandbox.
-		if userNS != nil {
-			if err := m.userns.CheckRuntime(ctx); err != nil {
+		// What the hooks ask before every sandbox (a runtime that does
+		// not know user namespaces would run the pod on the host's).
+		for _, check := range setup.SandboxChecks {
+			if err := check(ctx); err != nil {
 				m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
 				return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 			}
@@ -208,7 +211,8 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		podIP = podIPs[0]
 	}
 	run := func(c *v1.Container, s plan.Start) error {
-		return m.startContainer(ctx, startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs}, waiting, log)
+		return m.startContainer(ctx, startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs,
+			setup: setup}, waiting, log)
 	}
 	// Ephemeral containers first, as the kubelet's: an init container
 	// failing to start does not hold back the one that debugs it.
@@ -223,7 +227,7 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 			continue
 		}
 		errs = append(errs, m.startContainer(ctx, startArgs{pod: pod, c: podspec.EphemeralContainer(ec), s: s, sandboxID: sandboxID,
-			sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, ephemeral: true, targetID: target}, waiting, log))
+			sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, ephemeral: true, targetID: target, setup: setup}, waiting, log))
 	}
 	// Step 4: init containers, in order; the first failure stops the rest.
 	for _, s := range actions.InitContainersToStart {
@@ -256,6 +260,8 @@ type startArgs struct {
 	// container whose PID namespace it shares (its targetContainerName).
 	ephemeral bool
 	targetID  string
+	// setup is what the pod's hooks set up.
+	setup podsetup.Setup
 }
 
 // targetID is the ID of the container an ephemeral container targets: the
@@ -294,14 +300,14 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 	} else {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
 	}
-	extras, err := m.containerExtras(ctx, pod, c, a.podIPs)
+	extras, err := m.containerExtras(ctx, pod, c, a.podIPs, a.setup)
 	if err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	userNS := a.sandboxCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
-	if err := m.securityAndResources(ctx, pod, c, img, userNS, &extras); err != nil {
+	if err := m.containerSecurity(ctx, pod, c, img, userNS, &extras); err != nil {
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("container %q: %w", c.Name, err)
@@ -309,7 +315,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 	extras.ephemeral, extras.targetID = a.ephemeral, a.targetID
 	// The termination message file, made last: a config that cannot be
 	// made leaves none behind.
-	termMount, err := m.terminationMessageMount(pod, c)
+	termMount, err := m.terminationMessageMount(a.setup.PodDir, c)
 	if err != nil {
 		// As the kubelet: the container runs without it.
 		log.Warn("no termination message file", "container", c.Name, "err", err)
@@ -323,7 +329,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 	cfg := containerConfig(pod, c, img.ref, a.s.RestartCount, a.s.BackoffStep, extras)
 	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
-		m.removeTerminationMessage(pod, c, termMount)
+		m.removeTerminationMessage(a.setup.PodDir, c, termMount)
 		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return fmt.Errorf("create container %q: %w", c.Name, err)
@@ -392,39 +398,40 @@ func (m *Manager) stopSandboxes(ctx context.Context, obs *observed.PodStatus, lo
 	return nil
 }
 
-func (m *Manager) livenessFailures(obs *observed.PodStatus) map[string]plan.ProbeFailure {
-	if m.probes == nil {
+func livenessFailures(probes podsetup.ProbeResults, obs *observed.PodStatus) map[string]plan.ProbeFailure {
+	if probes == nil {
 		return nil
 	}
 	out := map[string]plan.ProbeFailure{}
 	for _, c := range obs.Running() {
-		if failed, probe, msg := m.probes.LivenessFailed(c.ID); failed {
+		if failed, probe, msg := probes.LivenessFailed(c.ID); failed {
 			out[c.ID] = plan.ProbeFailure{Probe: probe, Message: msg}
 		}
 	}
 	return out
 }
 
-func (m *Manager) startupDone(obs *observed.PodStatus) map[string]bool {
+func startupDone(probes podsetup.ProbeResults, obs *observed.PodStatus) map[string]bool {
 	out := map[string]bool{}
 	for _, c := range obs.Running() {
-		out[c.ID] = m.probes == nil || m.probes.StartupDone(c.ID)
+		out[c.ID] = probes == nil || probes.StartupDone(c.ID)
 	}
 	return out
 }
 
-// publish computes the pod's status from the facts and hands it on;
-// terminal: the pod was stopped for good (status.Facts.Terminal).
-func (m *Manager) publish(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, waiting map[string]plan.Waiting, failed *status.Rejection,
-	terminal bool) v1.PodStatus {
+// publish computes the pod's status from the facts (and its probes'
+// results) and hands it on; terminal: the pod was stopped for good
+// (status.Facts.Terminal).
+func (m *Manager) publish(ctx context.Context, pod *v1.Pod, probes podsetup.ProbeResults, obs *observed.PodStatus, waiting map[string]plan.Waiting,
+	failed *status.Rejection, terminal bool) v1.PodStatus {
 	ready, started := map[string]bool{}, map[string]bool{}
 	for _, c := range obs.Running() {
-		started[c.ID] = m.probes == nil || m.probes.StartupDone(c.ID)
+		started[c.ID] = probes == nil || probes.StartupDone(c.ID)
 		ready[c.ID] = true
-		if m.probes != nil {
-			if !m.probes.Bound(c.ID) {
-				ready[c.ID] = m.probes.ReadyUnbound(pod, c.Name, c.StartedAt)
-			} else if r, known := m.probes.Ready(c.ID); known {
+		if probes != nil {
+			if !probes.Bound(c.ID) {
+				ready[c.ID] = probes.ReadyUnbound(pod, c.Name, c.StartedAt)
+			} else if r, known := probes.Ready(c.ID); known {
 				ready[c.ID] = r
 			}
 		}
@@ -466,9 +473,9 @@ func (m *Manager) observeStart(pod *v1.Pod) {
 
 // SyncTerminatedPod forgets what the manager recorded of the pod's
 // start-up: it is the last call for the pod.
-func (m *Manager) SyncTerminatedPod(_ context.Context, pod *v1.Pod) error {
+func (m *Manager) SyncTerminatedPod(_ context.Context, req podworker.TerminatedRequest) error {
 	m.mu.Lock()
-	delete(m.startups, pod.UID)
+	delete(m.startups, req.Pod.UID)
 	m.mu.Unlock()
 	return nil
 }

@@ -40,22 +40,21 @@ const (
 const containersDirName = "containers"
 
 // terminationMessageMount creates a fresh, empty termination message file
-// for an instance of container c and returns its mount at the container's
-// terminationMessagePath, as the kubelet does: nil when the path is empty
-// or nodelet keeps no pod directories. The file is
-// <PodsDir>/<uid>/containers/<name>/<random>, mode 0666 so that a
-// container running as any user can write it; the directories above it
-// are 0750, so no other user of the host reaches it. It goes with the pod
-// directory.
-func (m *Manager) terminationMessageMount(pod *v1.Pod, c *v1.Container) (*runtimeapi.Mount, error) {
-	if c.TerminationMessagePath == "" || m.opts.PodsDir == "" {
+// for an instance of container c in the pod's directory podDir and returns
+// its mount at the container's terminationMessagePath, as the kubelet
+// does: nil when the path is empty or the pod has no directory. The file
+// is <podDir>/containers/<name>/<random>, mode 0666 so that a container
+// running as any user can write it; the directories above it are 0750, so
+// no other user of the host reaches it. It goes with the pod directory.
+func (m *Manager) terminationMessageMount(podDir string, c *v1.Container) (*runtimeapi.Mount, error) {
+	if c.TerminationMessagePath == "" || podDir == "" {
 		return nil, nil
 	}
-	rel := filepath.Join(string(pod.UID), containersDirName, c.Name)
-	if err := os.MkdirAll(filepath.Join(m.opts.PodsDir, rel), 0o750); err != nil {
+	rel := filepath.Join(containersDirName, c.Name)
+	if err := os.MkdirAll(filepath.Join(podDir, rel), 0o750); err != nil {
 		return nil, fmt.Errorf("create termination message directory: %w", err)
 	}
-	root, err := beneath.OpenRoot(m.opts.PodsDir)
+	root, err := beneath.OpenRoot(podDir)
 	if err != nil {
 		return nil, fmt.Errorf("create termination message file: %w", err)
 	}
@@ -85,23 +84,24 @@ func (m *Manager) terminationMessageMount(pod *v1.Pod, c *v1.Container) (*runtim
 			_ = dir.Remove(name)
 			return nil, fmt.Errorf("create termination message file: %w", err)
 		}
-		return &runtimeapi.Mount{HostPath: filepath.Join(m.opts.PodsDir, rel, name), ContainerPath: c.TerminationMessagePath}, nil
+		return &runtimeapi.Mount{HostPath: filepath.Join(podDir, rel, name), ContainerPath: c.TerminationMessagePath}, nil
 	}
 	return nil, errors.New("create termination message file: no free name")
 }
 
 // removeTerminationMessage removes the file of a mount
-// terminationMessageMount made for a container that was then not created.
-func (m *Manager) removeTerminationMessage(pod *v1.Pod, c *v1.Container, mnt *runtimeapi.Mount) {
+// terminationMessageMount made in podDir for a container that was then
+// not created.
+func (m *Manager) removeTerminationMessage(podDir string, c *v1.Container, mnt *runtimeapi.Mount) {
 	if mnt == nil {
 		return
 	}
-	root, err := beneath.OpenRoot(m.opts.PodsDir)
+	root, err := beneath.OpenRoot(podDir)
 	if err != nil {
 		return
 	}
 	defer root.Close()
-	dir, err := root.OpenDir(filepath.Join(string(pod.UID), containersDirName, c.Name))
+	dir, err := root.OpenDir(filepath.Join(containersDirName, c.Name))
 	if err != nil {
 		return
 	}

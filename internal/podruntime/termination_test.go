@@ -18,7 +18,9 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/podhooks"
 	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 )
 
@@ -64,6 +66,16 @@ func newTermFixture(t *testing.T) *termFixture {
 	return f
 }
 
+// sync syncs pod with the setup of its pod directory hook, as the pod
+// workers do.
+func (f *termFixture) sync(pod *v1.Pod) (v1.PodStatus, error) {
+	setup, err := podhooks.PodDir{PodsDir: f.podsDir}.Prepare(context.Background(), pod)
+	if err != nil {
+		return v1.PodStatus{}, err
+	}
+	return f.m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod, Setup: setup})
+}
+
 func jobPod(path string, policy v1.TerminationMessagePolicy) *v1.Pod {
 	return &v1.Pod{
 		ObjectMeta: metav1ObjectMeta("job", "default", "uid-t"),
@@ -78,7 +90,7 @@ func jobPod(path string, policy v1.TerminationMessagePolicy) *v1.Pod {
 // start syncs the pod once and returns its container as the fake holds it.
 func (f *termFixture) start(t *testing.T, pod *v1.Pod) *critest.FakeContainer {
 	t.Helper()
-	if _, err := f.m.syncPod(context.Background(), pod, nil); err != nil {
+	if _, err := f.sync(pod); err != nil {
 		t.Fatal(err)
 	}
 	f.rs.Lock()
@@ -166,7 +178,7 @@ func TestTerminationMessageFromFile(t *testing.T) {
 		t.Errorf("message %q, want DONE", got)
 	}
 	// The pod's status carries it.
-	st, err := f.m.syncPod(context.Background(), jobPod("/dev/termination-custom-log", v1.TerminationMessageReadFile), nil)
+	st, err := f.sync(jobPod("/dev/termination-custom-log", v1.TerminationMessageReadFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,11 +191,12 @@ func TestTerminationMessageFromFile(t *testing.T) {
 func TestTerminationMessageFilePerInstance(t *testing.T) {
 	f := newTermFixture(t)
 	pod := jobPod("/dev/termination-log", v1.TerminationMessageReadFile)
-	a, err := f.m.terminationMessageMount(pod, &pod.Spec.Containers[0])
+	podDir := filepath.Join(f.podsDir, string(pod.UID))
+	a, err := f.m.terminationMessageMount(podDir, &pod.Spec.Containers[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := f.m.terminationMessageMount(pod, &pod.Spec.Containers[0])
+	b, err := f.m.terminationMessageMount(podDir, &pod.Spec.Containers[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +204,7 @@ func TestTerminationMessageFilePerInstance(t *testing.T) {
 		t.Errorf("two instances share %s", a.HostPath)
 	}
 	pod.Spec.Containers[0].TerminationMessagePath = ""
-	if m, err := f.m.terminationMessageMount(pod, &pod.Spec.Containers[0]); m != nil || err != nil {
+	if m, err := f.m.terminationMessageMount(podDir, &pod.Spec.Containers[0]); m != nil || err != nil {
 		t.Errorf("without a path: %v, %v", m, err)
 	}
 }
@@ -200,7 +213,7 @@ func TestTerminationMessageFilePerInstance(t *testing.T) {
 func TestTerminationMessageFileRemovedWhenNotCreated(t *testing.T) {
 	f := newTermFixture(t)
 	f.rs.InjectError("CreateContainer", errors.New("no"))
-	if _, err := f.m.syncPod(context.Background(), jobPod("/dev/termination-log", v1.TerminationMessageReadFile), nil); err == nil {
+	if _, err := f.sync(jobPod("/dev/termination-log", v1.TerminationMessageReadFile)); err == nil {
 		t.Fatal("sync succeeded")
 	}
 	names, err := os.ReadDir(filepath.Join(f.podsDir, "uid-t", "containers", "main"))

@@ -2,7 +2,6 @@ package podruntime
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -17,6 +16,9 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/events"
+	"github.com/nodelet/nodelet/internal/podhooks"
+	"github.com/nodelet/nodelet/internal/podsetup"
+	"github.com/nodelet/nodelet/internal/podworker"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 	"github.com/nodelet/nodelet/internal/userns"
 )
@@ -58,12 +60,8 @@ func (r *usernsRuntime) supports(yes bool) {
 // oneVolume mounts one volume into every container.
 type oneVolume struct{}
 
-func (oneVolume) Mounts(*v1.Pod, *v1.Container, map[string]string, bool) ([]*runtimeapi.Mount, error) {
-	return []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/var/lib/nodelet/pods/uid-1/volumes/data"}}, nil
-}
-
-func (oneVolume) EnvFile(*v1.Pod, string, string, int64) ([]byte, error) {
-	return nil, errors.New("no env files")
+func (oneVolume) ContributeContainer(podsetup.Container) (podsetup.Additions, error) {
+	return podsetup.Additions{Mounts: []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/var/lib/nodelet/pods/uid-1/volumes/data"}}}, nil
 }
 
 type usernsFixture struct {
@@ -71,6 +69,22 @@ type usernsFixture struct {
 	rs     *usernsRuntime
 	userns *userns.Manager
 	events *events.Recorder
+	wired  bool
+}
+
+// sync syncs pod with what its hooks set up, as the pod workers do: its
+// user namespace (when wired) and one volume.
+func (f *usernsFixture) sync(pod *v1.Pod) (v1.PodStatus, error) {
+	ctx := context.Background()
+	setup := podsetup.Setup{Containers: []podsetup.Contributor{oneVolume{}}}
+	if f.wired {
+		us, err := podhooks.UserNamespaces{Manager: f.userns, Recorder: f.events}.Prepare(ctx, pod)
+		if err != nil {
+			return v1.PodStatus{}, err
+		}
+		setup = podsetup.Merge(us, setup)
+	}
+	return f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod, Setup: setup})
 }
 
 // newUsernsFixture wires a Manager, as the agent does, to the cri-api
@@ -84,13 +98,9 @@ func newUsernsFixture(t *testing.T, wired bool) *usernsFixture {
 	is := critest.NewFakeImageService()
 	is.SetFakeImageSize(1)
 	c := cri.New(rs, is, "fake", cri.DefaultTimeouts(), log)
-	f := &usernsFixture{rs: rs, events: events.New(100, clk, log)}
+	f := &usernsFixture{rs: rs, events: events.New(100, clk, log), wired: wired}
 	f.userns = userns.New(userns.Options{PodsDir: t.TempDir(), MaxPods: 110}, userns.Deps{Runtime: c, Log: log})
-	deps := Deps{Clock: clk, Log: log, Status: statusmanager.New(nil), Recorder: f.events, Volumes: oneVolume{}}
-	if wired {
-		deps.UserNamespaces = f.userns
-	}
-	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, deps)
+	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Status: statusmanager.New(nil), Recorder: f.events})
 	return f
 }
 
@@ -127,7 +137,7 @@ func TestUserNamespaceInSandboxAndContainers(t *testing.T) {
 	if _, err := f.userns.Allocate(context.Background(), pod); err != nil {
 		t.Fatal(err)
 	}
-	st, err := f.m.syncPod(context.Background(), pod, nil)
+	st, err := f.sync(pod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +179,7 @@ func TestUserNamespaceInSandboxAndContainers(t *testing.T) {
 func TestHostUsersPodHasNoUserNamespace(t *testing.T) {
 	f := newUsernsFixture(t, true)
 	f.rs.supports(true)
-	if _, err := f.m.syncPod(context.Background(), testPod(), nil); err != nil {
+	if _, err := f.sync(testPod()); err != nil {
 		t.Fatal(err)
 	}
 	for _, cfg := range f.rs.containers {
@@ -197,7 +207,7 @@ func TestUserNamespaceRefusedWhenTheRuntimeCannot(t *testing.T) {
 	f.rs.handlers = nil
 	f.rs.Called = nil
 	f.rs.Unlock()
-	st, err := f.m.syncPod(context.Background(), pod, nil)
+	st, err := f.sync(pod)
 	const want = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %v, want %q", err, want)
@@ -222,7 +232,7 @@ func TestUserNamespaceRefusedWhenTheRuntimeCannot(t *testing.T) {
 func TestUserNamespaceNotConfigured(t *testing.T) {
 	f := newUsernsFixture(t, false)
 	pod := usernsPod()
-	_, err := f.m.syncPod(context.Background(), pod, nil)
+	_, err := f.sync(pod)
 	if err == nil || !strings.Contains(err.Error(), "user namespaces are not configured on this node") {
 		t.Fatalf("err = %v", err)
 	}
@@ -239,7 +249,7 @@ func TestSandboxConfigErrorEvent(t *testing.T) {
 	pod.Spec.Hostname = strings.Repeat("h", 40)
 	pod.Spec.Subdomain = "sub"
 	pod.Spec.SetHostnameAsFQDN = ptr.To(true)
-	if _, err := f.m.syncPod(context.Background(), pod, nil); err == nil {
+	if _, err := f.sync(pod); err == nil {
 		t.Fatal("sync succeeded")
 	}
 	const want = "FailedCreatePodSandBox: Failed to create pod sandbox: failed to construct FQDN from pod hostname and cluster domain, FQDN "

@@ -1,6 +1,6 @@
 package prober
 
-import "github.com/nodelet/nodelet/internal/podruntime"
+import "github.com/nodelet/nodelet/internal/podsetup"
 
-// The manager is what the runtime manager consumes.
-var _ podruntime.ProbeResults = (*Manager)(nil)
+// The manager is what the probes hook hands the runtime manager.
+var _ podsetup.ProbeResults = (*Manager)(nil)

@@ -1,7 +1,7 @@
 // Package prober is beside the pipeline: it runs the liveness, readiness and
 // startup probes of running containers the way the kubelet's prober does
 // (pkg/kubelet/prober), keeps their results by container ID for the runtime
-// manager (podruntime.ProbeResults) and tells the sync loop which pod to sync
+// manager (podsetup.ProbeResults) and tells the sync loop which pod to sync
 // when a result changes (Updates).
 //
 // # Lifecycle
@@ -25,7 +25,7 @@
 // # Results
 //
 // LivenessFailed, StartupDone and Ready answer by container ID and together
-// implement podruntime.ProbeResults. A container ID the manager was never
+// implement podsetup.ProbeResults. A container ID the manager was never
 // told about (SetContainers) is treated cautiously: not started, not ready,
 // liveness not failed. SetContainers must therefore be called for every pod,
 // with or without probes; a newly seen instance counts as a change and is
