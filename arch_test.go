@@ -239,7 +239,7 @@ func rules() []rule {
 			Transitive: true,
 		},
 		{
-			Name:       "13: podruntime depends on no per-pod resource manager: hooks hand it what they set up",
+			Name:       "14: podruntime depends on no per-pod resource manager: hooks hand it what they set up",
 			From:       is(internal("podruntime")),
 			Forbidden:  is(internal("podresources"), internal("volume"), internal("userns"), internal("prober")),
 			Transitive: true,

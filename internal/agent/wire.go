@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -136,8 +135,10 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	objs := objects.Router{Static: p.objects}
 	volumeOpts := []volume.Option{volume.WithMountPropagation()}
 	var services podruntime.Services
+	var registry podhooks.ObjectRegistry // cluster mode: the objects a pod refers to are watched before its volumes are set up
 	if cl != nil {
 		cl.watcher = objects.NewWatcher(api.kube, p.objects.Notify, clk, log)
+		registry = cl.watcher
 		cl.services = objects.NewServices(api.kube)
 		objs.API, services = cl.watcher, cl.services
 		volumeOpts = append(volumeOpts, volume.WithTokens(token.New(api.kube.CoreV1(), clk, log)))
@@ -149,31 +150,16 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	cgroupHook := podhooks.Cgroup{NodeMemoryCapacity: cfg.MemoryCapacity}
-	if cg != nil { // an interface: nil stays nil in the hook
-		cgroupHook.Cgroups = cg
-	}
-	objectsHook := podhooks.Objects{Objects: objs}
-	if cl != nil { // the objects a pod refers to are watched before its volumes are set up
-		objectsHook.Registry = cl.watcher
-	}
 	podsDir := filepath.Join(cfg.RootDir, "pods")
 	hooks := []podworker.Hook{
 		podhooks.PodDir{PodsDir: podsDir},
-		cgroupHook,
-		objectsHook,
+		podhooks.Cgroup{Cgroups: cg, NodeMemoryCapacity: cfg.MemoryCapacity}, // cg is an interface: nil stays nil
+		podhooks.Objects{Registry: registry, Objects: objs},
 		podhooks.UserNamespaces{Manager: userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log}), Recorder: recorder}, // hostUsers: false
 		podhooks.Volumes{Volumes: volumes, Recorder: recorder},
 		podhooks.Probes{Prober: p.prober},
 	}
-	// Housekeeping cleans up what the hooks hold on the machine in their
-	// cleanup order: the pod directory last.
-	var resources []housekeeping.Resource
-	for _, h := range slices.Backward(hooks) {
-		if r, ok := h.(housekeeping.Resource); ok {
-			resources = append(resources, r)
-		}
-	}
+	resources := housekeeping.Holders(hooks)
 
 	// 5. The runtime manager, and 4. the pod workers over it.
 	runtime := podruntime.New(rt, podruntime.Options{

@@ -21,6 +21,7 @@ package housekeeping
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -60,6 +61,20 @@ type Resource interface {
 	Name() string
 	Holding() ([]types.UID, error)
 	Cleanup(ctx context.Context, pod *v1.Pod) error
+}
+
+// Holders are the hooks (given in the pod workers' order) that list what
+// they hold on the machine, in cleanup order: the reverse, so that what a
+// gone pod held is cleaned up as its pod worker would have (the pod
+// directory, prepared first, last).
+func Holders(hooks []podworker.Hook) []Resource {
+	var out []Resource
+	for _, h := range slices.Backward(hooks) {
+		if r, ok := h.(Resource); ok {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Sources are the merged pod sources.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/observed"
+	"github.com/nodelet/nodelet/internal/podsetup"
 	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/nodelet/nodelet/internal/podworker"
 )
@@ -175,5 +176,32 @@ func TestPodActiveAfterARoundAsksNoSources(t *testing.T) {
 	}
 	if h.PodActive("gone") {
 		t.Error("PodActive(gone) = true")
+	}
+}
+
+// holdingHook is a hook that lists what it holds.
+type holdingHook struct{ name string }
+
+func (h holdingHook) Name() string { return h.name }
+func (holdingHook) Prepare(context.Context, *v1.Pod) (podsetup.Setup, error) {
+	return podsetup.Setup{}, nil
+}
+func (holdingHook) Cleanup(context.Context, *v1.Pod) error { return nil }
+func (holdingHook) Holding() ([]types.UID, error)          { return nil, nil }
+
+// memoryHook holds nothing on the machine.
+type memoryHook struct{ holdingHook }
+
+func (memoryHook) Holding() {}
+
+// The hooks that hold something on the machine, in cleanup order.
+func TestHolders(t *testing.T) {
+	hooks := []podworker.Hook{holdingHook{"dir"}, memoryHook{holdingHook{"probes"}}, holdingHook{"cgroup"}, holdingHook{"volumes"}}
+	var got []string
+	for _, r := range Holders(hooks) {
+		got = append(got, r.Name())
+	}
+	if want := []string{"volumes", "cgroup", "dir"}; !slices.Equal(got, want) {
+		t.Errorf("Holders = %q, want %q", got, want)
 	}
 }
