@@ -1,6 +1,7 @@
 // Package beneath is beside the pipeline: a helper for the packages that
 // act in directories a pod or a local user can write to — volume subPaths
-// (internal/volume), container logs and their rotation (internal/logs,
+// and their teardown (internal/volume), the pod directory
+// (internal/podhooks), container logs and their rotation (internal/logs,
 // internal/gc). It opens what a path names below a directory held open
 // without ever leaving that directory: ".." cannot climb above it, an
 // absolute symlink or one that climbs above it fails, magic links
