@@ -87,14 +87,12 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	for _, r := range actions.Reasons {
 		log.Debug("plan", "reason", r)
 	}
-	waiting := map[string]plan.Waiting{}
 	for name, w := range actions.Waiting {
-		waiting[name] = w
 		if w.Reason == plan.ReasonCrashLoopBackOff {
 			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
 		}
 	}
-	execErr := m.execute(ctx, pod, obs, actions, waiting, start, req.Setup, req.Unprepared, log)
+	failures, execErr := m.execute(ctx, pod, obs, actions, start, req.Setup, req.Unprepared, log)
 	if changesRuntime(actions) {
 		again := m.clock.Now()
 		if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
@@ -110,7 +108,7 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 			failed = &status.Rejection{}
 		}
 	}
-	st := m.publish(ctx, pod, probes, obs, waiting, failed, false)
+	st := m.publish(ctx, pod, probes, obs, waitingOf(actions.Waiting, failures), failed, false)
 	if st.Phase == v1.PodRunning && !start.started.IsZero() {
 		m.stage(start, metrics.PodStartStageStatus, m.clock.Since(start.started))
 	}
@@ -129,39 +127,62 @@ func (m *Manager) startTime(pod *v1.Pod) *time.Time {
 	return &t
 }
 
-// execute carries out actions with what the pod's hooks set up; start
-// failures are recorded in waiting with the kubelet's reason. With
-// unprepared set it only stops what must stop.
-func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions, waiting map[string]plan.Waiting,
-	start *startup, setup podsetup.Setup, unprepared error, log *slog.Logger) error {
+// startFailure is a container that could not be started in this sync,
+// with the waiting reason the kubelet gives it (ErrImagePull,
+// CreateContainerConfigError, ...): what its status shows until the next
+// attempt.
+type startFailure struct {
+	container string
+	waiting   plan.Waiting
+}
+
+// waitingOf is the waiting state of every container the status shows: the
+// plan's (back-offs), then this sync's start failures, which are newer.
+func waitingOf(planned map[string]plan.Waiting, failures []startFailure) map[string]plan.Waiting {
+	out := make(map[string]plan.Waiting, len(planned)+len(failures))
+	for name, w := range planned {
+		out[name] = w
+	}
+	for _, f := range failures {
+		out[f.container] = f.waiting
+	}
+	return out
+}
+
+// execute carries out actions with what the pod's hooks set up and
+// returns the containers that could not start, with the kubelet's
+// reasons, beside the error. With unprepared set it only stops what must
+// stop.
+func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions,
+	start *startup, setup podsetup.Setup, unprepared error, log *slog.Logger) ([]startFailure, error) {
 	// Step 1-2: kills.
 	if err := m.killContainers(ctx, pod, firstIP(obs), actions.ContainersToKill, log); err != nil {
-		return err
+		return nil, err
 	}
 	if actions.KillPod {
 		if err := m.stopSandboxes(ctx, obs, log); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if actions.PodFailed {
-		return nil
+		return nil, nil
 	}
 	// A pod its hooks could not prepare (its volumes, say) stays as it
 	// is and is retried.
 	if unprepared != nil {
-		return unprepared
+		return nil, unprepared
 	}
 	// Step 3: sandbox.
 	userNS, err := podUserNamespace(pod, setup)
 	if err != nil {
 		m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-		return fmt.Errorf("user namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return nil, fmt.Errorf("user namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	net, warnings, err := m.sandboxNet(pod, setup.CgroupParent, userNS)
 	if err != nil {
 		// The kubelet fails the sandbox's config with these.
 		m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-		return err
+		return nil, err
 	}
 	sandboxCfg := sandboxConfig(pod, m.opts.PodLogsDir, actions.Attempt, net)
 	sandboxID := actions.SandboxID
@@ -175,14 +196,14 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		for _, check := range setup.SandboxChecks {
 			if err := check(ctx); err != nil {
 				m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-				return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+				return nil, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 			}
 		}
 		if m.sandboxes != nil {
 			select {
 			case m.sandboxes <- struct{}{}:
 			case <-ctx.Done():
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 		}
 		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, runtimeHandler)
@@ -191,13 +212,13 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		}
 		if err != nil {
 			m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-			return fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			return nil, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		sandboxID = id
 		log.Info("sandbox created", "sandboxID", id, "attempt", actions.Attempt)
 	}
 	if sandboxID == "" {
-		return nil
+		return nil, nil
 	}
 	podIPs := obs.IPs
 	if actions.CreateSandbox {
@@ -210,41 +231,53 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	if len(podIPs) > 0 {
 		podIP = podIPs[0]
 	}
-	run := func(c *v1.Container, s plan.Start) error {
-		return m.startContainer(ctx, startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs,
-			setup: setup}, waiting, log)
+	var failures []startFailure
+	var errs []error
+	run := func(a startArgs) error {
+		waiting, err := m.startContainer(ctx, a, log)
+		if waiting != nil {
+			failures = append(failures, startFailure{container: a.c.Name, waiting: *waiting})
+		}
+		errs = append(errs, err)
+		return err
+	}
+	args := func(c *v1.Container, s plan.Start) startArgs {
+		return startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, setup: setup}
 	}
 	// Ephemeral containers first, as the kubelet's: an init container
 	// failing to start does not hold back the one that debugs it.
-	var errs []error
 	for _, s := range actions.EphemeralContainersToStart {
 		ec := &pod.Spec.EphemeralContainers[s.Index]
 		target, err := targetID(obs, sandboxID, ec)
 		if err != nil {
-			waiting[ec.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
+			failures = append(failures, startFailure{
+				container: ec.Name,
+				waiting:   plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()},
+			})
 			m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 			errs = append(errs, fmt.Errorf("ephemeral container %q: %w", ec.Name, err))
 			continue
 		}
-		errs = append(errs, m.startContainer(ctx, startArgs{pod: pod, c: podspec.EphemeralContainer(ec), s: s, sandboxID: sandboxID,
-			sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, ephemeral: true, targetID: target, setup: setup}, waiting, log))
+		a := args(podspec.EphemeralContainer(ec), s)
+		a.ephemeral, a.targetID = true, target
+		run(a)
 	}
 	// Step 4: init containers, in order; the first failure stops the rest.
 	for _, s := range actions.InitContainersToStart {
-		if err := run(&pod.Spec.InitContainers[s.Index], s); err != nil {
-			return errors.Join(append(errs, err)...)
+		if err := run(args(&pod.Spec.InitContainers[s.Index], s)); err != nil {
+			return failures, errors.Join(errs...)
 		}
 	}
 	// Step 5: containers; one failing does not hold back the others.
 	for _, s := range actions.ContainersToStart {
-		errs = append(errs, run(&pod.Spec.Containers[s.Index], s))
+		run(args(&pod.Spec.Containers[s.Index], s))
 	}
 	err = errors.Join(errs...)
 	if len(actions.ContainersToStart) > 0 && err == nil && start.started.IsZero() {
 		start.started = m.clock.Now()
 		m.stage(start, metrics.PodStartStageContainers, start.started.Sub(containersStart))
 	}
-	return err
+	return failures, err
 }
 
 // startArgs are what starting one container needs.
@@ -281,19 +314,19 @@ func targetID(obs *observed.PodStatus, sandboxID string, ec *v1.EphemeralContain
 
 // startContainer pulls, creates and starts one container, then runs its
 // postStart hook; a failed hook kills the container (it restarts per
-// policy).
-func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[string]plan.Waiting, log *slog.Logger) error {
+// policy). A container that could not be started comes back with the
+// waiting reason its status shows.
+func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Logger) (*plan.Waiting, error) {
 	pod, c := a.pod, a.c
 	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg)
 	var pe *pullError
 	if errors.As(err, &pe) {
-		waiting[c.Name] = pe.waiting
 		m.pullEvent(pod, c, pe)
 		log.Warn("image not available", "container", c.Name, "reason", pe.waiting.Reason, "message", pe.waiting.Message)
-		return fmt.Errorf("container %q: %w", c.Name, err)
+		return &pe.waiting, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	if err != nil {
-		return fmt.Errorf("container %q: %w", c.Name, err)
+		return nil, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	if img.pulled {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", c.Image))
@@ -302,15 +335,15 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 	}
 	extras, err := m.containerExtras(ctx, pod, c, a.podIPs, a.setup)
 	if err != nil {
-		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
+		w := plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return fmt.Errorf("container %q: %w", c.Name, err)
+		return &w, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	userNS := a.sandboxCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
 	if err := m.containerSecurity(ctx, pod, c, img, userNS, &extras); err != nil {
-		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
+		w := plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return fmt.Errorf("container %q: %w", c.Name, err)
+		return &w, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	extras.ephemeral, extras.targetID = a.ephemeral, a.targetID
 	// The termination message file, made last: a config that cannot be
@@ -330,23 +363,23 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, waiting map[s
 	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
 		m.removeTerminationMessage(a.setup.PodDir, c, termMount)
-		waiting[c.Name] = plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}
+		w := plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return fmt.Errorf("create container %q: %w", c.Name, err)
+		return &w, fmt.Errorf("create container %q: %w", c.Name, err)
 	}
 	m.recorder.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	if err := m.rt.StartContainer(ctx, id); err != nil {
-		waiting[c.Name] = plan.Waiting{Reason: "RunContainerError", Message: err.Error()}
+		w := plan.Waiting{Reason: "RunContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return fmt.Errorf("start container %q: %w", c.Name, err)
+		return &w, fmt.Errorf("start container %q: %w", c.Name, err)
 	}
 	m.recorder.Event(pod, v1.EventTypeNormal, "Started", "Started container "+c.Name)
 	m.linkLegacyLog(pod, c.Name, id, cfg.LogPath, log)
 	log.Info("container started", "container", c.Name, "containerID", id, "restartCount", a.s.RestartCount, "reason", a.s.Reason)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
-		return m.postStart(ctx, a, id, log)
+		return nil, m.postStart(ctx, a, id, log)
 	}
-	return nil
+	return nil, nil
 }
 
 // postStart runs the hook; on failure the container is killed with the
