@@ -77,7 +77,7 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	m.initContainersDone(pod, start, obs)
 	actions := plan.Compute(plan.Input{
 		Pod: pod, Status: obs, Now: t1, StartTime: m.startTime(pod),
-		LivenessFailed: livenessFailures(probes, obs), StartupDone: startupDone(probes, obs),
+		LivenessFailed: livenessFailures(probes, obs), StartupDone: startupDone(pod, probes, obs),
 	})
 	m.stage(start, metrics.PodStartStagePlan, m.clock.Since(t1))
 	if actions.Failure.Reason == plan.ReasonDeadlineExceeded {
@@ -444,12 +444,40 @@ func livenessFailures(probes podsetup.ProbeResults, obs *observed.PodStatus) map
 	return out
 }
 
-func startupDone(probes podsetup.ProbeResults, obs *observed.PodStatus) map[string]bool {
+func startupDone(pod *v1.Pod, probes podsetup.ProbeResults, obs *observed.PodStatus) map[string]bool {
 	out := map[string]bool{}
 	for _, c := range obs.Running() {
-		out[c.ID] = probes == nil || probes.StartupDone(c.ID)
+		out[c.ID] = startedContainer(pod, probes, c.ID, c.Name)
 	}
 	return out
+}
+
+// startedContainer is whether a running container has started: its startup probe
+// succeeded, or it has none. Without the pod's probe results (its hooks
+// could not prepare it, after a restart say) a container with a startup
+// probe has not, as the prober says of one it is not bound to yet.
+func startedContainer(pod *v1.Pod, probes podsetup.ProbeResults, id, name string) bool {
+	if probes == nil {
+		c := specContainer(pod, name)
+		return c == nil || c.StartupProbe == nil
+	}
+	return probes.StartupDone(id)
+}
+
+// readyContainer is whether a running container is ready. Without the pod's probe
+// results a container with a readiness probe is not.
+func readyContainer(pod *v1.Pod, probes podsetup.ProbeResults, c *observed.Container) bool {
+	if probes == nil {
+		spec := specContainer(pod, c.Name)
+		return spec == nil || spec.ReadinessProbe == nil
+	}
+	if !probes.Bound(c.ID) {
+		return probes.ReadyUnbound(pod, c.Name, c.StartedAt)
+	}
+	if r, known := probes.Ready(c.ID); known {
+		return r
+	}
+	return true
 }
 
 // publish computes the pod's status from the facts (and its probes'
@@ -459,15 +487,8 @@ func (m *Manager) publish(ctx context.Context, pod *v1.Pod, probes podsetup.Prob
 	failed *status.Rejection, terminal bool) v1.PodStatus {
 	ready, started := map[string]bool{}, map[string]bool{}
 	for _, c := range obs.Running() {
-		started[c.ID] = probes == nil || probes.StartupDone(c.ID)
-		ready[c.ID] = true
-		if probes != nil {
-			if !probes.Bound(c.ID) {
-				ready[c.ID] = probes.ReadyUnbound(pod, c.Name, c.StartedAt)
-			} else if r, known := probes.Ready(c.ID); known {
-				ready[c.ID] = r
-			}
-		}
+		started[c.ID] = startedContainer(pod, probes, c.ID, c.Name)
+		ready[c.ID] = readyContainer(pod, probes, c)
 	}
 	var prev *v1.PodStatus
 	if p, ok := m.status.Get(pod.UID); ok {

@@ -39,8 +39,9 @@ type Setup struct {
 	// Files are the env files of the pod's fileKeyRef entries (its
 	// volumes); nil: every fileKeyRef fails.
 	Files envvars.Files
-	// Probes are the results of the pod's probes; nil: the pod has none
-	// (every running container is started and ready).
+	// Probes are the results of the pod's probes; nil: none were handed
+	// over (the probes hook did not run), and a container with a
+	// readiness or startup probe is not ready or not started.
 	Probes ProbeResults
 	// SandboxChecks run, in order, before every sandbox of the pod is
 	// created; the first that fails stops the creation, with its error as
