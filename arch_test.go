@@ -244,6 +244,18 @@ func rules() []rule {
 			Forbidden:  is(internal("podresources"), internal("volume"), internal("userns"), internal("prober")),
 			Transitive: true,
 		},
+		{
+			Name:       "15: certstore depends on no client-go, server not on client-go's certificate manager",
+			From:       is(internal("certstore")),
+			Forbidden:  is("k8s.io/client-go"),
+			Transitive: true,
+		},
+		{
+			Name:       "15: certstore depends on no client-go, server not on client-go's certificate manager",
+			From:       is(internal("server")),
+			Forbidden:  is("k8s.io/client-go/util/certificate"),
+			Transitive: true,
+		},
 	}
 }
 
@@ -298,6 +310,8 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		{ImportPath: internal("podresources"), Deps: []string{internal("podspec"), internal("status")}},
 		{ImportPath: internal("podruntime"), Deps: []string{internal("cri"), internal("pleg")}},
 		{ImportPath: internal("podruntime"), Deps: []string{internal("podsetup"), internal("volume")}},
+		{ImportPath: internal("certstore"), Deps: []string{internal("beneath"), "k8s.io/client-go/util/cert"}},
+		{ImportPath: internal("server"), Deps: []string{"k8s.io/client-go/kubernetes", "k8s.io/client-go/util/certificate"}},
 	}
 	got := violations(bad, rules())
 	if len(got) != len(bad) {

@@ -24,9 +24,10 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Names in the certificate directory: client-go's file store keeps
-// <prefix>-<time>.pem files (certificate and key, 0600) and a
-// <prefix>-current.pem link to the one in use, as the kubelet's do.
+// Names in the certificate directory: the store (certstore, through
+// pairStore) keeps <prefix>-<time>-<rand>.pem files (certificate and key,
+// 0600) and a <prefix>-current.pem link to the one in use, as the
+// kubelet's file store does (whose <prefix>-<time>.pem files it reads).
 const (
 	clientPairPrefix  = "kubelet-client"
 	servingPairPrefix = "kubelet-server"
@@ -63,7 +64,7 @@ func (d Deps) withDefaults() Deps {
 }
 
 // klogContext is a context carrying log as the klog logger that
-// client-go's certificate manager and file store log through. It is never
+// client-go's certificate manager logs through. It is never
 // cancelled: the manager stops when its owner's Run returns.
 func klogContext(log *slog.Logger) context.Context {
 	return klog.NewContext(context.Background(), klogLogger(log))

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/certificate"
+
+	"github.com/nodelet/nodelet/internal/certstore"
 )
 
 // ClientConfig says where the node's API credentials are and how its
@@ -170,8 +172,11 @@ func ensureClientCert(ctx context.Context, cfg ClientConfig, deps Deps) error {
 // bootstrap is step 2 of LoadClient: the CSR, the stored pair, the
 // kubeconfig. The key waits in CertDir until the certificate is stored.
 func bootstrap(ctx context.Context, cfg ClientConfig, boot *rest.Config, client kubernetes.Interface, deps Deps) error {
-	keyPath := filepath.Join(cfg.CertDir, bootstrapKeyFile)
-	keyPEM, key, err := loadOrCreateKey(keyPath)
+	store, err := newPairStore(cfg.CertDir, clientPairPrefix, "", "", certstore.Options{Clock: deps.Clock})
+	if err != nil {
+		return fmt.Errorf("client certificate store: %w", err)
+	}
+	keyPEM, key, err := loadOrCreateKey(store.store, bootstrapKeyFile)
 	if err != nil {
 		return fmt.Errorf("bootstrap key: %w", err)
 	}
@@ -186,16 +191,12 @@ func bootstrap(ctx context.Context, cfg ClientConfig, boot *rest.Config, client 
 	if err != nil {
 		return fmt.Errorf("client certificate bootstrap: %w", err)
 	}
-	store, err := certificate.NewFileStoreWithLogger(klogLogger(deps.Log), clientPairPrefix, cfg.CertDir, cfg.CertDir, "", "")
-	if err != nil {
-		return fmt.Errorf("client certificate store: %w", err)
-	}
 	stored, err := store.Update(certPEM, keyPEM)
 	if err != nil {
 		return fmt.Errorf("store the client certificate: %w", err)
 	}
-	if err := os.Remove(keyPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		deps.Log.Warn("cannot remove the bootstrap key", "path", keyPath, "err", err)
+	if err := store.store.Remove(bootstrapKeyFile); err != nil {
+		deps.Log.Warn("cannot remove the bootstrap key", "path", filepath.Join(cfg.CertDir, bootstrapKeyFile), "err", err)
 	}
 	if err := writeKubeconfig(cfg.Kubeconfig, boot, store.CurrentPath()); err != nil {
 		return err
@@ -211,10 +212,11 @@ func bootstrap(ctx context.Context, cfg ClientConfig, boot *rest.Config, client 
 func (c *Client) setUpRotation(cfg ClientConfig, base *rest.Config) error {
 	log := c.deps.Log
 	c.rot = newRotatingCert(c.deps.Clock, log)
-	fs, err := certificate.NewFileStoreWithLogger(klogLogger(log), clientPairPrefix, cfg.CertDir, cfg.CertDir, base.CertFile, base.KeyFile)
+	store, err := newPairStore(cfg.CertDir, clientPairPrefix, base.CertFile, base.KeyFile, certstore.Options{Clock: c.deps.Clock})
 	if err != nil {
 		return fmt.Errorf("client certificate store: %w", err)
 	}
+	store.onUpdate = c.rot.set
 	rotating, err := c.rot.restConfig(base)
 	if err != nil {
 		return err
@@ -242,7 +244,7 @@ func (c *Client) setUpRotation(cfg ClientConfig, base *rest.Config) error {
 		Template:                clientTemplate(cfg.NodeName),
 		SignerName:              ClientSigner,
 		GetUsages:               certificate.DefaultKubeletClientGetUsages,
-		CertificateStore:        notifyingStore{FileStore: fs, onUpdate: c.rot.set},
+		CertificateStore:        store,
 		BootstrapCertificatePEM: base.CertData,
 		BootstrapKeyPEM:         base.KeyData,
 		Name:                    "kubelet-client",

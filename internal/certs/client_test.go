@@ -117,6 +117,7 @@ func TestBootstrapWithoutKubeconfig(t *testing.T) {
 	if !strings.HasPrefix(filepath.Base(target), "kubelet-client-2") {
 		t.Errorf("current links to %s", target)
 	}
+	target = filepath.Join(e.certDir, target) // the store links within the directory
 	if m := fileMode(t, target); m != 0o600 {
 		t.Errorf("%s mode %o, want 600", target, m)
 	}

@@ -29,7 +29,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/certstore"
 )
 
 // The signers of the node's certificates.
@@ -138,11 +138,11 @@ func csrName(pub crypto.PublicKey, subject pkix.Name, usages []certificatesv1.Ke
 	return "node-csr-" + base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
 }
 
-// loadOrCreateKey returns the private key in path, or a new ECDSA P-256
-// key written there first (0600, atomically). A file that does not hold
-// a key is replaced.
-func loadOrCreateKey(path string) ([]byte, crypto.Signer, error) {
-	if data, err := readBounded(path); err == nil {
+// loadOrCreateKey returns the private key in the store's file name, or a
+// new ECDSA P-256 key written there first (0600, atomically). A file that
+// does not hold a key is replaced.
+func loadOrCreateKey(store *certstore.Store, name string) ([]byte, crypto.Signer, error) {
+	if data, err := store.ReadFile(name); err == nil {
 		if key, err := keyutil.ParsePrivateKeyPEM(data); err == nil {
 			if signer, ok := key.(crypto.Signer); ok {
 				return data, signer, nil
@@ -159,7 +159,7 @@ func loadOrCreateKey(path string) ([]byte, crypto.Signer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := atomicfile.Write(path, data, 0o600); err != nil {
+	if err := store.WriteFile(name, data, 0o600); err != nil {
 		return nil, nil, err
 	}
 	return data, key, nil

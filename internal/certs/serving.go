@@ -12,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/certificate"
+
+	"github.com/nodelet/nodelet/internal/certstore"
 )
 
 // ServingConfig says what the secure port's certificate is requested for
@@ -68,7 +70,7 @@ func NewServing(cfg ServingConfig, client kubernetes.Interface, deps Deps) (*Ser
 	if err := os.MkdirAll(cfg.CertDir, 0o700); err != nil {
 		return nil, fmt.Errorf("--cert-dir: %w", err)
 	}
-	fs, err := certificate.NewFileStoreWithLogger(klogLogger(deps.Log), servingPairPrefix, cfg.CertDir, cfg.CertDir, cfg.TLSCertFile, cfg.TLSPrivateKeyFile)
+	store, err := newPairStore(cfg.CertDir, servingPairPrefix, cfg.TLSCertFile, cfg.TLSPrivateKeyFile, certstore.Options{Clock: deps.Clock})
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate store: %w", err)
 	}
@@ -80,7 +82,7 @@ func NewServing(cfg ServingConfig, client kubernetes.Interface, deps Deps) (*Ser
 		// Key encipherment only for an RSA key; the manager makes ECDSA
 		// P-256 keys.
 		GetUsages:        certificate.DefaultKubeletServingGetUsages,
-		CertificateStore: fs,
+		CertificateStore: store,
 		Name:             "kubelet-serving",
 		Ctx:              &kctx,
 	})

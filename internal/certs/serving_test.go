@@ -58,6 +58,7 @@ func TestServingCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	target = filepath.Join(dir, target) // the store links within the directory
 	if m := fileMode(t, target); m != 0o600 {
 		t.Errorf("serving pair mode %o", m)
 	}

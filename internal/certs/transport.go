@@ -11,7 +11,6 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/certificate"
 	"k8s.io/client-go/util/connrotation"
 	"k8s.io/utils/clock"
 )
@@ -106,22 +105,6 @@ func (r *rotatingCert) restConfig(base *rest.Config) (*rest.Config, error) {
 		DialContext:         r.dialer.DialContext,
 	})
 	return out, nil
-}
-
-// notifyingStore is client-go's file store that tells onUpdate about
-// every certificate it stores, before the certificate manager starts
-// handing it out.
-type notifyingStore struct {
-	certificate.FileStore
-	onUpdate func(*tls.Certificate)
-}
-
-func (s notifyingStore) Update(cert, key []byte) (*tls.Certificate, error) {
-	c, err := s.FileStore.Update(cert, key)
-	if err == nil {
-		s.onUpdate(c)
-	}
-	return c, err
 }
 
 func notAfter(c *tls.Certificate) time.Time {

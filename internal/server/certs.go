@@ -62,13 +62,14 @@ func LoadOrCreateServingCert(dir, certFile, keyFile string, hosts []string, clk 
 		}
 		return cert, nil
 	}
-	return (&certStore{dir: dir, clock: clk}).servingCert(hosts)
+	s, err := openCertStore(dir, clk, nil)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return s.servingCert(hosts)
 }
 
 func (s *certStore) servingCert(hosts []string) (tls.Certificate, error) {
-	if err := s.prepare(); err != nil {
-		return tls.Certificate{}, err
-	}
 	names := servingNames(hosts)
 	pair, legacy, err := s.loadServing()
 	if err != nil {
@@ -172,13 +173,14 @@ type Credentials struct {
 // when it is missing or expired, and everything is remade when the CA is
 // missing or expired. The paths returned are those of the current unit.
 func EnsureAdminCredentials(dir string, clk clock.PassiveClock) (Credentials, error) {
-	return (&certStore{dir: dir, clock: clk}).adminCredentials()
+	s, err := openCertStore(dir, clk, nil)
+	if err != nil {
+		return Credentials{}, err
+	}
+	return s.adminCredentials()
 }
 
 func (s *certStore) adminCredentials() (Credentials, error) {
-	if err := s.prepare(); err != nil {
-		return Credentials{}, err
-	}
 	u, unitDir, legacy, err := s.loadAdmin()
 	if err != nil {
 		return Credentials{}, err
@@ -200,9 +202,6 @@ func (s *certStore) adminCredentials() (Credentials, error) {
 		if unitDir, err = s.installAdmin(u.pem); err != nil {
 			return Credentials{}, err
 		}
-	}
-	if err := s.linkAdminFiles(); err != nil {
-		return Credentials{}, err
 	}
 	if err := s.cleanAdmin(); err != nil {
 		return Credentials{}, err

@@ -1,9 +1,7 @@
 package server
 
 import (
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,12 +12,13 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/internal/atomicfile"
+	"github.com/nodelet/nodelet/internal/certstore"
 )
 
-// The certificate directory (<root-dir>/pki, mode 0700) holds two units,
-// each replaced as a whole by one atomic rename of a symbolic link, as the
-// kubelet's certificate store does:
+// The certificate directory (<root-dir>/pki, mode 0700) is a
+// certstore.Store holding two units, each replaced as a whole by one
+// atomic rename of a symbolic link, as the kubelet's certificate store
+// does:
 //
 //	nodelet-server-<time>-<rand>.pem  the self-signed serving certificate and its key, one file (0600)
 //	nodelet-server-current.pem        -> the current one
@@ -28,12 +27,10 @@ import (
 //	admin-current                     -> the current one
 //	ca.crt admin.crt admin.key        -> admin-current/<same name>, for tools
 //
-// A new unit is written under a fresh name and synced (files, then the
-// directories), a temporary link to it is made, and renamed over the
-// current link; the directory is synced again, and only then are the old
-// units removed. A crash at any point leaves the current link on the old
-// unit or on the new one, both complete. Names that no link points to are
-// leftovers of a crash and are removed by the next start.
+// certstore says how a unit is swapped in so that a crash at any point
+// leaves the current link on the old unit or on the new one, both
+// complete; names that no link points to are leftovers of a crash and
+// are removed by the next start.
 //
 // The layout before this one (nodelet.crt and nodelet.key; ca.crt,
 // ca.key, admin.crt and admin.key as plain files) is read when no current
@@ -49,50 +46,41 @@ const (
 	legacyServingKey  = "nodelet.key"
 )
 
-// adminFiles are the files of an admin unit, with their modes.
-var adminFiles = []struct {
-	name string
-	mode os.FileMode
-}{
-	{adminCACertFile, 0o644}, {adminCAKeyFile, 0o600}, {adminCertFile, 0o644}, {adminKeyFile, 0o600},
+// servingPair is the self-signed serving certificate in the store, the
+// old layout's nodelet.crt and nodelet.key its legacy.
+var servingPair = certstore.Pair{
+	Prefix: strings.TrimSuffix(servingPrefix, "-"),
+	Legacy: []string{legacyServingCert, legacyServingKey},
 }
 
-// adminLinks are the stable names tools open, each a link into
-// admin-current.
-var adminLinks = []string{adminCACertFile, adminCertFile, adminKeyFile}
+// adminUnitSpec is the admin credentials in the store: the files of a
+// unit with their modes, the stable names tools open, and the old
+// layout's plain files of the same names.
+var adminUnitSpec = certstore.Unit{
+	Prefix: strings.TrimSuffix(adminPrefix, "-"),
+	Files: []certstore.File{
+		{Name: adminCACertFile, Mode: 0o644}, {Name: adminCAKeyFile, Mode: 0o600},
+		{Name: adminCertFile, Mode: 0o644}, {Name: adminKeyFile, Mode: 0o600},
+	},
+	Links:  []string{adminCACertFile, adminCertFile, adminKeyFile},
+	Legacy: []string{adminCACertFile, adminCAKeyFile, adminCertFile, adminKeyFile},
+}
 
-// certStore reads and replaces the units of one certificate directory.
+// certStore reads and replaces the units of one certificate directory
+// through certstore; it decides what they hold.
 type certStore struct {
-	dir   string
+	store *certstore.Store
 	clock clock.PassiveClock
-	// crashAfter, when set, is called after every step of a replacement
-	// with the step's name; an error stops the replacement there as a
-	// crash would: nothing is cleaned up. Tests use it to crash between
-	// every two steps.
-	crashAfter func(step string) error
 }
 
-func (s *certStore) step(name string) error {
-	if s.crashAfter == nil {
-		return nil
+// openCertStore creates the directory (0700, even if it existed).
+// afterStep is certstore.Options.AfterStep (tests crash with it).
+func openCertStore(dir string, clk clock.PassiveClock, afterStep func(string) error) (*certStore, error) {
+	st, err := certstore.Open(dir, certstore.Options{Clock: clk, AfterStep: afterStep})
+	if err != nil {
+		return nil, err
 	}
-	return s.crashAfter(name)
-}
-
-// prepare creates the directory, and makes it 0700 even if it existed.
-func (s *certStore) prepare() error {
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return fmt.Errorf("create certificate directory: %w", err)
-	}
-	if err := os.Chmod(s.dir, 0o700); err != nil {
-		return fmt.Errorf("certificate directory: %w", err)
-	}
-	return nil
-}
-
-// stamp names a new unit after the time it is made.
-func (s *certStore) stamp() string {
-	return s.clock.Now().UTC().Format("2006-01-02-15-04-05")
+	return &certStore{store: st, clock: clk}, nil
 }
 
 // --- serving certificate
@@ -108,22 +96,19 @@ type servingPEM struct {
 // broken (the old layout could be left with a key that does not match its
 // certificate) is nil. A broken current pair is an error.
 func (s *certStore) loadServing() (pair *servingPEM, legacy bool, err error) {
-	current := filepath.Join(s.dir, ServingCurrentFile)
-	if _, err := os.Lstat(current); err == nil {
-		data, err := os.ReadFile(current)
-		if err != nil {
-			return nil, false, fmt.Errorf("read serving certificate: %w", err)
-		}
+	data, _, err := s.store.Current(servingPair)
+	switch {
+	case err == nil:
 		cert, err := tls.X509KeyPair(data, data)
 		if err != nil {
-			return nil, false, fmt.Errorf("serving certificate %s: %w", current, err)
+			return nil, false, fmt.Errorf("serving certificate %s: %w", filepath.Join(s.store.Path(), ServingCurrentFile), err)
 		}
 		return &servingPEM{data: data, cert: cert}, false, nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	case !errors.Is(err, fs.ErrNotExist):
 		return nil, false, fmt.Errorf("serving certificate: %w", err)
 	}
-	certPEM, err1 := os.ReadFile(filepath.Join(s.dir, legacyServingCert))
-	keyPEM, err2 := os.ReadFile(filepath.Join(s.dir, legacyServingKey))
+	certPEM, err1 := s.store.ReadFile(legacyServingCert)
+	keyPEM, err2 := s.store.ReadFile(legacyServingKey)
 	if err1 != nil || err2 != nil {
 		return nil, true, nil
 	}
@@ -136,44 +121,14 @@ func (s *certStore) loadServing() (pair *servingPEM, legacy bool, err error) {
 
 // installServing makes pemData the current serving pair.
 func (s *certStore) installServing(pemData []byte) error {
-	f, err := os.CreateTemp(s.dir, servingPrefix+s.stamp()+"-*.pem")
-	if err != nil {
-		return fmt.Errorf("write serving certificate: %w", err)
-	}
-	if err := writeSynced(f, pemData, 0o600); err != nil {
-		return err
-	}
-	if err := s.step("write " + filepath.Base(f.Name())); err != nil {
-		return err
-	}
-	if err := atomicfile.SyncDir(s.dir); err != nil {
-		return err
-	}
-	if err := s.step("sync " + s.dir); err != nil {
-		return err
-	}
-	return s.swapLink(ServingCurrentFile, filepath.Base(f.Name()))
+	_, err := s.store.Install(servingPair, pemData)
+	return err
 }
 
 // cleanServing removes the serving pairs the current link does not point
 // to, the old layout's files, and temporary links.
 func (s *certStore) cleanServing() error {
-	target, err := os.Readlink(filepath.Join(s.dir, ServingCurrentFile))
-	if err != nil {
-		return fmt.Errorf("serving certificate: %w", err)
-	}
-	return s.removeWhere(func(e fs.DirEntry) bool {
-		n := e.Name()
-		switch {
-		case n == ServingCurrentFile || n == target:
-			return false
-		case strings.HasPrefix(n, servingPrefix) && strings.HasSuffix(n, ".pem"):
-			return true
-		case n == legacyServingCert || n == legacyServingKey:
-			return true
-		}
-		return isTempOf(n, ServingCurrentFile, legacyServingCert, legacyServingKey)
-	})
+	return s.store.Clean(servingPair)
 }
 
 // --- admin credentials
@@ -191,21 +146,15 @@ type adminUnit struct {
 // that does not match, a client certificate its CA did not sign) is an
 // error.
 func (s *certStore) loadAdmin() (u *adminUnit, dir string, legacy bool, err error) {
-	link := filepath.Join(s.dir, adminCurrent)
-	target, err := os.Readlink(link)
+	files, name, err := s.store.CurrentUnit(adminUnitSpec)
 	if errors.Is(err, fs.ErrNotExist) {
-		return s.loadLegacyAdmin(), s.dir, true, nil
+		return s.loadLegacyAdmin(), s.store.Path(), true, nil
 	}
 	if err != nil {
 		return nil, "", false, fmt.Errorf("admin credentials: %w", err)
 	}
-	dir = filepath.Join(s.dir, target)
-	u = &adminUnit{pem: map[string][]byte{}}
-	for _, f := range adminFiles {
-		if u.pem[f.name], err = os.ReadFile(filepath.Join(dir, f.name)); err != nil {
-			return nil, "", false, fmt.Errorf("admin credentials: %w", err)
-		}
-	}
+	dir = filepath.Join(s.store.Path(), name)
+	u = &adminUnit{pem: files}
 	if u.ca, err = u.pair(adminCACertFile, adminCAKeyFile); err != nil {
 		return nil, "", false, fmt.Errorf("admin CA in %s: %w", dir, err)
 	}
@@ -218,14 +167,11 @@ func (s *certStore) loadAdmin() (u *adminUnit, dir string, legacy bool, err erro
 	return u, dir, false, nil
 }
 
+// loadLegacyAdmin reads the old layout's plain files (never a link).
 func (s *certStore) loadLegacyAdmin() *adminUnit {
 	u := &adminUnit{pem: map[string][]byte{}}
-	for _, f := range adminFiles {
-		path := filepath.Join(s.dir, f.name)
-		if fi, err := os.Lstat(path); err != nil || !fi.Mode().IsRegular() {
-			continue
-		}
-		u.pem[f.name], _ = os.ReadFile(path)
+	for _, f := range adminUnitSpec.Files {
+		u.pem[f.Name], _ = s.store.ReadFile(f.Name)
 	}
 	var err error
 	if u.ca, err = u.pair(adminCACertFile, adminCAKeyFile); err != nil {
@@ -248,162 +194,27 @@ func (u *adminUnit) pair(certName, keyName string) (*tls.Certificate, error) {
 // installAdmin makes the unit's files the current admin credentials and
 // returns the directory they are in.
 func (s *certStore) installAdmin(pem map[string][]byte) (string, error) {
-	dir, err := os.MkdirTemp(s.dir, adminPrefix+s.stamp()+"-")
+	name, err := s.store.InstallUnit(adminUnitSpec, pem)
 	if err != nil {
-		return "", fmt.Errorf("write admin credentials: %w", err)
-	}
-	if err := s.step("mkdir " + filepath.Base(dir)); err != nil {
 		return "", err
 	}
-	for _, f := range adminFiles {
-		file, err := os.OpenFile(filepath.Join(dir, f.name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return "", fmt.Errorf("write admin credentials: %w", err)
-		}
-		if err := writeSynced(file, pem[f.name], f.mode); err != nil {
-			return "", err
-		}
-		if err := s.step("write " + f.name); err != nil {
-			return "", err
-		}
-	}
-	for _, d := range []string{dir, s.dir} {
-		if err := atomicfile.SyncDir(d); err != nil {
-			return "", err
-		}
-		if err := s.step("sync " + d); err != nil {
-			return "", err
-		}
-	}
-	return dir, s.swapLink(adminCurrent, filepath.Base(dir))
+	return filepath.Join(s.store.Path(), name), nil
 }
 
-// linkAdminFiles points the stable names (ca.crt, admin.crt, admin.key)
-// into admin-current, replacing the old layout's files.
-func (s *certStore) linkAdminFiles() error {
-	for _, name := range adminLinks {
-		target := filepath.Join(adminCurrent, name)
-		if t, err := os.Readlink(filepath.Join(s.dir, name)); err == nil && t == target {
-			continue
-		}
-		if err := s.swapLink(name, target); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// cleanAdmin removes the admin units the current link does not point to,
-// the old layout's CA key, and temporary links.
+// cleanAdmin points the stable names (ca.crt, admin.crt, admin.key) into
+// admin-current, replacing the old layout's files, and removes the admin
+// units the current link does not point to, the old layout's CA key, and
+// temporary links.
 func (s *certStore) cleanAdmin() error {
-	target, err := os.Readlink(filepath.Join(s.dir, adminCurrent))
-	if err != nil {
-		return fmt.Errorf("admin credentials: %w", err)
-	}
-	return s.removeWhere(func(e fs.DirEntry) bool {
-		n := e.Name()
-		switch {
-		case n == adminCurrent || n == target:
-			return false
-		case strings.HasPrefix(n, adminPrefix) && e.IsDir():
-			return true
-		case n == adminCAKeyFile && e.Type().IsRegular():
-			return true
-		}
-		return isTempOf(n, adminCurrent, adminCACertFile, adminCAKeyFile, adminCertFile, adminKeyFile)
-	})
-}
-
-// --- steps shared by both units
-
-// swapLink points the link name at target: a temporary link, renamed over
-// name, then the directory synced.
-func (s *certStore) swapLink(name, target string) error {
-	tmp := filepath.Join(s.dir, "."+name+".tmp"+randomSuffix())
-	if err := os.Symlink(target, tmp); err != nil {
-		return fmt.Errorf("link %s: %w", name, err)
-	}
-	if err := s.step("link " + name); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
-		return fmt.Errorf("link %s: %w", name, err)
-	}
-	if err := s.step("rename " + name); err != nil {
-		return err
-	}
-	if err := atomicfile.SyncDir(s.dir); err != nil {
-		return err
-	}
-	return s.step("sync " + name)
-}
-
-// removeWhere removes the directory's entries that match, and syncs it.
-func (s *certStore) removeWhere(match func(fs.DirEntry) bool) error {
-	entries, err := os.ReadDir(s.dir)
-	if err != nil {
-		return fmt.Errorf("clean certificate directory: %w", err)
-	}
-	removed := false
-	for _, e := range entries {
-		if !match(e) {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
-			return fmt.Errorf("clean certificate directory: %w", err)
-		}
-		removed = true
-		if err := s.step("remove " + e.Name()); err != nil {
-			return err
-		}
-	}
-	if !removed {
-		return nil
-	}
-	return atomicfile.SyncDir(s.dir)
-}
-
-// isTempOf reports whether name is a temporary file or link of one of
-// names (".<name>.tmp…", as swapLink and the old layout's writes made).
-func isTempOf(name string, names ...string) bool {
-	for _, n := range names {
-		if strings.HasPrefix(name, "."+n+".tmp") {
-			return true
-		}
-	}
-	return false
-}
-
-// writeSynced writes data to f, sets its mode, syncs and closes it.
-func writeSynced(f *os.File, data []byte, mode os.FileMode) error {
-	err := f.Chmod(mode)
-	if err == nil {
-		_, err = f.Write(data)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", f.Name(), err)
-	}
-	return nil
-}
-
-func randomSuffix() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return s.store.CleanUnit(adminUnitSpec)
 }
 
 // ServingCertPath is where a client finds the self-signed serving
 // certificate under dir (to trust it): the current pair, else the old
 // layout's nodelet.crt.
 func ServingCertPath(dir string) string {
-	if target, err := os.Readlink(filepath.Join(dir, ServingCurrentFile)); err == nil {
-		return filepath.Join(dir, target)
+	if path, err := certstore.CurrentPath(dir, servingPair); err == nil {
+		return path
 	}
 	return filepath.Join(dir, legacyServingCert)
 }
@@ -414,8 +225,8 @@ func ServingCertPath(dir string) string {
 // returns an error that wraps fs.ErrNotExist.
 func AdminCredentials(dir string) (Credentials, error) {
 	unitDir := dir
-	if target, err := os.Readlink(filepath.Join(dir, adminCurrent)); err == nil {
-		unitDir = filepath.Join(dir, target)
+	if path, err := certstore.CurrentUnitPath(dir, adminUnitSpec); err == nil {
+		unitDir = path
 	}
 	creds := credentialsIn(unitDir)
 	if _, err := os.Stat(creds.ClientCert); err != nil {

@@ -36,11 +36,21 @@ func stepsOf(t *testing.T, setup func(t *testing.T, dir string), replace func(*c
 	dir := t.TempDir()
 	setup(t, dir)
 	var steps []string
-	s := &certStore{dir: dir, clock: clk, crashAfter: func(step string) error { steps = append(steps, step); return nil }}
+	s := testStore(t, dir, clk, func(step string) error { steps = append(steps, step); return nil })
 	if err := replace(s); err != nil {
 		t.Fatal(err)
 	}
 	return steps
+}
+
+// testStore opens the store of dir with the crash hook afterStep.
+func testStore(t *testing.T, dir string, clk *testingclock.FakePassiveClock, afterStep func(string) error) *certStore {
+	t.Helper()
+	s, err := openCertStore(dir, clk, afterStep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // handshake proves cert serves TLS to a client that trusts roots (and,
@@ -152,8 +162,8 @@ func writeLegacyAdmin(t *testing.T, dir string, now time.Time, mismatched bool) 
 		}
 		files[adminKeyFile] = other.pem[adminKeyFile]
 	}
-	for _, f := range adminFiles {
-		if err := os.WriteFile(filepath.Join(dir, f.name), files[f.name], f.mode); err != nil {
+	for _, f := range adminUnitSpec.Files {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), files[f.Name], f.Mode); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -184,7 +194,7 @@ func checkAdminLayout(t *testing.T, dir string) {
 	if want := []string{adminCurrent, target, "ca.crt", "admin.crt", "admin.key"}; !sameSet(got, want) {
 		t.Errorf("certificate directory holds %q, want %q", got, want)
 	}
-	for _, name := range adminLinks {
+	for _, name := range adminUnitSpec.Links {
 		if l, err := os.Readlink(filepath.Join(dir, name)); err != nil || l != filepath.Join(adminCurrent, name) {
 			t.Errorf("%s links to %q (%v)", name, l, err)
 		}
@@ -234,17 +244,17 @@ func TestServingReplacementSurvivesACrashAtEveryStep(t *testing.T) {
 		for k := range steps {
 			dir := t.TempDir()
 			sc.setup(t, dir)
-			before, _, err := (&certStore{dir: dir, clock: clk}).loadServing()
+			before, _, err := testStore(t, dir, clk, nil).loadServing()
 			if err != nil {
 				t.Fatal(err)
 			}
 			var seen []string
-			s := &certStore{dir: dir, clock: clk, crashAfter: crashAfterStep(k, &seen)}
+			s := testStore(t, dir, clk, crashAfterStep(k, &seen))
 			if err := replace(s); !errors.Is(err, errCrash) {
 				t.Fatalf("%s: crash after %q: %v", sc.name, steps[k], err)
 			}
 
-			after, _, err := (&certStore{dir: dir, clock: clk}).loadServing()
+			after, _, err := testStore(t, dir, clk, nil).loadServing()
 			if err != nil {
 				t.Errorf("%s: crash after %q: %v", sc.name, steps[k], err)
 				continue
@@ -316,17 +326,17 @@ func TestAdminReplacementSurvivesACrashAtEveryStep(t *testing.T) {
 		for k := range steps {
 			dir := t.TempDir()
 			sc.setup(t, dir)
-			before, _, _, err := (&certStore{dir: dir, clock: clk}).loadAdmin()
+			before, _, _, err := testStore(t, dir, clk, nil).loadAdmin()
 			if err != nil {
 				t.Fatal(err)
 			}
 			var seen []string
-			s := &certStore{dir: dir, clock: clk, crashAfter: crashAfterStep(k, &seen)}
+			s := testStore(t, dir, clk, crashAfterStep(k, &seen))
 			if err := replace(s); !errors.Is(err, errCrash) {
 				t.Fatalf("%s: crash after %q: %v", sc.name, steps[k], err)
 			}
 
-			after, _, _, err := (&certStore{dir: dir, clock: clk}).loadAdmin()
+			after, _, _, err := testStore(t, dir, clk, nil).loadAdmin()
 			if err != nil {
 				t.Errorf("%s: crash after %q: %v", sc.name, steps[k], err)
 				continue
