@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/metrics"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
 )
 
@@ -53,26 +55,28 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	endpoint := a.cfg.RuntimeEndpoint
-	if endpoint == "" {
-		managed, err := a.startManaged(ctx)
+	if m := a.cfg.ManagedRuntime(); m != nil {
+		managed, err := a.startManaged(ctx, *m)
 		if err != nil {
 			return err
 		}
 		defer managed.stop(cancel)
 		endpoint = managed.endpoint
 	}
-	rt, err := cri.Dial(ctx, endpoint, cri.DefaultTimeouts(), a.deps.Log)
+	// The kubelet's metrics registry comes first: the CRI client reports
+	// every call to it from the start.
+	reg := prometheus.NewRegistry()
+	calls := metrics.NewRuntimeCalls(reg)
+	rt, err := cri.Dial(ctx, endpoint, cri.DefaultTimeouts(), a.deps.Log, cri.WithObserver(calls.Observe))
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	var api *apiServer
-	if a.cfg.Kubeconfig != "" {
-		if api, err = a.connect(ctx); err != nil {
-			return err
-		}
+	api, err := a.connect(ctx) // nil standalone
+	if err != nil {
+		return err
 	}
-	p, err := a.wire(rt, api)
+	p, err := a.wire(rt, api, reg)
 	if err != nil {
 		return err
 	}

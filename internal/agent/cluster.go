@@ -5,15 +5,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodelet/nodelet/internal/apievents"
 	"github.com/nodelet/nodelet/internal/certs"
+	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/events"
 	"github.com/nodelet/nodelet/internal/mirror"
 	"github.com/nodelet/nodelet/internal/nodestatus"
+	"github.com/nodelet/nodelet/internal/notify"
 	"github.com/nodelet/nodelet/internal/objects"
+	"github.com/nodelet/nodelet/internal/stats"
 	"github.com/nodelet/nodelet/internal/statussync"
 )
 
@@ -25,14 +30,14 @@ type apiServer struct {
 }
 
 // connect loads the node's API credentials, bootstrapping a client
-// certificate first when it has none it can use (TLS bootstrap).
+// certificate first when it has none it can use (TLS bootstrap); nil
+// standalone.
 func (a *Agent) connect(ctx context.Context) (*apiServer, error) {
-	cfg := a.cfg
-	c, err := certs.LoadClient(ctx, certs.ClientConfig{
-		Kubeconfig: cfg.Kubeconfig, BootstrapKubeconfig: cfg.BootstrapKubeconfig, CertDir: cfg.CertDirectory(),
-		NodeName: cfg.NodeName, RotateCertificates: cfg.RotateCertificates,
-		QPS: float32(cfg.KubeAPIQPS), Burst: int(cfg.KubeAPIBurst), ContentType: cfg.KubeAPIContentType,
-	}, certs.Deps{Clock: a.deps.Clock, Log: a.deps.Log.With("component", "certs")})
+	cc := a.cfg.APIClient()
+	if cc == nil {
+		return nil, nil // standalone
+	}
+	c, err := certs.LoadClient(ctx, *cc, certs.Deps{Clock: a.deps.Clock, Log: a.deps.Log.With("component", "certs")})
 	if err != nil {
 		return nil, err
 	}
@@ -55,14 +60,11 @@ func (s *apiServer) heartbeatClient(statusEvery time.Duration, leaseSeconds int3
 }
 
 // eventClient is the client of the events sent to the API server, as the
-// kubelet's: its own rate limit (eventRecordQPS, eventBurst), so events
-// never hold back pod status patches.
-func (s *apiServer) eventClient(qps, burst int32) (kubernetes.Interface, error) {
+// kubelet's: its own rate limit (nodeconfig.Config.EventRateLimit), so
+// events never hold back pod status patches.
+func (s *apiServer) eventClient(qps float32, burst int) (kubernetes.Interface, error) {
 	c := rest.CopyConfig(s.rest)
-	c.QPS, c.Burst = float32(qps), int(burst)
-	if qps == 0 {
-		c.QPS = -1
-	}
+	c.QPS, c.Burst = qps, burst
 	return kubernetes.NewForConfig(c)
 }
 
@@ -90,11 +92,86 @@ func (c *clusterParts) run(ctx context.Context, goRun func(func()), fatal func(e
 	goRun(func() { c.mirrors.Run(ctx) })
 	goRun(func() { c.events.Run(ctx) })
 	goRun(func() {
-		if err := c.api.certs.Run(ctx); err != nil && ctx.Err() == nil {
+		if err := c.api.certs.Run(ctx); err != nil {
 			fatal(err)
 		}
 	})
 	if c.serving != nil {
 		goRun(func() { c.serving.Run(ctx) })
 	}
+}
+
+// clusterNotifications connect cluster mode's parts to each other and to
+// the pipeline's (see wire).
+type clusterNotifications struct {
+	nodeChanged   *notify.Kick // the graceful shutdown → the Node's status
+	mirrorsWanted *notify.Kick // the status syncer → the mirror pods
+	podsFinished  *notify.UIDs // the pod workers → the status syncer
+}
+
+// wireCluster constructs cluster mode's parts beside the pipeline p, in
+// the order they call each other: the status syncer, the mirror pods (which
+// tell it what they created), the Node and its lease (which tell it when
+// the API server was away), the serving certificate.
+func (a *Agent) wireCluster(c *clusterParts, p *pipeline, n clusterNotifications,
+	rt *cri.Client, machine *stats.HostMachine, recorder *events.Recorder, reg *prometheus.Registry) error {
+	cfg, log, clk, kube := a.cfg, a.deps.Log, a.deps.Clock, c.api.kube
+	c.status = statussync.New(statussync.Deps{
+		NodeName:       cfg.NodeName,
+		Client:         kube,
+		Statuses:       p.status,
+		APIPods:        c.pods.GetStore(),
+		Workers:        p.workers,
+		APIPodsVersion: c.pods.LastSyncResourceVersion,
+		KickMirrors:    n.mirrorsWanted.Kick,
+		Finished:       n.podsFinished,
+		Clock:          clk,
+		Log:            log,
+	})
+	status := c.status
+	if err := c.pods.SetWatchErrorHandler(func(*cache.Reflector, error) { status.Stale() }); err != nil {
+		return err
+	}
+	c.mirrors = mirror.New(mirror.Deps{
+		Client:      kube,
+		NodeName:    cfg.NodeName,
+		Sources:     p.config,
+		APIPods:     c.pods.GetStore(),
+		Created:     status.MirrorCreated,
+		Terminating: p.workers.IsStaticPodTerminating,
+		Kicks:       n.mirrorsWanted,
+		Clock:       clk,
+		Log:         log,
+	})
+	if _, err := c.pods.AddEventHandler(c.mirrors.Handler()); err != nil {
+		return err
+	}
+	hb, err := c.api.heartbeatClient(cfg.NodeStatusUpdateFrequency, cfg.NodeLeaseDurationSeconds)
+	if err != nil {
+		return err
+	}
+	c.node, err = nodestatus.New(kube, cfg.NodeStatusOptions(), nodestatus.Deps{
+		HeartbeatClient: hb,
+		Runtime:         rt,
+		Machine:         machine,
+		PLEGHealthy:     p.pleg.Healthy,
+		Pressure:        p.evict.Pressure,
+		ShutdownStatus:  p.shutdown.Status,
+		Changed:         n.nodeChanged,
+		OnLeaseFailure:  status.Stale,
+		Events:          recorder,
+		Registerer:      reg,
+		Clock:           clk,
+		Log:             log,
+	})
+	if err != nil {
+		return err
+	}
+	if sc := cfg.ServingCertificate(); sc != nil {
+		c.serving, err = certs.NewServing(*sc, kube, certs.Deps{Clock: clk, Log: log})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -3,9 +3,9 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/nodeconfig"
 	"github.com/nodelet/nodelet/internal/registry"
 )
 
@@ -18,24 +18,23 @@ type managed struct {
 }
 
 // startManaged seeds the image store, starts the registry on loopback and
-// then containerd with the registry as its mirror. Both stop when ctx ends.
-func (a *Agent) startManaged(ctx context.Context) (*managed, error) {
+// then containerd with the registry as its mirror, as m says. Both stop
+// when ctx ends.
+func (a *Agent) startManaged(ctx context.Context, m nodeconfig.ManagedConfig) (*managed, error) {
 	log := a.deps.Log
 	store, err := registry.OpenStore(registry.StoreDir(a.cfg.RootDir), log.With("component", "image-store"))
 	if err != nil {
 		return nil, fmt.Errorf("open image store: %w", err)
 	}
-	if _, err := registry.Seed(store, a.cfg.Managed.Images, log); err != nil {
+	if _, err := registry.Seed(store, m.Images, log); err != nil {
 		return nil, fmt.Errorf("build local images: %w", err)
 	}
-	reg := registry.NewServer(store, a.cfg.Managed.RegistryAddress, log)
+	reg := registry.NewServer(store, m.RegistryAddress, log)
 	if err := reg.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start image registry: %w", err)
 	}
-	cfg := a.cfg.Managed.Containerd
-	cfg.Dir = filepath.Join(a.cfg.RootDir, "containerd")
-	// runc places containers as nodelet places pods (containerd's RuntimeConfig says so)
-	cfg.Mirror, cfg.SystemdCgroup = reg.Addr(), a.cfg.CgroupDriver == "systemd"
+	cfg := m.Containerd // its directory and cgroup driver filled in (nodeconfig.Config.ManagedRuntime)
+	cfg.Mirror = reg.Addr()
 	mgr := containerd.New(cfg, containerd.Deps{Clock: a.deps.Clock, Log: log.With("component", "containerd")})
 	if err := mgr.Start(ctx); err != nil {
 		_ = reg.Close()

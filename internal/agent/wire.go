@@ -2,20 +2,16 @@ package agent
 
 import (
 	"context"
-	"net"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodelet/nodelet/internal/admission"
 	"github.com/nodelet/nodelet/internal/apievents"
-	"github.com/nodelet/nodelet/internal/certs"
 	"github.com/nodelet/nodelet/internal/cri"
 	"github.com/nodelet/nodelet/internal/envvars"
 	"github.com/nodelet/nodelet/internal/events"
@@ -26,9 +22,8 @@ import (
 	"github.com/nodelet/nodelet/internal/localnet"
 	"github.com/nodelet/nodelet/internal/logs"
 	"github.com/nodelet/nodelet/internal/metrics"
-	"github.com/nodelet/nodelet/internal/mirror"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
-	"github.com/nodelet/nodelet/internal/nodestatus"
+	"github.com/nodelet/nodelet/internal/notify"
 	"github.com/nodelet/nodelet/internal/objects"
 	"github.com/nodelet/nodelet/internal/pleg"
 	"github.com/nodelet/nodelet/internal/podconfig"
@@ -43,22 +38,16 @@ import (
 	"github.com/nodelet/nodelet/internal/shutdown"
 	"github.com/nodelet/nodelet/internal/stats"
 	"github.com/nodelet/nodelet/internal/statusmanager"
-	"github.com/nodelet/nodelet/internal/statussync"
 	"github.com/nodelet/nodelet/internal/syncloop"
 	"github.com/nodelet/nodelet/internal/token"
 	"github.com/nodelet/nodelet/internal/userns"
 	"github.com/nodelet/nodelet/internal/volume"
 )
 
-// source is a pod source (podsource.FileSource, HTTPSource).
-type source interface {
-	Run(ctx context.Context, out chan<- podsource.Update)
-}
-
 // pipeline is every part, constructed and connected, not yet started.
 type pipeline struct {
 	a       *Agent
-	sources []source
+	sources []podsource.Source
 	objects *objects.Store
 	config  *podconfig.Config
 	loop    *syncloop.Loop
@@ -80,52 +69,79 @@ type pipeline struct {
 }
 
 // wire constructs every part over rt (and api, the API server in cluster
-// mode; nil standalone) and connects them. It starts nothing.
-func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
+// mode; nil standalone) and connects them; reg is the registry of the
+// kubelet's metrics, which rt already reports its calls to. It starts
+// nothing. Each part is constructed after the parts it calls; two parts
+// that tell each other something are connected by a notification (package
+// notify) created before both.
+func (a *Agent) wire(rt *cri.Client, api *apiServer, reg *prometheus.Registry) (*pipeline, error) {
 	cfg, log, clk := a.cfg, a.deps.Log, a.deps.Clock
-	p := &pipeline{a: a, objects: objects.NewStore(), watcher: pleg.WatcherFor(rt, cfg.EventedPLEG)}
-	var cl *clusterParts
-	if api != nil {
-		cl = &clusterParts{api: api, pods: podsource.NewNodePodInformer(api.kube, cfg.NodeName)}
-		p.cluster = cl
+	p := &pipeline{
+		a:       a,
+		objects: objects.NewStore(),
+		watcher: pleg.WatcherFor(rt, cfg.EventedPLEG),
 	}
-	reg, probeReg := prometheus.NewRegistry(), prometheus.NewRegistry()
+	probeReg := prometheus.NewRegistry()
+	// The graceful shutdown changes what the Node's status says; the
+	// status syncer asks for mirror pods; the pod workers tell the status
+	// syncer which pods finished (cluster mode; nil drops them).
+	nodeChanged, mirrorsWanted := notify.NewKick(), notify.NewKick()
+	var podsFinished *notify.UIDs
 
-	// 1-2. Sources and their merge; what they refuse is a node event.
-	recorder := events.New(events.DefaultMax, clk, log)
-	if cl != nil {
-		ec, err := api.eventClient(cfg.EventRecordQPS, cfg.EventBurst)
+	// Cluster mode's connections: the pods bound to the node, the events
+	// sent to the API server.
+	var cl *clusterParts
+	var apiPods cache.SharedIndexInformer
+	var eventOpts []events.Option
+	if api != nil {
+		ec, err := api.eventClient(cfg.EventRateLimit())
 		if err != nil {
 			return nil, err
 		}
-		cl.events = apievents.New(ec, cfg.NodeName)
-		recorder.SetForwarder(cl.events)
-		if msg := server.ClusterAuthorizationWarning(cfg.SecureAuth(), cfg.TokenWebhook()); msg != "" && cfg.Port > 0 {
-			recorder.NodeEvent(cfg.NodeName, v1.EventTypeWarning, server.InsecureAuthorizationReason, msg)
+		apiPods = podsource.NewNodePodInformer(api.kube, cfg.NodeName)
+		cl = &clusterParts{
+			api:    api,
+			pods:   apiPods,
+			events: apievents.New(ec, cfg.NodeName),
 		}
+		p.cluster = cl
+		eventOpts = append(eventOpts, events.WithForwarder(cl.events))
+		podsFinished = notify.NewUIDs()
 	}
-	manifestErrors := podsource.NewManifestErrorsCounter(reg)
-	var names []string
-	if cfg.PodManifestPath != "" {
-		p.sources = append(p.sources, podsource.NewFileSource(cfg.PodManifestPath, cfg.NodeName, cfg.FileCheckFrequency, clk, log, manifestErrors, recorder))
-		names = append(names, podsource.SourceFile)
-	}
-	if cfg.ManifestURL != "" {
-		p.sources = append(p.sources, podsource.NewHTTPSource(cfg.ManifestURL, cfg.ManifestHTTPHeader(), cfg.NodeName,
-			cfg.HTTPCheckFrequency, clk, log, manifestErrors, recorder))
-		names = append(names, podsource.SourceHTTP)
-	}
+	recorder := events.New(events.DefaultMax, clk, log, eventOpts...)
 	if cl != nil {
-		p.sources = append(p.sources, podsource.NewAPISource(cl.pods, log))
-		names = append(names, podsource.SourceAPI)
+		server.WarnClusterAuthorization(recorder, cfg.NodeName, cfg.Listeners().Secure)
 	}
+
+	// 1-2. Sources and their merge; what they refuse is a node event.
+	sources, names := podsource.NewSources(podsource.Config{
+		NodeName:           cfg.NodeName,
+		ManifestPath:       cfg.PodManifestPath,
+		FileCheckFrequency: cfg.FileCheckFrequency,
+		ManifestURL:        cfg.ManifestURL,
+		ManifestHeader:     cfg.ManifestHTTPHeader(),
+		HTTPCheckFrequency: cfg.HTTPCheckFrequency,
+		APIPods:            apiPods,
+	}, podsource.SourceDeps{
+		Clock:   clk,
+		Log:     log,
+		Metrics: podsource.NewManifestErrorsCounter(reg),
+		Events:  recorder,
+	})
+	p.sources = sources
 	p.config = podconfig.New(names, clk, log)
 
 	// Beside the pipeline: probes, status, metrics, stats.
-	p.prober = prober.New(prober.Deps{Exec: rt, GRPC: cri.HealthChecker{}, Clock: clk, Log: log, Metrics: probeReg, Recorder: recorder})
+	p.prober = prober.New(prober.Deps{
+		Exec:     rt,
+		GRPC:     cri.HealthChecker{},
+		Clock:    clk,
+		Log:      log,
+		Metrics:  probeReg,
+		Recorder: recorder,
+	})
 	p.status = statusmanager.New(log, p.prober)
 	m := metrics.New(reg, p.status.Running, metrics.WithClock(clk))
-	rt.SetObserver(m.ObserveRuntimeCall)
 	machine := stats.NewHostMachine()
 	statsProvider := stats.New(rt, machine, cfg.NodeName, cfg.RootDir, clk, log,
 		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second))
@@ -143,19 +159,31 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 		objs.API, services = cl.watcher, cl.services
 		volumeOpts = append(volumeOpts, volume.WithTokens(token.New(api.kube.CoreV1(), clk, log)))
 	}
-	volumes := volume.New(cfg.RootDir, objs, envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}, log, volumeOpts...)
-	cg, err := podresources.Setup(podresources.SetupConfig{CgroupsPerQOS: cfg.CgroupsPerQOS, Root: cfg.CgroupRoot,
-		Driver: cfg.CgroupDriver, PodPidsLimit: cfg.PodPidsLimit, MemoryQoS: cfg.MemoryQoS, MemoryThrottlingFactor: cfg.MemoryThrottlingFactor,
-		NodeAllocatableMemory: cfg.Allocatable.Memory().Value(), NodeName: cfg.NodeName, Runtime: rt, Events: recorder, Log: log})
+	downward := envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}
+	volumes := volume.New(cfg.RootDir, objs, downward, log, volumeOpts...)
+	cg, err := podresources.Setup(podresources.SetupConfig{
+		CgroupsPerQOS:          cfg.CgroupsPerQOS,
+		Root:                   cfg.CgroupRoot,
+		Driver:                 cfg.CgroupDriver,
+		PodPidsLimit:           cfg.PodPidsLimit,
+		MemoryQoS:              cfg.MemoryQoS,
+		MemoryThrottlingFactor: cfg.MemoryThrottlingFactor,
+		NodeAllocatableMemory:  cfg.Allocatable.Memory().Value(),
+		NodeName:               cfg.NodeName,
+		Runtime:                rt,
+		Events:                 recorder,
+		Log:                    log,
+	})
 	if err != nil {
 		return nil, err
 	}
 	podsDir := filepath.Join(cfg.RootDir, "pods")
+	uns := userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log})
 	hooks := []podworker.Hook{
 		podhooks.PodDir{PodsDir: podsDir},
 		podhooks.Cgroup{Cgroups: cg, NodeMemoryCapacity: cfg.MemoryCapacity}, // cg is an interface: nil stays nil
 		podhooks.Objects{Registry: registry, Objects: objs},
-		podhooks.UserNamespaces{Manager: userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log}), Recorder: recorder}, // hostUsers: false
+		podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, // hostUsers: false
 		podhooks.Volumes{Volumes: volumes, Recorder: recorder},
 		podhooks.Probes{Prober: p.prober},
 	}
@@ -163,105 +191,172 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer) (*pipeline, error) {
 
 	// 5. The runtime manager, and 4. the pod workers over it.
 	runtime := podruntime.New(rt, podruntime.Options{
-		PodLogsDir: cfg.PodLogsDir, LegacyLogLinks: true, HostIP: cfg.NodeIP, NodeName: cfg.NodeName, Allocatable: cfg.Allocatable,
-		PodsDir: podsDir, HostResolvConf: cfg.HostResolvConf, HostHosts: cfg.HostHosts,
-		SeccompRoot: filepath.Join(cfg.RootDir, "seccomp"), MaxParallelSandboxes: cfg.MaxParallelSandboxes,
-	}, podruntime.Deps{Clock: clk, Log: log, Status: p.status, Recorder: recorder, Services: services,
-		PodStartDuration: m.PodStartDuration, PodStartStages: m, RuntimeFeatures: cri.NewHandlerFeatures(rt, clk, log)})
+		PodLogsDir:           cfg.PodLogsDir,
+		LegacyLogLinks:       true,
+		HostIP:               cfg.NodeIP,
+		NodeName:             cfg.NodeName,
+		Allocatable:          cfg.Allocatable,
+		PodsDir:              podsDir,
+		HostResolvConf:       cfg.HostResolvConf,
+		HostHosts:            cfg.HostHosts,
+		SeccompRoot:          filepath.Join(cfg.RootDir, "seccomp"),
+		MaxParallelSandboxes: cfg.MaxParallelSandboxes,
+	}, podruntime.Deps{
+		Clock:            clk,
+		Log:              log,
+		Status:           p.status,
+		Recorder:         recorder,
+		Services:         services,
+		PodStartDuration: m.PodStartDuration,
+		PodStartStages:   m,
+		RuntimeFeatures:  cri.NewHandlerFeatures(rt, clk, log),
+	})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
-	var onFinished func(types.UID)
-	if cl != nil {
-		onFinished = func(uid types.UID) { cl.status.PodFinished(uid) }
-	}
-	p.workers = podworker.New(podworker.Deps{Syncer: runtime, Hooks: hooks, Metrics: m, OnFinished: onFinished, Clock: clk, Log: log},
-		podworker.Options{ResyncInterval: 10 * cfg.SyncFrequency})
-	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log, pleg.WithStreamMetrics(m), pleg.WithNodeEvents(cfg.NodeName, recorder),
+	p.workers = podworker.New(podworker.Deps{
+		Syncer:     runtime,
+		Hooks:      hooks,
+		Metrics:    m,
+		OnFinished: podsFinished.Add,
+		Clock:      clk,
+		Log:        log,
+	}, podworker.Options{ResyncInterval: 10 * cfg.SyncFrequency})
+	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log,
+		pleg.WithStreamMetrics(m),
+		pleg.WithNodeEvents(cfg.NodeName, recorder),
 		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))
-	p.gc = gc.New(rt, gc.Policy{PodLogsDir: cfg.PodLogsDir, MaxPerPodContainer: cfg.MaxPerPodContainer}, gc.LogPolicy{
-		MaxSize: cfg.ContainerLogMaxSize, MaxFiles: cfg.ContainerLogMaxFiles, MonitorInterval: cfg.ContainerLogMonitorInterval}, clk, log)
-	if p.images, err = imagegc.New(cfg.ImageGC, []string{cfg.Managed.Containerd.SandboxImage}, imagegc.Deps{Runtime: rt, Fs: machine, Events: recorder, NodeName: cfg.NodeName, Registerer: reg, Clock: clk, Log: log}); err != nil {
+	p.gc = gc.New(rt, gc.Policy{
+		PodLogsDir:         cfg.PodLogsDir,
+		MaxPerPodContainer: cfg.MaxPerPodContainer,
+	}, gc.LogPolicy{
+		MaxSize:         cfg.ContainerLogMaxSize,
+		MaxFiles:        cfg.ContainerLogMaxFiles,
+		MonitorInterval: cfg.ContainerLogMonitorInterval,
+	}, clk, log)
+	p.images, err = imagegc.New(cfg.ImageGC, []string{cfg.Managed.Containerd.SandboxImage}, imagegc.Deps{
+		Runtime:    rt,
+		Fs:         machine,
+		Events:     recorder,
+		NodeName:   cfg.NodeName,
+		Registerer: reg,
+		Clock:      clk,
+		Log:        log,
+	})
+	if err != nil {
 		return nil, err
 	}
+	// 3. Housekeeping, which eviction asks which pods are active.
+	p.hk = housekeeping.New(housekeeping.Deps{
+		Sources:   p.config,
+		Workers:   p.workers,
+		Runtime:   runtime,
+		Statuses:  p.status,
+		Resources: resources,
+		Log:       log,
+	})
 
+	// Beside: eviction under pressure, the graceful node shutdown, the
+	// local network's firewall.
 	thresholds, err := eviction.ParseThresholds(cfg.EvictionConfig())
 	if err != nil {
 		return nil, err
 	}
-	p.evict = eviction.New(eviction.Options{Thresholds: thresholds, PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod,
-		MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod), NodeName: cfg.NodeName}, eviction.Deps{
-		Summary: statsProvider, Workers: p.workers, Statuses: p.status, Recorder: recorder,
-		ActivePods:        func() []*v1.Pod { return p.hk.ActivePods() },
-		ReclaimContainers: func(ctx context.Context) error { return p.gc.ReclaimContainers(ctx, p.hk.PodActive) },
+	hk, containers := p.hk, p.gc
+	p.evict = eviction.New(eviction.Options{
+		Thresholds:               thresholds,
+		PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod,
+		MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod),
+		NodeName:                 cfg.NodeName,
+	}, eviction.Deps{
+		Summary:           statsProvider,
+		Workers:           p.workers,
+		Statuses:          p.status,
+		Recorder:          recorder,
+		ActivePods:        hk.ActivePods,
+		ReclaimContainers: func(ctx context.Context) error { return containers.ReclaimContainers(ctx, hk.PodActive) },
 		ReclaimImages:     p.images.DeleteUnusedImages,
-		Metrics:           reg, Clock: clk, Log: log})
+		Metrics:           reg,
+		Clock:             clk,
+		Log:               log,
+	})
+	p.shutdown = shutdown.New(cfg.ShutdownConfig(), shutdown.Deps{
+		Workers:     p.workers,
+		Statuses:    p.status,
+		Sources:     p.config,
+		Logind:      shutdown.ConnectLogind,
+		NodeChanged: nodeChanged.Kick, // in cluster mode the Node follows at once
+		Events:      recorder,
+		Registerer:  reg,
+		Clock:       clk,
+		Log:         log,
+	})
+	p.localnet = localnet.New(localnet.Deps{
+		Iptables:   localnet.Exec{},
+		Events:     recorder,
+		NodeName:   cfg.NodeName,
+		Registerer: reg,
+		Clock:      clk,
+		Log:        log,
+	})
 
-	// Cluster mode, beside the pipeline: the Node and its lease, pod
-	// statuses to the API, mirror pods of static pods.
+	// Cluster mode, beside the pipeline: pod statuses to the API, mirror
+	// pods of static pods, the Node and its lease.
 	var node func() *v1.Node
 	if cl != nil {
-		hb, err := api.heartbeatClient(cfg.NodeStatusUpdateFrequency, cfg.NodeLeaseDurationSeconds)
-		if err != nil {
-			return nil, err
-		}
-		cl.node, err = nodestatus.New(api.kube, cfg.NodeStatusOptions(), nodestatus.Deps{HeartbeatClient: hb,
-			Runtime: rt, Machine: machine, PLEGHealthy: p.pleg.Healthy, Pressure: p.evict.Pressure, Events: recorder, Registerer: reg,
-			ShutdownStatus: func() error { return p.shutdown.Status() },
-			OnLeaseFailure: func() { cl.status.Stale() }, Clock: clk, Log: log})
-		if err != nil {
+		if err := a.wireCluster(cl, p, clusterNotifications{
+			nodeChanged:   nodeChanged,
+			mirrorsWanted: mirrorsWanted,
+			podsFinished:  podsFinished,
+		}, rt, machine, recorder, reg); err != nil {
 			return nil, err
 		}
 		node = cl.node.Node
-		cl.status = statussync.New(statussync.Deps{NodeName: cfg.NodeName, Client: api.kube, Statuses: p.status,
-			APIPods: cl.pods.GetStore(), Workers: p.workers, KickMirrors: func() { cl.mirrors.Kick() },
-			APIPodsVersion: cl.pods.LastSyncResourceVersion, Clock: clk, Log: log})
-		status := cl.status
-		if err := cl.pods.SetWatchErrorHandler(func(*cache.Reflector, error) { status.Stale() }); err != nil {
-			return nil, err
-		}
-		cl.mirrors = mirror.New(mirror.Deps{Client: api.kube, NodeName: cfg.NodeName, Sources: p.config, APIPods: cl.pods.GetStore(),
-			Created: status.MirrorCreated, Terminating: p.workers.IsStaticPodTerminating, Clock: clk, Log: log})
-		if _, err := cl.pods.AddEventHandler(cl.mirrors.Handler()); err != nil {
-			return nil, err
-		}
-		if cfg.ServerTLSBootstrap {
-			cl.serving, err = certs.NewServing(certs.ServingConfig{NodeName: cfg.NodeName, CertDir: cfg.CertDirectory(),
-				Addresses: certs.StaticAddresses(cfg.NodeName, cfg.NodeIP), TLSCertFile: cfg.TLSCertFile,
-				TLSPrivateKeyFile: cfg.TLSPrivateKeyFile}, api.kube, certs.Deps{Clock: clk, Log: log})
-			if err != nil {
-				return nil, err
-			}
-		}
 	}
 
-	// Beside: the graceful node shutdown; in cluster mode the Node follows at once.
-	p.shutdown = shutdown.New(cfg.ShutdownConfig(), shutdown.Deps{Workers: p.workers, Statuses: p.status, Sources: p.config,
-		Logind: shutdown.ConnectLogind, NodeChanged: func() {
-			if cl != nil {
-				cl.node.Trigger()
-			}
-		}, Events: recorder, Registerer: reg, Clock: clk, Log: log})
-
-	p.localnet = localnet.New(localnet.Deps{Iptables: localnet.Exec{}, Events: recorder, NodeName: cfg.NodeName, Registerer: reg, Clock: clk, Log: log})
-
-	// 3. Housekeeping and the sync loop.
-	p.hk = housekeeping.New(housekeeping.Deps{Sources: p.config, Workers: p.workers, Runtime: runtime, Statuses: p.status,
-		Resources: resources, Log: log})
+	// 3. The sync loop.
 	p.loop = syncloop.New(syncloop.Options{
 		SyncFrequency: cfg.SyncFrequency,
-		Node:          admission.Node{MaxPods: cfg.MaxPods, Allocatable: cfg.Allocatable, AppArmor: cfg.AppArmor},
-	}, syncloop.Deps{Workers: p.workers, Rejector: p.status, Seen: p.status, Housekeeper: p.hk, SourcesReady: p.config.SourcesReady, Node: node,
-		Pressure: p.evict.Conditions, ShuttingDown: p.shutdown.ShuttingDown, Clock: clk, Log: log})
+		Node: admission.Node{
+			MaxPods:     cfg.MaxPods,
+			Allocatable: cfg.Allocatable,
+			AppArmor:    cfg.AppArmor,
+		},
+	}, syncloop.Deps{
+		Workers:      p.workers,
+		Rejector:     p.status,
+		Seen:         p.status,
+		Housekeeper:  p.hk,
+		SourcesReady: p.config.SourcesReady,
+		Node:         node,
+		Pressure:     p.evict.Conditions,
+		ShuttingDown: p.shutdown.ShuttingDown,
+		Clock:        clk,
+		Log:          log,
+	})
 
 	// The kubelet API.
-	health := []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := p.pleg.Healthy(); return err }}}
+	relist := p.pleg
+	health := []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := relist.Healthy(); return err }}}
 	view := podview.New(podview.Deps{Sources: p.config, Statuses: p.status, Pods: runtime, CRI: rt})
 	p.api = server.Deps{
-		Pods: view, RunningPods: view, Streaming: view, Events: recorder, Stats: statsProvider, NodeConditions: p.evict.Conditions,
-		Logs: podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
-		Metrics: server.Metrics{Kubelet: reg, Probes: probeReg, Resource: statsProvider.ResourceGatherer(),
-			Cadvisor: stats.NewContainerMetrics(rt, machine, clk, log)},
-		Configz: nodeconfig.Configz(cfg), Health: health, Log: log, Clock: clk, SystemLogs: cfg.SystemLogs(),
+		Pods:           view,
+		RunningPods:    view,
+		Streaming:      view,
+		Events:         recorder,
+		Stats:          statsProvider,
+		NodeConditions: p.evict.Conditions,
+		Logs:           podview.Logs{Streamer: logs.NewStreamer(view, cfg.PodLogsDir, clk, log)},
+		Metrics: server.Metrics{
+			Kubelet:  reg,
+			Probes:   probeReg,
+			Resource: statsProvider.ResourceGatherer(),
+			Cadvisor: stats.NewContainerMetrics(rt, machine, clk, log),
+		},
+		Configz:    nodeconfig.Configz(cfg),
+		Health:     health,
+		Log:        log,
+		Clock:      clk,
+		SystemLogs: cfg.SystemLogs(),
 	}
 	return p, nil
 }
@@ -295,29 +390,24 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 		p.cluster.run(ctx, goRun, fatal)
 	}
 	p.serve(ctx, goRun)
-	p.loop.Run(ctx, syncloop.Inputs{Config: p.config.Updates(), PLEG: p.pleg.Events(), Pods: p.prober.Updates(), ResyncAll: p.objects.Changed()})
+	p.loop.Run(ctx, syncloop.Inputs{
+		Config:    p.config.Updates(),
+		PLEG:      p.pleg.Events(),
+		Pods:      p.prober.Updates(),
+		ResyncAll: p.objects.Changed(),
+	})
 	wg.Wait()
 	p.hk.Wait()
 }
 
 // serve starts the HTTP servers that are configured.
 func (p *pipeline) serve(ctx context.Context, goRun func(func())) {
-	cfg := p.a.cfg
-	var l server.Listeners
-	if cfg.HealthzPort > 0 {
-		l.HealthzAddr = net.JoinHostPort(cfg.HealthzBindAddress, strconv.Itoa(cfg.HealthzPort))
-	}
-	if cfg.Port > 0 {
-		l.Secure = cfg.SecureSettings()
-		if c := p.cluster; c != nil {
-			l.Secure.Client = c.api.kube
-			if c.serving != nil {
-				l.Secure.GetCertificate = c.serving.GetCertificate
-			}
+	l := p.a.cfg.Listeners()
+	if c := p.cluster; c != nil {
+		l.Secure.Client = c.api.kube
+		if c.serving != nil {
+			l.Secure.GetCertificate = c.serving.GetCertificate
 		}
-	}
-	if cfg.ReadOnlyPort > 0 {
-		l.ReadOnlyAddr = net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.ReadOnlyPort))
 	}
 	server.ServeAll(ctx, l, p.api, p.a.deps.Clock, p.a.deps.Log, goRun)
 }

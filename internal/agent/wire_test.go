@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,7 +36,7 @@ func testPipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), nil)
+	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestWireClusterMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := &apiServer{kube: fake.NewClientset(), rest: &rest.Config{Host: "https://127.0.0.1:6443"}}
-	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), api)
+	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), api, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

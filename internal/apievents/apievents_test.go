@@ -27,8 +27,7 @@ func TestEventsToTheAPI(t *testing.T) {
 	go func() { defer close(done); s.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	rec := events.New(0, clock.RealClock{}, nil)
-	rec.SetForwarder(s)
+	rec := events.New(0, clock.RealClock{}, nil, events.WithForwarder(s))
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "web-1", UID: "uid-1"}}
 	rec.Event(pod, v1.EventTypeNormal, "Admitted", "Pod admitted")
 	rec.Event(pod, v1.EventTypeNormal, "Pulled", `Container image "busybox:1.35" already present on machine`)

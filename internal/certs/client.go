@@ -279,7 +279,8 @@ func (c *Client) Current() *tls.Certificate {
 // it only waits). It returns an error when there has been no usable
 // client certificate for 5 minutes while the API server answers the
 // requests for a new one, as the kubelet exits then: restarted, nodelet
-// bootstraps again with --bootstrap-kubeconfig.
+// bootstraps again with --bootstrap-kubeconfig. Once ctx ended it
+// returns nil.
 func (c *Client) Run(ctx context.Context) error {
 	if c.manager == nil {
 		<-ctx.Done()
@@ -303,7 +304,7 @@ func (c *Client) Run(ctx context.Context) error {
 		if now.Sub(lastUsable) < expiredExit {
 			continue
 		}
-		if c.manager.ServerHealthy() {
+		if c.manager.ServerHealthy() && ctx.Err() == nil {
 			return fmt.Errorf("no usable client certificate since %s and the API server does not issue a new one: "+
 				"restart nodelet with --bootstrap-kubeconfig to bootstrap again", lastUsable.UTC().Format(time.RFC3339))
 		}

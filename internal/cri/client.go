@@ -68,11 +68,11 @@ type Client struct {
 
 // New wraps a runtime and an image service, real or fake. endpoint is only
 // used for Endpoint and messages. A nil log discards logs.
-func New(rs internalapi.RuntimeService, is internalapi.ImageManagerService, endpoint string, t Timeouts, log *slog.Logger) *Client {
+func New(rs internalapi.RuntimeService, is internalapi.ImageManagerService, endpoint string, t Timeouts, log *slog.Logger, opts ...Option) *Client {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{
+	c := &Client{
 		rs:       rs,
 		is:       is,
 		endpoint: endpoint,
@@ -80,6 +80,10 @@ func New(rs internalapi.RuntimeService, is internalapi.ImageManagerService, endp
 		log:      log,
 		klog:     logr.FromSlogHandler(demoted{log.Handler()}),
 	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // Dial connects to the CRI runtime at endpoint ("unix:///path" or a bare
@@ -90,11 +94,11 @@ func New(rs internalapi.RuntimeService, is internalapi.ImageManagerService, endp
 // and reads "no CRI runtime at <endpoint>: is containerd running?". A
 // runtime that answers "not ready yet" is asked again with a bounded
 // back-off, each attempt logged, for up to t.Ready.
-func Dial(ctx context.Context, endpoint string, t Timeouts, log *slog.Logger) (*Client, error) {
-	return dialWith(ctx, endpoint, t, log, clock.RealClock{})
+func Dial(ctx context.Context, endpoint string, t Timeouts, log *slog.Logger, opts ...Option) (*Client, error) {
+	return dialWith(ctx, endpoint, t, log, clock.RealClock{}, opts...)
 }
 
-func dialWith(ctx context.Context, endpoint string, t Timeouts, log *slog.Logger, clk clock.Clock) (*Client, error) {
+func dialWith(ctx context.Context, endpoint string, t Timeouts, log *slog.Logger, clk clock.Clock, opts ...Option) (*Client, error) {
 	ep, err := normalizeEndpoint(endpoint)
 	if err != nil {
 		return nil, err
@@ -102,6 +106,9 @@ func dialWith(ctx context.Context, endpoint string, t Timeouts, log *slog.Logger
 	c, err := dial(ctx, ep, t, log, clk)
 	if err != nil {
 		return nil, dialError(ctx, ep, err, log)
+	}
+	for _, o := range opts {
+		o(c)
 	}
 	return c, nil
 }

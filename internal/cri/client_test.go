@@ -297,11 +297,10 @@ func TestNormalizeEndpoint(t *testing.T) {
 
 func TestObserverGetsKubeletOperationNames(t *testing.T) {
 	rs, is := apitest.NewFakeRuntimeService(), apitest.NewFakeImageService()
-	c := New(rs, is, "fake", DefaultTimeouts(), nil)
 	var ops []string
-	c.SetObserver(func(op string, _ time.Duration, err error) {
+	c := New(rs, is, "fake", DefaultTimeouts(), nil, WithObserver(func(op string, _ time.Duration, err error) {
 		ops = append(ops, fmt.Sprintf("%s:%v", op, err != nil))
-	})
+	}))
 	ctx := context.Background()
 	_, _ = c.ListPodSandbox(ctx, nil)
 	rs.InjectError("StartContainer", errors.New("boom"))

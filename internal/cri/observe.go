@@ -9,8 +9,12 @@ import (
 // kubelet_runtime_operations_*), how long it took and how it ended.
 type Observer func(operation string, took time.Duration, err error)
 
-// SetObserver installs o; call it before the client is used.
-func (c *Client) SetObserver(o Observer) { c.observer = o }
+// Option tunes New and Dial.
+type Option func(*Client)
+
+// WithObserver makes o be told of every call (those of Dial's handshake
+// aside).
+func WithObserver(o Observer) Option { return func(c *Client) { c.observer = o } }
 
 // kubeletOperation maps this package's operation descriptions (without
 // the object ID) to the kubelet's operation_type label values.

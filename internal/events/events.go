@@ -49,7 +49,7 @@ type Recorder struct {
 	max   int
 	clock clock.PassiveClock
 	log   *slog.Logger
-	// forward, if set (SetForwarder, before any event), gets every event.
+	// forward, if set (WithForwarder), gets every event.
 	forward Forwarder
 
 	mu     sync.Mutex
@@ -59,20 +59,26 @@ type Recorder struct {
 // DefaultMax is how many events are kept when New gets 0.
 const DefaultMax = 1000
 
+// Option tunes New.
+type Option func(*Recorder)
+
+// WithForwarder makes f get every event.
+func WithForwarder(f Forwarder) Option { return func(r *Recorder) { r.forward = f } }
+
 // New returns a recorder keeping at most max events.
-func New(max int, clk clock.PassiveClock, log *slog.Logger) *Recorder {
+func New(max int, clk clock.PassiveClock, log *slog.Logger, opts ...Option) *Recorder {
 	if max <= 0 {
 		max = DefaultMax
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Recorder{max: max, clock: clk, log: log}
+	r := &Recorder{max: max, clock: clk, log: log}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
 }
-
-// SetForwarder makes f get every event from now on; call it before the
-// recorder is used.
-func (r *Recorder) SetForwarder(f Forwarder) { r.forward = f }
 
 // Event records an event about pod. An event equal to one already kept
 // (same pod, type, reason and message) updates that one's count and time.

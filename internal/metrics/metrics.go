@@ -205,6 +205,7 @@ func WithClock(clk clock.PassiveClock) Option { return func(m *Metrics) { m.clk 
 // RunningContainers. Metrics that reg already holds (an earlier New on the
 // same registry) are reused.
 func New(reg prometheus.Registerer, running func() (pods int, containersByState map[string]int), opts ...Option) *Metrics {
+	calls := NewRuntimeCalls(reg)
 	m := &Metrics{
 		PodStartDuration: Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Subsystem: subsystem,
@@ -262,22 +263,9 @@ func New(reg prometheus.Registerer, running func() (pods int, containersByState 
 			Name:      "evented_pleg_active",
 			Help:      "1 while the PLEG follows the CRI container event stream (relisting only as a safety net), 0 while it relists every period. nodelet's own metric.",
 		})),
-		RuntimeOperations: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: subsystem,
-			Name:      "runtime_operations_total",
-			Help:      "Cumulative number of runtime operations by operation type.",
-		}, []string{"operation_type"})),
-		RuntimeOperationsDuration: Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Subsystem: subsystem,
-			Name:      "runtime_operations_duration_seconds",
-			Help:      "Duration in seconds of runtime operations. Broken down by operation type.",
-			Buckets:   prometheus.ExponentialBuckets(.005, 2.5, 14),
-		}, []string{"operation_type"})),
-		RuntimeOperationsErrors: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
-			Subsystem: subsystem,
-			Name:      "runtime_operations_errors_total",
-			Help:      "Cumulative number of runtime operation errors by operation type.",
-		}, []string{"operation_type"})),
+		RuntimeOperations:         calls.operations,
+		RuntimeOperationsDuration: calls.duration,
+		RuntimeOperationsErrors:   calls.errors,
 		StartedPods: Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: subsystem,
 			Name:      "started_pods_total",
@@ -335,13 +323,46 @@ func (m *Metrics) ObserveRuntimeOp(op string, start time.Time, err error) {
 	}
 }
 
-// ObserveRuntimeCall records a CRI call that took took and ended with err
-// (a cri.Observer).
-func (m *Metrics) ObserveRuntimeCall(op string, took time.Duration, err error) {
-	m.RuntimeOperations.WithLabelValues(op).Inc()
-	m.RuntimeOperationsDuration.WithLabelValues(op).Observe(took.Seconds())
+// RuntimeCalls are the CRI call metrics (kubelet_runtime_operations_*) on
+// their own: the CRI client is dialled with their Observe before the other
+// metrics can exist (the running pods gauge needs the pipeline's parts).
+// New on the same registry shares them.
+type RuntimeCalls struct {
+	operations *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	errors     *prometheus.CounterVec
+}
+
+// NewRuntimeCalls creates the CRI call metrics and registers them on reg
+// (a nil reg leaves them unregistered), or reuses those reg holds.
+func NewRuntimeCalls(reg prometheus.Registerer) *RuntimeCalls {
+	return &RuntimeCalls{
+		operations: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: subsystem,
+			Name:      "runtime_operations_total",
+			Help:      "Cumulative number of runtime operations by operation type.",
+		}, []string{"operation_type"})),
+		duration: Register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Subsystem: subsystem,
+			Name:      "runtime_operations_duration_seconds",
+			Help:      "Duration in seconds of runtime operations. Broken down by operation type.",
+			Buckets:   prometheus.ExponentialBuckets(.005, 2.5, 14),
+		}, []string{"operation_type"})),
+		errors: Register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Subsystem: subsystem,
+			Name:      "runtime_operations_errors_total",
+			Help:      "Cumulative number of runtime operation errors by operation type.",
+		}, []string{"operation_type"})),
+	}
+}
+
+// Observe records a CRI call that took took and ended with err (a
+// cri.Observer).
+func (r *RuntimeCalls) Observe(op string, took time.Duration, err error) {
+	r.operations.WithLabelValues(op).Inc()
+	r.duration.WithLabelValues(op).Observe(took.Seconds())
 	if err != nil {
-		m.RuntimeOperationsErrors.WithLabelValues(op).Inc()
+		r.errors.WithLabelValues(op).Inc()
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/podupdate"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	testingclock "k8s.io/utils/clock/testing"
@@ -288,4 +289,19 @@ func TestRegister(t *testing.T) {
 		}
 	}()
 	Register(reg, prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodelet_test_total", Help: "A test counter."}))
+}
+
+// The CRI client is dialled with RuntimeCalls' observer before New runs on
+// the same registry: both count into the same metrics.
+func TestRuntimeCallsSharedWithNew(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	calls := NewRuntimeCalls(reg)
+	m := New(reg, nil)
+	calls.Observe(OpVersion, time.Second, errors.New("x"))
+	if got := testutil.ToFloat64(m.RuntimeOperations.WithLabelValues(OpVersion)); got != 1 {
+		t.Errorf("runtime_operations_total = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.RuntimeOperationsErrors.WithLabelValues(OpVersion)); got != 1 {
+		t.Errorf("runtime_operations_errors_total = %v, want 1", got)
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/notify"
 	"github.com/nodelet/nodelet/internal/podspec"
 )
 
@@ -65,8 +66,11 @@ type Deps struct {
 	// (podworker.Workers.IsStaticPodTerminating): the mirror pod of that
 	// name is then neither deleted, replaced nor created.
 	Terminating func(fullName string) bool
-	Clock       clock.WithTicker
-	Log         *slog.Logger
+	// Kicks, when set, is kicked by others for a pass now (statussync
+	// asks, as the kubelet creates mirror pods in syncPod), as Kick is.
+	Kicks *notify.Kick
+	Clock clock.WithTicker
+	Log   *slog.Logger
 }
 
 // Manager keeps mirror pods in step with static pods.
@@ -79,7 +83,7 @@ type Manager struct {
 	// tried are the last attempts, by namespace/name: the same one is not
 	// made again before RetryAfter.
 	tried map[string]attempt
-	kick  chan struct{}
+	kick  *notify.Kick
 }
 
 // attempt is what a pass did for a static pod: create the mirror pod for
@@ -99,18 +103,16 @@ func New(deps Deps) *Manager {
 	if deps.Clock == nil {
 		deps.Clock = clock.RealClock{}
 	}
-	return &Manager{deps: deps, refused: map[string]string{}, tried: map[string]attempt{}, kick: make(chan struct{}, 1)}
+	if deps.Kicks == nil {
+		deps.Kicks = notify.NewKick()
+	}
+	return &Manager{deps: deps, refused: map[string]string{}, tried: map[string]attempt{}, kick: deps.Kicks}
 }
 
 // Kick asks for a pass now, without waiting for the Period: a static pod
 // has no mirror pod yet (statussync asks, as the kubelet creates mirror
 // pods in syncPod).
-func (m *Manager) Kick() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
-}
+func (m *Manager) Kick() { m.kick.Kick() }
 
 // Handler is for the node's pod informer: a mirror pod deleted or marked
 // for deletion (by a user, or the garbage collector) starts a pass, so it
@@ -148,7 +150,7 @@ func (m *Manager) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		case <-m.kick:
+		case <-m.kick.C():
 		}
 	}
 }

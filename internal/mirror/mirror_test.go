@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/notify"
 	"github.com/nodelet/nodelet/internal/podspec"
 )
 
@@ -252,7 +253,7 @@ func TestMirrorHandlerKicks(t *testing.T) {
 	h := m.Handler()
 	kicked := func() bool {
 		select {
-		case <-m.kick:
+		case <-m.kick.C():
 			return true
 		default:
 			return false
@@ -369,5 +370,18 @@ func TestIsMirrorOf(t *testing.T) {
 	}
 	if IsMirrorOf(mirror, static("web", "hash-1")) {
 		t.Error("the mirror pod of another name taken as this one's")
+	}
+}
+
+// A kick sent on Deps.Kicks by another part (statussync) asks for a pass,
+// as Kick does.
+func TestDepsKicksAskForAPass(t *testing.T) {
+	kicks := notify.NewKick()
+	m := New(Deps{Kicks: kicks})
+	kicks.Kick()
+	select {
+	case <-m.kick.C():
+	default:
+		t.Error("a kick on Deps.Kicks does not reach the manager")
 	}
 }

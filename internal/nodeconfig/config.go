@@ -314,8 +314,8 @@ func (cfg Config) CertDirectory() string {
 // ManagedConfig configures the containerd and registry nodelet runs itself
 // when no runtime endpoint is given.
 type ManagedConfig struct {
-	// Containerd is the managed containerd's configuration; Dir and Mirror
-	// are filled in by the agent.
+	// Containerd is the managed containerd's configuration; Dir and
+	// SystemdCgroup are filled in by ManagedRuntime, Mirror by the agent.
 	Containerd containerd.Config
 	// RegistryAddress is the loopback address of the image registry.
 	RegistryAddress string

@@ -23,6 +23,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/notify"
 	"github.com/nodelet/nodelet/internal/testutil"
 )
 
@@ -170,6 +171,7 @@ type harness struct {
 
 	failures      atomic.Int64 // OnRepeatedHeartbeatFailure calls
 	leaseFailures atomic.Int64 // OnLeaseFailure calls
+	changed       *notify.Kick // Deps.Changed, as the graceful shutdown kicks it
 	uids          atomic.Int64
 
 	mu      sync.Mutex
@@ -225,7 +227,9 @@ func newHarness(t *testing.T, opts func(o *Options), objects ...runtime.Object) 
 	if opts != nil {
 		opts(&o)
 	}
+	h.changed = notify.NewKick()
 	m, err := New(h.client, o, Deps{
+		Changed: h.changed,
 		Runtime: h.rt,
 		Machine: h.machine,
 		PLEGHealthy: func() (bool, error) {
@@ -306,7 +310,7 @@ func (h *harness) settle() {
 	})
 	// Events handled after the store changed (a deletion's trigger).
 	testutil.Eventually(h.t, "the status and lease goroutines to wait on the clock", func() bool {
-		return h.clk.Waiters() == 2 && len(h.m.trigger) == 0 && len(h.m.leaseWake) == 0
+		return h.clk.Waiters() == 2 && len(h.m.trigger.C()) == 0 && len(h.m.leaseWake) == 0
 	})
 }
 

@@ -23,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/notify"
 )
 
 const (
@@ -73,8 +75,8 @@ type Manager struct {
 	informer cache.Controller
 
 	// trigger asks the status goroutine to compute and report now; one
-	// pending request stands for any number (size 1).
-	trigger chan struct{}
+	// pending request stands for any number (Deps.Changed, or its own).
+	trigger *notify.Kick
 	// leaseWake tells the lease goroutine the Node's UID is known (size
 	// 1), so that a lease waiting for its owner is created at once.
 	leaseWake chan struct{}
@@ -143,9 +145,12 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		clk:         d.Clock,
 		log:         log.With("node", cfg.nodeName),
 		rand:        d.Rand,
-		trigger:     make(chan struct{}, 1),
+		trigger:     d.Changed,
 		leaseWake:   make(chan struct{}, 1),
 		rt:          runtimeState{networkErr: errNetworkUnknown},
+	}
+	if m.trigger == nil {
+		m.trigger = notify.NewKick()
 	}
 	if m.rand == nil {
 		m.rand = rand.Float64
@@ -206,12 +211,7 @@ func (m *Manager) Run(ctx context.Context) {
 // Trigger asks for the status to be computed and reported now, if it
 // changed: the runtime became ready, a pressure was relieved. It never
 // blocks.
-func (m *Manager) Trigger() {
-	select {
-	case m.trigger <- struct{}{}:
-	default:
-	}
-}
+func (m *Manager) Trigger() { m.trigger.Kick() }
 
 // Node is the Node as nodelet last saw it: the API's (labels, taints and
 // allocatable as admission needs them), or before registration the one
@@ -344,7 +344,7 @@ func (m *Manager) runStatus(ctx context.Context) {
 			t.Stop()
 			return
 		case <-t.C():
-		case <-m.trigger:
+		case <-m.trigger.C():
 			t.Stop()
 			forced = true
 		}

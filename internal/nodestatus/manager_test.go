@@ -191,6 +191,13 @@ func TestPatchOnlyOnChange(t *testing.T) {
 	if r := readyCondition(t, h.node()); r.Status != v1.ConditionTrue {
 		t.Errorf("Ready after the trigger = %+v", r)
 	}
+
+	// Told by another part (Deps.Changed: the graceful shutdown), too.
+	n = h.mark()
+	h.rt.set(func(r *fakeRuntime) { r.network = false })
+	h.changed.Kick()
+	testutil.Eventually(t, "the patch Changed asked for", func() bool { return count(h.since(n), "patch", "nodes", "status") == 1 })
+	h.settle()
 }
 
 // The eviction manager's MemoryPressure is the Node's, with the

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/eviction"
+	"github.com/nodelet/nodelet/internal/notify"
 )
 
 // Defaults, the kubelet's (KubeletConfiguration v1beta1 and kubelet.go).
@@ -175,6 +176,10 @@ type Deps struct {
 	// shuts down (shutdown.Manager.Status): Ready is then false with it;
 	// nil: none.
 	ShutdownStatus func() error
+	// Changed, when set, is kicked by others when what the status says
+	// may have changed (shutdown.Deps.NodeChanged): the status is then
+	// computed and reported at once, as on Trigger. nil: only Trigger.
+	Changed *notify.Kick
 	// Events receives the kubelet's node events (NodeReady,
 	// NodeHasSufficientMemory, Rebooted, ...); nil: none.
 	Events EventRecorder

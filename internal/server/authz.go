@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -285,4 +286,20 @@ func ClusterAuthorizationWarning(a Auth, tokenWebhook bool) string {
 			AuthorizationNodeletGroups, readers, strings.Join(readOnlyPaths, ", "), AdminGroup, AuthorizationWebhook)
 	}
 	return ""
+}
+
+// NodeEventRecorder records events about the node (events.Recorder).
+type NodeEventRecorder interface {
+	NodeEvent(node, eventType, reason, message string)
+}
+
+// WarnClusterAuthorization records ClusterAuthorizationWarning, for the
+// kubelet API s serves, as a warning event about node; nothing when s
+// serves nothing (no Addr) or authorization is Webhook.
+func WarnClusterAuthorization(rec NodeEventRecorder, node string, s Settings) {
+	msg := ClusterAuthorizationWarning(s.Auth, s.WebhookAuthn)
+	if msg == "" || s.Addr == "" {
+		return
+	}
+	rec.NodeEvent(node, v1.EventTypeWarning, InsecureAuthorizationReason, msg)
 }

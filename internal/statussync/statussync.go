@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/mirror"
+	"github.com/nodelet/nodelet/internal/notify"
 	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/statusmanager"
 )
@@ -79,8 +80,11 @@ type Deps struct {
 	// KickMirrors, when set, asks for a static pod's mirror pod at once
 	// (mirror.Manager.Kick) when it has none yet.
 	KickMirrors func()
-	Clock       clock.WithTicker
-	Log         *slog.Logger
+	// Finished, when set, are the pods whose worker finished
+	// (podworker.Deps.OnFinished adds them): as PodFinished says.
+	Finished *notify.UIDs
+	Clock    clock.WithTicker
+	Log      *slog.Logger
 }
 
 // entry is the newest status of a pod, and the pod it is for.
@@ -132,19 +136,27 @@ func New(deps Deps) *Syncer {
 	return &Syncer{deps: deps, pods: map[types.UID]*entry{}, created: map[string]*v1.Pod{}, wake: make(chan struct{}, 1)}
 }
 
-// PodFinished is told a pod's worker finished (podworker.Deps.OnFinished):
+// PodFinished is told a pod's worker finished (as Deps.Finished tells):
 // its terminal phase may be reported now, and a pod deleted in the API
 // deleted for good, without waiting for the next full pass.
 func (s *Syncer) PodFinished(uid types.UID) {
-	s.mu.Lock()
-	e := s.pods[uid]
-	if e != nil {
-		e.dirty = true
-	}
-	s.mu.Unlock()
-	if e != nil {
+	if s.markFinished(uid) {
 		s.wakeUp()
 	}
+}
+
+// markFinished marks the pods whose worker finished dirty, and says
+// whether it knew any of them.
+func (s *Syncer) markFinished(uids ...types.UID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	known := false
+	for _, uid := range uids {
+		if e := s.pods[uid]; e != nil {
+			e.dirty, known = true, true
+		}
+	}
+	return known
 }
 
 func (s *Syncer) wakeUp() {
@@ -252,6 +264,10 @@ func (s *Syncer) Run(ctx context.Context) {
 			return
 		case <-s.deps.Statuses.Changed():
 		case <-s.wake:
+		case <-s.deps.Finished.C():
+			if !s.markFinished(s.deps.Finished.Take()...) {
+				continue
+			}
 		case <-t.C():
 			all = true
 		}

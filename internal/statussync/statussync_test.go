@@ -20,8 +20,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/notify"
 	"github.com/nodelet/nodelet/internal/podspec"
 	"github.com/nodelet/nodelet/internal/statusmanager"
+	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -259,6 +261,34 @@ func TestTerminalPhaseRules(t *testing.T) {
 	if got := Merge(v1.PodStatus{}, failed, true); got.Phase != v1.PodPending {
 		t.Errorf("phase = %q, want Pending", got.Phase)
 	}
+}
+
+// A pod whose worker finished, told through Deps.Finished (the pod
+// workers' OnFinished), is deleted for good in a pass at once, not at the
+// next full one.
+func TestFinishedStartsPass(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	now := metav1.NewTime(t0)
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	h := newHarness(t, pod)
+	finished := notify.NewUIDs()
+	h.s.deps.Finished = finished
+	stopped := running(false)
+	stopped.Phase = v1.PodSucceeded
+	h.statuses.SetPodStatus(pod, stopped)
+	h.s.SyncBatch(t.Context(), false)
+	h.refresh()
+	h.workers.finished["uid-1"] = true
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); h.s.Run(ctx) }()
+	finished.Add("uid-1")
+	testutil.Eventually(t, "the final delete", func() bool {
+		_, err := h.client.CoreV1().Pods("default").Get(ctx, "web", metav1.GetOptions{})
+		return err != nil
+	})
+	cancel()
+	<-done
 }
 
 // A pod the API marked for deletion is deleted for good (grace 0, UID

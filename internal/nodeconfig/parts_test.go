@@ -1,0 +1,50 @@
+package nodeconfig
+
+import "testing"
+
+// The optional parts are there exactly when the configuration asks.
+func TestOptionalParts(t *testing.T) {
+	cfg := DefaultConfig("/var/lib/nodelet")
+	cfg.NodeName = "n"
+	if m := cfg.ManagedRuntime(); m == nil || m.Containerd.Dir != "/var/lib/nodelet/containerd" {
+		t.Errorf("no runtime endpoint: managed runtime %+v, want one in <root>/containerd", m)
+	}
+	cfg.CgroupDriver = "systemd"
+	if m := cfg.ManagedRuntime(); !m.Containerd.SystemdCgroup {
+		t.Error("the systemd cgroup driver does not reach the managed containerd")
+	}
+	cfg.RuntimeEndpoint = "unix:///run/containerd/containerd.sock"
+	if m := cfg.ManagedRuntime(); m != nil {
+		t.Errorf("a runtime endpoint and a managed runtime: %+v", m)
+	}
+	if cfg.APIClient() != nil || cfg.ServingCertificate() != nil {
+		t.Error("standalone has an API client or a serving certificate")
+	}
+	cfg.Kubeconfig, cfg.ServerTLSBootstrap = "/etc/kubernetes/kubelet.conf", true
+	if c := cfg.APIClient(); c == nil || c.Kubeconfig != cfg.Kubeconfig || c.CertDir != cfg.CertDirectory() {
+		t.Errorf("cluster mode: API client %+v", c)
+	}
+	if s := cfg.ServingCertificate(); s == nil || s.NodeName != "n" {
+		t.Errorf("serverTLSBootstrap: serving certificate %+v", s)
+	}
+
+	cfg.EventRecordQPS, cfg.EventBurst = 0, 7
+	if qps, burst := cfg.EventRateLimit(); qps != -1 || burst != 7 {
+		t.Errorf("eventRecordQPS 0: %v, %v; want no limit (-1), 7", qps, burst)
+	}
+	cfg.EventRecordQPS = 5
+	if qps, _ := cfg.EventRateLimit(); qps != 5 {
+		t.Errorf("eventRecordQPS 5: %v", qps)
+	}
+
+	cfg.Port, cfg.HealthzPort, cfg.ReadOnlyPort = 0, 0, 0
+	if l := cfg.Listeners(); l.HealthzAddr != "" || l.Secure.Addr != "" || l.ReadOnlyAddr != "" {
+		t.Errorf("every port 0: %+v", l)
+	}
+	cfg.Port, cfg.HealthzPort, cfg.ReadOnlyPort = 10250, 10248, 10255
+	cfg.Address, cfg.HealthzBindAddress = "0.0.0.0", "127.0.0.1"
+	l := cfg.Listeners()
+	if l.HealthzAddr != "127.0.0.1:10248" || l.Secure.Addr != "0.0.0.0:10250" || l.ReadOnlyAddr != "0.0.0.0:10255" {
+		t.Errorf("listeners %q %q %q", l.HealthzAddr, l.Secure.Addr, l.ReadOnlyAddr)
+	}
+}
