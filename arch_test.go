@@ -93,14 +93,46 @@ func either(fs ...func(string) bool) func(string) bool {
 	}
 }
 
-// purePackages are the packages ARCHITECTURE.md marks "(pure)": no I/O, no
-// clock, no randomness, no logging. podconfig is not among them: its Merge
-// is pure, the package also runs the fan-in loop.
-var purePackages = []string{
-	internal("plan"), internal("observed"), internal("status"), internal("podspec"),
-	internal("envvars"), internal("podnet"), internal("securitycontext"),
-	internal("admission"), internal("redact"), internal("podupdate"), internal("podsetup"),
+// The folders below internal/ are roles (ARCHITECTURE.md, "The tree"):
+// each may import only the folders listed for it (rule 16), so that the
+// pipeline never depends on what runs beside it or reads it. agent and
+// nodeconfig, at the top, may import every folder; nothing imports them
+// but cmd.
+var folders = map[string][]string{
+	"pure":     {"pure"},
+	"base":     {"base", "pure"},
+	"pipeline": {"pipeline", "base", "pure"},
+	"node":     {"node", "pipeline", "base", "pure"},
+	"cluster":  {"cluster", "node", "pipeline", "base", "pure"},
+	"serve":    {"serve", "pipeline", "base", "pure"},
+	"managed":  {"managed", "base", "pure"},
 }
+
+// folderOrder lists the role folders from the bottom up.
+var folderOrder = []string{"pure", "base", "pipeline", "node", "cluster", "serve", "managed"}
+
+// folderOf is the role folder of a package of the module ("" for agent,
+// nodeconfig, cmd and test).
+func folderOf(p string) string {
+	rest, ok := strings.CutPrefix(p, module+"/internal/")
+	if !ok {
+		return ""
+	}
+	f, _, nested := strings.Cut(rest, "/")
+	if _, known := folders[f]; !known || !nested {
+		return ""
+	}
+	return f
+}
+
+// inFolder matches the packages of one role folder.
+func inFolder(f string) func(string) bool { return func(p string) bool { return folderOf(p) == f } }
+
+// pure matches the packages of the pure folder, those ARCHITECTURE.md
+// marks "(pure)": no I/O, no clock, no randomness, no logging. podconfig
+// is not among them: its Merge is pure, the package also runs the fan-in
+// loop.
+var pure = inFolder("pure")
 
 // impure matches what a pure package may not import: the file system,
 // processes and the network (net/netip and net/url are pure parsing and
@@ -109,7 +141,7 @@ var purePackages = []string{
 // securitycontext translate to them.
 var impure = either(
 	is("os", "syscall", "golang.org/x/sys", "net/http", "net/rpc", "net/smtp", "log", "k8s.io/klog",
-		"google.golang.org/grpc", "k8s.io/cri-client", internal("cri"), "k8s.io/utils/clock", "crypto/rand", "math/rand"),
+		"google.golang.org/grpc", "k8s.io/cri-client", internal("pipeline/cri"), "k8s.io/utils/clock", "crypto/rand", "math/rand"),
 	exactly("net"),
 )
 
@@ -120,13 +152,11 @@ func stdlibOrAPI(p string) bool {
 	return !strings.Contains(first, ".") || is("k8s.io/api", "k8s.io/apimachinery")(p)
 }
 
-// apiClients are the packages that talk to the API server (DESIGN rule
-// 7): cluster mode's parts, the secure port's webhook authentication and
-// authorization, and agent, which wires them.
-var apiClients = []string{
-	internal("certs"), internal("nodestatus"), internal("statussync"), internal("mirror"), internal("objects"),
-	internal("token"), internal("podsource"), internal("server"), internal("agent"), internal("apievents"),
-}
+// apiClient matches the packages that talk to the API server (DESIGN rule
+// 7): cluster mode's folder, and beside it the API pod source, the secure
+// port's webhook authentication and authorization, and agent, which wires
+// them.
+var apiClient = either(inFolder("cluster"), is(internal("pipeline/podsource"), internal("serve/server"), internal("agent")))
 
 // kubernetesAllowed are the only k8s.io/kubernetes packages that
 // apivalidation imports directly (see its doc comment): the internal core
@@ -153,23 +183,46 @@ func kubernetesOutsideAllowed(p string) bool {
 }
 
 func rules() []rule {
+	return append(namedRules(), folderRules()...)
+}
+
+// folderRules are rule 16, one per role folder: it imports nothing of the
+// module outside the folders listed for it (so nothing of agent or
+// nodeconfig either). For the pure folder this is also rule 10's "only
+// pure packages of nodelet".
+func folderRules() []rule {
+	var out []rule
+	for _, f := range folderOrder {
+		allowed := folders[f]
+		out = append(out, rule{
+			Name: fmt.Sprintf("16: %s/ imports only %s/ of nodelet", f, strings.Join(allowed, "/, ")),
+			From: inFolder(f),
+			Forbidden: func(imp string) bool {
+				return strings.HasPrefix(imp, module+"/") && !slices.Contains(allowed, folderOf(imp))
+			},
+		})
+	}
+	return out
+}
+
+func namedRules() []rule {
 	grpc := is("google.golang.org/grpc")
 	return []rule{
 		{
 			Name: "1: plan and observed import no gRPC, CRI, os, net or logging",
-			From: is(internal("plan"), internal("observed")),
-			Forbidden: is("google.golang.org/grpc", "k8s.io/cri-api", "k8s.io/cri-client", internal("cri"),
+			From: is(internal("pure/plan"), internal("pure/observed")),
+			Forbidden: is("google.golang.org/grpc", "k8s.io/cri-api", "k8s.io/cri-client", internal("pipeline/cri"),
 				"os", "net", "log", "log/slog", "k8s.io/klog"),
 		},
 		{
 			Name:      "2: only cri imports google.golang.org/grpc",
-			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("cri"))(p) },
+			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("pipeline/cri"))(p) },
 			Forbidden: grpc,
 		},
 		{
 			Name:       "3: podworker does not depend on podruntime, cri or syncloop",
-			From:       is(internal("podworker")),
-			Forbidden:  is(internal("podruntime"), internal("cri"), internal("syncloop")),
+			From:       is(internal("pipeline/podworker")),
+			Forbidden:  is(internal("pipeline/podruntime"), internal("pipeline/cri"), internal("pipeline/syncloop")),
 			Transitive: true,
 		},
 		{
@@ -179,7 +232,7 @@ func rules() []rule {
 		},
 		{
 			Name:      "5: production code never imports testing or httptest",
-			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("testutil"))(p) },
+			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("base/testutil"))(p) },
 			Forbidden: is("testing", "net/http/httptest", "testing/quick", "testing/fstest", "testing/iotest"),
 		},
 		{
@@ -190,68 +243,63 @@ func rules() []rule {
 		{
 			Name: "7: only the cluster-mode packages talk to the API server",
 			From: func(p string) bool {
-				return strings.HasPrefix(p, module+"/internal") && !is(apiClients...)(p)
+				return strings.HasPrefix(p, module+"/internal") && !apiClient(p)
 			},
 			Forbidden: either(is("k8s.io/client-go/kubernetes", "k8s.io/client-go/rest", "k8s.io/client-go/informers",
 				"k8s.io/client-go/tools/cache", "k8s.io/client-go/dynamic")),
 		},
 		{
 			Name:      "8: only apivalidation imports k8s.io/kubernetes",
-			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("apivalidation"))(p) },
+			From:      func(p string) bool { return strings.HasPrefix(p, module) && !is(internal("pipeline/apivalidation"))(p) },
 			Forbidden: is("k8s.io/kubernetes"),
 		},
 		{
 			Name:      "8: apivalidation imports only core, core/v1, core/validation, api/pod and capabilities of k8s.io/kubernetes",
-			From:      is(internal("apivalidation")),
+			From:      is(internal("pipeline/apivalidation")),
 			Forbidden: kubernetesOutsideAllowed,
 		},
 		{
 			Name:      "9: only tests import testutil",
 			From:      func(p string) bool { return strings.HasPrefix(p, module) },
-			Forbidden: is(internal("testutil")),
+			Forbidden: is(internal("base/testutil")),
 		},
 		{
 			Name:      "10: pure packages import no I/O, clock, randomness, logging, gRPC or CRI client",
-			From:      exactly(purePackages...),
+			From:      pure,
 			Forbidden: impure,
 		},
 		{
-			Name:      "10: pure packages import only pure packages of nodelet",
-			From:      exactly(purePackages...),
-			Forbidden: func(p string) bool { return strings.HasPrefix(p, module+"/") && !slices.Contains(purePackages, p) },
-		},
-		{
 			Name:      "10: podspec imports only the standard library, k8s.io/api and k8s.io/apimachinery",
-			From:      is(internal("podspec")),
+			From:      is(internal("pure/podspec")),
 			Forbidden: not(stdlibOrAPI),
 		},
 		{
 			Name:       "11: podresources does not depend on status",
-			From:       is(internal("podresources")),
-			Forbidden:  is(internal("status")),
+			From:       is(internal("node/podresources")),
+			Forbidden:  is(internal("pure/status")),
 			Transitive: true,
 		},
 		{
 			Name:       "12: podruntime does not depend on pleg",
-			From:       is(internal("podruntime")),
-			Forbidden:  is(internal("pleg")),
+			From:       is(internal("pipeline/podruntime")),
+			Forbidden:  is(internal("pipeline/pleg")),
 			Transitive: true,
 		},
 		{
 			Name:       "14: podruntime depends on no per-pod resource manager: hooks hand it what they set up",
-			From:       is(internal("podruntime")),
-			Forbidden:  is(internal("podresources"), internal("volume"), internal("userns"), internal("prober")),
+			From:       is(internal("pipeline/podruntime")),
+			Forbidden:  is(internal("node/podresources"), internal("node/volume"), internal("node/userns"), internal("pipeline/prober")),
 			Transitive: true,
 		},
 		{
 			Name:       "15: certstore depends on no client-go, server not on client-go's certificate manager",
-			From:       is(internal("certstore")),
+			From:       is(internal("base/certstore")),
 			Forbidden:  is("k8s.io/client-go"),
 			Transitive: true,
 		},
 		{
 			Name:       "15: certstore depends on no client-go, server not on client-go's certificate manager",
-			From:       is(internal("server")),
+			From:       is(internal("serve/server")),
 			Forbidden:  is("k8s.io/client-go/util/certificate"),
 			Transitive: true,
 		},
@@ -290,27 +338,34 @@ func TestDependencyRules(t *testing.T) {
 // package that breaks it.
 func TestDependencyRulesCatchViolations(t *testing.T) {
 	bad := []goPackage{
-		{ImportPath: internal("observed"), Imports: []string{"k8s.io/cri-api/pkg/apis/runtime/v1"}},
-		{ImportPath: internal("podruntime"), Imports: []string{"google.golang.org/grpc/status"}},
-		{ImportPath: internal("podworker"), Deps: []string{internal("cri")}},
-		{ImportPath: internal("server"), Imports: []string{internal("agent")}},
-		{ImportPath: internal("gc"), Imports: []string{"testing"}},
-		{ImportPath: internal("server"), Imports: []string{"flag"}},
-		{ImportPath: internal("podruntime"), Imports: []string{"k8s.io/client-go/kubernetes"}},
-		{ImportPath: internal("podsource"), Imports: []string{"k8s.io/kubernetes/pkg/apis/core/validation"}},
-		{ImportPath: internal("apivalidation"), Imports: []string{
+		{ImportPath: internal("pure/observed"), Imports: []string{"k8s.io/cri-api/pkg/apis/runtime/v1"}},
+		{ImportPath: internal("pipeline/podruntime"), Imports: []string{"google.golang.org/grpc/status"}},
+		{ImportPath: internal("pipeline/podworker"), Deps: []string{internal("pipeline/cri")}},
+		{ImportPath: internal("nodeconfig"), Imports: []string{internal("agent")}},
+		{ImportPath: internal("node/gc"), Imports: []string{"testing"}},
+		{ImportPath: internal("serve/server"), Imports: []string{"flag"}},
+		{ImportPath: internal("pipeline/podruntime"), Imports: []string{"k8s.io/client-go/kubernetes"}},
+		{ImportPath: internal("pipeline/podsource"), Imports: []string{"k8s.io/kubernetes/pkg/apis/core/validation"}},
+		{ImportPath: internal("pipeline/apivalidation"), Imports: []string{
 			"k8s.io/kubernetes/pkg/apis/core", // allowed
 			"k8s.io/kubernetes/pkg/apis/core/helper",
 		}},
-		{ImportPath: internal("logs"), Imports: []string{internal("testutil")}},
-		{ImportPath: internal("podnet"), Imports: []string{"net/netip", "net/url", "net"}},
-		{ImportPath: internal("admission"), Imports: []string{internal("podspec"), internal("volume")}},
-		{ImportPath: internal("podspec"), Imports: []string{"k8s.io/api/core/v1", "k8s.io/utils/ptr"}},
-		{ImportPath: internal("podresources"), Deps: []string{internal("podspec"), internal("status")}},
-		{ImportPath: internal("podruntime"), Deps: []string{internal("cri"), internal("pleg")}},
-		{ImportPath: internal("podruntime"), Deps: []string{internal("podsetup"), internal("volume")}},
-		{ImportPath: internal("certstore"), Deps: []string{internal("beneath"), "k8s.io/client-go/util/cert"}},
-		{ImportPath: internal("server"), Deps: []string{"k8s.io/client-go/kubernetes", "k8s.io/client-go/util/certificate"}},
+		{ImportPath: internal("base/logs"), Imports: []string{internal("base/testutil")}},
+		{ImportPath: internal("pure/podnet"), Imports: []string{"net/netip", "net/url", "net"}},
+		{ImportPath: internal("pure/podspec"), Imports: []string{"k8s.io/api/core/v1", "k8s.io/utils/ptr"}},
+		{ImportPath: internal("node/podresources"), Deps: []string{internal("pure/podspec"), internal("pure/status")}},
+		{ImportPath: internal("pipeline/podruntime"), Deps: []string{internal("pipeline/cri"), internal("pipeline/pleg")}},
+		{ImportPath: internal("pipeline/podruntime"), Deps: []string{internal("pure/podsetup"), internal("node/volume")}},
+		{ImportPath: internal("base/certstore"), Deps: []string{internal("base/beneath"), "k8s.io/client-go/util/cert"}},
+		{ImportPath: internal("serve/server"), Deps: []string{"k8s.io/client-go/kubernetes", "k8s.io/client-go/util/certificate"}},
+		// 16, one per folder: a folder importing one it may not.
+		{ImportPath: internal("pure/admission"), Imports: []string{internal("pure/podspec"), internal("node/volume")}},
+		{ImportPath: internal("base/bounded"), Imports: []string{internal("pure/redact"), internal("pipeline/cri")}},
+		{ImportPath: internal("pipeline/syncloop"), Imports: []string{internal("base/atomicfile"), internal("node/eviction")}},
+		{ImportPath: internal("node/eviction"), Imports: []string{internal("pipeline/podworker"), internal("serve/stats")}},
+		{ImportPath: internal("cluster/nodestatus"), Imports: []string{internal("node/eviction"), internal("nodeconfig")}},
+		{ImportPath: internal("serve/server"), Imports: []string{internal("base/logs"), internal("cluster/certs")}},
+		{ImportPath: internal("managed/registry"), Imports: []string{internal("base/bounded"), internal("pipeline/cri")}},
 	}
 	got := violations(bad, rules())
 	if len(got) != len(bad) {
@@ -319,6 +374,18 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 	for i, r := range rules() {
 		if !strings.Contains(got[i], r.Name) {
 			t.Errorf("violation %d = %q, want rule %q", i, got[i], r.Name)
+		}
+	}
+}
+
+// Every package below internal/ is in a role folder, or is one of the two
+// at the top: the composition root and the settings.
+func TestEveryPackageInARoleFolder(t *testing.T) {
+	top := []string{internal("agent"), internal("nodeconfig")}
+	for _, p := range listPackages(t) {
+		if strings.HasPrefix(p.ImportPath, module+"/internal/") && folderOf(p.ImportPath) == "" && !slices.Contains(top, p.ImportPath) {
+			t.Errorf("package %s is in no role folder of internal/ (%s): put it in the one its role is (ARCHITECTURE.md, \"The tree\")",
+				p.ImportPath, strings.Join(folderOrder, ", "))
 		}
 	}
 }

@@ -13,8 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	utilexec "k8s.io/client-go/util/exec"
 
-	"github.com/nodelet/nodelet/internal/cli"
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/serve/cli"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 // clientFlags are the flags of the commands that talk to a running

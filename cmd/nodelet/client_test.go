@@ -9,7 +9,7 @@ import (
 
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 // startNodeletAPI serves the secure API with the credentials nodelet

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodelet/nodelet/internal/registry"
+	"github.com/nodelet/nodelet/internal/managed/registry"
 )
 
 // newImagesCommand is `nodelet images`: the node's local image store.

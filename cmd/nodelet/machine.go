@@ -14,7 +14,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodelet/nodelet/internal/userns"
+	"github.com/nodelet/nodelet/internal/node/userns"
 )
 
 // machineCapacity is the node's CPUs and memory, and the memory in bytes.

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/nodelet/nodelet/internal/nodeconfig"
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 func TestExitCodePrintsOneLine(t *testing.T) {

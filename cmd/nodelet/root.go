@@ -17,9 +17,9 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/agent"
-	"github.com/nodelet/nodelet/internal/bounded"
+	"github.com/nodelet/nodelet/internal/base/bounded"
+	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
-	"github.com/nodelet/nodelet/internal/nodestatus"
 )
 
 const defaultRootDir = "/var/lib/nodelet"

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/internal/base/testutil"
 )
 
 // buildPause compiles the program into a temporary directory the way the

@@ -12,9 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/metrics"
+	"github.com/nodelet/nodelet/internal/base/metrics"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
 // Deps are the agent's outside-world dependencies.

@@ -10,16 +10,16 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/nodelet/nodelet/internal/apievents"
-	"github.com/nodelet/nodelet/internal/certs"
-	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/events"
-	"github.com/nodelet/nodelet/internal/mirror"
-	"github.com/nodelet/nodelet/internal/nodestatus"
-	"github.com/nodelet/nodelet/internal/notify"
-	"github.com/nodelet/nodelet/internal/objects"
-	"github.com/nodelet/nodelet/internal/stats"
-	"github.com/nodelet/nodelet/internal/statussync"
+	"github.com/nodelet/nodelet/internal/base/events"
+	"github.com/nodelet/nodelet/internal/base/notify"
+	"github.com/nodelet/nodelet/internal/cluster/apievents"
+	"github.com/nodelet/nodelet/internal/cluster/certs"
+	"github.com/nodelet/nodelet/internal/cluster/mirror"
+	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
+	"github.com/nodelet/nodelet/internal/cluster/objects"
+	"github.com/nodelet/nodelet/internal/cluster/statussync"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
+	"github.com/nodelet/nodelet/internal/serve/stats"
 )
 
 // apiServer is the node's connection to the API server (cluster mode).

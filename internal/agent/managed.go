@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/nodelet/nodelet/internal/containerd"
+	"github.com/nodelet/nodelet/internal/managed/containerd"
+	"github.com/nodelet/nodelet/internal/managed/registry"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
-	"github.com/nodelet/nodelet/internal/registry"
 )
 
 // managed is the runtime nodelet runs itself: the image registry and

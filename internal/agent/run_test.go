@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodelet/nodelet/internal/base/testutil"
+	"github.com/nodelet/nodelet/internal/managed/registry"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
-	"github.com/nodelet/nodelet/internal/registry"
-	"github.com/nodelet/nodelet/internal/testutil"
 )
 
 // fakeContainerdEnv makes the test binary act as a containerd that listens

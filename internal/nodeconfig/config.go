@@ -21,14 +21,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/nodelet/nodelet/internal/containerd"
-	"github.com/nodelet/nodelet/internal/eviction"
-	"github.com/nodelet/nodelet/internal/imagegc"
-	"github.com/nodelet/nodelet/internal/nodestatus"
-	"github.com/nodelet/nodelet/internal/registry"
-	"github.com/nodelet/nodelet/internal/server"
-	"github.com/nodelet/nodelet/internal/shutdown"
-	"github.com/nodelet/nodelet/internal/userns"
+	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
+	"github.com/nodelet/nodelet/internal/managed/containerd"
+	"github.com/nodelet/nodelet/internal/managed/registry"
+	"github.com/nodelet/nodelet/internal/node/eviction"
+	"github.com/nodelet/nodelet/internal/node/imagegc"
+	"github.com/nodelet/nodelet/internal/node/shutdown"
+	"github.com/nodelet/nodelet/internal/node/userns"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 // Config is everything the agent is told, already parsed from flags and

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 // /configz serves the settings by the kubelet's names, and no secret a

@@ -15,12 +15,12 @@ import (
 	"k8s.io/utils/ptr"
 	kjson "sigs.k8s.io/json"
 
-	"github.com/nodelet/nodelet/internal/bounded"
-	"github.com/nodelet/nodelet/internal/imagegc"
+	"github.com/nodelet/nodelet/internal/base/bounded"
+	"github.com/nodelet/nodelet/internal/node/imagegc"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodelet/nodelet/internal/eviction"
-	"github.com/nodelet/nodelet/internal/shutdown"
+	"github.com/nodelet/nodelet/internal/node/eviction"
+	"github.com/nodelet/nodelet/internal/node/shutdown"
 )
 
 // maxFileSize bounds a KubeletConfiguration file, as the kubelet's.

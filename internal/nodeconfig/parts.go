@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/nodelet/nodelet/internal/certs"
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/cluster/certs"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 // The settings of the parts the configuration makes optional, decided

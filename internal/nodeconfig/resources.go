@@ -8,8 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/nodelet/nodelet/internal/eviction"
-	"github.com/nodelet/nodelet/internal/nodestatus"
+	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
+	"github.com/nodelet/nodelet/internal/node/eviction"
 )
 
 // DefaultEvictionHard are the kubelet's hard eviction thresholds on Linux

@@ -21,7 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	remote "k8s.io/cri-client/pkg"
 
-	"github.com/nodelet/nodelet/internal/cri"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
 // The agents BenchmarkPodStartup compares: the floor (direct CRI calls), and

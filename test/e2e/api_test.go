@@ -19,8 +19,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 
-	"github.com/nodelet/nodelet/internal/podspec"
-	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/internal/base/testutil"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // The kubelet API over HTTPS with the local admin credentials, through the

@@ -17,9 +17,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/podspec"
-	"github.com/nodelet/nodelet/internal/securitycontext"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
+	"github.com/nodelet/nodelet/internal/pure/securitycontext"
 )
 
 // BenchmarkPodStartup measures, in one run against the same containerd,

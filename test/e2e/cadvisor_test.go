@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/utils/clock"
 
-	"github.com/nodelet/nodelet/internal/stats"
+	"github.com/nodelet/nodelet/internal/serve/stats"
 )
 
 // /metrics/cadvisor on the read-only port has the container metrics the

@@ -18,10 +18,10 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/podspec"
-	"github.com/nodelet/nodelet/internal/registry"
-	"github.com/nodelet/nodelet/internal/server"
-	"github.com/nodelet/nodelet/internal/stats"
+	"github.com/nodelet/nodelet/internal/managed/registry"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
+	"github.com/nodelet/nodelet/internal/serve/server"
+	"github.com/nodelet/nodelet/internal/serve/stats"
 )
 
 // Memory pressure, as a chaos scenario: the hard threshold 1 GiB below

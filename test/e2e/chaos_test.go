@@ -24,7 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // The chaos suite (issue 14): faults injected on purpose at random moments

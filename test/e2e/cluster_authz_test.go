@@ -29,7 +29,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 // TestClusterKubeletAPIAuthorization is issue 23's first part: in cluster

@@ -31,7 +31,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // What users of a cluster node count on (issue 11, "Resilience"): the API

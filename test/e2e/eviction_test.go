@@ -11,8 +11,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/internal/server"
-	"github.com/nodelet/nodelet/internal/stats"
+	"github.com/nodelet/nodelet/internal/serve/server"
+	"github.com/nodelet/nodelet/internal/serve/stats"
 )
 
 // evictionPod is a busybox pod that fills a memory-backed emptyDir with

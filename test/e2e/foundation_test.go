@@ -23,9 +23,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/containerd"
-	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/managed/containerd"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // A runtime endpoint where nothing listens gives one clear line and exit 1.

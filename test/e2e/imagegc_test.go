@@ -20,8 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/registry"
+	"github.com/nodelet/nodelet/internal/managed/registry"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
 // Image garbage collection by disk usage, on a managed node (its own

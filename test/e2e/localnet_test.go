@@ -15,8 +15,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/localnet"
-	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/node/localnet"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // localnetRule is the kubelet's drop rule in KUBE-FIREWALL, as iptables

@@ -20,11 +20,11 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/containerd"
-	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/podspec"
-	"github.com/nodelet/nodelet/internal/registry"
-	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/internal/base/testutil"
+	"github.com/nodelet/nodelet/internal/managed/containerd"
+	"github.com/nodelet/nodelet/internal/managed/registry"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // env is the shared test environment.

@@ -18,7 +18,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 // The tests judge what a user of the kubelet API can observe: the pods'

@@ -15,7 +15,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/podspec"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // relistMetric counts the PLEG's relists.

@@ -13,9 +13,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/pleg"
-	"github.com/nodelet/nodelet/internal/server"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
+	"github.com/nodelet/nodelet/internal/pipeline/pleg"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 const (

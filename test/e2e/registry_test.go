@@ -27,9 +27,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/containerd"
-	"github.com/nodelet/nodelet/internal/cri"
-	"github.com/nodelet/nodelet/internal/registry"
+	"github.com/nodelet/nodelet/internal/managed/containerd"
+	"github.com/nodelet/nodelet/internal/managed/registry"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
 // registryClientEnv, set to a registry address, makes the test binary act

@@ -21,8 +21,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/internal/server"
-	"github.com/nodelet/nodelet/internal/testutil"
+	"github.com/nodelet/nodelet/internal/base/testutil"
+	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
 // maxRSSMiB bounds nodelet's resident memory while it is attacked.

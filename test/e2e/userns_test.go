@@ -14,7 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/nodelet/nodelet/internal/userns"
+	"github.com/nodelet/nodelet/internal/node/userns"
 )
 
 // usernsPod asks for its own user namespace; hostUsers: true asks for

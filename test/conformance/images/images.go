@@ -20,7 +20,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"github.com/nodelet/nodelet/internal/registry"
+	"github.com/nodelet/nodelet/internal/managed/registry"
 )
 
 // The upstream references (k8s.io/kubernetes v1.37.2,

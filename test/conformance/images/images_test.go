@@ -16,7 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"github.com/nodelet/nodelet/internal/registry"
+	"github.com/nodelet/nodelet/internal/managed/registry"
 )
 
 // testSources are the host's Debian programs (hack/setup.sh installs them)

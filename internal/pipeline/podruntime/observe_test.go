@@ -1,0 +1,76 @@
+package podruntime
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/pipeline/podworker"
+	"github.com/nodelet/nodelet/internal/pure/observed"
+)
+
+// statusCalls are the runtime's status calls since the last look, in order.
+func (f *fixture) statusCalls() string {
+	f.rs.Lock()
+	defer f.rs.Unlock()
+	var out []string
+	for _, c := range f.rs.Called {
+		if strings.HasSuffix(c, "Status") {
+			out = append(out, c)
+		}
+	}
+	f.rs.Called = nil
+	return strings.Join(out, ",")
+}
+
+// TestObserveAsksStatusOncePerObject: once a pod's sandbox is ready and
+// its containers run, looking at it again costs only the lists, with the
+// same answer; a container that stopped is asked about again, and its
+// exit details are the runtime's.
+func TestObserveAsksStatusOncePerObject(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	pod := testPod()
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	f.statusCalls()
+	first, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.statusCalls() // the sync's own look may not have seen the containers running
+	again, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.statusCalls(); got != "" {
+		t.Errorf("second look at a running pod asked %s", got)
+	}
+	if len(again.Containers) != 2 || len(first.IPs) == 0 && len(again.IPs) != 0 {
+		t.Fatalf("second look: %+v", again)
+	}
+	for i := range first.Containers {
+		if first.Containers[i] != again.Containers[i] {
+			t.Errorf("container %d: first %+v, again %+v", i, first.Containers[i], again.Containers[i])
+		}
+	}
+
+	app := containerByName(f, "app")
+	f.rs.Lock()
+	app.State = runtimeapi.ContainerState_CONTAINER_EXITED
+	app.FinishedAt, app.ExitCode, app.Reason = app.StartedAt+1, 3, "Error"
+	f.rs.Unlock()
+	after, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.statusCalls(); got != "ContainerStatus" {
+		t.Errorf("look after app stopped asked %q, want one ContainerStatus", got)
+	}
+	if c := after.Newest("app"); c == nil || c.State != observed.ContainerExited || c.ExitCode != 3 {
+		t.Errorf("app after it stopped: %+v", c)
+	}
+}

@@ -1,0 +1,268 @@
+// Package syncloop is the third stage of the pipeline: the kubelet's
+// syncLoopIteration. One select over config updates, runtime (PLEG) events,
+// probe results, a resync ticker and a housekeeping ticker; it dispatches
+// work to the pod workers and does none itself.
+package syncloop
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/pipeline/pleg"
+	"github.com/nodelet/nodelet/internal/pipeline/podconfig"
+	"github.com/nodelet/nodelet/internal/pipeline/podworker"
+	"github.com/nodelet/nodelet/internal/pure/admission"
+	"github.com/nodelet/nodelet/internal/pure/podupdate"
+)
+
+// Workers are what the loop hands pods to: the pod workers.
+type Workers interface {
+	// UpdatePod asks for the pod to be synced or, when the reason
+	// terminates, stopped (latest spec wins).
+	UpdatePod(podworker.UpdatePodOptions)
+	// IsPodActive reports whether the workers still hold the pod (not yet
+	// terminated), so that admission counts it.
+	IsPodActive(uid types.UID) bool
+}
+
+// Housekeeper removes what no source wants any more (orphans) and
+// collects garbage, given the pods the sources want.
+type Housekeeper interface {
+	Housekeep(ctx context.Context, desired map[types.UID]*v1.Pod)
+}
+
+// Rejector records a pod refused by admission: Failed, nothing started.
+type Rejector interface {
+	Reject(pod *v1.Pod, reason, message string)
+}
+
+// Options are the loop's periods and node facts.
+type Options struct {
+	// SyncFrequency resyncs every pod (--sync-frequency, 1m).
+	SyncFrequency time.Duration
+	// HousekeepingPeriod runs housekeeping (2s).
+	HousekeepingPeriod time.Duration
+	// Node is what admission checks against.
+	Node admission.Node
+}
+
+// Seen tells what the last status of a pod was computed from: whether
+// the runtime object id (a sandbox or container) was in it, and running.
+type Seen interface {
+	Saw(uid types.UID, id string) (running, ok bool)
+}
+
+// Deps are the loop's collaborators; all but Seen are required.
+type Deps struct {
+	// Seen, when set, lets the loop drop a lifecycle event its pod's
+	// last sync already saw (the container it started itself, say).
+	Seen     Seen
+	Workers  Workers
+	Rejector Rejector
+	// Housekeeper runs every HousekeepingPeriod once SourcesReady.
+	Housekeeper Housekeeper
+	// SourcesReady reports whether every source has delivered once;
+	// before that nothing is removed as an orphan.
+	SourcesReady func() bool
+	// Node, when set (cluster mode), is the Node as the API server has it
+	// now; admission checks new pods against its name, labels and taints.
+	Node func() *v1.Node
+	// Pressure, when set, are the node's pressure conditions now (the
+	// eviction manager's): admission refuses pods under them.
+	Pressure func() []v1.NodeConditionType
+	Clock    clock.WithTicker
+	Log      *slog.Logger
+	// ShuttingDown, when set, says whether the node is shutting down:
+	// admission then refuses every new pod (shutdown.Manager).
+	ShuttingDown func() bool
+}
+
+// Inputs are the channels the loop selects over.
+type Inputs struct {
+	// Config carries the merged source updates.
+	Config <-chan podconfig.PodUpdate
+	// PLEG carries the runtime's pod lifecycle events.
+	PLEG <-chan pleg.Event
+	// Pods carries the UIDs of pods to sync now (probe results changed).
+	Pods <-chan types.UID
+	// ResyncAll asks for every pod to be synced (the ConfigMaps or
+	// Secrets they refer to changed).
+	ResyncAll <-chan struct{}
+}
+
+// Loop is the sync loop. Construct with New, start with Run.
+type Loop struct {
+	opts Options
+	deps Deps
+	log  *slog.Logger
+
+	pods     map[types.UID]*v1.Pod // desired pods by UID (admitted or not)
+	rejected map[types.UID]bool
+}
+
+// New returns a loop. It starts nothing.
+func New(opts Options, deps Deps) *Loop {
+	if opts.SyncFrequency <= 0 {
+		opts.SyncFrequency = time.Minute
+	}
+	if opts.HousekeepingPeriod <= 0 {
+		opts.HousekeepingPeriod = 2 * time.Second
+	}
+	return &Loop{opts: opts, deps: deps, log: deps.Log,
+		pods: map[types.UID]*v1.Pod{}, rejected: map[types.UID]bool{}}
+}
+
+// Run selects over in until ctx ends.
+func (l *Loop) Run(ctx context.Context, in Inputs) {
+	resync := l.deps.Clock.NewTicker(l.opts.SyncFrequency)
+	defer resync.Stop()
+	housekeeping := l.deps.Clock.NewTicker(l.opts.HousekeepingPeriod)
+	defer housekeeping.Stop()
+	for l.iterate(ctx, in, resync.C(), housekeeping.C()) {
+	}
+}
+
+// iterate is one syncLoopIteration; it reports false when the loop ends.
+func (l *Loop) iterate(ctx context.Context, in Inputs, resync, housekeeping <-chan time.Time) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case u, ok := <-in.Config:
+		if !ok {
+			l.log.Error("config update channel closed; sync loop exits")
+			return false
+		}
+		l.handleConfig(u)
+	case e := <-in.PLEG:
+		if l.news(e) {
+			l.syncUID(e.PodUID, e.ObservedAt)
+		}
+	case uid := <-in.Pods:
+		l.syncUID(uid, time.Time{})
+	case <-in.ResyncAll:
+		l.syncAll(podupdate.Event)
+	case <-resync:
+		l.syncAll(podupdate.Resync)
+	case <-housekeeping:
+		if l.deps.SourcesReady == nil || l.deps.SourcesReady() {
+			l.deps.Housekeeper.Housekeep(ctx, l.desired())
+		}
+	}
+	return true
+}
+
+// news reports whether a lifecycle event can change what the pod worker
+// does: a removed container cannot, nor a start or a death the pod's last
+// sync already saw.
+func (l *Loop) news(e pleg.Event) bool {
+	if e.Type == pleg.ContainerRemoved {
+		return false
+	}
+	if l.deps.Seen == nil {
+		return true
+	}
+	running, ok := l.deps.Seen.Saw(e.PodUID, e.ContainerID)
+	switch {
+	case !ok:
+		return true
+	case e.Type == pleg.ContainerStarted:
+		return !running
+	case e.Type == pleg.ContainerDied:
+		return running
+	}
+	return true
+}
+
+func (l *Loop) sync(pod *v1.Pod, reason podupdate.Reason) {
+	l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: reason, Pod: pod})
+}
+
+func (l *Loop) syncAll(reason podupdate.Reason) {
+	for _, pod := range l.pods {
+		if !l.rejected[pod.UID] {
+			l.sync(pod, reason)
+		}
+	}
+}
+
+func (l *Loop) handleConfig(u podconfig.PodUpdate) {
+	switch u.Op {
+	case podupdate.Add:
+		for _, pod := range u.Pods {
+			l.add(pod)
+		}
+	case podupdate.Update:
+		for _, pod := range u.Pods {
+			l.pods[pod.UID] = pod
+			if !l.rejected[pod.UID] {
+				l.sync(pod, podupdate.Update)
+			}
+		}
+	case podupdate.Remove, podupdate.Delete:
+		for _, pod := range u.Pods {
+			delete(l.pods, pod.UID)
+			delete(l.rejected, pod.UID)
+			l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: u.Op, Pod: pod,
+				KillPodOptions: &podworker.KillPodOptions{Reason: "removed from its source"}})
+		}
+	case podupdate.Reconcile:
+		for _, pod := range u.Pods {
+			l.pods[pod.UID] = pod
+			// Only the status changed in the API. The pod's Ready condition
+			// depends on it when the pod has readiness gates (conditions
+			// others set): compute it again, as the kubelet's
+			// HandlePodReconcile does.
+			if len(pod.Spec.ReadinessGates) > 0 && !l.rejected[pod.UID] {
+				l.sync(pod, podupdate.Update)
+			}
+		}
+	}
+}
+
+// add admits a new pod against the pods already admitted, as the kubelet's
+// HandlePodAdditions does, and dispatches it.
+func (l *Loop) add(pod *v1.Pod) {
+	l.pods[pod.UID] = pod
+	var active []*v1.Pod
+	for uid, p := range l.pods {
+		if uid != pod.UID && !l.rejected[uid] && l.deps.Workers.IsPodActive(uid) {
+			active = append(active, p)
+		}
+	}
+	node := l.opts.Node
+	if l.deps.Node != nil {
+		node.Object = l.deps.Node()
+	}
+	if l.deps.Pressure != nil {
+		node.Pressure = l.deps.Pressure()
+	}
+	node.ShuttingDown = l.deps.ShuttingDown != nil && l.deps.ShuttingDown()
+	if r := admission.Admit(pod, active, node); !r.Admit {
+		l.rejected[pod.UID] = true
+		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
+		l.deps.Rejector.Reject(pod, r.Reason, r.Message)
+		return
+	}
+	l.sync(pod, podupdate.Add)
+}
+
+// syncUID syncs a desired, admitted pod for an event found by a look at
+// the runtime that began at observedAt (zero: unknown).
+func (l *Loop) syncUID(uid types.UID, observedAt time.Time) {
+	if pod, ok := l.pods[uid]; ok && !l.rejected[uid] {
+		l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Event, Pod: pod, ObservedAt: observedAt})
+	}
+}
+
+func (l *Loop) desired() map[types.UID]*v1.Pod {
+	out := make(map[types.UID]*v1.Pod, len(l.pods))
+	for uid, p := range l.pods {
+		out[uid] = p
+	}
+	return out
+}

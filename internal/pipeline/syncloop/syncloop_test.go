@@ -1,0 +1,182 @@
+package syncloop
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/pipeline/pleg"
+	"github.com/nodelet/nodelet/internal/pipeline/podconfig"
+	"github.com/nodelet/nodelet/internal/pipeline/podworker"
+	"github.com/nodelet/nodelet/internal/pure/admission"
+	"github.com/nodelet/nodelet/internal/pure/podupdate"
+)
+
+// recorder is the Workers and Rejector; it records what it is asked.
+type recorder struct {
+	calls []string
+}
+
+func (r *recorder) UpdatePod(u podworker.UpdatePodOptions) {
+	r.calls = append(r.calls, fmt.Sprintf("%s %s", u.Reason, u.Pod.Name))
+}
+func (r *recorder) IsPodActive(types.UID) bool { return true }
+func (r *recorder) Reject(pod *v1.Pod, reason, _ string) {
+	r.calls = append(r.calls, "reject "+pod.Name+" "+reason)
+}
+
+func pod(name string) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "i"}}}}
+}
+
+type harness struct {
+	loop     *Loop
+	rec      *recorder
+	config   chan podconfig.PodUpdate
+	pleg     chan pleg.Event
+	probes   chan types.UID
+	all      chan struct{}
+	resync   chan time.Time
+	hk       chan time.Time
+	ready    bool
+	desiredN []int
+}
+
+func newHarness(maxPods int) *harness {
+	h := &harness{rec: &recorder{}, config: make(chan podconfig.PodUpdate, 1), pleg: make(chan pleg.Event, 1),
+		probes: make(chan types.UID, 1), all: make(chan struct{}, 1), resync: make(chan time.Time, 1), hk: make(chan time.Time, 1)}
+	h.loop = New(Options{Node: admission.Node{MaxPods: maxPods}}, Deps{
+		Workers: h.rec, Rejector: h.rec, Housekeeper: h, SourcesReady: func() bool { return h.ready },
+		Clock: clocktesting.NewFakeClock(time.Unix(0, 0)), Log: slog.New(slog.DiscardHandler),
+	})
+	return h
+}
+
+func (h *harness) Housekeep(_ context.Context, desired map[types.UID]*v1.Pod) {
+	h.desiredN = append(h.desiredN, len(desired))
+}
+
+func (h *harness) inputs() Inputs {
+	return Inputs{Config: h.config, PLEG: h.pleg, Pods: h.probes, ResyncAll: h.all}
+}
+
+// step runs one iteration after queueing one input.
+func (h *harness) step(t *testing.T, send func()) {
+	t.Helper()
+	send()
+	if !h.loop.iterate(context.Background(), h.inputs(), h.resync, h.hk) {
+		t.Fatal("loop ended")
+	}
+}
+
+func TestLoopDispatches(t *testing.T) {
+	h := newHarness(2)
+	h.step(t, func() {
+		h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a"), pod("b"), pod("c")}}
+	})
+	h.step(t, func() { h.pleg <- pleg.Event{PodUID: "uid-a", Type: pleg.ContainerDied} })
+	h.step(t, func() { h.pleg <- pleg.Event{PodUID: "uid-a", Type: pleg.ContainerRemoved} }) // nothing to do
+	h.step(t, func() { h.pleg <- pleg.Event{PodUID: "uid-c", Type: pleg.ContainerStarted} }) // rejected pods are never synced
+	h.step(t, func() { h.probes <- "uid-b" })
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Update, Pods: []*v1.Pod{pod("a")}} })
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Remove, Pods: []*v1.Pod{pod("b")}} })
+	h.step(t, func() { h.resync <- time.Time{} })
+	h.step(t, func() { h.all <- struct{}{} })
+	want := []string{
+		"ADD a", "ADD b", "reject c OutOfpods",
+		"EVENT a", "EVENT b", "UPDATE a", "REMOVE b", "RESYNC a", "EVENT a",
+	}
+	if got := strings.Join(h.rec.calls, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+func TestHousekeepingWaitsForSources(t *testing.T) {
+	h := newHarness(10)
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a")}} })
+	h.step(t, func() { h.hk <- time.Time{} })
+	if len(h.desiredN) != 0 {
+		t.Fatal("housekeeping ran before the sources were ready")
+	}
+	h.ready = true
+	h.step(t, func() { h.hk <- time.Time{} })
+	if len(h.desiredN) != 1 || h.desiredN[0] != 1 {
+		t.Fatalf("housekeeping saw %v desired pods", h.desiredN)
+	}
+}
+
+func TestLoopEndsWithContext(t *testing.T) {
+	h := newHarness(10)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if h.loop.iterate(ctx, h.inputs(), h.resync, h.hk) {
+		t.Error("iterate continued after ctx ended")
+	}
+}
+
+type seen map[string]bool
+
+func (s seen) Saw(_ types.UID, id string) (running, ok bool) { running, ok = s[id]; return running, ok }
+
+// A lifecycle event the pod's last status already reflects (a start of a
+// container seen running, a death of one seen exited) syncs nothing; one
+// it does not, or about an object never seen, syncs the pod.
+func TestLoopDropsEventsAlreadySeen(t *testing.T) {
+	h := newHarness(10)
+	h.loop.deps.Seen = seen{"running": true, "exited": false}
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a")}} })
+	for _, e := range []pleg.Event{
+		{PodUID: "uid-a", Type: pleg.ContainerStarted, ContainerID: "running"},
+		{PodUID: "uid-a", Type: pleg.ContainerDied, ContainerID: "exited"},
+		{PodUID: "uid-a", Type: pleg.ContainerDied, ContainerID: "running"},
+		{PodUID: "uid-a", Type: pleg.ContainerStarted, ContainerID: "exited"},
+		{PodUID: "uid-a", Type: pleg.ContainerStarted, ContainerID: "new"},
+	} {
+		h.step(t, func() { h.pleg <- e })
+	}
+	want := []string{"ADD a", "EVENT a", "EVENT a", "EVENT a"}
+	if got := strings.Join(h.rec.calls, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+// A status-only change (RECONCILE) syncs a pod again only when its Ready
+// condition depends on the API status: when it has readiness gates.
+func TestReconcileSyncsPodsWithReadinessGates(t *testing.T) {
+	h := newHarness(10)
+	gated := pod("gated")
+	gated.Spec.ReadinessGates = []v1.PodReadinessGate{{ConditionType: "example.com/ready"}}
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("plain"), gated}} })
+	h.step(t, func() {
+		h.config <- podconfig.PodUpdate{Op: podupdate.Reconcile, Pods: []*v1.Pod{pod("plain"), gated}}
+	})
+	want := []string{"ADD plain", "ADD gated", "UPDATE gated"}
+	if got := strings.Join(h.rec.calls, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+}
+
+// While the node shuts down, a new pod is refused (NodeShutdown); pods
+// already admitted are still synced.
+func TestAdmissionWhileShuttingDown(t *testing.T) {
+	h := newHarness(10)
+	down := false
+	h.loop.deps.ShuttingDown = func() bool { return down }
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a")}} })
+	down = true
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("b")}} })
+	h.step(t, func() { h.resync <- time.Time{} })
+	want := "ADD a\nreject b NodeShutdown\nRESYNC a"
+	if got := strings.Join(h.rec.calls, "\n"); got != want {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
+	}
+}

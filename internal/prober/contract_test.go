@@ -1,6 +1,0 @@
-package prober
-
-import "github.com/nodelet/nodelet/internal/podsetup"
-
-// The manager is what the probes hook hands the runtime manager.
-var _ podsetup.ProbeResults = (*Manager)(nil)

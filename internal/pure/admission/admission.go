@@ -1,0 +1,288 @@
+// Package admission is beside the pipeline, between the merge and the pod
+// workers: it decides, as the kubelet's admit handlers do, whether a new
+// pod may run on this node (pod count, host ports, CPU and memory requests
+// against allocatable, safe sysctls). A rejected pod is Failed with the
+// kubelet's reason and nothing of it is started. Pure: no I/O.
+package admission
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/pure/podspec"
+	"github.com/nodelet/nodelet/internal/pure/securitycontext"
+)
+
+// Node is what admission knows of the node.
+type Node struct {
+	// MaxPods is --max-pods (110).
+	MaxPods int
+	// Allocatable CPU and memory.
+	Allocatable v1.ResourceList
+	// AppArmor: the host enforces AppArmor profiles.
+	AppArmor bool
+	// Pressure are the node's pressure conditions now (the eviction
+	// manager's), sorted.
+	Pressure []v1.NodeConditionType
+	// ShuttingDown: the node is shutting down (graceful node shutdown);
+	// every new pod is refused.
+	ShuttingDown bool
+	// Object is the Node as the API server has it (cluster mode; nil
+	// standalone): its name, labels and taints are checked too.
+	Object *v1.Node
+}
+
+// The kubelet's refusal while the node shuts down.
+const (
+	ReasonNodeShutdown  = "NodeShutdown"
+	messageNodeShutdown = "Pod was rejected as the node is shutting down."
+)
+
+// Result is the decision for one pod.
+type Result struct {
+	Admit   bool
+	Reason  string // the kubelet's: NodeShutdown, OutOfpods, OutOfcpu, OutOfmemory, NodePorts, NodeAffinity, NodeName, TaintToleration
+	Message string
+}
+
+// Admit decides whether pod may join active, the pods already admitted and
+// not terminated.
+func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
+	if node.ShuttingDown {
+		return Result{Reason: ReasonNodeShutdown, Message: messageNodeShutdown}
+	}
+	if r := checkPressure(pod, node.Pressure); !r.Admit {
+		return r
+	}
+	if r := checkOS(pod); !r.Admit {
+		return r
+	}
+	if node.MaxPods > 0 && len(active)+1 > node.MaxPods {
+		return insufficient("pods", 1, int64(len(active)), int64(node.MaxPods))
+	}
+	if r := checkNode(pod, node.Object); !r.Admit {
+		return r
+	}
+	if r := checkHostPorts(pod, active); !r.Admit {
+		return r
+	}
+	if r := checkAppArmor(pod, node.AppArmor); !r.Admit {
+		return r
+	}
+	if _, err := securitycontext.Sysctls(pod); err != nil {
+		return Result{Reason: securitycontext.ReasonSysctlForbidden, Message: err.Error()}
+	}
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		capacity, ok := node.Allocatable[name]
+		if !ok {
+			continue
+		}
+		want := PodRequest(pod, name)
+		if want.IsZero() {
+			continue
+		}
+		used := resource.Quantity{}
+		for _, p := range active {
+			q := PodRequest(p, name)
+			used.Add(q)
+		}
+		total := used.DeepCopy()
+		total.Add(want)
+		if total.Cmp(capacity) > 0 {
+			return insufficientQ(string(name), want, used, capacity)
+		}
+	}
+	return Result{Admit: true}
+}
+
+func insufficient(res string, requested, used, capacity int64) Result {
+	return Result{Reason: "OutOf" + res, Message: fmt.Sprintf(
+		"Node didn't have enough resource: %s, requested: %d, used: %d, capacity: %d", res, requested, used, capacity)}
+}
+
+func insufficientQ(res string, requested, used, capacity resource.Quantity) Result {
+	if res == string(v1.ResourceCPU) {
+		return insufficient(res, requested.MilliValue(), used.MilliValue(), capacity.MilliValue())
+	}
+	return insufficient(res, requested.Value(), used.Value(), capacity.Value())
+}
+
+// PodRequest is the pod's effective request of a resource, as the
+// scheduler computes it: the larger of the sum over containers and the
+// largest init container (plus sidecars, which run alongside), plus
+// overhead.
+func PodRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
+	sum := resource.Quantity{}
+	for _, c := range pod.Spec.Containers {
+		if q, ok := c.Resources.Requests[name]; ok {
+			sum.Add(q)
+		}
+	}
+	sidecars := resource.Quantity{}
+	maxInit := resource.Quantity{}
+	for _, c := range pod.Spec.InitContainers {
+		q := c.Resources.Requests[name]
+		if podspec.IsSidecar(&c) {
+			sidecars.Add(q)
+			continue
+		}
+		// A regular init container runs next to the sidecars started before it.
+		q.Add(sidecars)
+		if q.Cmp(maxInit) > 0 {
+			maxInit = q
+		}
+	}
+	sum.Add(sidecars)
+	if maxInit.Cmp(sum) > 0 {
+		sum = maxInit
+	}
+	if q, ok := pod.Spec.Overhead[name]; ok {
+		sum.Add(q)
+	}
+	return sum
+}
+
+type hostPort struct {
+	ip       string
+	protocol v1.Protocol
+	port     int32
+}
+
+func hostPorts(pod *v1.Pod) []hostPort {
+	var out []hostPort
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range list {
+			for _, p := range c.Ports {
+				if p.HostPort <= 0 {
+					continue
+				}
+				ip, proto := p.HostIP, p.Protocol
+				if ip == "" {
+					ip = "0.0.0.0"
+				}
+				if proto == "" {
+					proto = v1.ProtocolTCP
+				}
+				out = append(out, hostPort{ip, proto, p.HostPort})
+			}
+		}
+	}
+	return out
+}
+
+func (a hostPort) conflicts(b hostPort) bool {
+	return a.port == b.port && a.protocol == b.protocol && (a.ip == b.ip || a.ip == "0.0.0.0" || b.ip == "0.0.0.0")
+}
+
+func checkHostPorts(pod *v1.Pod, active []*v1.Pod) Result {
+	want := hostPorts(pod)
+	if len(want) == 0 {
+		return Result{Admit: true}
+	}
+	for _, p := range active {
+		for _, used := range hostPorts(p) {
+			for _, w := range want {
+				if w.conflicts(used) {
+					return Result{Reason: "NodePorts", Message: fmt.Sprintf(
+						"Node didn't have free ports for the requested pod ports: %s/%d is used by pod %s/%s",
+						w.protocol, w.port, p.Namespace, p.Name)}
+				}
+			}
+		}
+	}
+	return Result{Admit: true}
+}
+
+// The kubelet's reasons for a pod of another operating system.
+const (
+	ReasonPodOSSelectorNodeLabelDoesNotMatch = "PodOSSelectorNodeLabelDoesNotMatch"
+	ReasonPodOSNotSupported                  = "PodOSNotSupported"
+)
+
+// checkOS refuses a pod meant for another operating system than the node's
+// (runtime.GOOS), as the kubelet does before its other predicates: by the
+// pod's kubernetes.io/os label (the kubelet reads the pod's labels there,
+// not its node selector), then by spec.os.
+func checkOS(pod *v1.Pod) Result {
+	if os, ok := pod.Labels[v1.LabelOSStable]; ok && os != runtime.GOOS {
+		return Result{Reason: ReasonPodOSSelectorNodeLabelDoesNotMatch,
+			Message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"}
+	}
+	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != runtime.GOOS {
+		return Result{Reason: ReasonPodOSNotSupported, Message: "Failed to admit pod as the OS field doesn't match node OS"}
+	}
+	return Result{Admit: true}
+}
+
+// ReasonAppArmor is the kubelet's reason for a pod whose AppArmor profile
+// the host cannot enforce.
+const ReasonAppArmor = "AppArmor"
+
+// checkAppArmor refuses a pod that asks for an AppArmor profile (runtime
+// default or localhost, by field or by the deprecated annotation) on a host
+// without AppArmor: running it unconfined would drop the confinement it
+// asked for.
+func checkAppArmor(pod *v1.Pod, enabled bool) Result {
+	if enabled || !wantsAppArmor(pod) {
+		return Result{Admit: true}
+	}
+	return Result{Reason: ReasonAppArmor, Message: "Cannot enforce AppArmor: AppArmor is not enabled on the host"}
+}
+
+func wantsAppArmor(pod *v1.Pod) bool {
+	confined := func(p *v1.AppArmorProfile) bool {
+		return p != nil && p.Type != v1.AppArmorProfileTypeUnconfined
+	}
+	if pod.Spec.SecurityContext != nil && confined(pod.Spec.SecurityContext.AppArmorProfile) {
+		return true
+	}
+	for k, v := range pod.Annotations {
+		if strings.HasPrefix(k, v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix) && v != v1.DeprecatedAppArmorBetaProfileNameUnconfined {
+			return true
+		}
+	}
+	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			if sc := list[i].SecurityContext; sc != nil && confined(sc.AppArmorProfile) {
+				return true
+			}
+		}
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		if sc := pod.Spec.EphemeralContainers[i].SecurityContext; sc != nil && confined(sc.AppArmorProfile) {
+			return true
+		}
+	}
+	return false
+}
+
+// ReasonEvicted is the reason of a pod refused under node pressure, as the
+// kubelet's eviction admit handler gives it.
+const ReasonEvicted = "Evicted"
+
+// checkPressure is the kubelet's eviction admit handler: under memory
+// pressure alone, only BestEffort pods that do not tolerate the
+// memory-pressure taint are refused; under disk or PID pressure, every
+// pod. Critical pods are always admitted.
+func checkPressure(pod *v1.Pod, pressure []v1.NodeConditionType) Result {
+	if len(pressure) == 0 || podspec.IsCritical(pod) {
+		return Result{Admit: true}
+	}
+	if len(pressure) == 1 && pressure[0] == v1.NodeMemoryPressure {
+		if podspec.QOSClass(pod) != v1.PodQOSBestEffort {
+			return Result{Admit: true}
+		}
+		taint := v1.Taint{Key: v1.TaintNodeMemoryPressure, Effect: v1.TaintEffectNoSchedule}
+		for i := range pod.Spec.Tolerations {
+			if pod.Spec.Tolerations[i].ToleratesTaint(logr.Discard(), &taint, false) {
+				return Result{Admit: true}
+			}
+		}
+	}
+	return Result{Reason: ReasonEvicted, Message: fmt.Sprintf("The node had condition: %v. ", pressure)}
+}
