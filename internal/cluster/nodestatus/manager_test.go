@@ -3,6 +3,7 @@ package nodestatus
 import (
 	"context"
 	"errors"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -88,6 +89,15 @@ func TestIdleMinuteRequests(t *testing.T) {
 func TestLeaseRenewalTiming(t *testing.T) {
 	h := newHarness(t, nil)
 	h.start()
+	// Registration wakes the lease goroutine over a channel, not the
+	// clock: until it has created the lease its old timer may still count
+	// as a waiter, and a step of the clock would move the creation (and
+	// every renewal after it) later.
+	testutil.Eventually(t, "the lease created", func() bool {
+		_, err := h.client.Tracker().Get(coordinationv1.SchemeGroupVersion.WithResource("leases"), v1.NamespaceNodeLease, "node-1")
+		return err == nil
+	})
+	h.settle()
 	n := h.mark()
 	h.advance(35 * time.Second)
 	var times []time.Duration
