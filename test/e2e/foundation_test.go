@@ -45,9 +45,9 @@ func TestNoRuntimeAtEndpoint(t *testing.T) {
 	}
 }
 
-// The CRI contract suite of internal/cri, run against the real containerd.
+// The CRI contract suite of internal/pipeline/cri, run against the real containerd.
 func TestCRIContractOnContainerd(t *testing.T) {
-	cmd := exec.Command("go", "test", "-count=1", "-run", "Contract", "./internal/cri",
+	cmd := exec.Command("go", "test", "-count=1", "-run", "Contract", "./internal/pipeline/cri",
 		"-cri-endpoint="+shared.endpoint)
 	cmd.Dir = shared.repoRoot
 	out, err := cmd.CombinedOutput()

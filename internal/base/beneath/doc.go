@@ -1,8 +1,8 @@
 // Package beneath is beside the pipeline: a helper for the packages that
 // act in directories a pod or a local user can write to — volume subPaths
-// and their teardown (internal/volume), the pod directory
-// (internal/podhooks), container logs and their rotation (internal/logs,
-// internal/gc). It opens what a path names below a directory held open
+// and their teardown (internal/node/volume), the pod directory
+// (internal/node/podhooks), container logs and their rotation (internal/base/logs,
+// internal/node/gc). It opens what a path names below a directory held open
 // without ever leaving that directory: ".." cannot climb above it, an
 // absolute symlink or one that climbs above it fails, magic links
 // (/proc/self/fd/...) fail and, when asked, every symlink fails.

@@ -1,8 +1,8 @@
 // Package certstore is beside the pipeline: the one store of nodelet's
 // certificates and keys on disk, for the secure port's self-signed
 // certificate and the local admin credentials under <root-dir>/pki
-// (internal/server) and for the node's client and serving certificates
-// and keys under --cert-dir (internal/certs, as client-go's certificate
+// (internal/serve/server) and for the node's client and serving certificates
+// and keys under --cert-dir (internal/cluster/certs, as client-go's certificate
 // manager's Store). It owns how material is written and swapped in, how
 // the leftovers of a crash are cleaned, and how the current material is
 // read; the callers own what it is and when it is replaced.

@@ -7,7 +7,7 @@
 //
 // The pod logs directory (/var/log/pods) is writable by pods that mount
 // it and by whoever owns a directory in it, so nothing in it is trusted: a
-// log path must lie below it, and it is opened with internal/beneath, never
+// log path must lie below it, and it is opened with internal/base/beneath, never
 // through a symlink and only if it is a regular file (a FIFO or a device
 // planted as 0.log is refused, not read). A follow holds the directory of
 // the log open and watches it through that descriptor, so renaming it or a

@@ -34,7 +34,7 @@
 // "..data", so a reader sees the old or the new content, never a mix.
 //
 // subPath and subPathExpr are resolved below the volume root with
-// internal/beneath (openat2(RESOLVE_BENEATH), or an equivalent walk over
+// internal/base/beneath (openat2(RESOLVE_BENEATH), or an equivalent walk over
 // O_PATH|O_NOFOLLOW descriptors where openat2 is missing), so a symlink planted by a container
 // can never lead outside the volume; the resolved descriptor is then
 // bind-mounted through /proc/self/fd onto a per-container target, and the

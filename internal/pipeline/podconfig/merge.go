@@ -1,5 +1,5 @@
 // Package podconfig is the second stage of the pipeline: it merges the
-// snapshots that the pod sources of stage 1 (internal/podsource) send into
+// snapshots that the pod sources of stage 1 (internal/pipeline/podsource) send into
 // one set of desired pods, and turns each snapshot into the incremental
 // operations the kubelet's sync loop consumes (ADD, UPDATE, REMOVE,
 // RECONCILE, DELETE), as the kubelet's pod config does.

@@ -6,7 +6,7 @@
 //
 // ReadPath reads the manifest path once. FileSource and HTTPSource watch or
 // poll their source and send an Update, a full snapshot of the source, each
-// time it changes; stage 2 (internal/podconfig) merges those snapshots.
+// time it changes; stage 2 (internal/pipeline/podconfig) merges those snapshots.
 package podsource
 
 import (

@@ -28,12 +28,12 @@ type ExecRunner interface {
 // server answered SERVING. An error means the check failed (could not
 // connect, the call failed or timed out, or the server answered another
 // status); its text becomes the probe's output, so it should read like the
-// kubelet's messages. internal/cri implements it (it alone may use gRPC).
+// kubelet's messages. internal/pipeline/cri implements it (it alone may use gRPC).
 type GRPCChecker interface {
 	Check(ctx context.Context, addr, service string, timeout time.Duration) (serving bool, err error)
 }
 
-// EventRecorder records pod events; internal/events implements it.
+// EventRecorder records pod events; internal/base/events implements it.
 type EventRecorder interface {
 	Event(pod *v1.Pod, eventType, reason, message string)
 }

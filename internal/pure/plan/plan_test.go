@@ -1,7 +1,7 @@
 package plan_test
 
 // The planner's decisions as golden files (testdata/*.txt, run with
-// `go test ./internal/plan -rewrite` to regenerate; read the diff first).
+// `go test ./internal/pure/plan -rewrite` to regenerate; read the diff first).
 //
 // Each test is a "plan" command whose input describes the pod and what the
 // runtime has, one object a line:

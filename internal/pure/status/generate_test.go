@@ -1,7 +1,7 @@
 package status
 
 // Generate's decisions as golden files (testdata/*.txt; run
-// `go test ./internal/status -rewrite` to regenerate them, and read the
+// `go test ./internal/pure/status -rewrite` to regenerate them, and read the
 // diff first: -rewrite is datadriven's flag).
 //
 // Each case is a "generate" command whose input gives the facts, one a line:

@@ -160,7 +160,7 @@ func TestPodsAndEvents(t *testing.T) {
 			writeJSON(w, []events.Event{ev})
 			return
 		}
-		// As internal/server encodes them, a node event after the pod's.
+		// As internal/serve/server encodes them, a node event after the pod's.
 		fmt.Fprintf(w, `[{"podUID":"u1","namespace":"default","pod":"web","type":"Normal","reason":"Started",`+
 			`"message":"Started container web","count":2,"firstTimestamp":%q,"lastTimestamp":%q},`+
 			`{"podUID":"","namespace":"","pod":"","kind":"Node","node":"node1","type":"Warning","reason":"FailedToLoadManifest",`+
