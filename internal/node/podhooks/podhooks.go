@@ -47,6 +47,7 @@ import (
 	"github.com/nodelet/nodelet/internal/node/volume"
 	"github.com/nodelet/nodelet/internal/pure/envvars"
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // PodDir is the pod's directory, <PodsDir>/<uid>: created (0750) before
@@ -108,12 +109,7 @@ func (h PodDir) Holding() ([]types.UID, error) {
 }
 
 // checkUID refuses a pod UID that is not one path element.
-func checkUID(uid types.UID) error {
-	if s := string(uid); s == "" || s == "." || s == ".." || strings.ContainsRune(s, '/') {
-		return fmt.Errorf("pod UID %q is not a valid directory name", uid)
-	}
-	return nil
-}
+func checkUID(uid types.UID) error { return podspec.CheckUIDPathElement(uid) }
 
 // CgroupManager is what the Cgroup hook needs of podresources.Manager.
 type CgroupManager interface {

@@ -547,9 +547,8 @@ func podDir(top string, qos v1.PodQOSClass, uid types.UID) string {
 
 // checkUID refuses a UID that is no safe path element.
 func checkUID(uid types.UID) error {
-	s := string(uid)
-	if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\\\x00") {
-		return fmt.Errorf("pod cgroup: invalid pod UID %q", s)
+	if err := podspec.CheckUIDPathElement(uid); err != nil {
+		return fmt.Errorf("pod cgroup: %w", err)
 	}
 	return nil
 }

@@ -27,13 +27,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -295,9 +295,8 @@ func (m *Manager) usableLocked(uid types.UID) error {
 
 // checkUID refuses a pod UID that is not one path element.
 func checkUID(uid types.UID) error {
-	s := string(uid)
-	if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\x00") {
-		return fmt.Errorf("user namespace: pod UID %q cannot name a directory", s)
+	if err := podspec.CheckUIDPathElement(uid); err != nil {
+		return fmt.Errorf("user namespace: %w", err)
 	}
 	return nil
 }
