@@ -54,6 +54,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodelet/nodelet/internal/base/testutil"
 	"github.com/nodelet/nodelet/internal/pure/observed"
 	"github.com/nodelet/nodelet/internal/pure/plan"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
@@ -77,57 +78,9 @@ func TestPlan(t *testing.T) {
 }
 
 // args is one input line: a kind, then words and key=value pairs.
-type args struct {
-	kind  string
-	words []string
-	kv    map[string]string
-}
+type args struct{ testutil.GoldenLine }
 
-func parseLine(line string) args {
-	f := strings.Fields(line)
-	a := args{kind: f[0], kv: map[string]string{}}
-	for _, w := range f[1:] {
-		if k, v, ok := strings.Cut(w, "="); ok {
-			a.kv[k] = v
-		} else {
-			a.words = append(a.words, w)
-		}
-	}
-	return a
-}
-
-func (a args) has(word string) bool {
-	for _, w := range a.words {
-		if w == word {
-			return true
-		}
-	}
-	return false
-}
-
-func (a args) list(key string) []string {
-	v := strings.TrimSuffix(strings.TrimPrefix(a.kv[key], "("), ")")
-	if v == "" {
-		return nil
-	}
-	return strings.Split(v, ",")
-}
-
-func (a args) int(key string, def int) (int, error) {
-	v, ok := a.kv[key]
-	if !ok {
-		return def, nil
-	}
-	return strconv.Atoi(v)
-}
-
-func (a args) duration(key string, def time.Duration) (time.Duration, error) {
-	v, ok := a.kv[key]
-	if !ok {
-		return def, nil
-	}
-	return time.ParseDuration(v)
-}
+func parseLine(line string) args { return args{testutil.ParseGoldenLine(line)} }
 
 func contains(list []string, s string) bool {
 	for _, e := range list {
@@ -147,13 +100,13 @@ func parseInput(input string) (plan.Input, error) {
 		}
 	}
 	for _, a := range lines {
-		if a.kind == "pod" {
+		if a.Kind == "pod" {
 			pod, err := parsePod(a)
 			if err != nil {
 				return in, err
 			}
 			in.Pod = pod
-			if started, ok := a.kv["started"]; ok {
+			if started, ok := a.KV["started"]; ok {
 				d, err := time.ParseDuration(started)
 				if err != nil {
 					return in, err
@@ -172,15 +125,15 @@ func parseInput(input string) (plan.Input, error) {
 	for i, a := range lines {
 		created := now.Add(-time.Duration(i+1) * time.Minute)
 		var err error
-		switch a.kind {
+		switch a.Kind {
 		case "pod":
 		case "sandbox":
 			err = addSandbox(&in, a, created)
-			noIP = noIP || a.has("noip")
+			noIP = noIP || a.Has("noip")
 		case "container":
 			err = addContainer(&in, a, created, seen)
 		default:
-			err = fmt.Errorf("unknown line %q", a.kind)
+			err = fmt.Errorf("unknown line %q", a.Kind)
 		}
 		if err != nil {
 			return in, err
@@ -197,26 +150,26 @@ func parseInput(input string) (plan.Input, error) {
 func parsePod(a args) (*v1.Pod, error) {
 	pod := &v1.Pod{}
 	pod.Name, pod.Namespace, pod.UID = "web", "default", "uid-1"
-	pod.Spec.RestartPolicy = v1.RestartPolicy(a.kv["restart"])
-	pod.Spec.HostNetwork = a.has("hostNetwork")
-	if a.has("deleting") {
+	pod.Spec.RestartPolicy = v1.RestartPolicy(a.KV["restart"])
+	pod.Spec.HostNetwork = a.Has("hostNetwork")
+	if a.Has("deleting") {
 		pod.DeletionTimestamp = &metav1.Time{Time: now.Add(-time.Second)}
 	}
-	if _, ok := a.kv["deadline"]; ok {
-		d, err := a.int("deadline", 0)
+	if _, ok := a.KV["deadline"]; ok {
+		d, err := a.Int("deadline", 0)
 		if err != nil {
 			return nil, err
 		}
 		pod.Spec.ActiveDeadlineSeconds = ptr.To(int64(d))
 	}
-	if _, ok := a.kv["grace"]; ok {
-		g, err := a.int("grace", 0)
+	if _, ok := a.KV["grace"]; ok {
+		g, err := a.Int("grace", 0)
 		if err != nil {
 			return nil, err
 		}
 		pod.Spec.TerminationGracePeriodSeconds = ptr.To(int64(g))
 	}
-	probeGrace, err := a.int("probegrace", -1)
+	probeGrace, err := a.Int("probegrace", -1)
 	if err != nil {
 		return nil, err
 	}
@@ -229,21 +182,21 @@ func parsePod(a args) (*v1.Pod, error) {
 	}
 	container := func(name string) v1.Container {
 		c := v1.Container{Name: name, Image: "registry.local/" + name + ":1"}
-		if contains(a.list("sidecars"), name) {
+		if contains(a.List("sidecars"), name) {
 			c.RestartPolicy = ptr.To(v1.ContainerRestartPolicyAlways)
 		}
-		if contains(a.list("startup"), name) {
+		if contains(a.List("startup"), name) {
 			c.StartupProbe = probe()
 		}
-		if contains(a.list("liveness"), name) {
+		if contains(a.List("liveness"), name) {
 			c.LivenessProbe = probe()
 		}
-		for _, e := range a.list("policy") {
+		for _, e := range a.List("policy") {
 			if n, policy, _ := strings.Cut(e, ":"); n == name {
 				c.RestartPolicy = ptr.To(v1.ContainerRestartPolicy(policy))
 			}
 		}
-		for _, e := range a.list("rules") {
+		for _, e := range a.List("rules") {
 			if f := strings.Split(e, ":"); len(f) == 3 && f[0] == name {
 				var codes []int32
 				for _, v := range strings.Split(f[2], "+") {
@@ -258,13 +211,13 @@ func parsePod(a args) (*v1.Pod, error) {
 		}
 		return c
 	}
-	for _, n := range a.list("init") {
+	for _, n := range a.List("init") {
 		pod.Spec.InitContainers = append(pod.Spec.InitContainers, container(n))
 	}
-	for _, n := range a.list("containers") {
+	for _, n := range a.List("containers") {
 		pod.Spec.Containers = append(pod.Spec.Containers, container(n))
 	}
-	for _, n := range a.list("ephemeral") {
+	for _, n := range a.List("ephemeral") {
 		pod.Spec.EphemeralContainers = append(pod.Spec.EphemeralContainers, v1.EphemeralContainer{
 			EphemeralContainerCommon: v1.EphemeralContainerCommon{Name: n, Image: "registry.local/" + n + ":1"},
 		})
@@ -288,24 +241,24 @@ func hashOf(kind, current string) (string, error) {
 
 func addSandbox(in *plan.Input, a args, created time.Time) error {
 	st := in.Status
-	s := observed.Sandbox{ID: a.kv["id"], CreatedAt: created, NetworkNode: a.has("hostNetwork")}
+	s := observed.Sandbox{ID: a.KV["id"], CreatedAt: created, NetworkNode: a.Has("hostNetwork")}
 	if s.ID == "" {
 		s.ID = fmt.Sprintf("s%d", len(st.Sandboxes)+1)
 	}
 	switch {
-	case a.has("ready"):
+	case a.Has("ready"):
 		s.State = observed.SandboxReady
-	case a.has("notready"):
+	case a.Has("notready"):
 		s.State = observed.SandboxNotReady
 	default:
 		return fmt.Errorf("sandbox %s: ready or notready?", s.ID)
 	}
-	attempt, err := a.int("attempt", 0)
+	attempt, err := a.Int("attempt", 0)
 	if err != nil {
 		return err
 	}
 	s.Attempt = uint32(attempt)
-	if s.Hash, err = hashOf(a.kv["hash"], plan.SandboxHash(in.Pod)); err != nil {
+	if s.Hash, err = hashOf(a.KV["hash"], plan.SandboxHash(in.Pod)); err != nil {
 		return err
 	}
 	st.Sandboxes = append(st.Sandboxes, s)
@@ -324,44 +277,44 @@ func findSpec(pod *v1.Pod, name string) *v1.Container {
 }
 
 func addContainer(in *plan.Input, a args, created time.Time, seen map[string]int) error {
-	if len(a.words) < 2 {
+	if len(a.Words) < 2 {
 		return fmt.Errorf("container line needs a name and a state")
 	}
-	name := a.words[0]
+	name := a.Words[0]
 	spec := findSpec(in.Pod, name)
 	if spec == nil {
 		return fmt.Errorf("container %s is not in the pod", name)
 	}
 	c := observed.Container{Name: name, ID: fmt.Sprintf("%s.%d", name, seen[name]), CreatedAt: created, Image: spec.Image}
 	seen[name]++
-	c.SandboxID = a.kv["sandbox"]
+	c.SandboxID = a.KV["sandbox"]
 	if c.SandboxID == "" && len(in.Status.Sandboxes) > 0 {
 		c.SandboxID = in.Status.Sandboxes[0].ID
 	}
 	var err error
-	if c.Hash, err = hashOf(a.kv["hash"], plan.ContainerHash(spec)); err != nil {
+	if c.Hash, err = hashOf(a.KV["hash"], plan.ContainerHash(spec)); err != nil {
 		return err
 	}
-	if c.RestartCount, err = a.int("restarts", 0); err != nil {
+	if c.RestartCount, err = a.Int("restarts", 0); err != nil {
 		return err
 	}
-	if c.BackoffStep, err = a.int("step", 0); err != nil {
+	if c.BackoffStep, err = a.Int("step", 0); err != nil {
 		return err
 	}
-	code, err := a.int("code", 0)
+	code, err := a.Int("code", 0)
 	if err != nil {
 		return err
 	}
 	c.ExitCode = int32(code)
-	ran, err := a.duration("ran", time.Hour)
+	ran, err := a.Duration("ran", time.Hour)
 	if err != nil {
 		return err
 	}
-	finished, err := a.duration("finished", time.Hour)
+	finished, err := a.Duration("finished", time.Hour)
 	if err != nil {
 		return err
 	}
-	switch a.words[1] {
+	switch a.Words[1] {
 	case "running":
 		c.State, c.StartedAt = observed.ContainerRunning, now.Add(-ran)
 	case "exited":
@@ -372,23 +325,23 @@ func addContainer(in *plan.Input, a args, created time.Time, seen map[string]int
 	case "unknown":
 		c.State = observed.ContainerUnknown
 	default:
-		return fmt.Errorf("container %s: unknown state %q", name, a.words[1])
+		return fmt.Errorf("container %s: unknown state %q", name, a.Words[1])
 	}
-	switch a.kv["liveness"] {
+	switch a.KV["liveness"] {
 	case "":
 	case "failure":
 		in.LivenessFailed[c.ID] = plan.ProbeFailure{Probe: plan.ProbeLiveness, Message: "exec probe exited 1"}
 	default:
-		return fmt.Errorf("liveness=%s", a.kv["liveness"])
+		return fmt.Errorf("liveness=%s", a.KV["liveness"])
 	}
-	switch a.kv["startup"] {
+	switch a.KV["startup"] {
 	case "":
 	case "failure":
 		in.LivenessFailed[c.ID] = plan.ProbeFailure{Probe: plan.ProbeStartup, Message: "exec probe exited 1"}
 	case "success":
 		in.StartupDone[c.ID] = true
 	default:
-		return fmt.Errorf("startup=%s", a.kv["startup"])
+		return fmt.Errorf("startup=%s", a.KV["startup"])
 	}
 	in.Status.Containers = append(in.Status.Containers, c)
 	return nil

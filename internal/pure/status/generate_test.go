@@ -109,6 +109,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodelet/nodelet/internal/base/testutil"
 	"github.com/nodelet/nodelet/internal/pure/observed"
 	"github.com/nodelet/nodelet/internal/pure/plan"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
@@ -130,89 +131,48 @@ func TestGenerate(t *testing.T) {
 }
 
 // line is one input line: a kind, its words and key=value pairs, and the
-// raw fields for the kinds that end with a free-text message.
-type line struct {
-	kind   string
-	fields []string
-	words  []string
-	kv     map[string]string
-}
+// fields in order (messages are the words from some point on).
+type line struct{ testutil.GoldenLine }
 
-func parseLine(s string) line {
-	f := strings.Fields(s)
-	l := line{kind: f[0], fields: f[1:], kv: map[string]string{}}
-	for _, w := range f[1:] {
-		if k, v, ok := strings.Cut(w, "="); ok {
-			l.kv[k] = v
-		} else {
-			l.words = append(l.words, w)
-		}
-	}
-	return l
-}
-
-func (l line) has(w string) bool {
-	for _, x := range l.words {
-		if x == w {
-			return true
-		}
-	}
-	return false
-}
-
-func (l line) list(key string) []string {
-	v := strings.TrimSuffix(strings.TrimPrefix(l.kv[key], "("), ")")
-	if v == "" {
-		return nil
-	}
-	return strings.Split(v, ",")
-}
-
-func (l line) int(key string, def int) (int, error) {
-	v, ok := l.kv[key]
-	if !ok {
-		return def, nil
-	}
-	return strconv.Atoi(v)
-}
+func parseLine(s string) line { return line{testutil.ParseGoldenLine(s)} }
 
 // message is the words from i on, as one string.
 func (l line) message(i int) string {
-	if i >= len(l.fields) {
+	if i >= len(l.Fields) {
 		return ""
 	}
-	return strings.Join(l.fields[i:], " ")
+	return strings.Join(l.Fields[i:], " ")
 }
 
 func (l line) rejection() (*Rejection, error) {
-	if len(l.fields) < 1 {
-		return nil, fmt.Errorf("%s: want REASON MESSAGE", l.kind)
+	if len(l.Fields) < 1 {
+		return nil, fmt.Errorf("%s: want REASON MESSAGE", l.Kind)
 	}
-	return &Rejection{Reason: l.fields[0], Message: l.message(1)}, nil
+	return &Rejection{Reason: l.Fields[0], Message: l.message(1)}, nil
 }
 
 func parsePod(l line) (*v1.Pod, error) {
 	pod := newPod()
-	if rp := l.kv["restart"]; rp != "" {
+	if rp := l.KV["restart"]; rp != "" {
 		pod.Spec.RestartPolicy = v1.RestartPolicy(rp)
 	}
-	sidecars := l.list("sidecars")
-	for _, n := range l.list("init") {
+	sidecars := l.List("sidecars")
+	for _, n := range l.List("init") {
 		c := v1.Container{Name: n, Image: n + ":1"}
 		if contains(sidecars, n) {
 			c.RestartPolicy = ptrTo(v1.ContainerRestartPolicyAlways)
 		}
 		pod.Spec.InitContainers = append(pod.Spec.InitContainers, c)
 	}
-	app(l.list("containers")...)(pod)
-	ephemeral(l.list("ephemeral")...)(pod)
-	for _, n := range l.list("readiness") {
+	app(l.List("containers")...)(pod)
+	ephemeral(l.List("ephemeral")...)(pod)
+	for _, n := range l.List("readiness") {
 		readinessProbe(n)(pod)
 	}
-	for _, n := range l.list("startup") {
+	for _, n := range l.List("startup") {
 		startupProbe(n)(pod)
 	}
-	for _, p := range l.list("policy") {
+	for _, p := range l.List("policy") {
 		name, pol, ok := strings.Cut(p, ":")
 		if !ok {
 			return nil, fmt.Errorf("policy %q: want NAME:POLICY", p)
@@ -221,75 +181,75 @@ func parsePod(l line) (*v1.Pod, error) {
 			c.RestartPolicy = ptrTo(v1.ContainerRestartPolicy(pol))
 		})(pod)
 	}
-	for _, g := range l.list("gates") {
+	for _, g := range l.List("gates") {
 		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, v1.PodReadinessGate{ConditionType: v1.PodConditionType(g)})
 	}
-	pod.Status.Phase = v1.PodPhase(l.kv["phase"])
-	if l.has("deleting") {
+	pod.Status.Phase = v1.PodPhase(l.KV["phase"])
+	if l.Has("deleting") {
 		pod.DeletionTimestamp = &metav1.Time{Time: now}
 	}
-	if l.has("static") {
+	if l.Has("static") {
 		pod.Annotations = map[string]string{podspec.AnnotationConfigSource: "file"}
 	}
-	pod.Spec.HostNetwork = l.has("hostNetwork")
+	pod.Spec.HostNetwork = l.Has("hostNetwork")
 	return pod, nil
 }
 
 func parseContainer(l line) (observed.Container, error) {
-	if len(l.words) != 3 {
-		return observed.Container{}, fmt.Errorf("container: want NAME ID STATE, got %v", l.words)
+	if len(l.Words) != 3 {
+		return observed.Container{}, fmt.Errorf("container: want NAME ID STATE, got %v", l.Words)
 	}
-	at, err := l.int("at", 1)
+	at, err := l.Int("at", 1)
 	if err != nil {
 		return observed.Container{}, err
 	}
-	code, err := l.int("code", 0)
+	code, err := l.Int("code", 0)
 	if err != nil {
 		return observed.Container{}, err
 	}
-	n, err := l.int("restarts", 0)
+	n, err := l.Int("restarts", 0)
 	if err != nil {
 		return observed.Container{}, err
 	}
-	name, id := l.words[0], l.words[1]
+	name, id := l.Words[0], l.Words[1]
 	c := running(name, id, at)
-	switch l.words[2] {
+	switch l.Words[2] {
 	case "running":
 	case "exited":
-		c = exited(name, id, at, int32(code), l.kv["reason"])
+		c = exited(name, id, at, int32(code), l.KV["reason"])
 	case "created":
 		c.State, c.StartedAt = observed.ContainerCreated, time.Time{}
 	case "unknown":
 		c.State, c.StartedAt = observed.ContainerUnknown, time.Time{}
 	default:
-		return observed.Container{}, fmt.Errorf("container state %q", l.words[2])
+		return observed.Container{}, fmt.Errorf("container state %q", l.Words[2])
 	}
-	if sb := l.kv["sandbox"]; sb != "" {
+	if sb := l.KV["sandbox"]; sb != "" {
 		c.SandboxID = sb
 	}
 	return restarts(n, c), nil
 }
 
 func parsePreviousContainer(l line) (v1.ContainerStatus, bool, error) {
-	_, exit := l.kv["exit"]
-	if len(l.words) < 1 || (len(l.words) < 2 && !exit) {
+	_, exit := l.KV["exit"]
+	if len(l.Words) < 1 || (len(l.Words) < 2 && !exit) {
 		return v1.ContainerStatus{}, false, fmt.Errorf("previous-container: want NAME STATE")
 	}
-	n, err := l.int("restarts", 0)
+	n, err := l.Int("restarts", 0)
 	if err != nil {
 		return v1.ContainerStatus{}, false, err
 	}
-	st := v1.ContainerStatus{Name: l.words[0], Image: l.words[0] + ":1", RestartCount: int32(n)}
+	st := v1.ContainerStatus{Name: l.Words[0], Image: l.Words[0] + ":1", RestartCount: int32(n)}
 	switch {
 	case exit:
-	case l.words[1] == "running":
+	case l.Words[1] == "running":
 		st.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(at(1))}
-	case l.words[1] == "waiting":
+	case l.Words[1] == "waiting":
 		st.State.Waiting = &v1.ContainerStateWaiting{Reason: ReasonContainerCreating}
 	default:
-		return v1.ContainerStatus{}, false, fmt.Errorf("previous-container state %q", l.words[1])
+		return v1.ContainerStatus{}, false, fmt.Errorf("previous-container state %q", l.Words[1])
 	}
-	if v, ok := l.kv["exit"]; ok {
+	if v, ok := l.KV["exit"]; ok {
 		code, err := strconv.Atoi(v)
 		if err != nil {
 			return v1.ContainerStatus{}, false, err
@@ -302,7 +262,7 @@ func parsePreviousContainer(l line) (v1.ContainerStatus, bool, error) {
 			ExitCode: int32(code), Reason: reason, StartedAt: metav1.NewTime(at(1)), FinishedAt: metav1.NewTime(at(6)),
 		}}
 	}
-	return st, l.has("init"), nil
+	return st, l.Has("init"), nil
 }
 
 func parseFacts(input string) (Facts, error) {
@@ -333,51 +293,51 @@ func parseFacts(input string) (Facts, error) {
 			continue
 		}
 		l := parseLine(s)
-		switch l.kind {
+		switch l.Kind {
 		case "pod":
 			f.Pod, err = parsePod(l)
 		case "condition":
-			if len(l.fields) != 2 {
+			if len(l.Fields) != 2 {
 				return f, fmt.Errorf("condition: want TYPE STATUS")
 			}
 			f.Pod.Status.Conditions = append(f.Pod.Status.Conditions, v1.PodCondition{
-				Type: v1.PodConditionType(l.fields[0]), Status: v1.ConditionStatus(l.fields[1])})
+				Type: v1.PodConditionType(l.Fields[0]), Status: v1.ConditionStatus(l.Fields[1])})
 		case "sandbox":
 			sb := sandbox()
-			if id := l.kv["id"]; id != "" {
+			if id := l.KV["id"]; id != "" {
 				sb.ID = id
 			}
-			if l.has("notready") {
+			if l.Has("notready") {
 				sb.State = observed.SandboxNotReady
 			}
-			sb.NetworkNode = l.has("hostNetwork")
-			noIP = noIP || l.has("noip")
+			sb.NetworkNode = l.Has("hostNetwork")
+			noIP = noIP || l.Has("noip")
 			sandboxes = append(sandboxes, sb)
 		case "container":
 			var c observed.Container
 			c, err = parseContainer(l)
 			containers = append(containers, c)
 		case "ready":
-			setProbes(&f.Ready, l.fields, true)
+			setProbes(&f.Ready, l.Fields, true)
 		case "notready":
-			setProbes(&f.Ready, l.fields, false)
+			setProbes(&f.Ready, l.Fields, false)
 		case "started":
-			setProbes(&f.Started, l.fields, true)
+			setProbes(&f.Started, l.Fields, true)
 		case "waiting":
-			if len(l.fields) < 2 {
+			if len(l.Fields) < 2 {
 				return f, fmt.Errorf("waiting: want NAME REASON [MESSAGE]")
 			}
 			if f.Waiting == nil {
 				f.Waiting = map[string]plan.Waiting{}
 			}
-			f.Waiting[l.fields[0]] = plan.Waiting{Reason: l.fields[1], Message: l.message(2)}
+			f.Waiting[l.Fields[0]] = plan.Waiting{Reason: l.Fields[1], Message: l.message(2)}
 		case "previous":
 			p := previous()
-			if len(l.fields) > 0 {
-				p.Phase = v1.PodPhase(l.fields[0])
+			if len(l.Fields) > 0 {
+				p.Phase = v1.PodPhase(l.Fields[0])
 			}
-			if len(l.fields) > 1 {
-				p.Reason = l.fields[1]
+			if len(l.Fields) > 1 {
+				p.Reason = l.Fields[1]
 			}
 			p.Message = l.message(2)
 		case "previous-container":
@@ -389,11 +349,11 @@ func parseFacts(input string) (Facts, error) {
 			}
 			err = e
 		case "previous-condition":
-			if len(l.fields) != 2 {
+			if len(l.Fields) != 2 {
 				return f, fmt.Errorf("previous-condition: want TYPE STATUS")
 			}
 			previous().Conditions = append(previous().Conditions, v1.PodCondition{
-				Type: v1.PodConditionType(l.fields[0]), Status: v1.ConditionStatus(l.fields[1]), Reason: "Previous"})
+				Type: v1.PodConditionType(l.Fields[0]), Status: v1.ConditionStatus(l.Fields[1]), Reason: "Previous"})
 		case "failed":
 			f.Failed, err = l.rejection()
 		case "bynode":
