@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/base/notify"
 	"github.com/nodelet/nodelet/internal/base/testutil"
+	"github.com/nodelet/nodelet/internal/base/testutil/fakeapi"
 )
 
 // fakeRuntime answers the CRI calls node status makes.
@@ -173,6 +174,7 @@ type harness struct {
 	leaseFailures atomic.Int64 // OnLeaseFailure calls
 	changed       *notify.Kick // Deps.Changed, as the graceful shutdown kicks it
 	uids          atomic.Int64
+	watches       *atomic.Int64 // fakeapi.CountWatches
 
 	mu      sync.Mutex
 	actions []recorded
@@ -209,6 +211,7 @@ func newHarness(t *testing.T, opts func(o *Options), objects ...runtime.Object) 
 		h.mu.Unlock()
 		return false, nil, nil
 	})
+	h.watches = fakeapi.CountWatches(h.client)
 	h.client.PrependWatchReactor("*", func(a k8stesting.Action) (bool, watch.Interface, error) {
 		h.mu.Lock()
 		h.actions = append(h.actions, recorded{h.clk.Now(), a})
@@ -282,6 +285,7 @@ func (h *harness) start() {
 	}()
 	h.t.Cleanup(h.stop)
 	testutil.Eventually(h.t, "the node informer to sync", h.m.informer.HasSynced)
+	testutil.Eventually(h.t, "the node informer to watch", func() bool { return h.watches.Load() > 0 })
 	h.settle()
 }
 

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodelet/nodelet/internal/base/testutil"
+	"github.com/nodelet/nodelet/internal/base/testutil/fakeapi"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
@@ -35,6 +37,7 @@ func names(pods []*v1.Pod) []string {
 // list (an API server not answering is not a node without pods).
 func TestAPISource(t *testing.T) {
 	client := fake.NewClientset(apiTestPod("b", false), apiTestPod("a", false), apiTestPod("etcd-node-a", true))
+	watches := fakeapi.CountWatches(client)
 	informer := NewNodePodInformer(client, "node-a")
 	src := NewAPISource(informer, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -57,6 +60,7 @@ func TestAPISource(t *testing.T) {
 	if u := recv(); u.Source != SourceAPI || len(u.Pods) != 2 || u.Pods[0].Name != "a" || u.Pods[1].Name != "b" {
 		t.Fatalf("first update: %s %q, want api [a b]", u.Source, names(u.Pods))
 	}
+	testutil.Eventually(t, "the informer to watch", func() bool { return watches.Load() > 0 })
 	if err := client.CoreV1().Pods("default").Delete(ctx, "a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
