@@ -451,7 +451,9 @@ func TestRun(t *testing.T) {
 			return cond(r.rt)
 		})
 	}
-	waitFor("timers", func(*logRuntime) bool { return r.clk.HasWaiters() })
+	// Both timers, the collection's and the rotation's: stepping the
+	// clock before the second exists would never fire it.
+	waitFor("timers", func(*logRuntime) bool { return r.clk.Waiters() == 2 })
 	r.clk.Step(DefaultLogMonitorInterval)
 	waitFor("rotation", func(rt *logRuntime) bool { return len(rt.reopened) == 1 })
 	r.rt.mu.Lock()
