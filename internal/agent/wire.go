@@ -143,6 +143,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, reg *prometheus.Registry) (
 	p.status = statusmanager.New(log, p.prober)
 	m := metrics.New(reg, p.status.Running, metrics.WithClock(clk))
 	machine := stats.NewHostMachine()
+	machine.PodCgroups = podresources.QoSTopCgroups(cfg.CgroupRoot)
 	statsProvider := stats.New(rt, machine, cfg.NodeName, cfg.RootDir, clk, log,
 		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second))
 
@@ -163,7 +164,8 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, reg *prometheus.Registry) (
 	volumes := volume.New(cfg.RootDir, objs, downward, log, volumeOpts...)
 	cg, err := podresources.Setup(podresources.SetupConfig{
 		CgroupsPerQOS:          cfg.CgroupsPerQOS,
-		Root:                   cfg.CgroupRoot,
+		MountDir:               cfg.CgroupMountDir,
+		CgroupRoot:             cfg.CgroupRoot,
 		Driver:                 cfg.CgroupDriver,
 		PodPidsLimit:           cfg.PodPidsLimit,
 		MemoryQoS:              cfg.MemoryQoS,

@@ -31,7 +31,7 @@ func testPipeline(t *testing.T) *pipeline {
 	is.SetFakeImageSize(1)
 	log := slog.New(slog.DiscardHandler)
 	cfg := nodeconfig.DefaultConfig(t.TempDir())
-	cfg.NodeName, cfg.CgroupRoot, cfg.PodLogsDir = "node1", "", t.TempDir()
+	cfg.NodeName, cfg.CgroupMountDir, cfg.PodLogsDir = "node1", "", t.TempDir()
 	a, err := New(cfg, Deps{Clock: testingclock.NewFakeClock(time.Unix(1_700_000_000, 0)), Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestWireClusterMode(t *testing.T) {
 	rs, is := critest.NewFakeRuntimeService(), critest.NewFakeImageService()
 	log := slog.New(slog.DiscardHandler)
 	cfg := nodeconfig.DefaultConfig(t.TempDir())
-	cfg.NodeName, cfg.CgroupRoot, cfg.PodLogsDir, cfg.Kubeconfig = "node1", "", t.TempDir(), "/unused"
+	cfg.NodeName, cfg.CgroupMountDir, cfg.PodLogsDir, cfg.Kubeconfig = "node1", "", t.TempDir(), "/unused"
 	a, err := New(cfg, Deps{Clock: testingclock.NewFakeClock(time.Unix(1_700_000_000, 0)), Log: log})
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/nodelet/nodelet/internal/managed/registry"
 	"github.com/nodelet/nodelet/internal/node/eviction"
 	"github.com/nodelet/nodelet/internal/node/imagegc"
+	"github.com/nodelet/nodelet/internal/node/podresources"
 	"github.com/nodelet/nodelet/internal/node/shutdown"
 	"github.com/nodelet/nodelet/internal/node/userns"
 	"github.com/nodelet/nodelet/internal/serve/server"
@@ -83,9 +84,15 @@ type Config struct {
 	// /etc/hosts (read by cmd/nodelet: machine facts), the base of pods'
 	// DNS config and managed /etc/hosts. Empty: the runtime's defaults.
 	HostResolvConf, HostHosts []byte
-	// CgroupRoot is where cgroups are mounted (the v1 hierarchies, or
-	// the cgroup v2 unified one); pod cgroups go under kubepods there. ""
+	// CgroupMountDir is where cgroups are mounted (the v1 hierarchies,
+	// or the cgroup v2 unified one; --cgroup-root-dir, nodelet's own). ""
 	// disables pod cgroups, as CgroupsPerQOS false does.
+	CgroupMountDir string
+	// CgroupRoot is the kubelet's cgroupRoot (--cgroup-root): the cgroup,
+	// written as a cgroupfs path with either driver, that the QoS
+	// hierarchy kubepods is made in ("/": /kubepods or kubepods.slice;
+	// "/nodelet-a": /nodelet-a/kubepods or nodelet_a-kubepods.slice). It
+	// must exist. Several nodelets on one host each take their own.
 	CgroupRoot string
 	// CgroupsPerQOS creates the QoS and pod cgroups (cgroupsPerQOS,
 	// --cgroups-per-qos). With it, nodelet refuses to start where it
@@ -337,7 +344,8 @@ func DefaultConfig(rootDir string) Config {
 		Port:                             10250,
 		HealthzBindAddress:               "127.0.0.1",
 		EnableSystemLogHandler:           true,
-		CgroupRoot:                       "/sys/fs/cgroup",
+		CgroupMountDir:                   "/sys/fs/cgroup",
+		CgroupRoot:                       podresources.DefaultCgroupRoot,
 		CgroupsPerQOS:                    true,
 		CgroupDriver:                     "cgroupfs",
 		PodPidsLimit:                     -1,
@@ -388,6 +396,9 @@ func (cfg Config) Validate() error {
 		return errors.New("--file-check-frequency, --http-check-frequency and --sync-frequency must be positive")
 	}
 	if err := ValidateEvictionHard(cfg.EvictionHard); err != nil {
+		return err
+	}
+	if err := cfg.validateCgroupRoot(); err != nil {
 		return err
 	}
 	if _, err := eviction.ParseThresholds(cfg.EvictionConfig()); err != nil {
@@ -556,4 +567,17 @@ func (c *Config) SetFeatureGates(gates map[string]bool) (unknown []string) {
 func (cfg Config) EvictionConfig() eviction.Config {
 	return eviction.Config{EvictionHard: cfg.EvictionHard, EvictionSoft: cfg.EvictionSoft,
 		EvictionSoftGracePeriod: cfg.EvictionSoftGracePeriod, EvictionMinimumReclaim: cfg.EvictionMinimumReclaim}
+}
+
+// validateCgroupRoot checks cgroupRoot (--cgroup-root) for the configured
+// driver, with pod cgroups on: they are made in it (podresources.Setup
+// checks it again with the runtime's driver).
+func (cfg Config) validateCgroupRoot() error {
+	if !cfg.CgroupsPerQOS || cfg.CgroupMountDir == "" {
+		return nil
+	}
+	if _, err := podresources.ParseCgroupRoot(cfg.CgroupRoot, podresources.Driver(cfg.CgroupDriver)); err != nil {
+		return fmt.Errorf("--cgroup-root (cgroupRoot): %w", err)
+	}
+	return nil
 }

@@ -28,7 +28,8 @@ func Configz(cfg Config) *server.Configz {
 	c.Authentication.Webhook.Enabled = ptr.To(cfg.TokenWebhook())
 	c.Authorization.Mode = kubeletv1beta1.KubeletAuthorizationMode(cfg.SecureAuth().AuthorizationMode)
 	c.EnableSystemLogHandler = ptr.To(cfg.EnableSystemLogHandler)
-	c.MaxPods, c.PodCIDR, c.CgroupRoot, c.PodLogsDir = int32(cfg.MaxPods), cfg.Managed.Containerd.PodCIDR, cfg.CgroupRoot, cfg.PodLogsDir
+	c.MaxPods, c.PodCIDR, c.PodLogsDir = int32(cfg.MaxPods), cfg.Managed.Containerd.PodCIDR, cfg.PodLogsDir
+	c.CgroupRoot, c.CgroupsPerQOS, c.CgroupDriver = cfg.CgroupRoot, ptr.To(cfg.CgroupsPerQOS), cfg.CgroupDriver
 	c.ContainerLogMaxSize = resource.NewQuantity(cfg.ContainerLogMaxSize, resource.BinarySI).String()
 	c.ContainerLogMaxFiles = ptr.To(int32(cfg.ContainerLogMaxFiles))
 	c.ContainerLogMonitorInterval = &metav1.Duration{Duration: cfg.ContainerLogMonitorInterval}

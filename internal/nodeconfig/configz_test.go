@@ -61,7 +61,7 @@ func TestConfigzHasNoSecrets(t *testing.T) {
 		"address": "0.0.0.0", "port": 10250.0, "healthzPort": 10248.0, "healthzBindAddress": "127.0.0.1",
 		"maxPods": 110.0, "podCIDR": cfg.Managed.Containerd.PodCIDR, "containerLogMaxSize": "10Mi", "containerLogMaxFiles": 5.0,
 		"containerLogMonitorInterval": "10s", "containerRuntimeEndpoint": "unix:///var/lib/nodelet/containerd/containerd.sock",
-		"podLogsDir": "/var/log/pods", "cgroupRoot": "/sys/fs/cgroup",
+		"podLogsDir": "/var/log/pods", "cgroupRoot": "/", "cgroupsPerQOS": true, "cgroupDriver": "cgroupfs",
 	} {
 		if got.KC[name] != want {
 			t.Errorf("%s = %v, want %v", name, got.KC[name], want)

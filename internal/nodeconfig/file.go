@@ -156,7 +156,7 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 }
 
 // applyCgroups sets the pod cgroup settings: cgroupsPerQOS, cgroupDriver,
-// podPidsLimit, memoryThrottlingFactor, and featureGates (SetFeatureGates;
+// cgroupRoot, podPidsLimit, memoryThrottlingFactor, and featureGates (SetFeatureGates;
 // a warning for each gate nodelet does not know).
 func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 	kc := &f.Config
@@ -164,6 +164,7 @@ func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 		cfg.CgroupsPerQOS = *kc.CgroupsPerQOS
 	}
 	setString(&cfg.CgroupDriver, kc.CgroupDriver)
+	setString(&cfg.CgroupRoot, kc.CgroupRoot)
 	if kc.PodPidsLimit != nil {
 		cfg.PodPidsLimit = *kc.PodPidsLimit
 	}
@@ -331,7 +332,7 @@ var implemented = []string{
 	"evictionHard", "mergeDefaultEvictionSettings", "evictionSoft", "evictionSoftGracePeriod", "evictionMinimumReclaim",
 	"evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
-	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
+	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "cgroupRoot", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
 	"userNamespaces",
 	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "imageMinimumGCAge", "imageMaximumGCAge",
 	"userNamespaces", "enableSystemLogHandler", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority",

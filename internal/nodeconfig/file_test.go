@@ -280,7 +280,7 @@ func TestFileAuthorizationWebhookAndSystemLogs(t *testing.T) {
 func TestFileCgroupSettings(t *testing.T) {
 	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
 	f, err := DecodeFile("c.yaml", []byte(head+"cgroupsPerQOS: false\ncgroupDriver: systemd\npodPidsLimit: 4096\n"+
-		"memoryThrottlingFactor: 0.8\nfeatureGates:\n  MemoryQoS: true\n"))
+		"memoryThrottlingFactor: 0.8\nfeatureGates:\n  MemoryQoS: true\ncgroupRoot: /nodelet-a\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,23 +291,40 @@ func TestFileCgroupSettings(t *testing.T) {
 	if _, err := f.Apply(&cfg); err != nil {
 		t.Fatal(err)
 	}
-	if cfg.CgroupsPerQOS || cfg.CgroupDriver != "systemd" || cfg.PodPidsLimit != 4096 || !cfg.MemoryQoS || cfg.MemoryThrottlingFactor != 0.8 {
-		t.Errorf("applied: %v %q %d %v %v", cfg.CgroupsPerQOS, cfg.CgroupDriver, cfg.PodPidsLimit, cfg.MemoryQoS, cfg.MemoryThrottlingFactor)
+	if cfg.CgroupsPerQOS || cfg.CgroupDriver != "systemd" || cfg.PodPidsLimit != 4096 || !cfg.MemoryQoS || cfg.MemoryThrottlingFactor != 0.8 || cfg.CgroupRoot != "/nodelet-a" {
+		t.Errorf("applied: %v %q %d %v %v %q", cfg.CgroupsPerQOS, cfg.CgroupDriver, cfg.PodPidsLimit, cfg.MemoryQoS, cfg.MemoryThrottlingFactor, cfg.CgroupRoot)
 	}
 	cfg.NodeName = "n"
+	perQOS := func(root string) func(*Config) {
+		return func(c *Config) { c.CgroupsPerQOS, c.CgroupRoot = true, root }
+	}
 	for _, bad := range []func(*Config){
 		func(c *Config) { c.CgroupDriver = "upstart" },
 		func(c *Config) { c.MemoryThrottlingFactor = 0 },
 		func(c *Config) { c.MemoryThrottlingFactor = 1.5 },
+		perQOS(""), perQOS("nodelet-a"), perQOS("/a/../b"), perQOS("/a b"), perQOS("/system.slice"),
 	} {
 		c := cfg
 		bad(&c)
 		if err := c.Validate(); err == nil {
-			t.Errorf("%q %v validates", c.CgroupDriver, c.MemoryThrottlingFactor)
+			t.Errorf("%q %v %q validates", c.CgroupDriver, c.MemoryThrottlingFactor, c.CgroupRoot)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Error(err)
+	}
+	for _, good := range []func(*Config){perQOS("/"), perQOS("/nodelet-a"), perQOS("/a/b")} {
+		c := cfg
+		good(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("%q: %v", c.CgroupRoot, err)
+		}
+	}
+	// /system.slice is a cgroupfs name like any other.
+	c := cfg
+	c.CgroupsPerQOS, c.CgroupDriver, c.CgroupRoot = true, "cgroupfs", "/system.slice"
+	if err := c.Validate(); err != nil {
+		t.Errorf("cgroupfs /system.slice: %v", err)
 	}
 }
 

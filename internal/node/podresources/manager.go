@@ -51,6 +51,23 @@ type hierarchy struct {
 	v2   bool
 }
 
+// controllers are the hierarchy's controllers, as its mount directory
+// and the directory it links to are named ("cpu,cpuacct", "systemd" for
+// name=systemd).
+func (h hierarchy) controllers() []string {
+	names := []string{filepath.Base(h.path)}
+	if real, err := filepath.EvalSymlinks(h.path); err == nil {
+		names = append(names, filepath.Base(real))
+	}
+	var out []string
+	for _, n := range names {
+		for c := range strings.SplitSeq(n, ",") {
+			out = append(out, strings.TrimPrefix(c, "name="))
+		}
+	}
+	return out
+}
+
 // has tells whether the hierarchy's root has interface file name.
 func (h hierarchy) has(name string) bool {
 	_, err := os.Stat(filepath.Join(h.path, name))
@@ -65,8 +82,11 @@ func (h hierarchy) has(name string) bool {
 type Manager struct {
 	root string
 	log  *slog.Logger
-	// top is the QoS hierarchy's root cgroup ("kubepods"); tests use
-	// their own.
+	// cgroupRoot is the cgroup the QoS hierarchy is in, relative to each
+	// hierarchy's root ("" for the root cgroup).
+	cgroupRoot string
+	// top is the QoS hierarchy's root cgroup ("kubepods",
+	// "nodelet-a/kubepods"); tests use their own.
 	top string
 	// err is why the host cannot be managed (cgroup v2).
 	err error
@@ -99,19 +119,19 @@ type appliedConfig struct {
 	cfg PodCgroupConfig
 }
 
-// NewManager manages the cgroups under cgroupRoot ("/sys/fs/cgroup"), the
-// directory where the v1 hierarchies are mounted (cgroupRoot/cpu,
-// cgroupRoot/memory...). On a cgroup v2 host every method returns
-// ErrCgroupV2. A nil log discards.
-func NewManager(cgroupRoot string, log *slog.Logger) *Manager {
+// NewManager manages the QoS and pod cgroups in cgroupRoot (nil: the
+// root cgroup) of the v1 hierarchies mounted under mountDir
+// ("/sys/fs/cgroup": mountDir/cpu, mountDir/memory...). On a cgroup v2
+// host every method returns ErrCgroupV2. A nil log discards.
+func NewManager(mountDir string, cgroupRoot CgroupRoot, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{root: cgroupRoot, log: log, top: defaultTopCgroupName, burstable: map[types.UID]int64{},
+	m := &Manager{root: mountDir, log: log, cgroupRoot: cgroupRoot.rel(), top: cgroupRoot.top(), burstable: map[types.UID]int64{},
 		applied: map[types.UID]appliedConfig{}}
-	if _, err := os.Stat(filepath.Join(cgroupRoot, fileControllers)); err == nil || cgroupmount.IsCgroup2(cgroupRoot) {
-		m.err = fmt.Errorf("%w (found at %s)", ErrCgroupV2, cgroupRoot)
-		log.Error("pod cgroups unavailable", "root", cgroupRoot, "err", m.err)
+	if _, err := os.Stat(filepath.Join(mountDir, fileControllers)); err == nil || cgroupmount.IsCgroup2(mountDir) {
+		m.err = fmt.Errorf("%w (found at %s)", ErrCgroupV2, mountDir)
+		log.Error("pod cgroups unavailable", "root", mountDir, "err", m.err)
 	}
 	return m
 }
@@ -136,6 +156,9 @@ func (m *Manager) ensureQoSLocked() error {
 		return err
 	}
 	m.hierarchies = hs
+	if err := m.checkRoot(); err != nil {
+		return err
+	}
 	for _, dir := range []string{m.top, qosDir(m.top, v1.PodQOSBurstable), qosDir(m.top, v1.PodQOSBestEffort)} {
 		for _, h := range hs {
 			if err := mkdirs(h, dir); err != nil {
@@ -153,6 +176,36 @@ func (m *Manager) ensureQoSLocked() error {
 		m.log.Info("QoS cgroups ready", "root", m.root, "top", m.top, "hierarchies", len(hs))
 	}
 	m.ready = true
+	return nil
+}
+
+// rootControllers are the v1 controllers whose hierarchies must have the
+// cgroupRoot, as the kubelet checks them (its Validate); in the others
+// the pod cgroups' ancestors are created as needed.
+var rootControllers = []string{"cpu", "cpuacct", "cpuset", "memory", "systemd", "pids", "hugetlb"}
+
+// checkRoot fails, naming what is missing, unless the cgroupRoot exists
+// in every hierarchy of rootControllers: nodelet makes kubepods in it,
+// never the cgroupRoot itself, as the kubelet.
+func (m *Manager) checkRoot() error {
+	if m.cgroupRoot == "" {
+		return nil
+	}
+	var missing []string
+	for _, h := range m.hierarchies {
+		if h.v2 || !slices.ContainsFunc(h.controllers(), func(c string) bool { return slices.Contains(rootControllers, c) }) {
+			continue
+		}
+		p := filepath.Join(h.path, m.cgroupRoot)
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			missing = append(missing, p)
+		} else if err != nil {
+			return fmt.Errorf("cgroupRoot: %w", err)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("cgroupRoot /%s (missing %s): %w", m.cgroupRoot, strings.Join(missing, ", "), ErrCgroupRootMissing)
+	}
 	return nil
 }
 

@@ -77,7 +77,7 @@ func podWith(uid string, r v1.ResourceRequirements) *v1.Pod {
 
 func TestManagerEnsureQoS(t *testing.T) {
 	root := fakeTree(t)
-	m := NewManager(root, nil)
+	m := NewManager(root, nil, nil)
 	if err := m.EnsureQoS(); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestManagerEnsurePod(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := fakeTree(t)
-			m := NewManager(root, nil)
+			m := NewManager(root, nil, nil)
 			// EnsurePod sets up the QoS tiers itself when needed.
 			parent, err := m.EnsurePod(tc.pod)
 			if err != nil {
@@ -201,7 +201,7 @@ func TestManagerEnsurePod(t *testing.T) {
 
 func TestManagerBurstableShares(t *testing.T) {
 	root := fakeTree(t)
-	m := NewManager(root, nil)
+	m := NewManager(root, nil, nil)
 	shares := func() string { return read(t, filepath.Join(root, "cpu/kubepods/burstable/cpu.shares")) }
 	a := podWith("a", rr("500m", "", "", ""))
 	b := podWith("b", rr("1", "", "2", ""))
@@ -230,7 +230,7 @@ func TestManagerBurstableShares(t *testing.T) {
 
 func TestManagerRemovePod(t *testing.T) {
 	root := fakeTree(t)
-	m := NewManager(root, nil)
+	m := NewManager(root, nil, nil)
 	p := podWith("r1", rr("100m", "", "", ""))
 	parent, err := m.EnsurePod(p)
 	if err != nil {
@@ -279,7 +279,7 @@ func TestManagerRemovePod(t *testing.T) {
 
 func TestManagerPodsAndOrphans(t *testing.T) {
 	root := fakeTree(t)
-	m := NewManager(root, nil)
+	m := NewManager(root, nil, nil)
 	for _, p := range []*v1.Pod{
 		podWith("g", rr("1", "1Gi", "1", "1Gi")),
 		podWith("b", rr("1", "", "", "")),
@@ -302,7 +302,7 @@ func TestManagerPodsAndOrphans(t *testing.T) {
 	}
 	// A fresh manager (restart) finds them too, and removes orphans of
 	// unknown class.
-	m2 := NewManager(root, nil)
+	m2 := NewManager(root, nil, nil)
 	for _, uid := range []types.UID{"old", "g"} {
 		if err := m2.RemovePod(uid, ""); err != nil {
 			t.Fatal(err)
@@ -340,7 +340,7 @@ func TestManagerCombinedMount(t *testing.T) {
 	if len(hs) != 2 {
 		t.Fatalf("hierarchies = %v, want 2", hs)
 	}
-	m := NewManager(root, nil)
+	m := NewManager(root, nil, nil)
 	parent, err := m.EnsurePod(podWith("c", rr("2", "", "", "")))
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +359,7 @@ func TestManagerCombinedMount(t *testing.T) {
 func TestManagerCgroupV2(t *testing.T) {
 	root := t.TempDir()
 	write(t, filepath.Join(root, "cgroup.controllers"), "cpu memory pids")
-	m := NewManager(root, nil)
+	m := NewManager(root, nil, nil)
 	if err := m.EnsureQoS(); !errors.Is(err, ErrCgroupV2) {
 		t.Errorf("EnsureQoS = %v, want ErrCgroupV2", err)
 	}
@@ -383,17 +383,17 @@ func TestManagerErrors(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(root, "empty"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := NewManager(root, nil).EnsureQoS(); err == nil || !strings.Contains(err.Error(), "no cgroup v1 hierarchy") {
+		if err := NewManager(root, nil, nil).EnsureQoS(); err == nil || !strings.Contains(err.Error(), "no cgroup v1 hierarchy") {
 			t.Errorf("EnsureQoS = %v", err)
 		}
 	})
 	t.Run("missing root", func(t *testing.T) {
-		if err := NewManager(filepath.Join(t.TempDir(), "nope"), nil).EnsureQoS(); err == nil {
+		if err := NewManager(filepath.Join(t.TempDir(), "nope"), nil, nil).EnsureQoS(); err == nil {
 			t.Error("EnsureQoS succeeded")
 		}
 	})
 	t.Run("bad UIDs", func(t *testing.T) {
-		m := NewManager(fakeTree(t), nil)
+		m := NewManager(fakeTree(t), nil, nil)
 		for _, uid := range []types.UID{"", ".", "..", "../x", "a/b"} {
 			if _, err := m.EnsurePod(podWith(string(uid), v1.ResourceRequirements{})); err == nil {
 				t.Errorf("EnsurePod(%q) succeeded", uid)
@@ -406,7 +406,7 @@ func TestManagerErrors(t *testing.T) {
 	t.Run("empty parent cpuset", func(t *testing.T) {
 		root := fakeTree(t)
 		write(t, filepath.Join(root, "cpuset", "cpuset.cpus"), "")
-		if err := NewManager(root, nil).EnsureQoS(); err == nil || !strings.Contains(err.Error(), "cpuset") {
+		if err := NewManager(root, nil, nil).EnsureQoS(); err == nil || !strings.Contains(err.Error(), "cpuset") {
 			t.Errorf("EnsureQoS = %v", err)
 		}
 	})
@@ -426,7 +426,7 @@ func TestManagerRealCgroupV1(t *testing.T) {
 	if exists(filepath.Join(root, "cgroup.controllers")) || cgroupmount.IsCgroup2(root) || !exists(filepath.Join(root, "cpu", "tasks")) {
 		t.Skip("needs cgroup v1")
 	}
-	m := NewManager(root, nil)
+	m := NewManager(root, nil, nil)
 	// Per process, so that concurrent runs do not collide.
 	m.top = "kubepods-nodelet-test-" + strconv.Itoa(os.Getpid())
 	tiers := []string{m.top + "/burstable", m.top + "/besteffort", m.top}
@@ -542,7 +542,7 @@ func TestManagerRealCgroupV1(t *testing.T) {
 // cgroup removed behind its back is made again.
 func TestManagerEnsurePodWritesOnlyChanges(t *testing.T) {
 	root := fakeTree(t)
-	m := NewManager(root, nil)
+	m := NewManager(root, nil, nil)
 	pod := podWith("g1", rr("500m", "256Mi", "500m", "256Mi"))
 	parent, err := m.EnsurePod(pod)
 	if err != nil {

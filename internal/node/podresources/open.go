@@ -26,8 +26,11 @@ type Cgroups interface {
 
 // Options choose and configure the pod cgroup manager.
 type Options struct {
-	// Root is where cgroups are mounted ("/sys/fs/cgroup").
-	Root string
+	// MountDir is where cgroups are mounted ("/sys/fs/cgroup").
+	MountDir string
+	// CgroupRoot is the cgroup the QoS hierarchy is made in (see
+	// ParseCgroupRoot); it must exist. Nil is the root cgroup.
+	CgroupRoot CgroupRoot
 	// Driver is cgroupfs or systemd.
 	Driver Driver
 	// PodPidsLimit > 0 is every pod's pids.max (cgroup v2 only).
@@ -40,7 +43,7 @@ type Options struct {
 	Log            *slog.Logger
 }
 
-// Open detects the cgroup version of opts.Root as runc does (statfs: a
+// Open detects the cgroup version of opts.MountDir as runc does (statfs: a
 // cgroup2 mount is v2, anything else v1 or hybrid) and returns the
 // manager for it and the driver. It fails, saying why, where nodelet
 // cannot manage pod cgroups: the systemd driver on cgroup v1, or systemd
@@ -55,23 +58,23 @@ func Open(ctx context.Context, opts Options) (Cgroups, error) {
 	if opts.Driver != DriverCgroupfs && opts.Driver != DriverSystemd {
 		return nil, fmt.Errorf("cgroup driver %q: want cgroupfs or systemd", opts.Driver)
 	}
-	version, err := cgroupmount.Version(opts.Root)
+	version, err := cgroupmount.Version(opts.MountDir)
 	if err != nil {
 		return nil, err
 	}
 	if version == 1 {
 		if opts.Driver == DriverSystemd {
-			return nil, fmt.Errorf("cgroup driver systemd on cgroup v1 (%s) is not implemented by nodelet: use cgroupDriver cgroupfs (and the runtime's SystemdCgroup = false), or cgroupsPerQOS false to run without pod cgroups", opts.Root)
+			return nil, fmt.Errorf("cgroup driver systemd on cgroup v1 (%s) is not implemented by nodelet: use cgroupDriver cgroupfs (and the runtime's SystemdCgroup = false), or cgroupsPerQOS false to run without pod cgroups", opts.MountDir)
 		}
 		if opts.MemoryQoS != nil {
-			opts.Log.Warn("MemoryQoS needs cgroup v2; not enforced on this cgroup v1 host", "root", opts.Root)
+			opts.Log.Warn("MemoryQoS needs cgroup v2; not enforced on this cgroup v1 host", "root", opts.MountDir)
 		}
 		if opts.PodPidsLimit > 0 {
-			opts.Log.Warn("podPidsLimit is enforced on cgroup v2 only; not on this cgroup v1 host", "root", opts.Root, "podPidsLimit", opts.PodPidsLimit)
+			opts.Log.Warn("podPidsLimit is enforced on cgroup v2 only; not on this cgroup v1 host", "root", opts.MountDir, "podPidsLimit", opts.PodPidsLimit)
 		}
-		return NewManager(opts.Root, opts.Log), nil
+		return NewManager(opts.MountDir, opts.CgroupRoot, opts.Log), nil
 	}
-	uopts := UnifiedOptions{Driver: opts.Driver, PodPidsLimit: opts.PodPidsLimit, MemoryQoS: opts.MemoryQoS, Log: opts.Log}
+	uopts := UnifiedOptions{Driver: opts.Driver, CgroupRoot: opts.CgroupRoot, PodPidsLimit: opts.PodPidsLimit, MemoryQoS: opts.MemoryQoS, Log: opts.Log}
 	if opts.Driver == DriverSystemd {
 		connect := opts.ConnectSystemd
 		if connect == nil {
@@ -81,5 +84,5 @@ func Open(ctx context.Context, opts Options) (Cgroups, error) {
 			return nil, err
 		}
 	}
-	return NewUnified(OSFS(opts.Root), uopts)
+	return NewUnified(OSFS(opts.MountDir), uopts)
 }

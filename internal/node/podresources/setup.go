@@ -32,8 +32,13 @@ type NodeEvents interface {
 type SetupConfig struct {
 	// CgroupsPerQOS false: pods run without QoS and pod cgroups.
 	CgroupsPerQOS bool
-	// Root is where cgroups are mounted; "" is as CgroupsPerQOS false.
-	Root string
+	// MountDir is where cgroups are mounted; "" is as CgroupsPerQOS
+	// false.
+	MountDir string
+	// CgroupRoot is the cgroup the QoS hierarchy is made in (cgroupRoot,
+	// --cgroup-root, see ParseCgroupRoot); "" is DefaultCgroupRoot. It
+	// must exist.
+	CgroupRoot string
 	// Driver is the configured cgroup driver (the runtime's wins).
 	Driver string
 	// PodPidsLimit > 0 is each pod's pids.max.
@@ -52,26 +57,34 @@ type SetupConfig struct {
 }
 
 // Setup is the pod cgroup manager nodelet runs with, its QoS cgroups
-// ensured, or nil when CgroupsPerQOS is false (or Root ""), which the log
-// says. The driver is the runtime's when its RuntimeConfig tells it, as
-// the kubelet takes it (KubeletCgroupDriverFromCRI), else the configured
-// one. Where the cgroups cannot be managed (a controller missing, systemd
-// unreachable, the systemd driver on cgroup v1...) it logs an error,
-// records a Warning event on the node and fails: nodelet does not start,
-// as the kubelet does not, rather than run pods without their limits.
+// ensured in the cgroupRoot, or nil when CgroupsPerQOS is false (or
+// MountDir ""), which the log says. The driver is the runtime's when its
+// RuntimeConfig tells it, as the kubelet takes it
+// (KubeletCgroupDriverFromCRI), else the configured one. Where the cgroups
+// cannot be managed (a controller missing, systemd unreachable, the
+// systemd driver on cgroup v1, a cgroupRoot that does not exist or is no
+// name for the driver...) it logs an error, records a Warning event on the
+// node and fails: nodelet does not start, as the kubelet does not, rather
+// than run pods without their limits.
 func Setup(c SetupConfig) (Cgroups, error) {
 	log := c.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if !c.CgroupsPerQOS || c.Root == "" {
-		log.Warn("pods run without QoS and pod cgroups, as configured", "cgroupsPerQOS", c.CgroupsPerQOS, "cgroupRoot", c.Root)
+	if !c.CgroupsPerQOS || c.MountDir == "" {
+		log.Warn("pods run without QoS and pod cgroups, as configured", "cgroupsPerQOS", c.CgroupsPerQOS, "cgroupMountDir", c.MountDir)
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
 	driver := runtimeCgroupDriver(ctx, c.Runtime, c.Driver, log)
-	opts := Options{Root: c.Root, Driver: Driver(driver), PodPidsLimit: c.PodPidsLimit, Log: log}
+	if c.CgroupRoot == "" {
+		c.CgroupRoot = DefaultCgroupRoot
+	}
+	// Checked again with the driver in use: the runtime's may not be the
+	// configured one the settings were checked with.
+	root, err := ParseCgroupRoot(c.CgroupRoot, Driver(driver))
+	opts := Options{MountDir: c.MountDir, CgroupRoot: root, Driver: Driver(driver), PodPidsLimit: c.PodPidsLimit, Log: log}
 	if c.MemoryQoS {
 		opts.MemoryQoS = &MemoryQoS{ThrottlingFactor: c.MemoryThrottlingFactor, NodeAllocatableMemory: c.NodeAllocatableMemory}
 	}
@@ -79,12 +92,15 @@ func Setup(c SetupConfig) (Cgroups, error) {
 	if open == nil {
 		open = Open
 	}
-	cg, err := open(ctx, opts)
+	var cg Cgroups
+	if err == nil {
+		cg, err = open(ctx, opts)
+	}
 	if err == nil {
 		err = cg.EnsureQoS()
 	}
 	if err != nil {
-		log.Error("cannot manage pod cgroups; not starting", "root", c.Root, "driver", driver, "err", err)
+		log.Error("cannot manage pod cgroups; not starting", "mountDir", c.MountDir, "cgroupRoot", c.CgroupRoot, "driver", driver, "err", err)
 		if c.Events != nil {
 			c.Events.NodeEvent(c.NodeName, v1.EventTypeWarning, "FailedToCreatePodCgroups", err.Error())
 		}

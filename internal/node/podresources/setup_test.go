@@ -61,7 +61,7 @@ func TestSetupDriver(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got Options
 			var events recordedEvents
-			cg, err := Setup(SetupConfig{CgroupsPerQOS: true, Root: "/sys/fs/cgroup", Driver: tc.configured,
+			cg, err := Setup(SetupConfig{CgroupsPerQOS: true, MountDir: "/sys/fs/cgroup", Driver: tc.configured,
 				MemoryQoS: true, MemoryThrottlingFactor: 0.9, NodeAllocatableMemory: 1 << 30, Runtime: tc.rt, Events: &events,
 				Open: func(_ context.Context, o Options) (Cgroups, error) {
 					got = o
@@ -70,7 +70,7 @@ func TestSetupDriver(t *testing.T) {
 			if err != nil || cg == nil {
 				t.Fatalf("%v %v", cg, err)
 			}
-			if got.Driver != tc.want || got.Root != "/sys/fs/cgroup" || got.MemoryQoS == nil || *got.MemoryQoS != (MemoryQoS{0.9, 1 << 30, 0}) {
+			if got.Driver != tc.want || got.MountDir != "/sys/fs/cgroup" || got.MemoryQoS == nil || *got.MemoryQoS != (MemoryQoS{0.9, 1 << 30, 0}) {
 				t.Errorf("options %+v, want driver %s", got, tc.want)
 			}
 			if len(events) != 0 {
@@ -99,7 +99,7 @@ func TestSetupNeverSilentlyDropsPodCgroups(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var logged bytes.Buffer
 			var events recordedEvents
-			cg, err := Setup(SetupConfig{CgroupsPerQOS: true, Root: t.TempDir(), Driver: "systemd", NodeName: "node-a",
+			cg, err := Setup(SetupConfig{CgroupsPerQOS: true, MountDir: t.TempDir(), Driver: "systemd", NodeName: "node-a",
 				Runtime: unimplemented, Events: &events, Log: slog.New(slog.NewTextHandler(&logged, nil)), Open: tc.open})
 			if err == nil || cg != nil {
 				t.Fatalf("started anyway: %v %v", cg, err)
@@ -115,7 +115,7 @@ func TestSetupNeverSilentlyDropsPodCgroups(t *testing.T) {
 			}
 		})
 	}
-	for _, c := range []SetupConfig{{CgroupsPerQOS: false, Root: "/sys/fs/cgroup"}, {CgroupsPerQOS: true, Root: ""}} {
+	for _, c := range []SetupConfig{{CgroupsPerQOS: false, MountDir: "/sys/fs/cgroup"}, {CgroupsPerQOS: true, MountDir: ""}} {
 		var logged bytes.Buffer
 		c.Log = slog.New(slog.NewTextHandler(&logged, nil))
 		c.Open = func(context.Context, Options) (Cgroups, error) {

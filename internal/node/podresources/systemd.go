@@ -32,8 +32,9 @@ type UnitProperty struct {
 // driver expands them: kubepods.slice, kubepods.slice/kubepods-burstable.slice
 // and, for a pod, kubepods-burstable-pod<uid>.slice under its tier, the
 // UID's dashes turned into underscores (a dash in a slice name is a
-// level).
-type systemdLayout struct{}
+// level). Under a cgroupRoot, its elements come first: with /nodelet-a,
+// nodelet_a.slice/nodelet_a-kubepods.slice/...
+type systemdLayout struct{ root CgroupRoot }
 
 const (
 	sliceSuffix = ".slice"
@@ -46,15 +47,15 @@ const (
 func (systemdLayout) unit(parts ...string) string {
 	escaped := make([]string, len(parts))
 	for i, p := range parts {
-		escaped[i] = strings.ReplaceAll(p, "-", "_")
+		escaped[i] = escapeSlicePart(p)
 	}
 	return strings.Join(escaped, "-") + sliceSuffix
 }
 
-// parts is the cgroup's name elements: kubepods, the tier unless
-// Guaranteed, and pod<uid> when uid is set.
-func (systemdLayout) parts(qos v1.PodQOSClass, uid types.UID) []string {
-	parts := []string{defaultTopCgroupName}
+// parts is the cgroup's name elements: the root's, kubepods, the tier
+// unless Guaranteed, and pod<uid> when uid is set.
+func (l systemdLayout) parts(qos v1.PodQOSClass, uid types.UID) []string {
+	parts := append(append([]string(nil), l.root...), defaultTopCgroupName)
 	switch qos {
 	case v1.PodQOSBurstable:
 		parts = append(parts, burstableCgroupName)
@@ -81,6 +82,14 @@ func (l systemdLayout) qosDir(qos v1.PodQOSClass) string { return l.path(l.parts
 
 func (l systemdLayout) podDir(qos v1.PodQOSClass, uid types.UID) string {
 	return l.path(l.parts(qos, uid))
+}
+
+// rootDir is the cgroupRoot's slice path ("" for the root cgroup).
+func (l systemdLayout) rootDir() string {
+	if len(l.root) == 0 {
+		return ""
+	}
+	return l.path(l.root)
 }
 
 // parent is the CRI cgroup_parent containerd expects with SystemdCgroup:

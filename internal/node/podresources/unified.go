@@ -64,23 +64,27 @@ type UnifiedOptions struct {
 	// Required are the controllers the cgroups must have; nil is
 	// RequiredControllers. Tests on a host without them name fewer.
 	Required []string
-	// Top is the QoS hierarchy's root cgroup with the cgroupfs driver
-	// ("" is "kubepods"); tests nest their own.
-	Top string
+	// CgroupRoot is the cgroup the QoS hierarchy is made in (cgroupRoot,
+	// see ParseCgroupRoot); it must exist. Empty is the root cgroup.
+	CgroupRoot CgroupRoot
 	// Log, nil discards.
 	Log *slog.Logger
 }
 
 // cgroupLayout names the QoS and pod cgroups of a driver.
 type cgroupLayout interface {
+	rootDir() string
 	qosDir(qos v1.PodQOSClass) string
 	podDir(qos v1.PodQOSClass, uid types.UID) string
 	parent(qos v1.PodQOSClass, uid types.UID) string
 	podUID(qos v1.PodQOSClass, dir string) (types.UID, bool)
 }
 
-// cgroupfsLayout is the cgroupfs driver's: top/burstable/pod<uid>.
-type cgroupfsLayout struct{ top string }
+// cgroupfsLayout is the cgroupfs driver's: top/burstable/pod<uid>, top
+// being kubepods in the cgroupRoot.
+type cgroupfsLayout struct{ root, top string }
+
+func (l cgroupfsLayout) rootDir() string { return l.root }
 
 func (l cgroupfsLayout) qosDir(qos v1.PodQOSClass) string { return qosDir(l.top, qos) }
 func (l cgroupfsLayout) podDir(qos v1.PodQOSClass, uid types.UID) string {
@@ -136,19 +140,12 @@ func NewUnified(fsys FS, opts UnifiedOptions) (*UnifiedManager, error) {
 	m := &UnifiedManager{fs: fsys, log: opts.Log, opts: opts, burstable: map[types.UID]int64{}}
 	switch opts.Driver {
 	case "", DriverCgroupfs:
-		top := opts.Top
-		if top == "" {
-			top = defaultTopCgroupName
-		}
-		m.layout = cgroupfsLayout{top: strings.Trim(top, "/")}
+		m.layout = cgroupfsLayout{root: opts.CgroupRoot.rel(), top: opts.CgroupRoot.top()}
 	case DriverSystemd:
 		if opts.Systemd == nil {
 			return nil, errors.New("cgroup driver systemd: no connection to systemd")
 		}
-		if opts.Top != "" {
-			return nil, errors.New("cgroup driver systemd: the QoS slices are always kubepods.slice")
-		}
-		m.layout, m.systemd = systemdLayout{}, opts.Systemd
+		m.layout, m.systemd = systemdLayout{root: opts.CgroupRoot}, opts.Systemd
 	default:
 		return nil, fmt.Errorf("cgroup driver %q: want cgroupfs or systemd", opts.Driver)
 	}
@@ -189,6 +186,9 @@ func (m *UnifiedManager) ensureQoSLocked() error {
 		return slices.Index(controllerOrder, a) - slices.Index(controllerOrder, b)
 	})
 	m.controllers = ctrls
+	if err := m.checkRoot(); err != nil {
+		return err
+	}
 	top := m.layout.qosDir(v1.PodQOSGuaranteed)
 	for _, qos := range allTiers {
 		if _, err := m.ensure(m.layout.qosDir(qos), nil); err != nil {
@@ -216,6 +216,23 @@ func (m *UnifiedManager) ensureQoSLocked() error {
 		m.log.Info("QoS cgroups ready", "hierarchy", "cgroup v2", "driver", m.driver(), "top", top, "controllers", strings.Join(ctrls, " "))
 	}
 	m.ready = true
+	return nil
+}
+
+// checkRoot fails unless the cgroupRoot exists: nodelet makes the QoS
+// hierarchy in it, never the cgroupRoot itself, as the kubelet checks that
+// it exists and refuses to start otherwise.
+func (m *UnifiedManager) checkRoot() error {
+	rel := m.layout.rootDir()
+	if rel == "" {
+		return nil
+	}
+	if _, err := m.fs.ReadFile(join(rel, fileControllers)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			err = ErrCgroupRootMissing
+		}
+		return fmt.Errorf("cgroupRoot %s: %w", name(rel), err)
+	}
 	return nil
 }
 

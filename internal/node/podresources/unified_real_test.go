@@ -93,7 +93,7 @@ func TestUnifiedRealCgroup2(t *testing.T) {
 	}
 
 	// Strict (production): the missing controllers are an error naming one.
-	strict, err := NewUnified(rootFS, UnifiedOptions{Top: top})
+	strict, err := NewUnified(rootFS, UnifiedOptions{CgroupRoot: CgroupRoot{testTop}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestUnifiedRealCgroup2(t *testing.T) {
 	if err := os.Mkdir(realUnified+"/"+testTop, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	m, err := NewUnified(rootFS, UnifiedOptions{Top: top, Required: required})
+	m, err := NewUnified(rootFS, UnifiedOptions{CgroupRoot: CgroupRoot{testTop}, Required: required})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -392,14 +392,14 @@ func TestHugetlbFileSize(t *testing.T) {
 
 func TestOpenRefusesWhatItCannotManage(t *testing.T) {
 	root := t.TempDir() // not a cgroup2 mount: cgroup v1
-	_, err := Open(context.Background(), Options{Root: root, Driver: DriverSystemd})
+	_, err := Open(context.Background(), Options{MountDir: root, Driver: DriverSystemd})
 	if err == nil || !strings.Contains(err.Error(), "systemd on cgroup v1") {
 		t.Errorf("systemd on v1: %v", err)
 	}
-	if _, err := Open(context.Background(), Options{Root: root, Driver: "upstart"}); err == nil {
+	if _, err := Open(context.Background(), Options{MountDir: root, Driver: "upstart"}); err == nil {
 		t.Error("unknown driver accepted")
 	}
-	c, err := Open(context.Background(), Options{Root: root})
+	c, err := Open(context.Background(), Options{MountDir: root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,12 +407,12 @@ func TestOpenRefusesWhatItCannotManage(t *testing.T) {
 		t.Errorf("cgroupfs on v1: %T", c)
 	}
 	if _, err := os.Stat("/sys/fs/cgroup/unified/cgroup.controllers"); err == nil {
-		c, err := Open(context.Background(), Options{Root: "/sys/fs/cgroup/unified", Driver: DriverSystemd,
+		c, err := Open(context.Background(), Options{MountDir: "/sys/fs/cgroup/unified", Driver: DriverSystemd,
 			ConnectSystemd: func(context.Context) (Systemd, error) { return nil, errors.New("no systemd here") }})
 		if err == nil || !strings.Contains(err.Error(), "no systemd here") {
 			t.Errorf("systemd unreachable on v2: %v %T", err, c)
 		}
-		c, err = Open(context.Background(), Options{Root: "/sys/fs/cgroup/unified"})
+		c, err = Open(context.Background(), Options{MountDir: "/sys/fs/cgroup/unified"})
 		if _, ok := c.(*UnifiedManager); !ok || err != nil {
 			t.Errorf("cgroupfs on a cgroup2 mount: %T %v", c, err)
 		}

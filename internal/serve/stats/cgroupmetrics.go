@@ -210,7 +210,11 @@ func (m *ContainerMetrics) Collect(ch chan<- prometheus.Metric) {
 	if !v2 {
 		walkRoot = m.v1Dir("memory", "cpuacct", "pids")
 	}
-	cgroups := findCgroups(walkRoot, []string{"kubepods", "kubepods.slice"}, want)
+	tops := m.machine.PodCgroups
+	if len(tops) == 0 {
+		tops = []string{"kubepods", "kubepods.slice"}
+	}
+	cgroups := findCgroups(walkRoot, tops, want)
 	sc := &scrape{m: m, now: m.clk.Now(), devices: map[[2]uint64]string{}, fsDevices: map[string]fsDevice{}}
 	for _, t := range targets {
 		rel, ok := cgroups[t.id]

@@ -70,7 +70,8 @@
 // A scrape makes three CRI list calls in parallel (ListPodSandbox,
 // ListContainers, ListContainerStats for the writable layers), walks the
 // pod cgroups once (the memory controller's kubepods/ on v1, the root's
-// kubepods/ or kubepods.slice/ on v2, at most four levels, matching a
+// kubepods/ or kubepods.slice/ on v2, each under the cgroupRoot
+// (HostMachine.PodCgroups), at most four levels, matching a
 // directory to a container by the 64-hex ID in its name: cgroupfs's <id>,
 // systemd's cri-containerd-<id>.scope), then reads each container's
 // cgroup files and processes:

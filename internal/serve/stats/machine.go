@@ -37,6 +37,12 @@ type HostMachine struct {
 	// Cgroup is the hierarchy at CgroupDir; CgroupDetect (the zero
 	// value) tells it from statfs(2) of CgroupDir, once.
 	Cgroup CgroupVersion
+	// PodCgroups are the QoS hierarchy's top cgroups, relative to each
+	// hierarchy's root, under which the pod cgroups are looked for:
+	// nodelet's own under its cgroupRoot ("nodelet-a/kubepods"), never
+	// another instance's. Empty is the root cgroup's kubepods and
+	// kubepods.slice.
+	PodCgroups []string
 
 	bootOnce sync.Once
 	boot     time.Time
