@@ -320,3 +320,16 @@ func TestCgroupRootsSideBySide(t *testing.T) {
 		check(t, ma, mb, func(parent string) bool { return slices.Contains(v2Dirs(f), "/"+slicePath(parent)) })
 	})
 }
+
+func TestQoSTopCgroups(t *testing.T) {
+	for in, want := range map[string][]string{
+		"/":          {"kubepods", "kubepods.slice"},
+		"/nodelet-a": {"nodelet-a/kubepods", "nodelet_a.slice/nodelet_a-kubepods.slice"},
+		"/a/b":       {"a/b/kubepods", "a.slice/a-b.slice/a-b-kubepods.slice"},
+		"relative":   nil,
+	} {
+		if got := QoSTopCgroups(in); !slices.Equal(got, want) {
+			t.Errorf("QoSTopCgroups(%q) = %v, want %v", in, got, want)
+		}
+	}
+}
