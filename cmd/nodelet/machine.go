@@ -29,6 +29,20 @@ func machineCapacity() (v1.ResourceList, int64, error) {
 	}, mem, nil
 }
 
+// pidMax is the kernel's pid_max: the process IDs there are (0 when it
+// cannot be read; nothing is limited then).
+func pidMax() int64 {
+	b, err := readSmallFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 func memTotal() (int64, error) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {

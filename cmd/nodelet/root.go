@@ -319,7 +319,7 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, conta
 	if err != nil {
 		return err
 	}
-	cfg.Capacity, cfg.MemoryCapacity = capacity, mem
+	cfg.Capacity, cfg.MemoryCapacity, cfg.PidMax = capacity, mem, pidMax()
 	cfg.AppArmor = appArmorEnabled()
 	if cfg.Allocatable, err = nodeconfig.Allocatable(capacity, cfg.SystemReserved, cfg.KubeReserved, cfg.EvictionHard); err != nil {
 		return err

@@ -166,6 +166,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, reg *prometheus.Registry) (
 		CgroupsPerQOS:          cfg.CgroupsPerQOS,
 		MountDir:               cfg.CgroupMountDir,
 		CgroupRoot:             cfg.CgroupRoot,
+		Kubepods:               cfg.KubepodsLimits(),
 		Driver:                 cfg.CgroupDriver,
 		PodPidsLimit:           cfg.PodPidsLimit,
 		MemoryQoS:              cfg.MemoryQoS,

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
@@ -76,6 +77,9 @@ type Config struct {
 	Allocatable          v1.ResourceList
 	// MemoryCapacity is the node's memory in bytes (OOM scores).
 	MemoryCapacity int64
+	// PidMax is the kernel's pid_max (read by cmd/nodelet), the
+	// process IDs the pods may take in all (0: unknown, not limited).
+	PidMax int64
 	// AppArmor tells whether the host enforces AppArmor (read by
 	// cmd/nodelet): without it, a pod that asks for an AppArmor profile is
 	// refused rather than run unconfined.
@@ -580,4 +584,42 @@ func (cfg Config) validateCgroupRoot() error {
 		return fmt.Errorf("--cgroup-root (cgroupRoot): %w", err)
 	}
 	return nil
+}
+
+// pidResource is the kubelet's internal resource of process IDs
+// (pidlimit.PIDs), which systemReserved and kubeReserved may reserve.
+const pidResource v1.ResourceName = "pid"
+
+// KubepodsLimits are the limits the kubelet sets at start on the QoS
+// hierarchy's top cgroup (kubepods), with pod cgroups and its default
+// enforceNodeAllocatable ["pods"]: the machine's CPUs, memory and process
+// IDs (PidMax) less systemReserved and kubeReserved, never below zero;
+// the hard eviction thresholds are not taken off, as in the kubelet's
+// getNodeAllocatableInternalAbsolute.
+func (cfg Config) KubepodsLimits() podresources.KubepodsLimits {
+	left := func(name v1.ResourceName, capacity resource.Quantity) resource.Quantity {
+		for _, reserved := range []v1.ResourceList{cfg.SystemReserved, cfg.KubeReserved} {
+			if q, ok := reserved[name]; ok {
+				capacity.Sub(q)
+			}
+		}
+		if capacity.Sign() < 0 {
+			capacity.Set(0)
+		}
+		return capacity
+	}
+	var l podresources.KubepodsLimits
+	if q, ok := cfg.Capacity[v1.ResourceCPU]; ok {
+		cpu := left(v1.ResourceCPU, q.DeepCopy())
+		l.MilliCPU = cpu.MilliValue()
+	}
+	if q, ok := cfg.Capacity[v1.ResourceMemory]; ok {
+		mem := left(v1.ResourceMemory, q.DeepCopy())
+		l.Memory = mem.Value()
+	}
+	if cfg.PidMax > 0 {
+		pids := left(pidResource, *resource.NewQuantity(cfg.PidMax, resource.DecimalSI))
+		l.Pids = pids.Value()
+	}
+	return l
 }

@@ -6,6 +6,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodelet/nodelet/internal/node/podresources"
 )
 
 func list(kv ...string) v1.ResourceList {
@@ -175,5 +177,30 @@ func TestValidateClusterSettings(t *testing.T) {
 	base.CertDir = "/etc/nodelet/pki"
 	if d := base.CertDirectory(); d != "/etc/nodelet/pki" {
 		t.Errorf("cert dir %s", d)
+	}
+}
+
+// kubepods gets the capacity less the reservations, not less the hard
+// eviction thresholds, as the kubelet's node allocatable cgroup.
+func TestKubepodsLimits(t *testing.T) {
+	cfg := DefaultConfig("/var/lib/nodelet")
+	cfg.Capacity = v1.ResourceList{v1.ResourceCPU: resource.MustParse("4"), v1.ResourceMemory: resource.MustParse("8Gi")}
+	cfg.PidMax = 4194304
+	if got, want := cfg.KubepodsLimits(), (podresources.KubepodsLimits{MilliCPU: 4000, Memory: 8 << 30, Pids: 4194304}); got != want {
+		t.Errorf("nothing reserved: %+v, want %+v", got, want)
+	}
+	cfg.SystemReserved = v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("1Gi"), "pid": resource.MustParse("1000")}
+	cfg.KubeReserved = v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m")}
+	cfg.EvictionHard = map[string]string{"memory.available": "1Gi"}
+	if got, want := cfg.KubepodsLimits(), (podresources.KubepodsLimits{MilliCPU: 3250, Memory: 7 << 30, Pids: 4193304}); got != want {
+		t.Errorf("reserved: %+v, want %+v", got, want)
+	}
+	cfg.KubeReserved = v1.ResourceList{v1.ResourceMemory: resource.MustParse("16Gi")}
+	if got := cfg.KubepodsLimits(); got.Memory != 0 || got.MilliCPU != 3500 {
+		t.Errorf("more reserved than there is: %+v, want no memory left", got)
+	}
+	cfg.Capacity, cfg.PidMax = nil, 0
+	if got := cfg.KubepodsLimits(); got != (podresources.KubepodsLimits{}) {
+		t.Errorf("no capacity known: %+v, want no limits", got)
 	}
 }

@@ -40,6 +40,7 @@ const (
 	fileMemoryLimit = "memory.limit_in_bytes"
 	fileCpusetCPUs  = "cpuset.cpus"
 	fileCpusetMems  = "cpuset.mems"
+	filePidsMaxV1   = "pids.max"
 )
 
 // hierarchy is one mounted cgroup hierarchy under the root: a v1 hierarchy
@@ -88,6 +89,8 @@ type Manager struct {
 	// top is the QoS hierarchy's root cgroup ("kubepods",
 	// "nodelet-a/kubepods"); tests use their own.
 	top string
+	// kubepods are top's limits (Options.Kubepods).
+	kubepods KubepodsLimits
 	// err is why the host cannot be managed (cgroup v2).
 	err error
 
@@ -166,6 +169,9 @@ func (m *Manager) ensureQoSLocked() error {
 			}
 		}
 	}
+	if err := m.enforceKubepodsLocked(); err != nil {
+		return err
+	}
 	if err := m.writeCPU(qosDir(m.top, v1.PodQOSBestEffort), fileCPUShares, MinShares); err != nil {
 		return err
 	}
@@ -176,6 +182,36 @@ func (m *Manager) ensureQoSLocked() error {
 		m.log.Info("QoS cgroups ready", "root", m.root, "top", m.top, "hierarchies", len(hs))
 	}
 	m.ready = true
+	return nil
+}
+
+// enforceKubepodsLocked sets the top cgroup's limits (KubepodsLimits):
+// cpu.shares, memory.limit_in_bytes and pids.max. A memory limit the
+// kernel refuses (the pods already use more) is logged, not fatal, as
+// the kubelet starts anyway and evictions bring usage down.
+func (m *Manager) enforceKubepodsLocked() error {
+	l := m.kubepods
+	if l.MilliCPU > 0 {
+		if err := m.writeCPU(m.top, fileCPUShares, MilliCPUToShares(l.MilliCPU)); err != nil {
+			return err
+		}
+	}
+	if l.Memory > 0 {
+		for _, h := range m.with(fileMemoryLimit) {
+			if err := writeValue(filepath.Join(h.path, m.top, fileMemoryLimit), l.Memory); err != nil {
+				m.log.Warn("could not limit the pods' memory to the node's allocatable", "cgroup", m.top, "memory", l.Memory, "err", err)
+			}
+		}
+	}
+	if l.Pids > 0 {
+		for _, h := range m.hierarchies {
+			if !h.v2 && slices.Contains(h.controllers(), "pids") {
+				if err := writeValue(filepath.Join(h.path, m.top, filePidsMaxV1), l.Pids); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	return nil
 }
 

@@ -33,6 +33,8 @@ type Options struct {
 	CgroupRoot CgroupRoot
 	// Driver is cgroupfs or systemd.
 	Driver Driver
+	// Kubepods are the QoS hierarchy top cgroup's limits.
+	Kubepods KubepodsLimits
 	// PodPidsLimit > 0 is every pod's pids.max (cgroup v2 only).
 	PodPidsLimit int64
 	// MemoryQoS, when set, is the kubelet's MemoryQoS (cgroup v2 only).
@@ -72,9 +74,11 @@ func Open(ctx context.Context, opts Options) (Cgroups, error) {
 		if opts.PodPidsLimit > 0 {
 			opts.Log.Warn("podPidsLimit is enforced on cgroup v2 only; not on this cgroup v1 host", "root", opts.MountDir, "podPidsLimit", opts.PodPidsLimit)
 		}
-		return NewManager(opts.MountDir, opts.CgroupRoot, opts.Log), nil
+		m := NewManager(opts.MountDir, opts.CgroupRoot, opts.Log)
+		m.kubepods = opts.Kubepods
+		return m, nil
 	}
-	uopts := UnifiedOptions{Driver: opts.Driver, CgroupRoot: opts.CgroupRoot, PodPidsLimit: opts.PodPidsLimit, MemoryQoS: opts.MemoryQoS, Log: opts.Log}
+	uopts := UnifiedOptions{Driver: opts.Driver, CgroupRoot: opts.CgroupRoot, Kubepods: opts.Kubepods, PodPidsLimit: opts.PodPidsLimit, MemoryQoS: opts.MemoryQoS, Log: opts.Log}
 	if opts.Driver == DriverSystemd {
 		connect := opts.ConnectSystemd
 		if connect == nil {

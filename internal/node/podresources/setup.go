@@ -41,6 +41,9 @@ type SetupConfig struct {
 	CgroupRoot string
 	// Driver is the configured cgroup driver (the runtime's wins).
 	Driver string
+	// Kubepods are the QoS hierarchy top cgroup's limits: the node's
+	// allocatable resources for pods.
+	Kubepods KubepodsLimits
 	// PodPidsLimit > 0 is each pod's pids.max.
 	PodPidsLimit int64
 	// MemoryQoS is the feature gate; MemoryThrottlingFactor and
@@ -84,7 +87,7 @@ func Setup(c SetupConfig) (Cgroups, error) {
 	// Checked again with the driver in use: the runtime's may not be the
 	// configured one the settings were checked with.
 	root, err := ParseCgroupRoot(c.CgroupRoot, Driver(driver))
-	opts := Options{MountDir: c.MountDir, CgroupRoot: root, Driver: Driver(driver), PodPidsLimit: c.PodPidsLimit, Log: log}
+	opts := Options{MountDir: c.MountDir, CgroupRoot: root, Driver: Driver(driver), Kubepods: c.Kubepods, PodPidsLimit: c.PodPidsLimit, Log: log}
 	if c.MemoryQoS {
 		opts.MemoryQoS = &MemoryQoS{ThrottlingFactor: c.MemoryThrottlingFactor, NodeAllocatableMemory: c.NodeAllocatableMemory}
 	}

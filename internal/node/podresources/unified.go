@@ -64,6 +64,8 @@ type UnifiedOptions struct {
 	// Required are the controllers the cgroups must have; nil is
 	// RequiredControllers. Tests on a host without them name fewer.
 	Required []string
+	// Kubepods are the QoS hierarchy top cgroup's limits.
+	Kubepods KubepodsLimits
 	// CgroupRoot is the cgroup the QoS hierarchy is made in (cgroupRoot,
 	// see ParseCgroupRoot); it must exist. Empty is the root cgroup.
 	CgroupRoot CgroupRoot
@@ -190,7 +192,18 @@ func (m *UnifiedManager) ensureQoSLocked() error {
 		return err
 	}
 	top := m.layout.qosDir(v1.PodQOSGuaranteed)
-	for _, qos := range allTiers {
+	var kcfg *UnifiedPodConfig // the top slice's properties: none without limits
+	if m.opts.Kubepods != (KubepodsLimits{}) {
+		c := m.opts.Kubepods.kubepodsConfig()
+		kcfg = &c
+	}
+	if _, err := m.ensure(top, kcfg); err != nil {
+		return err
+	}
+	if err := m.enforceKubepodsLocked(top, kcfg); err != nil {
+		return err
+	}
+	for _, qos := range allTiers[1:] {
 		if _, err := m.ensure(m.layout.qosDir(qos), nil); err != nil {
 			return err
 		}
@@ -216,6 +229,39 @@ func (m *UnifiedManager) ensureQoSLocked() error {
 		m.log.Info("QoS cgroups ready", "hierarchy", "cgroup v2", "driver", m.driver(), "top", top, "controllers", strings.Join(ctrls, " "))
 	}
 	m.ready = true
+	return nil
+}
+
+// enforceKubepodsLocked sets the top cgroup's limits (KubepodsLimits):
+// cpu.weight, memory.max, pids.max, and with systemd its slice's
+// properties too. A memory limit the kernel refuses (the pods already
+// use more) is logged, not fatal, as the kubelet starts anyway.
+func (m *UnifiedManager) enforceKubepodsLocked(top string, cfg *UnifiedPodConfig) error {
+	if cfg == nil {
+		return nil
+	}
+	if m.systemd != nil {
+		unit, parent := unitOf(top)
+		ctx, cancel := context.WithTimeout(context.Background(), systemdTimeout)
+		err := m.systemd.StartSlice(ctx, unit, sliceProperties(parent, cfg))
+		cancel()
+		if err != nil {
+			return fmt.Errorf("kubepods slice: systemd: %w", err)
+		}
+	}
+	if cfg.CPUWeight > 0 {
+		if err := m.set(top, fileCPUWeight, strconv.FormatInt(cfg.CPUWeight, 10)); err != nil {
+			return err
+		}
+	}
+	if cfg.MemoryMax > 0 {
+		if err := m.set(top, fileMemoryMax, orMax(cfg.MemoryMax)); err != nil {
+			m.log.Warn("could not limit the pods' memory to the node's allocatable", "cgroup", name(top), "memory", cfg.MemoryMax, "err", err)
+		}
+	}
+	if cfg.PidsMax > 0 {
+		return m.set(top, filePidsMax, orMax(cfg.PidsMax))
+	}
 	return nil
 }
 

@@ -29,7 +29,7 @@ func TestFindCgroupsUnderTheCgroupRoot(t *testing.T) {
 		want map[string]string
 	}{
 		{[]string{"nodelet-a/kubepods", "nodelet_a.slice/nodelet_a-kubepods.slice"}, map[string]string{
-			own: "/nodelet-a/kubepods/besteffort/pod1/" + own,
+			own:                     "/nodelet-a/kubepods/besteffort/pod1/" + own,
 			strings.Repeat("c", 64): "/nodelet_a.slice/nodelet_a-kubepods.slice/nodelet_a-kubepods-besteffort.slice/x/cri-containerd-" + strings.Repeat("c", 64) + ".scope",
 		}},
 		{[]string{"kubepods", "kubepods.slice"}, map[string]string{other: "/kubepods/besteffort/pod2/" + other}},
