@@ -10,7 +10,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +105,23 @@ func TestTwoNodeletsSideBySide(t *testing.T) {
 			}
 			if want := n.cgroupRoot + "/kubepods/besteffort/pod" + n.stable[pod] + "/"; !strings.Contains(string(cg), want) {
 				t.Fatalf("%s: container of %s is not in %s:\n%s", n.name, pod, want, cg)
+			}
+		}
+	}
+
+	// Each kubepods has the node's allocatable resources as its limits:
+	// every CPU's shares and the kernel's pid_max (nothing is reserved).
+	pidMax, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		for file, want := range map[string]string{
+			"cpu/" + n.cgroupRoot + "/kubepods/cpu.shares": strconv.Itoa(runtime.NumCPU() * 1024),
+			"pids/" + n.cgroupRoot + "/kubepods/pids.max":  strings.TrimSpace(string(pidMax)),
+		} {
+			if got, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", file)); err != nil || strings.TrimSpace(string(got)) != want {
+				t.Errorf("%s: %s = %q (%v), want %s", n.name, file, got, err, want)
 			}
 		}
 	}
