@@ -128,3 +128,35 @@ func TestSetupNeverSilentlyDropsPodCgroups(t *testing.T) {
 		}
 	}
 }
+
+// The cgroupRoot is checked again with the driver in use, which the
+// runtime may choose: a name fit for cgroupfs only stops nodelet with the
+// reason and an event, before anything is opened; it reaches Open parsed.
+func TestSetupChecksCgroupRootForTheDriver(t *testing.T) {
+	systemd := fakeRuntimeConfig{resp: linuxDriver(runtimeapi.CgroupDriver_SYSTEMD)}
+	var events recordedEvents
+	cg, err := Setup(SetupConfig{CgroupsPerQOS: true, MountDir: "/sys/fs/cgroup", CgroupRoot: "/system.slice", Driver: "cgroupfs",
+		NodeName: "node-a", Runtime: systemd, Events: &events,
+		Open: func(context.Context, Options) (Cgroups, error) {
+			t.Error("opened with a cgroupRoot the driver cannot name")
+			return fakeManager{}, nil
+		}})
+	if err == nil || cg != nil || !strings.Contains(err.Error(), "system.slice.slice") {
+		t.Errorf("Setup: %v %v, want the slice name it would make", cg, err)
+	}
+	if len(events) != 1 || !strings.HasPrefix(events[0], "node-a Warning FailedToCreatePodCgroups") {
+		t.Errorf("events %v", events)
+	}
+	var got Options
+	if _, err := Setup(SetupConfig{CgroupsPerQOS: true, MountDir: "/sys/fs/cgroup", CgroupRoot: "/nodelet-a", Runtime: systemd,
+		Open: func(_ context.Context, o Options) (Cgroups, error) { got = o; return fakeManager{}, nil }}); err != nil {
+		t.Fatal(err)
+	}
+	if got.Driver != DriverSystemd || got.CgroupRoot.String() != "/nodelet-a" {
+		t.Errorf("options %+v", got)
+	}
+	if _, err := Setup(SetupConfig{CgroupsPerQOS: true, MountDir: "/sys/fs/cgroup",
+		Open: func(_ context.Context, o Options) (Cgroups, error) { got = o; return fakeManager{}, nil }}); err != nil || len(got.CgroupRoot) != 0 {
+		t.Errorf("no cgroupRoot: %v, %v; want the root cgroup", got.CgroupRoot, err)
+	}
+}
