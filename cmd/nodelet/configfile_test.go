@@ -219,20 +219,28 @@ func TestKubeletFlagNames(t *testing.T) {
 // The pod cgroup settings come from the file, and the kubelet's flags
 // win over it.
 func TestConfigFileCgroupSettings(t *testing.T) {
-	path := writeConfig(t, "cgroupDriver: systemd\ncgroupsPerQOS: false\npodPidsLimit: 100\n")
+	path := writeConfig(t, "cgroupDriver: systemd\ncgroupsPerQOS: false\npodPidsLimit: 100\ncgroupRoot: /from-file\n")
 	cfg, _, err := configFrom(t, "--config", path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.CgroupDriver != "systemd" || cfg.CgroupsPerQOS || cfg.PodPidsLimit != 100 {
-		t.Errorf("from the file: %q %v %d", cfg.CgroupDriver, cfg.CgroupsPerQOS, cfg.PodPidsLimit)
+	if cfg.CgroupDriver != "systemd" || cfg.CgroupsPerQOS || cfg.PodPidsLimit != 100 || cfg.CgroupRoot != "/from-file" || cfg.CgroupMountDir != "/sys/fs/cgroup" {
+		t.Errorf("from the file: %q %v %d %q %q", cfg.CgroupDriver, cfg.CgroupsPerQOS, cfg.PodPidsLimit, cfg.CgroupRoot, cfg.CgroupMountDir)
 	}
-	cfg, _, err = configFrom(t, "--config", path, "--cgroup-driver", "cgroupfs", "--cgroups-per-qos=true", "--pod-max-pids", "7")
+	cfg, _, err = configFrom(t, "--config", path, "--cgroup-driver", "cgroupfs", "--cgroups-per-qos=true", "--pod-max-pids", "7",
+		"--cgroup-root", "/nodelet-a", "--cgroup-root-dir", "/mnt/cgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.CgroupDriver != "cgroupfs" || !cfg.CgroupsPerQOS || cfg.PodPidsLimit != 7 {
-		t.Errorf("flags over the file: %q %v %d", cfg.CgroupDriver, cfg.CgroupsPerQOS, cfg.PodPidsLimit)
+	if cfg.CgroupDriver != "cgroupfs" || !cfg.CgroupsPerQOS || cfg.PodPidsLimit != 7 || cfg.CgroupRoot != "/nodelet-a" || cfg.CgroupMountDir != "/mnt/cgroup" {
+		t.Errorf("flags over the file: %q %v %d %q %q", cfg.CgroupDriver, cfg.CgroupsPerQOS, cfg.PodPidsLimit, cfg.CgroupRoot, cfg.CgroupMountDir)
+	}
+	cfg, _, err = configFrom(t, "--cgroup-root", "nodelet-a")
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "--cgroup-root") {
+		t.Errorf("--cgroup-root nodelet-a: %v", err)
 	}
 	cfg, _, err = configFrom(t, "--cgroup-driver", "upstart")
 	if err == nil {
