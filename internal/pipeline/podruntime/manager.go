@@ -96,6 +96,10 @@ type Deps struct {
 	// RuntimeFeatures, when set, tells whether the runtime handler
 	// supports recursive read-only mounts; without it none does.
 	RuntimeFeatures RuntimeFeatures
+	// RuntimeClasses, when set (cluster mode), resolves the pods'
+	// runtimeClassName to the runtime handler of their sandboxes; without
+	// it a pod naming a RuntimeClass does not start (ErrNoRuntimeClasses).
+	RuntimeClasses RuntimeClasses
 }
 
 // RuntimeFeatures are the runtime handlers' features (cri.HandlerFeatures,
@@ -103,10 +107,6 @@ type Deps struct {
 type RuntimeFeatures interface {
 	RecursiveReadOnlyMounts(ctx context.Context, handler string) bool
 }
-
-// runtimeHandler is the CRI runtime handler of every sandbox: the
-// runtime's default (nodelet does not resolve runtimeClassName).
-const runtimeHandler = ""
 
 // Options tune the manager.
 type Options struct {
@@ -165,6 +165,8 @@ type Manager struct {
 	stages   StageObserver
 	services Services
 	features RuntimeFeatures
+	// runtimeClasses resolves runtimeClassName; nil standalone.
+	runtimeClasses RuntimeClasses
 
 	pulls *imagePuller
 	// sandboxes is a counting semaphore over RunPodSandbox; nil: no bound.
@@ -204,17 +206,18 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder = nopRecorder{}
 	}
 	return &Manager{
-		rt:       rt,
-		opts:     opts,
-		clock:    clk,
-		log:      log,
-		status:   deps.Status,
-		recorder: recorder,
-		podStart: deps.PodStartDuration,
-		stages:   deps.PodStartStages,
-		services: deps.Services,
-		features: deps.RuntimeFeatures,
-		pulls:    newImagePuller(rt, opts.MaxParallelImagePulls, clk),
+		rt:             rt,
+		opts:           opts,
+		clock:          clk,
+		log:            log,
+		status:         deps.Status,
+		recorder:       recorder,
+		podStart:       deps.PodStartDuration,
+		stages:         deps.PodStartStages,
+		services:       deps.Services,
+		features:       deps.RuntimeFeatures,
+		runtimeClasses: deps.RuntimeClasses,
+		pulls:          newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {
 				return nil
@@ -226,10 +229,15 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 	}
 }
 
-// supportsRRO is whether the pods' runtime handler supports recursive
-// read-only mounts.
-func (m *Manager) supportsRRO(ctx context.Context) bool {
-	return m.features != nil && m.features.RecursiveReadOnlyMounts(ctx, runtimeHandler)
+// supportsRRO is whether pod's runtime handler supports recursive
+// read-only mounts; not when its RuntimeClass cannot be resolved, as the
+// kubelet's runtimeClassSupportsRecursiveReadOnlyMounts.
+func (m *Manager) supportsRRO(ctx context.Context, pod *v1.Pod) bool {
+	if m.features == nil {
+		return false
+	}
+	handler, err := m.runtimeHandler(pod)
+	return err == nil && m.features.RecursiveReadOnlyMounts(ctx, handler)
 }
 
 type nopRecorder struct{}

@@ -134,7 +134,7 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		for _, e := range env {
 			vars[e.Name] = e.Value
 		}
-		add, err := setup.Apply(podsetup.Container{Pod: pod, Container: c, Env: vars, RecursiveReadOnlyMounts: m.supportsRRO(ctx)})
+		add, err := setup.Apply(podsetup.Container{Pod: pod, Container: c, Env: vars, RecursiveReadOnlyMounts: m.supportsRRO(ctx, pod)})
 		if err != nil {
 			return containerExtras{}, &configError{err}
 		}

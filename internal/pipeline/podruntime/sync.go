@@ -175,14 +175,12 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	// Step 3: sandbox.
 	userNS, err := podUserNamespace(pod, setup)
 	if err != nil {
-		m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-		return nil, fmt.Errorf("user namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		return m.sandboxFailed(pod, err, fmt.Errorf("user namespace of pod %s/%s: %w", pod.Namespace, pod.Name, err))
 	}
 	net, warnings, err := m.sandboxNet(pod, setup.CgroupParent, userNS)
 	if err != nil {
 		// The kubelet fails the sandbox's config with these.
-		m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-		return nil, err
+		return m.sandboxFailed(pod, err, err)
 	}
 	sandboxCfg := sandboxConfig(pod, m.opts.PodLogsDir, actions.Attempt, net)
 	sandboxID := actions.SandboxID
@@ -195,9 +193,15 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		// not know user namespaces would run the pod on the host's).
 		for _, check := range setup.SandboxChecks {
 			if err := check(ctx); err != nil {
-				m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-				return nil, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+				return m.sandboxFailed(pod, err, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err))
 			}
+		}
+		// The handler of the pod's RuntimeClass, looked up for every
+		// sandbox as the kubelet's createPodSandbox: a class that cannot
+		// be resolved fails the sandbox, never falls back to the default.
+		handler, err := m.runtimeHandler(pod)
+		if err != nil {
+			return m.sandboxFailed(pod, err, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err))
 		}
 		if m.sandboxes != nil {
 			select {
@@ -206,16 +210,22 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 				return nil, ctx.Err()
 			}
 		}
-		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, runtimeHandler)
+		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, handler)
 		if m.sandboxes != nil {
 			<-m.sandboxes
 		}
 		if err != nil {
-			m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", fmt.Sprintf("Failed to create pod sandbox: %v", err))
-			return nil, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			// A handler the runtime does not have fails here, with the
+			// runtime's words (containerd: no runtime for "x" is
+			// configured).
+			return m.sandboxFailed(pod, err, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err))
 		}
 		sandboxID = id
-		log.Info("sandbox created", "sandboxID", id, "attempt", actions.Attempt)
+		if handler != "" {
+			log.Info("sandbox created", "sandboxID", id, "attempt", actions.Attempt, "runtimeHandler", handler)
+		} else {
+			log.Info("sandbox created", "sandboxID", id, "attempt", actions.Attempt)
+		}
 	}
 	if sandboxID == "" {
 		return nil, nil
@@ -278,6 +288,26 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		m.stage(start, metrics.PodStartStageContainers, start.started.Sub(containersStart))
 	}
 	return failures, err
+}
+
+// sandboxFailed records why the pod's sandbox could not be created, as
+// the kubelet's FailedCreatePodSandBox event, and returns, beside ret, its
+// containers waiting with the kubelet's reason and the cause as message,
+// so that the pod's status says why nothing runs.
+func (m *Manager) sandboxFailed(pod *v1.Pod, cause, ret error) ([]startFailure, error) {
+	msg := fmt.Sprintf("Failed to create pod sandbox: %v", cause)
+	m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", msg)
+	reason := status.ReasonContainerCreating
+	if len(pod.Spec.InitContainers) > 0 {
+		reason = status.ReasonPodInitializing
+	}
+	var out []startFailure
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			out = append(out, startFailure{container: cs[i].Name, waiting: plan.Waiting{Reason: reason, Message: msg}})
+		}
+	}
+	return out, ret
 }
 
 // startArgs are what starting one container needs.
@@ -497,7 +527,7 @@ func (m *Manager) publish(ctx context.Context, pod *v1.Pod, probes podsetup.Prob
 	st := status.Generate(status.Facts{
 		Pod: pod, Observed: obs, Waiting: waiting, Ready: ready, Started: started,
 		HostIP: m.opts.HostIP, Now: m.clock.Now(), Previous: prev, Failed: failed, ByNode: m.status.StoppedByNode(pod.UID),
-		RuntimeName: m.opts.RuntimeName, Terminal: terminal, RecursiveReadOnlyMounts: m.supportsRRO(ctx),
+		RuntimeName: m.opts.RuntimeName, Terminal: terminal, RecursiveReadOnlyMounts: m.supportsRRO(ctx, pod),
 	})
 	if st.Phase == v1.PodRunning && (prev == nil || prev.Phase != v1.PodRunning) {
 		m.observeStart(pod)
