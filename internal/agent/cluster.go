@@ -74,6 +74,7 @@ type clusterParts struct {
 	pods     cache.SharedIndexInformer
 	watcher  *objects.Watcher
 	services *objects.Services
+	classes  *objects.RuntimeClasses
 	node     *nodestatus.Manager
 	status   *statussync.Syncer
 	mirrors  *mirror.Manager
@@ -87,6 +88,7 @@ func (c *clusterParts) run(ctx context.Context, goRun func(func()), fatal func(e
 	goRun(func() { c.pods.Run(ctx.Done()) })
 	goRun(func() { c.watcher.Run(ctx) })
 	goRun(func() { c.services.Run(ctx) })
+	goRun(func() { c.classes.Run(ctx) })
 	goRun(func() { c.node.Run(ctx) })
 	goRun(func() { c.status.Run(ctx) })
 	goRun(func() { c.mirrors.Run(ctx) })

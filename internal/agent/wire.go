@@ -152,12 +152,14 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, reg *prometheus.Registry) (
 	objs := objects.Router{Static: p.objects}
 	volumeOpts := []volume.Option{volume.WithMountPropagation()}
 	var services podruntime.Services
-	var registry podhooks.ObjectRegistry // cluster mode: the objects a pod refers to are watched before its volumes are set up
+	var classes podruntime.RuntimeClasses // standalone: none, and a pod naming a RuntimeClass does not start
+	var registry podhooks.ObjectRegistry  // cluster mode: the objects a pod refers to are watched before its volumes are set up
 	if cl != nil {
 		cl.watcher = objects.NewWatcher(api.kube, p.objects.Notify, clk, log)
 		registry = cl.watcher
 		cl.services = objects.NewServices(api.kube)
-		objs.API, services = cl.watcher, cl.services
+		cl.classes = objects.NewRuntimeClasses(api.kube)
+		objs.API, services, classes = cl.watcher, cl.services, cl.classes
 		volumeOpts = append(volumeOpts, volume.WithTokens(token.New(api.kube.CoreV1(), clk, log)))
 	}
 	downward := envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}
@@ -210,6 +212,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, reg *prometheus.Registry) (
 		Status:           p.status,
 		Recorder:         recorder,
 		Services:         services,
+		RuntimeClasses:   classes,
 		PodStartDuration: m.PodStartDuration,
 		PodStartStages:   m,
 		RuntimeFeatures:  cri.NewHandlerFeatures(rt, clk, log),

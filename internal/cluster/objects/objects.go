@@ -12,6 +12,8 @@
 //   - Router gives each pod its side.
 //   - Services is an informer over the cluster's Services, for the
 //     service environment variables.
+//   - RuntimeClasses is an informer over the cluster's RuntimeClasses,
+//     for the runtime handler of each pod's sandbox.
 //
 // A change of either kind of object signals Store.Changed (the Watcher
 // calls Store.Notify), and the sync loop then syncs every pod: volumes

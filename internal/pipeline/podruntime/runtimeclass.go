@@ -37,9 +37,7 @@ func (m *Manager) runtimeHandler(pod *v1.Pod) (string, error) {
 	if m.runtimeClasses == nil {
 		return "", fmt.Errorf("RuntimeClass %q: %w", *name, ErrNoRuntimeClasses)
 	}
-	h, err := m.runtimeClasses.LookupRuntimeHandler(*name)
-	if err != nil {
-		return "", fmt.Errorf("look up RuntimeClass %q: %w", *name, err)
-	}
-	return h, nil
+	// The lookup's error names the class (the API's NotFound, as the
+	// kubelet's event shows it).
+	return m.runtimeClasses.LookupRuntimeHandler(*name)
 }

@@ -29,7 +29,7 @@ func (c classes) LookupRuntimeHandler(name string) (string, error) {
 	if h, ok := c[name]; ok {
 		return h, nil
 	}
-	return "", apierrors.NewNotFound(schema.GroupResource{Group: "node.k8s.io", Resource: "runtimeclasses"}, name)
+	return "", apierrors.NewNotFound(schema.GroupResource{Group: "node.k8s.io", Resource: "runtimeclass"}, name)
 }
 
 func TestRuntimeHandlerOfPod(t *testing.T) {
@@ -46,7 +46,7 @@ func TestRuntimeHandlerOfPod(t *testing.T) {
 		{name: "class, cluster", class: ptr.To("gvisor"), classes: classes{"gvisor": "runsc"}, want: "runsc"},
 		{name: "class naming the default handler", class: ptr.To("default"), classes: classes{"default": ""}, want: ""},
 		{name: "class, standalone", class: ptr.To("gvisor"), wantErr: `RuntimeClass "gvisor": RuntimeClasses are read from the API server, and nodelet runs without one (standalone)`},
-		{name: "class not found", class: ptr.To("kata"), classes: classes{"gvisor": "runsc"}, wantErr: `look up RuntimeClass "kata": runtimeclasses.node.k8s.io "kata" not found`},
+		{name: "class not found", class: ptr.To("kata"), classes: classes{"gvisor": "runsc"}, wantErr: `runtimeclass.node.k8s.io "kata" not found`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := New(nil, Options{}, Deps{RuntimeClasses: tc.classes})
@@ -117,7 +117,7 @@ func TestUnresolvableRuntimeClassRunsNothing(t *testing.T) {
 		want     string
 	}{
 		{name: "standalone", want: `Failed to create pod sandbox: RuntimeClass "gvisor": RuntimeClasses are read from the API server`},
-		{name: "not found", classes: classes{}, want: `Failed to create pod sandbox: look up RuntimeClass "gvisor": runtimeclasses.node.k8s.io "gvisor" not found`},
+		{name: "not found", classes: classes{}, want: `Failed to create pod sandbox: runtimeclass.node.k8s.io "gvisor" not found`},
 		{name: "handler the runtime lacks", classes: classes{"gvisor": "runsc"}, wantCall: "RunPodSandbox",
 			inject: errors.New(`failed to get sandbox runtime: no runtime for "runsc" is configured`),
 			want:   `no runtime for "runsc" is configured`},
