@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nodelet/nodelet/internal/managed/containerd"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
 	"github.com/nodelet/nodelet/internal/serve/server"
 )
@@ -124,5 +126,32 @@ func TestAuthorizationDefaults(t *testing.T) {
 				t.Errorf("warning %q, want one (%v) saying %q", msg, tc.insecure, tc.insecureOf)
 			}
 		})
+	}
+}
+
+// --runtime-handler, repeated, defines the managed containerd's handlers
+// beside runc; a bad one is refused naming the flag, and so is one given
+// for a runtime nodelet does not manage.
+func TestRuntimeHandlerFlag(t *testing.T) {
+	cfg, _, err := configFrom(t, "--runtime-handler", "name=runc-e2e,binary=/usr/sbin/runc", "--runtime-handler", "name=gvisor,type=io.containerd.runsc.v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []containerd.Handler{{Name: "runc-e2e", BinaryName: "/usr/sbin/runc"}, {Name: "gvisor", RuntimeType: "io.containerd.runsc.v1"}}
+	if !slices.Equal(cfg.Managed.Containerd.Handlers, want) {
+		t.Errorf("handlers %+v, want %+v", cfg.Managed.Containerd.Handlers, want)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	if _, _, err := configFrom(t, "--runtime-handler", "name=Bad"); err == nil || !strings.Contains(err.Error(), "--runtime-handler: runtime handler \"Bad\"") {
+		t.Errorf("bad name: %v", err)
+	}
+	cfg, _, err = configFrom(t, "--runtime-handler", "name=crun", "--container-runtime-endpoint", "unix:///run/containerd/containerd.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "define them in that runtime's configuration") {
+		t.Errorf("with an endpoint: Validate %v", err)
 	}
 }

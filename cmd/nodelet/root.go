@@ -19,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/internal/agent"
 	"github.com/nodelet/nodelet/internal/base/bounded"
 	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
+	"github.com/nodelet/nodelet/internal/managed/containerd"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
 )
 
@@ -44,6 +45,7 @@ type rootOptions struct {
 	evictionSoftGP   string
 	evictionReclaim  string
 	featureGates     gatesFlag
+	runtimeHandlers  []string
 }
 
 // newRootCommand is `nodelet`: run the node agent in the foreground.
@@ -138,6 +140,10 @@ flags given on the command line override it.`,
 	f.DurationVar(&cfg.ImageGC.MinAge, "minimum-image-gc-age", cfg.ImageGC.MinAge, "How long an image must have been on the node before disk usage may remove it")
 	f.StringVar(&cfg.Managed.Containerd.PodCIDR, "pod-cidr", cfg.Managed.Containerd.PodCIDR, "Pod IP range of the managed runtime's bridge network")
 	f.StringVar(&cfg.Managed.Containerd.BridgeName, "cni-bridge-name", cfg.Managed.Containerd.BridgeName, "Linux bridge of the managed runtime's network")
+	f.StringArrayVar(&o.runtimeHandlers, "runtime-handler", nil,
+		"A runtime handler of the managed containerd beside runc, for RuntimeClasses to name (repeatable): name=NAME[,type=RUNTIME_TYPE][,binary=PATH], "+
+			"containerd's runtime name, runtime_type (default io.containerd.runc.v2) and, for runc's shim, the OCI runtime binary it runs instead of runc (options.BinaryName), "+
+			"e.g. name=crun,binary=/usr/bin/crun or name=gvisor,type=io.containerd.runsc.v1")
 	f.StringVar(&cfg.Managed.RegistryAddress, "image-registry-address", cfg.Managed.RegistryAddress, "Loopback address of the managed image registry (port 0 picks a free one)")
 	f.StringVar(&o.pauseBinary, "pause-binary", "", "Program the pause image is built from (default: 'pause' next to the nodelet binary, then PATH)")
 	f.StringVar(&o.containerdBinary, "containerd-binary", "", "containerd of the managed runtime, 2.x or 1.6/1.7; its runc shim is looked up in its directory first (default: 'containerd' next to the nodelet binary, as make build puts it, then PATH)")
@@ -241,6 +247,16 @@ func (o *rootOptions) parseFlags(flags *pflag.FlagSet) error {
 	if flags.Changed("feature-gates") {
 		if unknown := cfg.SetFeatureGates(o.featureGates); len(unknown) > 0 {
 			return fmt.Errorf("--feature-gates: unrecognized feature gate(s) %s; nodelet knows EventedPLEG and MemoryQoS", strings.Join(unknown, ", "))
+		}
+	}
+	if flags.Changed("runtime-handler") {
+		cfg.Managed.Containerd.Handlers = nil
+		for _, v := range o.runtimeHandlers {
+			h, err := containerd.ParseHandler(v)
+			if err != nil {
+				return fmt.Errorf("--runtime-handler: %w", err)
+			}
+			cfg.Managed.Containerd.Handlers = append(cfg.Managed.Containerd.Handlers, h)
 		}
 	}
 	if flags.Changed("node-labels") {

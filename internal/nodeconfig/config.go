@@ -417,6 +417,9 @@ func (cfg Config) Validate() error {
 	if err := validateShutdown(cfg); err != nil {
 		return err
 	}
+	if cfg.RuntimeEndpoint != "" && len(cfg.Managed.Containerd.Handlers) > 0 {
+		return fmt.Errorf("--runtime-handler defines handlers of the managed containerd; with --container-runtime-endpoint %s, define them in that runtime's configuration", cfg.RuntimeEndpoint)
+	}
 	if cfg.CgroupDriver != "cgroupfs" && cfg.CgroupDriver != "systemd" {
 		return fmt.Errorf("--cgroup-driver %q: want cgroupfs or systemd", cfg.CgroupDriver)
 	}

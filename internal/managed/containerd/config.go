@@ -56,6 +56,9 @@ type Config struct {
 	// SystemdCgroup has runc place containers with the systemd cgroup
 	// driver (slices) instead of cgroupfs paths.
 	SystemdCgroup bool
+	// Handlers are the runtime handlers defined beside runc (the
+	// default), for RuntimeClasses to name.
+	Handlers []Handler
 }
 
 // mirroredRegistries are the registries whose pulls go to the local mirror
@@ -125,7 +128,7 @@ func (c Config) Validate() error {
 	if err != nil || !p.Addr().Is4() {
 		return fmt.Errorf("pod CIDR %q is not an IPv4 prefix", c.PodCIDR)
 	}
-	return nil
+	return validateHandlers(c.Handlers)
 }
 
 // Render returns the files containerd needs, keyed by path. It is pure: the
@@ -198,6 +201,19 @@ version = 3
 
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = {{.SystemdCgroup}}
+{{- range .Handlers}}
+
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.{{.Name}}]
+      runtime_type = "{{.RuntimeType}}"
+{{- if .Runc}}
+
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.{{.Name}}.options]
+{{- if .BinaryName}}
+        BinaryName = "{{.BinaryName}}"
+{{- end}}
+        SystemdCgroup = {{$.SystemdCgroup}}
+{{- end}}
+{{- end}}
 
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["{{.CNIBinDir}}"]
@@ -238,6 +254,19 @@ version = 2
 
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = {{.SystemdCgroup}}
+{{- range .Handlers}}
+
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.Name}}]
+      runtime_type = "{{.RuntimeType}}"
+{{- if .Runc}}
+
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.{{.Name}}.options]
+{{- if .BinaryName}}
+        BinaryName = "{{.BinaryName}}"
+{{- end}}
+        SystemdCgroup = {{$.SystemdCgroup}}
+{{- end}}
+{{- end}}
 
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{{.CNIBinDir}}"
@@ -281,7 +310,7 @@ func renderConfigTOML(c Config) ([]byte, error) {
 	if level == "" {
 		level = "info"
 	}
-	data := map[string]string{
+	strs := map[string]string{
 		"Dir":          c.Dir,
 		"Socket":       c.Socket(),
 		"LogLevel":     level,
@@ -294,12 +323,15 @@ func renderConfigTOML(c Config) ([]byte, error) {
 	if c.SystemdCgroup {
 		systemd = "true"
 	}
-	for k, v := range data {
+	data := make(map[string]any, len(strs)+2)
+	for k, v := range strs {
 		if strings.ContainsAny(v, "\"\\\n") {
 			return nil, fmt.Errorf("render containerd config: %s %q contains a quote, backslash or newline", k, v)
 		}
+		data[k] = v
 	}
-	data["SystemdCgroup"] = systemd // after the check: not a string in the TOML
+	data["SystemdCgroup"] = systemd             // after the check: not a string in the TOML
+	data["Handlers"] = handlersData(c.Handlers) // checked by Validate
 	var buf bytes.Buffer
 	if err := configTemplates[c.Major].Execute(&buf, data); err != nil {
 		return nil, fmt.Errorf("render containerd config: %w", err)
