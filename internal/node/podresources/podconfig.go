@@ -85,17 +85,6 @@ func podTotals(pod *v1.Pod) (reqs, limits amounts, cpuDeclared, memDeclared bool
 	}
 	reqs = aggregate(pod, requested, func(amounts) {})
 	limits = aggregate(pod, limited, declared)
-	if o := pod.Spec.Overhead; o != nil {
-		overhead := amounts{o.Cpu().MilliValue(), o.Memory().Value()}
-		reqs = reqs.plus(overhead)
-		// Overhead is added only to limits that are set.
-		if limits.cpu > 0 {
-			limits.cpu += overhead.cpu
-		}
-		if limits.mem > 0 {
-			limits.mem += overhead.mem
-		}
-	}
 	if r := pod.Spec.Resources; r != nil {
 		if q, ok := r.Limits[v1.ResourceCPU]; ok && !q.IsZero() {
 			limits.cpu, cpuDeclared = q.MilliValue(), true
@@ -112,6 +101,19 @@ func podTotals(pod *v1.Pod) (reqs, limits amounts, cpuDeclared, memDeclared bool
 			reqs.mem = q.Value()
 		} else if q, ok := r.Limits[v1.ResourceMemory]; ok {
 			reqs.mem = q.Value()
+		}
+	}
+	// The RuntimeClass's overhead comes on top, after the pod-level
+	// resources, as component-helpers' PodRequests and PodLimits add it.
+	if o := pod.Spec.Overhead; o != nil {
+		overhead := amounts{o.Cpu().MilliValue(), o.Memory().Value()}
+		reqs = reqs.plus(overhead)
+		// Overhead is added only to limits that are set.
+		if limits.cpu > 0 {
+			limits.cpu += overhead.cpu
+		}
+		if limits.mem > 0 {
+			limits.mem += overhead.mem
 		}
 	}
 	return reqs, limits, cpuDeclared, memDeclared

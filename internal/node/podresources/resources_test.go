@@ -357,6 +357,31 @@ func TestPodConfig(t *testing.T) {
 			want: PodCgroupConfig{CPUShares: 1280, CPUQuota: 125000, CPUPeriod: 100000, MemoryLimit: gi + 64<<20},
 		},
 		{
+			name: "overhead with pod-level resources: added to both, after them",
+			mutate: func(p *v1.Pod) {
+				r := rr("1", "1Gi", "2", "2Gi")
+				p.Spec.Resources = &r
+				p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m"), v1.ResourceMemory: resource.MustParse("64Mi")}
+				p.Spec.Containers[0].Resources = rr("100m", "", "", "")
+			},
+			want: PodCgroupConfig{CPUShares: 1280, CPUQuota: 225000, CPUPeriod: 100000, MemoryLimit: 2*gi + 64<<20},
+		},
+		{
+			name: "overhead of a burstable pod: only to the limits every container declares",
+			mutate: func(p *v1.Pod) {
+				p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m"), v1.ResourceMemory: resource.MustParse("64Mi")}
+				p.Spec.Containers[0].Resources = rr("100m", "64Mi", "", "128Mi")
+			},
+			want: PodCgroupConfig{CPUShares: 358, MemoryLimit: 192 << 20},
+		},
+		{
+			name: "overhead of a best-effort pod: no limits to add it to",
+			mutate: func(p *v1.Pod) {
+				p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m"), v1.ResourceMemory: resource.MustParse("64Mi")}
+			},
+			want: PodCgroupConfig{CPUShares: 2},
+		},
+		{
 			name: "pod-level resources win",
 			mutate: func(p *v1.Pod) {
 				r := rr("1", "1Gi", "2", "2Gi")

@@ -114,8 +114,9 @@ func insufficientQ(res string, requested, used, capacity resource.Quantity) Resu
 
 // PodRequest is the pod's effective request of a resource, as the
 // scheduler computes it: the larger of the sum over containers and the
-// largest init container (plus sidecars, which run alongside), plus
-// overhead.
+// largest init container (plus sidecars, which run alongside), or the
+// pod-level request, plus the overhead of the pod's RuntimeClass
+// (spec.overhead, set by the API server's RuntimeClass admission).
 func PodRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
 	sum := resource.Quantity{}
 	for _, c := range pod.Spec.Containers {
@@ -141,6 +142,17 @@ func PodRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
 	if maxInit.Cmp(sum) > 0 {
 		sum = maxInit
 	}
+	// Pod-level resources replace the containers' sum (a pod-level limit
+	// without a request is its request, as the API defaults it).
+	if r := pod.Spec.Resources; r != nil {
+		if q, ok := r.Requests[name]; ok {
+			sum = q.DeepCopy()
+		} else if q, ok := r.Limits[name]; ok {
+			sum = q.DeepCopy()
+		}
+	}
+	// The RuntimeClass's overhead comes on top of either, as in
+	// component-helpers' PodRequests.
 	if q, ok := pod.Spec.Overhead[name]; ok {
 		sum.Add(q)
 	}

@@ -107,6 +107,54 @@ func TestPodRequestCountsInitAndSidecars(t *testing.T) {
 	}
 }
 
+// The RuntimeClass's overhead counts on top of the containers' requests
+// or the pod-level ones: a pod that fits only without it is refused with
+// the kubelet's reason, and the overhead of active pods counts as used.
+func TestAdmitCountsOverhead(t *testing.T) {
+	node := Node{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi")}}
+	withOverhead := func(p *v1.Pod, cpu, mem string) *v1.Pod {
+		p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}
+		return p
+	}
+	podLevel := func(p *v1.Pod, cpu, mem string) *v1.Pod {
+		p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu), v1.ResourceMemory: resource.MustParse(mem)}}
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    *v1.Pod
+		active []*v1.Pod
+		reason string
+		msg    string
+	}{
+		{"fits without overhead", pod("a", "1", "512Mi", 0), nil, "", ""},
+		{"memory overhead does not fit", withOverhead(pod("a", "100m", "1000Mi", 0), "10m", "100Mi"), nil,
+			"OutOfmemory", "requested: 1153433600, used: 0, capacity: 1073741824"},
+		{"cpu overhead does not fit", withOverhead(pod("a", "1900m", "", 0), "200m", "1Mi"), nil,
+			"OutOfcpu", "requested: 2100, used: 0, capacity: 2000"},
+		{"a best-effort pod's overhead is a request", withOverhead(pod("a", "", "", 0), "500m", "1Mi"), []*v1.Pod{pod("b", "1600m", "", 0)},
+			"OutOfcpu", "requested: 500, used: 1600"},
+		{"active pods' overhead is used", pod("a", "1", "", 0), []*v1.Pod{withOverhead(pod("b", "900m", "", 0), "250m", "1Mi")},
+			"OutOfcpu", "requested: 1000, used: 1150"},
+		{"overhead on top of pod-level requests", withOverhead(podLevel(pod("a", "100m", "", 0), "1", "1000Mi"), "10m", "100Mi"), nil,
+			"OutOfmemory", "requested: 1153433600"},
+		{"pod-level requests replace the containers'", podLevel(pod("a", "3", "", 0), "1", "512Mi"), nil, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Admit(tc.pod, tc.active, node)
+			if tc.reason == "" {
+				if !r.Admit {
+					t.Fatalf("rejected: %+v", r)
+				}
+				return
+			}
+			if r.Admit || r.Reason != tc.reason || !strings.Contains(r.Message, tc.msg) {
+				t.Fatalf("got %+v, want reason %s message containing %q", r, tc.reason, tc.msg)
+			}
+		})
+	}
+}
+
 func withSysctl(p *v1.Pod, name string) *v1.Pod {
 	p.Spec.SecurityContext = &v1.PodSecurityContext{Sysctls: []v1.Sysctl{{Name: name, Value: "1"}}}
 	return p
