@@ -137,6 +137,12 @@ func setUp(e *env) error {
 	cfg := containerd.DefaultConfig(e.rootDir)
 	cfg.BridgeName, cfg.PodCIDR, cfg.Mirror = "nle2e0", "10.43.0.0/24", e.registry.Addr()
 	cfg.Env, cfg.Binary = os.Environ(), e.containerdBin
+	// A second runc-based handler, for RuntimeClasses to name.
+	runc, err := secondHandlerRunc(bin)
+	if err != nil {
+		return err
+	}
+	cfg.Handlers = []containerd.Handler{{Name: secondHandler, BinaryName: runc}}
 	e.containerd = containerd.New(cfg, containerd.Deps{Log: log})
 	if err := e.containerd.Start(ctx); err != nil {
 		return err
@@ -146,6 +152,25 @@ func setUp(e *env) error {
 	e.rt, err = cri.Dial(ctx, e.endpoint, cri.DefaultTimeouts(), log)
 	return err
 }
+
+// secondHandler is the shared runtime's runtime handler beside runc: runc
+// again, through containerd's BinaryName option.
+const secondHandler = "runc-e2e"
+
+// secondHandlerRunc is the runc the second handler runs: the one linked
+// beside the tests' containerd, else the one in PATH.
+func secondHandlerRunc(bin string) (string, error) {
+	if p := filepath.Join(bin, "runc"); fileExists(p) {
+		return p, nil
+	}
+	p, err := exec.LookPath("runc")
+	if err != nil {
+		return "", fmt.Errorf("runc for the %s handler: %w", secondHandler, err)
+	}
+	return filepath.Abs(p)
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // containerdEnv names the containerd the tests run instead of bin/containerd.
 const containerdEnv = "NODELET_E2E_CONTAINERD"
