@@ -305,3 +305,36 @@ spec:
 		t.Errorf("pod classy-e2e has %d sandboxes (%v), want none", len(sbs), err)
 	}
 }
+
+// The managed containerd's configuration defines the second handler so
+// that the containerd under test (2.x, or 1.6/1.7 with the older format)
+// runs sandboxes with it, and refuses a handler it does not define.
+func TestSecondRuntimeHandler(t *testing.T) {
+	ctx := clusterContext(t, 2*time.Minute)
+	name := "second-handler"
+	sb := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "e2e", Uid: name},
+		Hostname:     name,
+		LogDirectory: filepath.Join(shared.work, "second-handler-logs"),
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+	id, err := shared.rt.RunPodSandbox(ctx, sb, secondHandler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = shared.rt.StopPodSandbox(context.Background(), id)
+		_ = shared.rt.RemovePodSandbox(context.Background(), id)
+	})
+	st, err := shared.rt.PodSandboxStatus(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetStatus().GetRuntimeHandler() != secondHandler || st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Errorf("sandbox handler %q, state %s; want %s, ready", st.GetStatus().GetRuntimeHandler(), st.GetStatus().GetState(), secondHandler)
+	}
+	sb.Metadata = &runtimeapi.PodSandboxMetadata{Name: name + "-missing", Namespace: "e2e", Uid: name + "-missing"}
+	if id, err := shared.rt.RunPodSandbox(ctx, sb, "no-such-handler"); err == nil || !strings.Contains(err.Error(), "no-such-handler") {
+		t.Errorf("a handler containerd lacks: sandbox %q, %v", id, err)
+	}
+}
