@@ -214,9 +214,10 @@ type UserNamespaceManager interface {
 	// Allocate gives the pod its block of host IDs (the one it has if
 	// any), after asking the runtime whether it supports user namespaces.
 	Allocate(ctx context.Context, pod *v1.Pod) (userns.Mapping, error)
-	// CheckRuntime fails, saying why, unless the runtime supports user
-	// namespaces; asked again before every sandbox of the pod.
-	CheckRuntime(ctx context.Context) error
+	// CheckRuntime fails, saying why, unless the runtime handler the
+	// pod's sandbox runs with supports user namespaces; asked before
+	// every sandbox of the pod.
+	CheckRuntime(ctx context.Context, handler string) error
 	Release(podUID types.UID) error
 	Pods() ([]types.UID, error)
 }

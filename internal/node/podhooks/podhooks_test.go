@@ -134,7 +134,7 @@ func (f *fakeUserns) Allocate(_ context.Context, pod *v1.Pod) (userns.Mapping, e
 	f.allocated = append(f.allocated, pod.UID)
 	return userns.Mapping{HostID: 65536, Length: 65536}, f.err
 }
-func (f *fakeUserns) CheckRuntime(context.Context) error { return nil }
+func (f *fakeUserns) CheckRuntime(context.Context, string) error { return nil }
 func (f *fakeUserns) Release(uid types.UID) error {
 	f.released = append(f.released, uid)
 	return nil

@@ -69,9 +69,6 @@ type Options struct {
 	// Kubelet is the node's "kubelet" user; nil: there is none, and the
 	// range is DefaultRange.
 	Kubelet *KubeletUser
-	// RuntimeHandler is the CRI runtime handler pods run with ("": the
-	// runtime's default).
-	RuntimeHandler string
 }
 
 // Deps are the manager's collaborators; Log may be nil.
@@ -147,9 +144,14 @@ func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod) (Mapping, error) {
 		return mp, err
 	}
 	// The runtime is asked outside the lock: one pod's slow call does not
-	// hold back the others.
-	if err := m.CheckRuntime(ctx); err != nil {
-		return Mapping{}, err
+	// hold back the others. A pod naming a RuntimeClass runs with its
+	// class's handler, which the runtime manager resolves: the check
+	// before its sandbox (CheckRuntime with that handler) decides, as the
+	// kubelet asks about the pod's own handler.
+	if !namesRuntimeClass(pod) {
+		if err := m.CheckRuntime(ctx, ""); err != nil {
+			return Mapping{}, err
+		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -244,11 +246,18 @@ func (m *Manager) Pods() ([]types.UID, error) {
 	return out, nil
 }
 
+// namesRuntimeClass is whether pod runs with its RuntimeClass's handler
+// rather than the runtime's default.
+func namesRuntimeClass(pod *v1.Pod) bool {
+	return pod.Spec.RuntimeClassName != nil && *pod.Spec.RuntimeClassName != ""
+}
+
 // CheckRuntime fails, with the kubelet's message, unless the runtime's
-// status lists the manager's handler with user namespace support.
-func (m *Manager) CheckRuntime(ctx context.Context) error {
+// status lists handler ("": the runtime's default) with user namespace
+// support.
+func (m *Manager) CheckRuntime(ctx context.Context, handler string) error {
 	what := "runtime does not support user namespaces"
-	if h := m.opts.RuntimeHandler; h != "" {
+	if h := handler; h != "" {
 		what = fmt.Sprintf("RuntimeClass handler %q does not support user namespaces", h)
 	}
 	if m.runtime == nil {
@@ -264,7 +273,7 @@ func (m *Manager) CheckRuntime(ctx context.Context) error {
 		return fmt.Errorf("can't set `spec.hostUsers: false`, %s (it reports no runtime handler features; containerd 2.0 or newer does)", what)
 	}
 	for _, h := range handlers {
-		if h.GetName() == m.opts.RuntimeHandler {
+		if h.GetName() == handler {
 			if h.GetFeatures().GetUserNamespaces() {
 				return nil
 			}
@@ -273,7 +282,7 @@ func (m *Manager) CheckRuntime(ctx context.Context) error {
 			return fmt.Errorf("can't set `spec.hostUsers: false`, %s (containerd 2 supports them with runc 1.2 or newer, which has idmapped mounts)", what)
 		}
 	}
-	return fmt.Errorf("can't set `spec.hostUsers: false`, %s: the handler %q is not known", what, m.opts.RuntimeHandler)
+	return fmt.Errorf("can't set `spec.hostUsers: false`, %s: the handler %q is not known", what, handler)
 }
 
 // usableLocked is why uid may not get a new block: no range, a broken

@@ -260,8 +260,10 @@ func uids(pods []types.UID) []string {
 	return out
 }
 
-// The runtime is asked before a new block is given; one without support
-// gets the kubelet's message, and nothing is written.
+// The runtime is asked before a new block is given (about its default
+// handler) and before every sandbox (about the handler of the pod's
+// RuntimeClass); one without support gets the kubelet's message, and
+// nothing is written.
 func TestAllocateAsksTheRuntime(t *testing.T) {
 	const unsupported = "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
 	const runcHint = " (containerd 2 supports them with runc 1.2 or newer, which has idmapped mounts)"
@@ -282,8 +284,13 @@ func TestAllocateAsksTheRuntime(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			m := New(Options{PodsDir: dir, MaxPods: 110, RuntimeHandler: tc.handler}, Deps{Runtime: tc.rt})
-			_, err := m.Allocate(context.Background(), pod("a"))
+			m := New(Options{PodsDir: dir, MaxPods: 110}, Deps{Runtime: tc.rt})
+			var err error
+			if tc.handler == "" {
+				_, err = m.Allocate(context.Background(), pod("a"))
+			} else {
+				err = m.CheckRuntime(context.Background(), tc.handler)
+			}
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -297,6 +304,26 @@ func TestAllocateAsksTheRuntime(t *testing.T) {
 				t.Errorf("written: %v", entries)
 			}
 		})
+	}
+}
+
+// A pod naming a RuntimeClass gets its block without the runtime's
+// default handler being asked: the check before its sandbox asks about its
+// class's handler instead.
+func TestAllocateLeavesAClassToItsHandler(t *testing.T) {
+	m := New(Options{PodsDir: t.TempDir(), MaxPods: 110}, Deps{Runtime: &runtime{handlers: []*runtimeapi.RuntimeHandler{
+		{Name: "", Features: &runtimeapi.RuntimeHandlerFeatures{}},
+		{Name: "kata", Features: &runtimeapi.RuntimeHandlerFeatures{UserNamespaces: true}}}}})
+	if _, err := m.Allocate(context.Background(), pod("a")); err == nil {
+		t.Fatal("the default handler lacks user namespaces, and a pod without a class got a block")
+	}
+	p := pod("b")
+	p.Spec.RuntimeClassName = ptr.To("kata")
+	if _, err := m.Allocate(context.Background(), p); err != nil {
+		t.Fatalf("a pod of a class: %v", err)
+	}
+	if err := m.CheckRuntime(context.Background(), "kata"); err != nil {
+		t.Errorf("kata: %v", err)
 	}
 }
 

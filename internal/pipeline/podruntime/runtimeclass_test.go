@@ -1,6 +1,7 @@
 package podruntime
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pipeline/statusmanager"
+	"github.com/nodelet/nodelet/internal/pure/podsetup"
 )
 
 // classes is a RuntimeClass lister: name → handler; a name it lacks is
@@ -186,6 +189,29 @@ func TestRecursiveReadOnlyAsksThePodsHandler(t *testing.T) {
 		pod.Spec.RuntimeClassName = tc.class
 		if got := m.supportsRRO(t.Context(), pod); got != tc.want {
 			t.Errorf("class %v: supportsRRO %v, want %v", ptr.Deref(tc.class, "<nil>"), got, tc.want)
+		}
+	}
+}
+
+// The hooks' checks before a sandbox are asked about the handler it will
+// run with (the user namespace check asks the runtime about that handler,
+// as the kubelet asks about the pod's own).
+func TestSandboxChecksGetTheHandler(t *testing.T) {
+	m, _, _ := classFixture(t, classes{"kata": "kata-handler"})
+	for _, tc := range []struct {
+		class *string
+		want  string
+	}{{nil, ""}, {ptr.To("kata"), "kata-handler"}} {
+		var got []string
+		check := func(_ context.Context, handler string) error { got = append(got, handler); return nil }
+		pod := testPod()
+		pod.UID = types.UID("uid-" + ptr.Deref(tc.class, "none"))
+		pod.Spec.RuntimeClassName = tc.class
+		if _, err := m.syncPod(t.Context(), podworker.SyncRequest{Pod: pod, Setup: podsetup.Setup{SandboxChecks: []podsetup.Check{check}}}); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("class %v: checks asked about %q, want [%q]", ptr.Deref(tc.class, "<nil>"), got, tc.want)
 		}
 	}
 }

@@ -189,19 +189,20 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		for _, w := range warnings {
 			m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", w)
 		}
-		// What the hooks ask before every sandbox (a runtime that does
-		// not know user namespaces would run the pod on the host's).
-		for _, check := range setup.SandboxChecks {
-			if err := check(ctx); err != nil {
-				return m.sandboxFailed(pod, err, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err))
-			}
-		}
 		// The handler of the pod's RuntimeClass, looked up for every
 		// sandbox as the kubelet's createPodSandbox: a class that cannot
 		// be resolved fails the sandbox, never falls back to the default.
 		handler, err := m.runtimeHandler(pod)
 		if err != nil {
 			return m.sandboxFailed(pod, err, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err))
+		}
+		// What the hooks ask of that handler before every sandbox (one
+		// that does not know user namespaces would run the pod on the
+		// host's).
+		for _, check := range setup.SandboxChecks {
+			if err := check(ctx, handler); err != nil {
+				return m.sandboxFailed(pod, err, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err))
+			}
 		}
 		if m.sandboxes != nil {
 			select {

@@ -53,8 +53,10 @@ type Setup struct {
 }
 
 // Check is a condition the runtime must meet before the pod's sandbox is
-// created (that it supports user namespaces, say).
-type Check func(ctx context.Context) error
+// created with handler, the CRI runtime handler of the pod's RuntimeClass
+// ("": the runtime's default): that the handler supports user
+// namespaces, say.
+type Check func(ctx context.Context, handler string) error
 
 // ProbeResults tells the runtime manager which running containers failed
 // liveness, passed startup or are ready (prober.Manager).

@@ -29,7 +29,7 @@ func paths(ms []*runtimeapi.Mount) []string {
 // set; lists keep the hooks' order.
 func TestMerge(t *testing.T) {
 	ns := &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}
-	check := func(context.Context) error { return nil }
+	check := func(context.Context, string) error { return nil }
 	got := Merge(
 		Setup{PodDir: "/pods/u", Containers: []Contributor{mount("a", nil)}},
 		Setup{CgroupParent: "kubepods-podu.slice"},
