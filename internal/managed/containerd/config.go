@@ -15,7 +15,6 @@ package containerd
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -31,12 +30,23 @@ type Config struct {
 	Dir string
 	// Binary is the containerd executable (looked up in PATH when bare).
 	Binary string
-	// CNIBinDir holds the CNI plugins (Debian: /usr/lib/cni).
-	CNIBinDir string
+	// CNIConfDir is the CNI configuration directory containerd reads;
+	// empty: <Dir>/cni/net.d. nodelet writes its bridge network there
+	// only when the directory holds no network configuration, and never
+	// replaces one it did not write (see WriteBridge).
+	CNIConfDir string
+	// CNIBinDirs hold the CNI plugins, searched in order (Debian's
+	// containernetworking-plugins: /usr/lib/cni). containerd 2.x reads
+	// them all; 1.6 and 1.7 read one directory: the first that holds a
+	// plugin when the configuration is written (see binDirFor).
+	CNIBinDirs []string
 	// BridgeName is the Linux bridge the CNI bridge plugin creates (at most
 	// 15 characters).
 	BridgeName string
-	// PodCIDR is the subnet pod IPs are allocated from (host-local IPAM).
+	// PodCIDR is the subnet pod IPs are allocated from (host-local IPAM)
+	// when nodelet names it at start (standalone: --pod-cidr); empty in
+	// cluster mode, where the Node's spec.podCIDRs arrive later
+	// (Manager.SetPodCIDRs).
 	PodCIDR string
 	// SandboxImage is the pause image containerd runs for every sandbox.
 	SandboxImage string
@@ -78,7 +88,7 @@ func DefaultConfig(rootDir string) Config {
 	return Config{
 		Dir:          filepath.Join(rootDir, "containerd"),
 		Binary:       "containerd",
-		CNIBinDir:    "/usr/lib/cni",
+		CNIBinDirs:   []string{"/usr/lib/cni"},
 		BridgeName:   "nodelet0",
 		PodCIDR:      "10.42.0.0/24",
 		SandboxImage: "registry.k8s.io/pause:3.10",
@@ -106,7 +116,22 @@ func (c Config) LogPath() string { return filepath.Join(c.Dir, "containerd.log")
 // the state directory.
 func (c Config) majorFile() string { return filepath.Join(c.Dir, "containerd-major") }
 
-func (c Config) cniConfDir() string  { return filepath.Join(c.Dir, "cni", "net.d") }
+// ConfDir is the CNI configuration directory containerd reads.
+func (c Config) ConfDir() string {
+	if c.CNIConfDir != "" {
+		return c.CNIConfDir
+	}
+	return filepath.Join(c.Dir, "cni", "net.d")
+}
+
+// BridgeConfPath is where nodelet writes its bridge network.
+func (c Config) BridgeConfPath() string { return filepath.Join(c.ConfDir(), BridgeConfName) }
+
+// bridgeRecord records the bridge network nodelet last wrote: its pod
+// CIDRs and a digest of its bytes, so that a file of the same name that
+// nodelet did not write (or that someone edited) is never replaced.
+func (c Config) bridgeRecord() string { return filepath.Join(c.Dir, "cni-bridge.json") }
+
 func (c Config) certsDir() string    { return filepath.Join(c.Dir, "certs.d") }
 func (c Config) ipamDataDir() string { return filepath.Join(c.Dir, "cni", "ipam") }
 
@@ -123,16 +148,55 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sandbox image must be set")
 	case c.Major != 1 && c.Major != 2:
 		return fmt.Errorf("containerd major version %d: nodelet writes configurations for containerd 1.6/1.7 and 2.x only", c.Major)
+	case len(c.CNIBinDirs) == 0:
+		return fmt.Errorf("no CNI plugin directory")
+	case c.Major == 1 && len(c.CNIBinDirs) > 1:
+		return fmt.Errorf("CNI plugin directories %q: containerd 1.x reads one (Manager.Start picks it)", c.CNIBinDirs)
+	case !filepath.IsAbs(c.ConfDir()):
+		return fmt.Errorf("CNI configuration directory %q must be an absolute path", c.ConfDir())
 	}
-	p, err := netip.ParsePrefix(c.PodCIDR)
-	if err != nil || !p.Addr().Is4() {
-		return fmt.Errorf("pod CIDR %q is not an IPv4 prefix", c.PodCIDR)
+	for _, d := range c.CNIBinDirs {
+		if !filepath.IsAbs(d) {
+			return fmt.Errorf("CNI plugin directory %q must be an absolute path", d)
+		}
+	}
+	if c.PodCIDR != "" {
+		if _, err := ParsePodCIDRs([]string{c.PodCIDR}); err != nil {
+			return err
+		}
 	}
 	return validateHandlers(c.Handlers)
 }
 
-// Render returns the files containerd needs, keyed by path. It is pure: the
-// same Config always gives the same bytes.
+// ParsePodCIDRs checks pod CIDRs as the bridge network takes them: one
+// or two prefixes in their canonical form (no host bits), two of
+// different IP families (dual-stack), the first the primary.
+func ParsePodCIDRs(cidrs []string) ([]netip.Prefix, error) {
+	if len(cidrs) == 0 || len(cidrs) > 2 {
+		return nil, fmt.Errorf("pod CIDRs %q: want one, or two of different IP families", cidrs)
+	}
+	out := make([]netip.Prefix, 0, len(cidrs))
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("pod CIDR %q is not an IP prefix: %w", s, err)
+		}
+		if p != p.Masked() {
+			return nil, fmt.Errorf("pod CIDR %q has host bits set (the prefix is %s)", s, p.Masked())
+		}
+		out = append(out, p)
+	}
+	if len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
+		return nil, fmt.Errorf("pod CIDRs %q: two of the same IP family", cidrs)
+	}
+	return out, nil
+}
+
+// Render returns the files containerd needs, keyed by path: its
+// config.toml and the registries' hosts. The CNI network is not among
+// them: it lives in a directory others write to as well (RenderBridge,
+// WriteBridge). Render is pure: the same Config always gives the same
+// bytes.
 func Render(c Config) (map[string][]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -143,11 +207,6 @@ func Render(c Config) (map[string][]byte, error) {
 		return nil, err
 	}
 	files[c.ConfigPath()] = toml
-	cni, err := renderCNI(c)
-	if err != nil {
-		return nil, err
-	}
-	files[filepath.Join(c.cniConfDir(), "10-nodelet.conflist")] = cni
 	mirrored := mirroredRegistries()
 	for _, reg := range sortedKeys(mirrored) {
 		files[filepath.Join(c.certsDir(), reg, "hosts.toml")] = renderHosts(mirrored[reg], c.Mirror)
@@ -216,7 +275,7 @@ version = 3
 {{- end}}
 
   [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["{{.CNIBinDir}}"]
+    bin_dirs = [{{.CNIBinDirs}}]
     conf_dir = "{{.CNIConfDir}}"
     max_conf_num = 1
 
@@ -315,9 +374,14 @@ func renderConfigTOML(c Config) ([]byte, error) {
 		"Socket":       c.Socket(),
 		"LogLevel":     level,
 		"SandboxImage": c.SandboxImage,
-		"CNIBinDir":    c.CNIBinDir,
-		"CNIConfDir":   c.cniConfDir(),
+		"CNIConfDir":   c.ConfDir(),
 		"CertsDir":     c.certsDir(),
+	}
+	for i, d := range c.CNIBinDirs {
+		strs[fmt.Sprintf("CNIBinDirs[%d]", i)] = d // for the check below
+	}
+	if c.Major == 1 {
+		strs["CNIBinDir"] = c.CNIBinDirs[0] // Validate: the only one
 	}
 	systemd := "false"
 	if c.SystemdCgroup {
@@ -332,40 +396,16 @@ func renderConfigTOML(c Config) ([]byte, error) {
 	}
 	data["SystemdCgroup"] = systemd             // after the check: not a string in the TOML
 	data["Handlers"] = handlersData(c.Handlers) // checked by Validate
+	quoted := make([]string, len(c.CNIBinDirs))
+	for i, d := range c.CNIBinDirs {
+		quoted[i] = `"` + d + `"`
+	}
+	data["CNIBinDirs"] = strings.Join(quoted, ", ") // checked above, one by one
 	var buf bytes.Buffer
 	if err := configTemplates[c.Major].Execute(&buf, data); err != nil {
 		return nil, fmt.Errorf("render containerd config: %w", err)
 	}
 	return buf.Bytes(), nil
-}
-
-func renderCNI(c Config) ([]byte, error) {
-	type obj = map[string]any
-	conf := obj{
-		"cniVersion": "1.0.0",
-		"name":       "nodelet",
-		"plugins": []any{
-			obj{
-				"type":        "bridge",
-				"bridge":      c.BridgeName,
-				"isGateway":   true,
-				"ipMasq":      true,
-				"hairpinMode": true,
-				"ipam": obj{
-					"type":    "host-local",
-					"ranges":  []any{[]any{obj{"subnet": c.PodCIDR}}},
-					"routes":  []any{obj{"dst": "0.0.0.0/0"}},
-					"dataDir": c.ipamDataDir(),
-				},
-			},
-			obj{"type": "portmap", "capabilities": obj{"portMappings": true}, "snat": true},
-		},
-	}
-	b, err := json.MarshalIndent(conf, "", "  ")
-	if err != nil {
-		return nil, fmt.Errorf("render CNI config: %w", err)
-	}
-	return append(b, '\n'), nil
 }
 
 // renderHosts writes containerd's hosts.toml for one registry: the local

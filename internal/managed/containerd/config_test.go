@@ -30,6 +30,23 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
+// TestRenderClusterGolden pins the configuration of cluster mode: the
+// standard CNI directories (two plugin directories on 2.x, the one
+// Manager.Start picked on 1.x) and no network at start.
+func TestRenderClusterGolden(t *testing.T) {
+	for major, golden := range map[int]string{2: "render-cluster.golden", 1: "render-cluster-containerd1.golden"} {
+		t.Run(golden, func(t *testing.T) {
+			cfg := defaultConfig("/var/lib/nodelet")
+			cfg.Mirror, cfg.Major, cfg.PodCIDR = "127.0.0.1:5050", major, ""
+			cfg.CNIConfDir, cfg.CNIBinDirs = "/etc/cni/net.d", []string{"/opt/cni/bin", "/usr/lib/cni"}
+			if major == 1 {
+				cfg.CNIBinDirs = []string{"/usr/lib/cni"}
+			}
+			checkGolden(t, cfg, filepath.Join("testdata", golden))
+		})
+	}
+}
+
 func checkGolden(t *testing.T, cfg Config, golden string) {
 	t.Helper()
 	files, err := Render(cfg)
@@ -89,9 +106,13 @@ func TestValidate(t *testing.T) {
 		"long bridge name":  func(c *Config) { c.BridgeName = "a-very-long-bridge" },
 		"empty bridge name": func(c *Config) { c.BridgeName = "" },
 		"bad cidr":          func(c *Config) { c.PodCIDR = "10.0.0.0" },
-		"ipv6 cidr":         func(c *Config) { c.PodCIDR = "fd00::/64" },
+		"host bits in cidr": func(c *Config) { c.PodCIDR = "10.0.0.1/24" },
+		"relative conf dir": func(c *Config) { c.CNIConfDir = "etc/cni" },
+		"relative bin dir":  func(c *Config) { c.CNIBinDirs = []string{"lib/cni"} },
+		"no bin dir":        func(c *Config) { c.CNIBinDirs = nil },
+		"1.x two bin dirs":  func(c *Config) { c.Major, c.CNIBinDirs = 1, []string{"/opt/cni/bin", "/usr/lib/cni"} },
 		"no sandbox image":  func(c *Config) { c.SandboxImage = "" },
-		"quote in path":     func(c *Config) { c.CNIBinDir = `/usr/"lib` },
+		"quote in path":     func(c *Config) { c.CNIBinDirs = []string{"/opt/cni/bin", `/usr/"lib`} },
 		"unknown major":     func(c *Config) { c.Major = 3 },
 		"major not asked":   func(c *Config) { c.Major = 0 },
 	} {

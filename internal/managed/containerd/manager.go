@@ -126,8 +126,17 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := checkStateMajor(m.cfg); err != nil {
 		return err
 	}
+	if m.cfg.Major == 1 && len(m.cfg.CNIBinDirs) > 1 {
+		m.cfg.CNIBinDirs = []string{pluginDir(m.cfg.CNIBinDirs)}
+		m.deps.Log.Info("containerd 1.x reads one CNI plugin directory", "dir", m.cfg.CNIBinDirs[0])
+	}
 	if err := WriteFiles(m.cfg); err != nil {
 		return err
+	}
+	if m.cfg.PodCIDR != "" {
+		if _, err := m.SetPodCIDRs([]string{m.cfg.PodCIDR}); err != nil {
+			return err
+		}
 	}
 	if err := stopStale(m.cfg, m.deps.Clock, m.deps.Log); err != nil {
 		return err
@@ -260,6 +269,42 @@ func (m *Manager) stop(p process, exited <-chan error) {
 	m.mu.Lock()
 	m.proc = nil
 	m.mu.Unlock()
+}
+
+// SetPodCIDRs makes the managed network hand out pod IPs from cidrs:
+// nodelet's bridge network is written (WriteBridge) unless the CNI
+// configuration directory holds a network configuration of someone
+// else, which containerd then uses as it is. It reports whether the
+// bridge network has cidrs now.
+func (m *Manager) SetPodCIDRs(cidrs []string) (bool, error) {
+	outcome, foreign, err := WriteBridge(m.cfg, cidrs)
+	switch {
+	case err != nil:
+		return false, err
+	case outcome == BridgeForeign:
+		m.deps.Log.Info("the CNI configuration directory holds a network nodelet did not write; containerd uses it, nodelet writes none",
+			"config", foreign, "podCIDRs", cidrs)
+		return false, nil
+	case outcome == BridgeWritten:
+		m.deps.Log.Info("wrote the bridge network", "config", m.cfg.BridgeConfPath(), "podCIDRs", cidrs)
+	}
+	return true, nil
+}
+
+// PodCIDRs are the pod CIDRs of the bridge network nodelet last wrote,
+// if its file is still as nodelet wrote it (BridgePodCIDRs).
+func (m *Manager) PodCIDRs() []string { return BridgePodCIDRs(m.cfg) }
+
+// pluginDir is the CNI plugin directory of a containerd that reads one:
+// the first of dirs that holds the bridge plugin nodelet's network needs,
+// else the first (where a CNI installer would put plugins).
+func pluginDir(dirs []string) string {
+	for _, d := range dirs {
+		if fi, err := os.Stat(filepath.Join(d, "bridge")); err == nil && fi.Mode().IsRegular() {
+			return d
+		}
+	}
+	return dirs[0]
 }
 
 // WriteFiles writes what Render produces, replacing older versions
