@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/base/atomicfile"
 	"github.com/nodelet/nodelet/internal/base/bounded"
+	"github.com/nodelet/nodelet/internal/pure/podnet"
 )
 
 // BridgeConfName is the file name of nodelet's bridge network in the CNI
@@ -29,7 +30,7 @@ const maxConfBytes = 1 << 20
 // plugin as the gateway with masquerading, host-local IPAM with a range
 // and a default route per family, and portmap for hostPort. It is pure.
 func RenderBridge(c Config, cidrs []string) ([]byte, error) {
-	prefixes, err := ParsePodCIDRs(cidrs)
+	prefixes, err := podnet.ParsePodCIDRs(cidrs)
 	if err != nil {
 		return nil, err
 	}

@@ -16,11 +16,12 @@ package containerd
 import (
 	"bytes"
 	"fmt"
-	"net/netip"
 	"path/filepath"
 	"sort"
 	"strings"
 	"text/template"
+
+	"github.com/nodelet/nodelet/internal/pure/podnet"
 )
 
 // Config describes one managed containerd instance. Every path it produces
@@ -161,35 +162,11 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.PodCIDR != "" {
-		if _, err := ParsePodCIDRs([]string{c.PodCIDR}); err != nil {
+		if _, err := podnet.ParsePodCIDRs([]string{c.PodCIDR}); err != nil {
 			return err
 		}
 	}
 	return validateHandlers(c.Handlers)
-}
-
-// ParsePodCIDRs checks pod CIDRs as the bridge network takes them: one
-// or two prefixes in their canonical form (no host bits), two of
-// different IP families (dual-stack), the first the primary.
-func ParsePodCIDRs(cidrs []string) ([]netip.Prefix, error) {
-	if len(cidrs) == 0 || len(cidrs) > 2 {
-		return nil, fmt.Errorf("pod CIDRs %q: want one, or two of different IP families", cidrs)
-	}
-	out := make([]netip.Prefix, 0, len(cidrs))
-	for _, s := range cidrs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("pod CIDR %q is not an IP prefix: %w", s, err)
-		}
-		if p != p.Masked() {
-			return nil, fmt.Errorf("pod CIDR %q has host bits set (the prefix is %s)", s, p.Masked())
-		}
-		out = append(out, p)
-	}
-	if len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
-		return nil, fmt.Errorf("pod CIDRs %q: two of the same IP family", cidrs)
-	}
-	return out, nil
 }
 
 // Render returns the files containerd needs, keyed by path: its
