@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"github.com/nodelet/nodelet/internal/node/podcidr"
 	"log/slog"
 	"sync"
 
@@ -55,13 +56,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	endpoint := a.cfg.RuntimeEndpoint
+	var network podcidr.Network // the managed runtime's pod network; nil with the node's own runtime
 	if m := a.cfg.ManagedRuntime(); m != nil {
 		managed, err := a.startManaged(ctx, *m)
 		if err != nil {
 			return err
 		}
 		defer managed.stop(cancel)
-		endpoint = managed.endpoint
+		endpoint, network = managed.endpoint, managed.containerd
 	}
 	// The kubelet's metrics registry comes first: the CRI client reports
 	// every call to it from the start.
@@ -76,7 +78,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := a.wire(rt, api, reg)
+	p, err := a.wire(rt, api, network, reg)
 	if err != nil {
 		return err
 	}

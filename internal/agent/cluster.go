@@ -160,6 +160,7 @@ func (a *Agent) wireCluster(c *clusterParts, p *pipeline, n clusterNotifications
 		Pressure:        p.evict.Pressure,
 		ShutdownStatus:  p.shutdown.Status,
 		Changed:         n.nodeChanged,
+		PodCIDRs:        p.podCIDR,
 		OnLeaseFailure:  status.Stale,
 		Events:          recorder,
 		Registerer:      reg,

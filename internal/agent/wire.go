@@ -21,6 +21,7 @@ import (
 	"github.com/nodelet/nodelet/internal/node/gc"
 	"github.com/nodelet/nodelet/internal/node/imagegc"
 	"github.com/nodelet/nodelet/internal/node/localnet"
+	"github.com/nodelet/nodelet/internal/node/podcidr"
 	"github.com/nodelet/nodelet/internal/node/podhooks"
 	"github.com/nodelet/nodelet/internal/node/podresources"
 	"github.com/nodelet/nodelet/internal/node/shutdown"
@@ -64,17 +65,21 @@ type pipeline struct {
 	status   *statusmanager.Manager
 	shutdown *shutdown.Manager
 	localnet *localnet.Keeper // in every mode, as the kubelet
+	// podCIDR hands the pod CIDRs to the runtime: the Node's (node
+	// status applies them), standalone --pod-cidr at start.
+	podCIDR *podcidr.Manager
 	// cluster is cluster mode's parts; nil standalone.
 	cluster *clusterParts
 }
 
 // wire constructs every part over rt (and api, the API server in cluster
-// mode; nil standalone) and connects them; reg is the registry of the
+// mode; nil standalone; network, the managed runtime's pod network, nil
+// with the node's own runtime) and connects them; reg is the registry of the
 // kubelet's metrics, which rt already reports its calls to. It starts
 // nothing. Each part is constructed after the parts it calls; two parts
 // that tell each other something are connected by a notification (package
 // notify) created before both.
-func (a *Agent) wire(rt *cri.Client, api *apiServer, reg *prometheus.Registry) (*pipeline, error) {
+func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, reg *prometheus.Registry) (*pipeline, error) {
 	cfg, log, clk := a.cfg, a.deps.Log, a.deps.Clock
 	p := &pipeline{
 		a:       a,
@@ -305,6 +310,16 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, reg *prometheus.Registry) (
 		Log:        log,
 	})
 
+	p.podCIDR = podcidr.New(podcidr.Deps{
+		Runtime:    rt,
+		Network:    network,
+		NodeName:   cfg.NodeName,
+		Events:     recorder,
+		Registerer: reg,
+		Clock:      clk,
+		Log:        log,
+	})
+
 	// Cluster mode, beside the pipeline: pod statuses to the API, mirror
 	// pods of static pods, the Node and its lease.
 	var node func() *v1.Node
@@ -383,6 +398,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	goRun(func() { p.objects.Pass(ctx, updates, merged) })
 	goRun(func() { p.config.Run(ctx, merged) })
 	goRun(func() { p.localnet.Run(ctx) }) // first: its check takes milliseconds, a first sandbox far longer
+	goRun(func() { p.podCIDR.RunStatic(ctx, p.a.cfg.StandalonePodCIDRs()) })
 	goRun(func() { p.workers.Run(ctx) })
 	// Relist every PLEGRelistPeriod, or on every container event where the
 	// runtime streams them (EventedPLEG; then every 5 minutes as a safety net).

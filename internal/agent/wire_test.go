@@ -36,7 +36,7 @@ func testPipeline(t *testing.T) *pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), nil, prometheus.NewRegistry())
+	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), nil, nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestWireClusterMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	api := &apiServer{kube: fake.NewClientset(), rest: &rest.Config{Host: "https://127.0.0.1:6443"}}
-	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), api, prometheus.NewRegistry())
+	p, err := a.wire(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), api, nil, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

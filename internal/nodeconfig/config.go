@@ -328,6 +328,12 @@ type ManagedConfig struct {
 	// Containerd is the managed containerd's configuration; Dir and
 	// SystemdCgroup are filled in by ManagedRuntime, Mirror by the agent.
 	Containerd containerd.Config
+	// CNIConfDir is --cni-conf-dir: the CNI configuration directory the
+	// managed containerd reads; empty: the mode's (ManagedRuntime).
+	CNIConfDir string
+	// CNIBinDir is --cni-bin-dir: the CNI plug-in directories, comma
+	// separated as the kubelet's flag was; empty: the mode's.
+	CNIBinDir string
 	// RegistryAddress is the loopback address of the image registry.
 	RegistryAddress string
 	// Images are the binaries the built-in images are made from.

@@ -4,6 +4,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/nodelet/nodelet/internal/cluster/certs"
 	"github.com/nodelet/nodelet/internal/serve/server"
@@ -13,10 +14,27 @@ import (
 // here so that the agent, which wires them, only asks whether there is
 // one (nil when there is none).
 
+// The CNI directories of cluster mode's managed runtime where
+// --cni-conf-dir and --cni-bin-dir say nothing: where CNI installers
+// (a DaemonSet's) put their configuration and plug-ins, then Debian's
+// containernetworking-plugins, which nodelet's own network uses when
+// nothing was installed in /opt/cni/bin. nodelet never writes plug-ins.
+const (
+	ClusterCNIConfDir = "/etc/cni/net.d"
+	ClusterCNIBinDir  = "/opt/cni/bin"
+	DebianCNIBinDir   = "/usr/lib/cni"
+)
+
 // ManagedRuntime is the runtime nodelet runs itself, its containerd in
 // <RootDir>/containerd placing containers as nodelet places pods (the
 // cgroup driver); nil when RuntimeEndpoint names the node's own runtime.
 // The agent fills in Containerd.Mirror once the registry is up.
+//
+// Its CNI directories are --cni-conf-dir and --cni-bin-dir, else the
+// mode's: in cluster mode the standard ones (/etc/cni/net.d;
+// /opt/cni/bin, then /usr/lib/cni), and no pod CIDR at start (the Node's
+// arrive later: podcidr); standalone nodelet's own configuration
+// directory under the root directory, /usr/lib/cni, and --pod-cidr.
 func (cfg Config) ManagedRuntime() *ManagedConfig {
 	if cfg.RuntimeEndpoint != "" {
 		return nil
@@ -24,7 +42,40 @@ func (cfg Config) ManagedRuntime() *ManagedConfig {
 	m := cfg.Managed
 	m.Containerd.Dir = filepath.Join(cfg.RootDir, "containerd")
 	m.Containerd.SystemdCgroup = cfg.CgroupDriver == "systemd"
+	m.Containerd.CNIConfDir = m.CNIConfDir
+	m.Containerd.CNIBinDirs = []string{DebianCNIBinDir}
+	if cfg.ClusterMode() {
+		m.Containerd.PodCIDR = ""
+		m.Containerd.CNIBinDirs = []string{ClusterCNIBinDir, DebianCNIBinDir}
+		if m.Containerd.CNIConfDir == "" {
+			m.Containerd.CNIConfDir = ClusterCNIConfDir
+		}
+	}
+	if m.CNIBinDir != "" {
+		m.Containerd.CNIBinDirs = splitList(m.CNIBinDir)
+	}
 	return &m
+}
+
+// StandalonePodCIDRs are the pod CIDRs nodelet hands the runtime at
+// start, as the kubelet does without an API client: --pod-cidr. In
+// cluster mode none: they are the Node's.
+func (cfg Config) StandalonePodCIDRs() []string {
+	if cfg.ClusterMode() || cfg.Managed.Containerd.PodCIDR == "" {
+		return nil
+	}
+	return []string{cfg.Managed.Containerd.PodCIDR}
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // APIClient are the settings of the node's API client (cluster mode:

@@ -1,6 +1,9 @@
 package nodeconfig
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // The optional parts are there exactly when the configuration asks.
 func TestOptionalParts(t *testing.T) {
@@ -46,5 +49,39 @@ func TestOptionalParts(t *testing.T) {
 	l := cfg.Listeners()
 	if l.HealthzAddr != "127.0.0.1:10248" || l.Secure.Addr != "0.0.0.0:10250" || l.ReadOnlyAddr != "0.0.0.0:10255" {
 		t.Errorf("listeners %q %q %q", l.HealthzAddr, l.Secure.Addr, l.ReadOnlyAddr)
+	}
+}
+
+// TestManagedRuntimeCNI: the mode picks the CNI directories and whether
+// --pod-cidr is used; the flags win in both modes.
+func TestManagedRuntimeCNI(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		cluster         bool
+		confDir, binDir string
+		wantConf        string
+		wantBins        string
+		wantCIDR        string
+	}{
+		{"standalone defaults", false, "", "", "", "/usr/lib/cni", "10.42.0.0/24"},
+		{"cluster defaults", true, "", "", "/etc/cni/net.d", "/opt/cni/bin,/usr/lib/cni", ""},
+		{"standalone flags", false, "/x/net.d", "/a, /b,", "/x/net.d", "/a,/b", "10.42.0.0/24"},
+		{"cluster flags", true, "/x/net.d", "/a", "/x/net.d", "/a", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig("/var/lib/nodelet")
+			cfg.Managed.CNIConfDir, cfg.Managed.CNIBinDir = tc.confDir, tc.binDir
+			if tc.cluster {
+				cfg.Kubeconfig = "/etc/kubernetes/kubelet.conf"
+			}
+			m := cfg.ManagedRuntime().Containerd
+			if m.CNIConfDir != tc.wantConf || strings.Join(m.CNIBinDirs, ",") != tc.wantBins || m.PodCIDR != tc.wantCIDR {
+				t.Errorf("conf dir %q, bin dirs %q, pod CIDR %q; want %q, %q, %q",
+					m.CNIConfDir, m.CNIBinDirs, m.PodCIDR, tc.wantConf, tc.wantBins, tc.wantCIDR)
+			}
+			if got := strings.Join(cfg.StandalonePodCIDRs(), ","); got != tc.wantCIDR {
+				t.Errorf("StandalonePodCIDRs = %q, want %q", got, tc.wantCIDR)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -173,6 +174,7 @@ type harness struct {
 	failures      atomic.Int64 // OnRepeatedHeartbeatFailure calls
 	leaseFailures atomic.Int64 // OnLeaseFailure calls
 	changed       *notify.Kick // Deps.Changed, as the graceful shutdown kicks it
+	podCIDRs      *fakePodCIDRs
 	uids          atomic.Int64
 	watches       *atomic.Int64 // fakeapi.CountWatches
 
@@ -231,10 +233,12 @@ func newHarness(t *testing.T, opts func(o *Options), objects ...runtime.Object) 
 		opts(&o)
 	}
 	h.changed = notify.NewKick()
+	h.podCIDRs = &fakePodCIDRs{rt: h.rt}
 	m, err := New(h.client, o, Deps{
-		Changed: h.changed,
-		Runtime: h.rt,
-		Machine: h.machine,
+		Changed:  h.changed,
+		PodCIDRs: h.podCIDRs,
+		Runtime:  h.rt,
+		Machine:  h.machine,
 		PLEGHealthy: func() (bool, error) {
 			if err := h.pleg.Load(); err != nil {
 				return false, *err
@@ -255,6 +259,28 @@ func newHarness(t *testing.T, opts func(o *Options), objects ...runtime.Object) 
 	m.cfg.goos, m.cfg.goarch = "linux", "amd64"
 	h.m = m
 	return h
+}
+
+// fakePodCIDRs records the pod CIDRs node status hands on and, as a
+// runtime whose network needs them, makes the network ready.
+type fakePodCIDRs struct {
+	rt    *fakeRuntime
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (f *fakePodCIDRs) Apply(_ context.Context, cidrs []string) error {
+	f.mu.Lock()
+	f.calls = append(f.calls, cidrs)
+	f.mu.Unlock()
+	f.rt.set(func(r *fakeRuntime) { r.network = true })
+	return nil
+}
+
+func (f *fakePodCIDRs) all() [][]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
 }
 
 type testWriter struct{ t *testing.T }

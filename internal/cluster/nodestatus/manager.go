@@ -64,6 +64,7 @@ type Manager struct {
 	pressureOf  func() (memory, disk, pid bool)
 	shutdown    func() error
 	events      EventRecorder
+	podCIDRs    PodCIDRs
 	onFailure   func()
 	onLease     func()
 	clk         clock.Clock
@@ -140,6 +141,7 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		pressureOf:  d.Pressure,
 		shutdown:    d.ShutdownStatus,
 		events:      d.Events,
+		podCIDRs:    d.PodCIDRs,
 		onFailure:   d.OnRepeatedHeartbeatFailure,
 		onLease:     d.OnLeaseFailure,
 		clk:         d.Clock,
@@ -479,6 +481,7 @@ func (m *Manager) syncStatus(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.applyPodCIDRs(ctx, original)
 	f := m.gather(ctx)
 	node, changed, evs := m.cfg.updateNode(original, f)
 	// Someone (un)cordoned the node: an event whether or not a report
@@ -528,6 +531,7 @@ func (m *Manager) fastSync(ctx context.Context) {
 		m.fastDone = true
 		return
 	}
+	m.applyPodCIDRs(ctx, original)
 	f := m.gather(ctx)
 	node, changed, evs := m.cfg.updateNode(original, f)
 	if !changed || !isReady(node) {
@@ -544,6 +548,20 @@ func (m *Manager) fastSync(ctx context.Context) {
 	m.lastReport, m.reportDelay = f.Now, m.calculateDelay()
 	m.setKnown(updated)
 	m.record(evs)
+}
+
+// applyPodCIDRs hands the Node's pod CIDRs to the runtime (the kubelet's
+// updatePodCIDR from updateNode and fastStatusUpdateOnce): before the
+// status is computed, so that the runtime's network readiness it reads
+// follows them. Failures are the pod CIDR manager's to log; the next
+// computation tries again.
+func (m *Manager) applyPodCIDRs(ctx context.Context, node *v1.Node) {
+	if m.podCIDRs == nil || len(node.Spec.PodCIDRs) == 0 {
+		return
+	}
+	if err := m.podCIDRs.Apply(ctx, node.Spec.PodCIDRs); err != nil {
+		m.log.Debug("node status: pod CIDRs not applied", "err", err)
+	}
 }
 
 // patch sends the status patch from original to node.

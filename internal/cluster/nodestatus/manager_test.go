@@ -5,6 +5,7 @@ import (
 	"errors"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -609,5 +610,40 @@ func TestSchedulableEvents(t *testing.T) {
 	}
 	if got := count(h.since(n0), "patch", "nodes", "status"); got != 0 {
 		t.Errorf("cordoning made %d status patches", got)
+	}
+}
+
+// TestPodCIDRsFromTheNode: a Node without pod CIDRs stays NotReady while
+// the runtime's network is not ready (NetworkPluginNotReady in the
+// kubelet's words); once the controller manager allocates them they go to
+// the runtime (PodCIDRs.Apply) and the fast update reports Ready.
+func TestPodCIDRsFromTheNode(t *testing.T) {
+	h := newHarness(t, nil)
+	h.rt.set(func(r *fakeRuntime) { r.network = false })
+	h.start()
+	h.advance(3 * time.Second)
+	if calls := h.podCIDRs.all(); len(calls) != 0 {
+		t.Fatalf("pod CIDRs applied before the Node had any: %q", calls)
+	}
+	r := readyCondition(t, h.node())
+	want := "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized"
+	if r.Status != v1.ConditionFalse || r.Reason != "KubeletNotReady" || r.Message != want {
+		t.Fatalf("Ready without a network = %+v", r)
+	}
+
+	// The controller manager allocates (dual-stack, IPv6 first).
+	node := h.node()
+	node.Spec.PodCIDR, node.Spec.PodCIDRs = "fd00:10:244:1::/64", []string{"fd00:10:244:1::/64", "10.244.1.0/24"}
+	if _, err := h.client.CoreV1().Nodes().Update(context.Background(), node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	h.advance(2 * time.Second)
+	calls := h.podCIDRs.all()
+	if len(calls) == 0 || !slices.Equal(calls[0], []string{"fd00:10:244:1::/64", "10.244.1.0/24"}) {
+		t.Fatalf("applied %q, want the Node's podCIDRs in its order", calls)
+	}
+	if r := readyCondition(t, h.node()); r.Status != v1.ConditionTrue {
+		t.Errorf("Ready once the network has its CIDRs = %+v", r)
 	}
 }

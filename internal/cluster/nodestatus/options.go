@@ -153,6 +153,11 @@ type EventRecorder interface {
 	NodeEvent(node, eventType, reason, message string)
 }
 
+// PodCIDRs takes the Node's pod CIDRs to the runtime (*podcidr.Manager).
+type PodCIDRs interface {
+	Apply(ctx context.Context, cidrs []string) error
+}
+
 // Deps are what the Manager works with.
 type Deps struct {
 	// HeartbeatClient patches the status and renews the lease; nil: the
@@ -180,6 +185,10 @@ type Deps struct {
 	// may have changed (shutdown.Deps.NodeChanged): the status is then
 	// computed and reported at once, as on Trigger. nil: only Trigger.
 	Changed *notify.Kick
+	// PodCIDRs is given the Node's spec.podCIDRs before each computation
+	// of the status, as the kubelet's updateNode calls updatePodCIDR (and
+	// its fast status update before the first); nil: they go nowhere.
+	PodCIDRs PodCIDRs
 	// Events receives the kubelet's node events (NodeReady,
 	// NodeHasSufficientMemory, Rebooted, ...); nil: none.
 	Events EventRecorder
