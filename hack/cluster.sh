@@ -56,6 +56,8 @@
 #   CLUSTER_TOLERATION_SECONDS     default not-ready/unreachable toleration of
 #                                  pods, i.e. how soon they are evicted [300]
 #   CLUSTER_SIGNING_DURATION       lifetime of certificates the CSR signer issues [1y]
+#   CLUSTER_CIDR [10.244.0.0/16]   the pods' range; each Node gets a /24 of it
+#                                  (the controller manager's --cluster-cidr)
 #   CLUSTER_TIMEOUT [120]          seconds each wait of up may take
 #   AUDIT_LOG                      a path: the API server writes there, as JSON
 #                                  lines, an audit event (level Metadata) of
@@ -86,6 +88,9 @@ logs=$dir/logs
 run=$dir/run
 server=https://127.0.0.1:$apiserver_port
 service_cidr=10.96.0.0/12
+# The pods' range: the controller manager gives each Node a /24 of it
+# (spec.podCIDRs), which nodelet hands its runtime.
+cluster_cidr=${CLUSTER_CIDR:-10.244.0.0/16}
 service_ip=10.96.0.1 # the first address of service_cidr: the kubernetes Service
 admin=$dir/admin.kubeconfig
 
@@ -658,6 +663,7 @@ start_controller_manager() {
 		--service-account-private-key-file="$pki/sa.key" \
 		--use-service-account-credentials=true \
 		--service-cluster-ip-range="$service_cidr" \
+		--allocate-node-cidrs=true --cluster-cidr="$cluster_cidr" --node-cidr-mask-size=24 \
 		--leader-elect=false \
 		"${extra[@]}"
 }
@@ -735,6 +741,7 @@ start_nodelet() {
 	# NODELET_ARGS may say otherwise (the last flag wins).
 	start nodelet "$bin" \
 		--root-dir "$nodelet_root" \
+		--cni-conf-dir "$nodelet_root/cni/net.d" \
 		--bootstrap-kubeconfig "$dir/bootstrap.kubeconfig" \
 		--kubeconfig "$nodelet_root/kubelet.kubeconfig" \
 		--config "$dir/nodelet-config.yaml" \

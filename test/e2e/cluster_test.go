@@ -36,6 +36,9 @@ import (
 // (cached by version; minutes the first time). Without them, or without
 // etcd, every cluster test fails, saying why: none skips.
 
+// e2eClusterCIDR is the control plane's --cluster-cidr.
+const e2eClusterCIDR = "10.246.0.0/16"
+
 // controlPlane is a running control plane.
 type controlPlane struct {
 	Dir                 string // CLUSTER_DIR: state and logs/NAME.log
@@ -118,6 +121,10 @@ func clusterUp(dir string) (*controlPlane, error) {
 		"CLUSTER_APISERVER_PORT="+ports[2],
 		"CLUSTER_CONTROLLER_MANAGER_PORT="+ports[3],
 		"CLUSTER_SCHEDULER_PORT="+ports[4],
+		// The controller manager gives each Node a /24 of it; not
+		// hack/cluster.sh's default, so that the tests' bridges never
+		// route a range a cluster of the machine's user uses.
+		"CLUSTER_CIDR="+e2eClusterCIDR,
 	)
 	from := "hack/build-upstream.sh (NODELET_CLUSTER_BIN is not set)"
 	if bin := os.Getenv("NODELET_CLUSTER_BIN"); bin != "" {
