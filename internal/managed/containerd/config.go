@@ -7,10 +7,11 @@
 // distribution's 1.6 or 1.7 works too, with the older config format.
 //
 // The package has two halves: Render, a pure function from Config to the
-// files containerd reads (config.toml, the CNI network, registry host
-// configuration), and Manager, which writes them, starts containerd,
-// restarts it with back-off when it dies, and stops it on shutdown while the
-// container shims (and so the pods) keep running.
+// files containerd reads (config.toml, registry host configuration), with
+// RenderBridge, nodelet's CNI network for the pod CIDRs; and Manager,
+// which writes them (the network only where no other is: WriteBridge),
+// starts containerd, restarts it with back-off when it dies, and stops it
+// on shutdown while the container shims (and so the pods) keep running.
 package containerd
 
 import (
@@ -38,8 +39,9 @@ type Config struct {
 	CNIConfDir string
 	// CNIBinDirs hold the CNI plugins, searched in order (Debian's
 	// containernetworking-plugins: /usr/lib/cni). containerd 2.x reads
-	// them all; 1.6 and 1.7 read one directory: the first that holds a
-	// plugin when the configuration is written (see binDirFor).
+	// them all; 1.6 and 1.7 read one directory, so Render takes only one
+	// for them and Manager.Start picks it: the first that holds the
+	// bridge plugin at start (pluginDir).
 	CNIBinDirs []string
 	// BridgeName is the Linux bridge the CNI bridge plugin creates (at most
 	// 15 characters).
