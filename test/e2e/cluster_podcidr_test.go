@@ -30,16 +30,20 @@ import (
 // the machine has it, Debian's 1.6 (one: the first holding bridge).
 func TestClusterPodCIDRFromTheNode(t *testing.T) {
 	cp := startCluster(t)
-	t.Run("containerd 2.x", func(t *testing.T) { testPodCIDRFromTheNode(t, cp, "cidr-node-2", "nlcidr2") })
+	t.Run("containerd 2.x", func(t *testing.T) {
+		cidr, ip := testPodCIDRFromTheNode(t, cp, "cidr-node-2", "nlcidr2")
+		checkCIDRChangeRefused(t, cp, "cidr-node-2", cidr, ip)
+	})
 	t.Run("containerd 1.6", func(t *testing.T) {
 		if _, err := os.Stat(debianContainerd); err != nil {
 			t.Skipf("no distribution containerd: %v", err)
 		}
-		testPodCIDRFromTheNode(t, cp, "cidr-node-1", "nlcidr1", "--containerd-binary", debianContainerd)
+		_, _ = testPodCIDRFromTheNode(t, cp, "cidr-node-1", "nlcidr1", "--containerd-binary", debianContainerd)
 	})
 }
 
-func testPodCIDRFromTheNode(t *testing.T, cp *controlPlane, name, bridge string, extra ...string) {
+// testPodCIDRFromTheNode returns the Node's pod CIDR and the pod's IP.
+func testPodCIDRFromTheNode(t *testing.T, cp *controlPlane, name, bridge string, extra ...string) (netip.Prefix, netip.Addr) {
 	confDir := filepath.Join(shared.work, "cni-"+name)
 	readies := watchReady(t, cp, name)
 	startManagedClusterNode(t, cp, name, bridge, confDir, extra...)
@@ -65,6 +69,64 @@ func testPodCIDRFromTheNode(t *testing.T, cp *controlPlane, name, bridge string,
 	ip := runPodOn(t, cp, name, name+"-pod")
 	if !cidr.Contains(ip) {
 		t.Errorf("pod IP %s is not in the Node's pod CIDR %s", ip, cidr)
+	}
+	return cidr, ip
+}
+
+// checkCIDRChangeRefused deletes the Node while its pod runs: nodelet
+// registers it again, the controller manager allocates it the next free
+// CIDR, and nodelet refuses to move the running pod's network onto it (a
+// PodCIDRChangeRefused event on the Node); the pod keeps its IP and the
+// bridge network its CIDR.
+func checkCIDRChangeRefused(t *testing.T, cp *controlPlane, name string, old netip.Prefix, ip netip.Addr) {
+	t.Helper()
+	ctx := context.Background()
+	confPath := filepath.Join(shared.work, "cni-"+name, containerd.BridgeConfName)
+	conf, err := os.ReadFile(confPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := cp.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Admin.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var next netip.Prefix
+	eventually(t, time.Minute, "Node "+name+" registered again with a pod CIDR", func() error {
+		n, err := cp.Admin.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if n.UID == first.UID || len(n.Spec.PodCIDRs) == 0 {
+			return errorf("uid %s, pod CIDRs %q", n.UID, n.Spec.PodCIDRs)
+		}
+		next, err = netip.ParsePrefix(n.Spec.PodCIDRs[0])
+		return err
+	})
+	if next == old {
+		t.Skipf("the controller manager gave the Node %s again: no change to refuse", old)
+	}
+	eventually(t, time.Minute, "a PodCIDRChangeRefused event on Node "+name, func() error {
+		evs, err := cp.Admin.CoreV1().Events("default").List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.kind=Node,involvedObject.name=" + name + ",reason=PodCIDRChangeRefused"})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Type == v1.EventTypeWarning && strings.Contains(e.Message, old.String()+" to "+next.String()) {
+				return nil
+			}
+		}
+		return errorf("%d events, none about %s to %s", len(evs.Items), old, next)
+	})
+	pod, err := cp.Admin.CoreV1().Pods("default").Get(ctx, name+"-pod", metav1.GetOptions{})
+	if err != nil || pod.Status.PodIP != ip.String() || pod.Status.Phase != v1.PodRunning {
+		t.Errorf("pod after the refused change: %v, %s %s (want Running, %s)", err, pod.Status.Phase, pod.Status.PodIP, ip)
+	}
+	if now, err := os.ReadFile(confPath); err != nil || !bytes.Equal(now, conf) {
+		t.Errorf("the bridge network changed under a running pod: %v\n%s", err, now)
 	}
 }
 
