@@ -208,6 +208,8 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		Allocatable:          cfg.Allocatable,
 		PodsDir:              podsDir,
 		HostResolvConf:       cfg.HostResolvConf,
+		ClusterDNS:           cfg.ClusterDNS,
+		ClusterDomain:        cfg.ClusterDomain,
 		HostHosts:            cfg.HostHosts,
 		SeccompRoot:          filepath.Join(cfg.RootDir, "seccomp"),
 		MaxParallelSandboxes: cfg.MaxParallelSandboxes,

@@ -1,7 +1,10 @@
 package agent
 
 import (
+	"context"
 	"log/slog"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,6 +12,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -24,14 +29,22 @@ import (
 )
 
 // testPipeline is the agent's wiring over the cri-api fakes, with the pod
-// workers running.
-func testPipeline(t *testing.T) *pipeline {
+// workers running; configure, if given, changes the default configuration.
+func testPipeline(t *testing.T, configure ...func(*nodeconfig.Config)) *pipeline {
 	t.Helper()
-	rs, is := critest.NewFakeRuntimeService(), critest.NewFakeImageService()
+	return testPipelineOver(t, critest.NewFakeRuntimeService(), configure...)
+}
+
+func testPipelineOver(t *testing.T, rs internalapi.RuntimeService, configure ...func(*nodeconfig.Config)) *pipeline {
+	t.Helper()
+	is := critest.NewFakeImageService()
 	is.SetFakeImageSize(1)
 	log := slog.New(slog.DiscardHandler)
 	cfg := nodeconfig.DefaultConfig(t.TempDir())
 	cfg.NodeName, cfg.CgroupMountDir, cfg.PodLogsDir = "node1", "", t.TempDir()
+	for _, f := range configure {
+		f(&cfg)
+	}
 	a, err := New(cfg, Deps{Clock: testingclock.NewFakeClock(time.Unix(1_700_000_000, 0)), Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -121,6 +134,59 @@ func TestRemovedPodStatusIsForgotten(t *testing.T) {
 	p.hk.Housekeep(t.Context(), map[types.UID]*v1.Pod{other.UID: other})
 	if st, ok := p.status.Get(rejected.UID); ok {
 		t.Errorf("removed rejected pod's status kept: phase %s", st.Phase)
+	}
+}
+
+// sandboxRecorder is the fake runtime, keeping the sandbox configs it is
+// given.
+type sandboxRecorder struct {
+	*critest.FakeRuntimeService
+	mu      sync.Mutex
+	configs []*runtimeapi.PodSandboxConfig
+}
+
+func (r *sandboxRecorder) RunPodSandbox(ctx context.Context, config *runtimeapi.PodSandboxConfig, handler string) (string, error) {
+	r.mu.Lock()
+	r.configs = append(r.configs, config)
+	r.mu.Unlock()
+	return r.FakeRuntimeService.RunPodSandbox(ctx, config, handler)
+}
+
+func (r *sandboxRecorder) dns() []*runtimeapi.DNSConfig {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*runtimeapi.DNSConfig
+	for _, c := range r.configs {
+		out = append(out, c.GetDnsConfig())
+	}
+	return out
+}
+
+// --cluster-dns and --cluster-domain (clusterDNS, clusterDomain) reach the
+// sandboxes of ClusterFirst pods: the cluster's DNS server and its search
+// domains, as the kubelet gives them.
+func TestWireClusterDNS(t *testing.T) {
+	rs := &sandboxRecorder{FakeRuntimeService: critest.NewFakeRuntimeService()}
+	p := testPipelineOver(t, rs, func(c *nodeconfig.Config) {
+		c.ClusterDNS, c.ClusterDomain = []string{"10.96.0.10"}, "cluster.local"
+		c.HostResolvConf = []byte("nameserver 192.0.2.53\n")
+	})
+	pod := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "uid-web"},
+		Spec: v1.PodSpec{
+			RestartPolicy: v1.RestartPolicyAlways, DNSPolicy: v1.DNSClusterFirst,
+			Containers: []v1.Container{{Name: "app", Image: "busybox", ImagePullPolicy: v1.PullIfNotPresent}},
+		},
+	}
+	p.workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Add, Pod: pod})
+	testutil.Eventually(t, "the pod's sandbox", func() bool { return len(rs.dns()) > 0 })
+	dns := rs.dns()[0]
+	if !slices.Equal(dns.GetServers(), []string{"10.96.0.10"}) {
+		t.Errorf("servers %q, want the cluster DNS 10.96.0.10", dns.GetServers())
+	}
+	if want := []string{"shop.svc.cluster.local", "svc.cluster.local", "cluster.local"}; len(dns.GetSearches()) < 3 ||
+		!slices.Equal(dns.GetSearches()[:3], want) {
+		t.Errorf("searches %q, want %q first", dns.GetSearches(), want)
 	}
 }
 
