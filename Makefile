@@ -38,16 +38,20 @@ run: setup build
 	@echo "nodelet: container logs are under /var/log/pods/"
 	bin/nodelet --root-dir $(ROOT_DIR) --pod-manifest-path $(MANIFESTS)
 
-## cluster-run: a one-node control plane on 127.0.0.1 (hack/cluster.sh up),
-## nodelet joined to it through TLS bootstrap, and a Deployment on it
+## cluster-run: a control plane on 127.0.0.1 (hack/cluster.sh up) and
+## NODES nodelet nodes (default 1) joined to it through TLS bootstrap, each
+## with its own root dir, ports, runtime, bridge and pod CIDR; kube-proxy on
+## every node and CoreDNS (CLUSTER_ADDONS=1); and a Deployment on them
+NODES ?= 1
 cluster-run: setup build
-	CLUSTER_DIR=$(CLUSTER_DIR) hack/cluster.sh up
+	CLUSTER_DIR=$(CLUSTER_DIR) NODES=$(NODES) CLUSTER_ADDONS=1 hack/cluster.sh up
 	$(KUBECTL) apply -f examples/cluster/deployment.yaml
 	$(KUBECTL) rollout status deployment/hello --timeout=180s
-	$(KUBECTL) get nodes,pods -o wide
+	$(KUBECTL) get nodes -o wide
+	$(KUBECTL) get pods -A -o wide
 
-## cluster-down: stop nodelet and the control plane; the state stays
-## (hack/cluster.sh down --purge deletes it)
+## cluster-down: stop every node, kube-proxy (and its rules) and the
+## control plane; the state stays (hack/cluster.sh down --purge deletes it)
 cluster-down:
 	CLUSTER_DIR=$(CLUSTER_DIR) hack/cluster.sh down
 

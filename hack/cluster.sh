@@ -21,13 +21,18 @@
 #   up      start etcd, kube-apiserver, kube-controller-manager, kube-scheduler
 #           and the serving CSR approver (each only if not already running),
 #           apply the bootstrap token (a new one if the last expires within
-#           the hour) and RBAC, then start nodelet joined through TLS
-#           bootstrap (unless NODELET=0) and wait for its Node to be Ready.
+#           the hour) and RBAC, then start NODES nodelets, each its own node
+#           joined through TLS bootstrap (unless NODELET=0), and wait for
+#           their Nodes to be Ready. With CLUSTER_ADDONS=1 also what a
+#           cluster's pods expect (see "Add-ons" below): kube-proxy on every
+#           node, CoreDNS, and the kubernetes Service reachable from pods.
 #           Every wait is bounded and shows the end of the component's log
 #           when it fails.
-#   down    stop them all (nodelet first); the state stays for the next up.
-#           --purge also deletes the state (certificates, etcd data, logs,
-#           kubeconfigs) and nodelet's cluster credentials under its root dir.
+#   down    stop them all (the nodes and kube-proxies first, whatever NODES
+#           was at up) and remove kube-proxy's rules (kube-proxy --cleanup);
+#           the state stays for the next up. --purge also deletes the state
+#           (certificates, etcd data, logs, kubeconfigs) and the nodes'
+#           cluster credentials under their root dirs.
 #   status  what runs; exit 0 when every component runs and the API is ready.
 #   stop-apiserver, start-apiserver
 #           stop only kube-apiserver, and start it again with the flags of up
@@ -65,8 +70,62 @@
 #                                  and of nothing else; how make bench counts
 #                                  an agent's requests. Unset: no audit log
 #   NODELET [1]                    0: control plane only
+#   NODES [1]                      how many nodelet nodes up starts (1 to 50)
 #   NODELET_BIN [bin/nodelet], NODELET_ROOT_DIR [/var/lib/nodelet-cluster],
 #   NODELET_NODE_NAME [hostname], NODELET_ARGS (more flags, split on spaces)
+#   CLUSTER_ADDONS [0]             1: kube-proxy, CoreDNS, the API relay
+#   CLUSTER_NODE_PORTS [20000]     base of the nodes' ports (below)
+#
+# Several nodes on one machine. Node i (1..NODES) is its own nodelet with
+# its own managed containerd and image registry, and shares nothing with
+# the others:
+#   name        NODELET_NODE_NAME (node 1), NODELET_NODE_NAME-i (the others)
+#   root dir    NODELET_ROOT_DIR (node 1), NODELET_ROOT_DIR-i (the others)
+#   bridge      nlcluster<i-1>, pod CIDR 10.244.<i-1>.0/24, inside the
+#               controller manager's --cluster-cidr 10.244.0.0/16 (it also
+#               allocates Node.spec.podCIDR; up starts the nodes one by one
+#               so that registration order gives each node the CIDR of its
+#               bridge, and warns when they differ)
+#   ports       on 127.0.0.1, B = CLUSTER_NODE_PORTS + 100*(i-1): kubelet
+#               API B+250, healthz B+248, read-only B+255, image registry
+#               B+247, kube-proxy metrics B+249 and healthz B+256 (the
+#               upstream defaults' last digits)
+#   cgroups     --cgroup-root=/<node name> when the nodelet binary has that
+#               flag; until then --cgroups-per-qos=false with more than one
+#               node, so that no node takes another's pod cgroups for
+#               orphans
+#   logs        logs/nodelet.log (node 1), logs/nodelet-i.log, and
+#               logs/kube-proxy[-i].log
+# Pods of different nodes reach each other through the host's routing
+# between the bridges (ip_forward on); test traffic goes to pod and Service
+# IPs only, never to the machine's interface addresses.
+#
+# Add-ons (CLUSTER_ADDONS=1; make cluster-run):
+#   apirelay    the API server listens on 127.0.0.1, which pods cannot reach.
+#               test/apirelay listens at 10.243.255.2:6443 inside a network
+#               namespace up creates (nodelet-cluster-api, linked to the host
+#               by the veth nlcapi0, 10.243.255.1/30) and relays to
+#               127.0.0.1:6443; up gives the kubernetes Service (10.96.0.1)
+#               an EndpointSlice naming the relay, which the API server,
+#               with --endpoint-reconciler-type=none, leaves alone. So
+#               in-cluster clients (CoreDNS) work as in any cluster.
+#   kube-proxy  upstream, built in test/cluster, iptables mode, one per node
+#               (--hostname-override its node). All of them run in the
+#               host's network namespace and so write the same KUBE-* chains:
+#               they program the same Services and converge on the same
+#               rules, each resync rewriting them whole. Hence one cluster
+#               with add-ons per machine. NodePorts only on 127.0.0.1
+#               without route_localnet (--iptables-localhost-nodeports=false),
+#               conntrack sysctls left as they are. down runs
+#               kube-proxy --cleanup, which removes every kube-proxy rule.
+#   CoreDNS     built from its Go module (hack/build-coredns.sh), packaged
+#               by test/corednsimage and imported into every node's image
+#               store (nodelet images import); a Deployment of two
+#               replicas and the Service kube-dns at 10.96.0.10 in
+#               kube-system, with the ClusterRole system:coredns; the nodes
+#               get clusterDNS 10.96.0.10 and clusterDomain cluster.local.
+#               It answers for cluster.local and the reverse zones only:
+#               this machine has no upstream DNS to forward to.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -92,10 +151,21 @@ service_cidr=10.96.0.0/12
 # (spec.podCIDRs), which nodelet hands its runtime.
 cluster_cidr=${CLUSTER_CIDR:-10.244.0.0/16}
 service_ip=10.96.0.1 # the first address of service_cidr: the kubernetes Service
+dns_ip=10.96.0.10    # the cluster DNS Service's, kubeadm's choice
+nodes=${NODES:-1}
+addons=${CLUSTER_ADDONS:-0}
+node_ports=${CLUSTER_NODE_PORTS:-20000}
+relay_ns=nodelet-cluster-api
+relay_link=nlcapi0
+relay_host_ip=10.243.255.1
+relay_ip=10.243.255.2
+coredns_ref=registry.k8s.io/coredns/coredns:v1.15.0
 admin=$dir/admin.kubeconfig
 
-# Components in start order; down stops them in reverse.
-components=(etcd kube-apiserver kube-controller-manager kube-scheduler csrapprover nodelet)
+# The control plane's components in start order; down stops them in
+# reverse. The nodes (nodelet, nodelet-2, ...), their kube-proxies and
+# apirelay are found by their pid files.
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler csrapprover)
 
 say() { echo "cluster: $*" >&2; }
 die() {
@@ -292,6 +362,9 @@ certificates() {
 	cert scheduler /CN=system:kube-scheduler client ca
 	# test/csrapprover's identity; bootstrap.yaml gives it its rights.
 	cert csrapprover /CN=nodelet-test:csrapprover client ca
+	# kube-proxy's identity: the API server's default ClusterRoleBinding
+	# system:node-proxier gives the user system:kube-proxy its rights.
+	cert kube-proxy /CN=system:kube-proxy client ca
 	key "$pki/sa.key"
 	[[ -f $pki/sa.pub ]] || openssl pkey -in "$pki/sa.key" -pubout -out "$pki/sa.pub"
 	bootstrap_token
@@ -367,12 +440,13 @@ kubeconfigs() {
 	kubeconfig "$dir/scheduler.kubeconfig" system:kube-scheduler scheduler
 	kubeconfig "$dir/bootstrap.kubeconfig" "tls-bootstrap-token-user" --token "$token"
 	kubeconfig "$dir/csrapprover.kubeconfig" nodelet-test:csrapprover csrapprover
+	kubeconfig "$dir/kube-proxy.kubeconfig" system:kube-proxy kube-proxy
 }
 
 # nodelet_config writes the KubeletConfiguration kubeadm writes for its
-# kubelet, less what this cluster does not have (cluster DNS) and what is
-# the default anyway, and with serverTLSBootstrap: the node's serving
-# certificate from a kubernetes.io/kubelet-serving CSR (which
+# kubelet, less what is the default anyway and the cluster DNS when there
+# is none (CLUSTER_ADDONS=0), and with serverTLSBootstrap: the node's
+# serving certificate from a kubernetes.io/kubelet-serving CSR (which
 # test/csrapprover approves), which the API server verifies.
 nodelet_config() {
 	cat >"$dir/nodelet-config.yaml.tmp" <<EOF
@@ -391,6 +465,9 @@ rotateCertificates: true
 serverTLSBootstrap: true
 clusterDomain: cluster.local
 EOF
+	if [[ $addons == 1 ]]; then
+		printf 'clusterDNS:\n- %s\n' "$dns_ip" >>"$dir/nodelet-config.yaml.tmp"
+	fi
 	mv "$dir/nodelet-config.yaml.tmp" "$dir/nodelet-config.yaml"
 }
 
@@ -728,38 +805,394 @@ node_serving() {
 	curl -s -o /dev/null --max-time 2 --cacert "$pki/ca.crt" "https://$ip:$port/healthz"
 }
 
-start_nodelet() {
-	local bin=${NODELET_BIN:-$root/bin/nodelet} node extra=()
-	[[ -x $bin ]] || die "no $bin: make build first (or NODELET=0 for the control plane only)"
+# node_vars I sets what node I (1..NODES) is: node_comp (its component and log
+# name), node_name, node_root, node_bridge, node_cidr, and its ports.
+node_vars() {
+	local i=$1 base off
+	base=${NODELET_NODE_NAME:-$(hostname)}
+	base=${base,,}
+	off=$((node_ports + 100 * (i - 1)))
+	if ((i == 1)); then
+		node_comp=nodelet node_name=$base node_root=$nodelet_root
+	else
+		node_comp=nodelet-$i node_name=$base-$i node_root=$nodelet_root-$i
+	fi
+	node_bridge=nlcluster$((i - 1))
+	node_cidr=10.244.$((i - 1)).0/24
+	node_port=$((off + 250)) node_healthz=$((off + 248)) node_read_only=$((off + 255))
+	node_registry=$((off + 247)) proxy_metrics=$((off + 249)) proxy_healthz=$((off + 256))
+	proxy_comp=kube-proxy${node_comp#nodelet}
+}
+
+node_registered() { "$kubectl" --kubeconfig "$admin" get node "$1" >/dev/null 2>&1; }
+
+nodelet_binary() {
+	nodelet_bin=${NODELET_BIN:-$root/bin/nodelet}
+	[[ -x $nodelet_bin ]] || die "no $nodelet_bin: make build first (or NODELET=0 for the control plane only)"
 	((EUID == 0)) || die "nodelet runs pods and needs root: run as root, or NODELET=0 for the control plane only"
-	node=${NODELET_NODE_NAME:-$(hostname)}
-	node=${node,,}
+}
+
+# start_node I starts node I's nodelet and waits until its Node exists, so
+# that the controller manager allocates pod CIDRs in node order.
+start_node() {
+	local i=$1 extra=() cgroups=()
+	node_vars "$i"
 	read -ra extra <<<"${NODELET_ARGS:-}"
-	mkdir -p "$nodelet_root"
+	mkdir -p "$node_root"
+	if [[ $addons == 1 ]]; then
+		"$nodelet_bin" images import --root-dir "$node_root" "$coredns_archive" >>"$logs/$node_comp.log" 2>&1 ||
+			die_log "$node_comp" "importing $(rel "$coredns_archive") into $node_root failed"
+	fi
+	# Each node's pods under a top cgroup of its own (the kubelet's
+	# --cgroup-root) once nodelet has the flag; until then no QoS and pod
+	# cgroups at all when several nodes share the machine, or each would
+	# remove the others' as orphans.
+	if "$nodelet_bin" --help 2>&1 | grep -q -- '--cgroup-root '; then
+		cgroups=(--cgroup-root "/$node_name")
+	elif ((nodes > 1)); then
+		cgroups=(--cgroups-per-qos=false)
+	fi
+	# Container logs apart too: each node removes the log directories of
+	# pods it does not know.
+	((i == 1)) || cgroups+=(--pod-logs-dir "/var/log/pods-$node_name")
 	# On loopback, as the control plane: the API server (logs, exec) and
 	# up's own check of the serving certificate reach the node there.
-	# NODELET_ARGS may say otherwise (the last flag wins).
-	start nodelet "$bin" \
-		--root-dir "$nodelet_root" \
-		--cni-conf-dir "$nodelet_root/cni/net.d" \
+	# NODELET_ARGS may say otherwise (the last flag wins). Under the umask
+	# of a service (022), not up's 077: the managed containerd inherits it,
+	# and under 077 it makes the root of every container's filesystem 0700,
+	# which keeps a container's non-root user from its own programs.
+	umask 022
+	start "$node_comp" "$nodelet_bin" \
+		--root-dir "$node_root" \
+		--cni-conf-dir "$node_root/cni/net.d" \
 		--bootstrap-kubeconfig "$dir/bootstrap.kubeconfig" \
-		--kubeconfig "$nodelet_root/kubelet.kubeconfig" \
+		--kubeconfig "$node_root/kubelet.kubeconfig" \
 		--config "$dir/nodelet-config.yaml" \
-		--hostname-override "$node" \
+		--hostname-override "$node_name" \
 		--node-ip 127.0.0.1 --address 127.0.0.1 \
+		--port "$node_port" --healthz-port "$node_healthz" --read-only-port "$node_read_only" \
+		--image-registry-address "127.0.0.1:$node_registry" \
+		--cni-bridge-name "$node_bridge" --pod-cidr "$node_cidr" \
+		"${cgroups[@]}" \
 		"${extra[@]}"
-	say "waiting for node $node to be Ready"
-	if ! (wait_for nodelet "node $node Ready" node_ready "$node" &&
-		wait_for csrapprover "node $node serving its certificate from the cluster CA" node_serving "$node"); then
+	umask 077
+	wait_for "$node_comp" "node $node_name registered" node_registered "$node_name"
+}
+
+# wait_node I waits for node I to be Ready and to serve its certificate
+# from the cluster CA, and warns when the pod CIDR the controller manager
+# gave its Node is not its bridge's.
+wait_node() {
+	local cidr
+	node_vars "$1"
+	say "waiting for node $node_name to be Ready"
+	if ! (wait_for "$node_comp" "node $node_name Ready" node_ready "$node_name" &&
+		wait_for "$node_comp" "node $node_name serving its certificate from the cluster CA" node_serving "$node_name"); then
 		say "the control plane stays up (hack/cluster.sh down stops it)"
 		exit 1
 	fi
+	cidr=$("$kubectl" --kubeconfig "$admin" get node "$node_name" -o 'jsonpath={.spec.podCIDR}' 2>/dev/null) || true
+	if [[ -n $cidr && $cidr != "$node_cidr" ]]; then
+		say "warning: node $node_name's Node.spec.podCIDR is $cidr, its bridge $node_bridge's $node_cidr (a Node left from another NODES?)"
+	fi
+}
+
+# --- add-ons (CLUSTER_ADDONS=1) ---------------------------------------------
+
+# addon_binaries builds kube-proxy, CoreDNS, its image and the API relay.
+addon_binaries() {
+	local out coredns
+	out=$("$root/hack/build-upstream.sh" kube-proxy) || die "building kube-proxy failed"
+	kube_proxy=$out
+	coredns=$("$root/hack/build-coredns.sh") || die "building CoreDNS failed"
+	"${GO:-go}" build -C "$root" -o "$root/_output/bin/apirelay" ./test/apirelay ||
+		die "building test/apirelay failed"
+	apirelay=$root/_output/bin/apirelay
+	coredns_archive=$dir/coredns-image.tar
+	# Deterministic: the same binary gives the same digest, and importing
+	# it again stores nothing new.
+	"${GO:-go}" build -C "$root" -o "$root/_output/bin/corednsimage" ./test/corednsimage ||
+		die "building test/corednsimage failed"
+	coredns_digest=$("$root/_output/bin/corednsimage" --coredns "$coredns" --ref "$coredns_ref" --out "$coredns_archive") ||
+		die "packaging CoreDNS as an image failed"
+}
+
+# relay_net makes the API relay's network namespace and its link to the
+# host (each step only if missing).
+relay_net() {
+	[[ -e /run/netns/$relay_ns ]] || ip netns add "$relay_ns"
+	if ! ip link show "$relay_link" >/dev/null 2>&1; then
+		ip link add "$relay_link" type veth peer name eth0 netns "$relay_ns"
+	fi
+	ip addr replace "$relay_host_ip/30" dev "$relay_link"
+	ip link set "$relay_link" up
+	ip -n "$relay_ns" link set lo up
+	ip -n "$relay_ns" addr replace "$relay_ip/30" dev eth0
+	ip -n "$relay_ns" link set eth0 up
+	ip -n "$relay_ns" route replace default via "$relay_host_ip"
+}
+
+start_relay() {
+	relay_net
+	start apirelay "$apirelay" --netns "/run/netns/$relay_ns" --listen "$relay_ip:6443" \
+		--target "127.0.0.1:$apiserver_port"
+}
+
+relay_listening() { ip netns exec "$relay_ns" ss -Hltn "sport = :6443" | grep -q .; }
+
+start_kube_proxy() {
+	node_vars "$1"
+	# iptables mode; conntrack sysctls as they are (0: leave them); NodePorts
+	# only on loopback and without route_localnet, so that nothing of the
+	# machine's own addresses is caught.
+	start "$proxy_comp" "$kube_proxy" \
+		--kubeconfig "$dir/kube-proxy.kubeconfig" \
+		--hostname-override "$node_name" \
+		--proxy-mode iptables \
+		--cluster-cidr "$cluster_cidr" \
+		--bind-address 127.0.0.1 \
+		--metrics-bind-address "127.0.0.1:$proxy_metrics" \
+		--healthz-bind-address "127.0.0.1:$proxy_healthz" \
+		--nodeport-addresses 127.0.0.1/32 --iptables-localhost-nodeports=false \
+		--conntrack-max-per-core 0 \
+		--conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0
+}
+
+proxy_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$1/healthz" >/dev/null; }
+
+# addons_manifest writes the kubernetes Service's EndpointSlice (the relay)
+# and CoreDNS: as kubeadm deploys it, less the forward plug-in (no
+# upstream DNS here), running as non-root with no capabilities (port 53
+# through the pod's safe sysctl net.ipv4.ip_unprivileged_port_start).
+addons_manifest() {
+	cat >"$dir/addons.yaml.tmp" <<EOF
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes
+  namespace: default
+  labels:
+    kubernetes.io/service-name: kubernetes
+    endpointslice.kubernetes.io/managed-by: nodelet-hack-cluster.sh
+addressType: IPv4
+endpoints:
+- addresses: ["$relay_ip"]
+  conditions: {ready: true}
+ports:
+- name: https
+  port: 6443
+  protocol: TCP
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: coredns
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:coredns
+rules:
+- apiGroups: [""]
+  resources: [endpoints, services, pods, namespaces]
+  verbs: [list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:coredns
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:coredns
+subjects:
+- kind: ServiceAccount
+  name: coredns
+  namespace: kube-system
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: coredns
+  namespace: kube-system
+data:
+  Corefile: |
+    .:53 {
+        errors
+        health {
+           lameduck 5s
+        }
+        ready
+        kubernetes cluster.local in-addr.arpa ip6.arpa {
+           pods insecure
+           fallthrough in-addr.arpa ip6.arpa
+           ttl 30
+        }
+        prometheus :9153
+        cache 30
+        loop
+        reload
+        loadbalance
+    }
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: coredns
+  namespace: kube-system
+  labels:
+    k8s-app: kube-dns
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      k8s-app: kube-dns
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxUnavailable: 1
+  template:
+    metadata:
+      labels:
+        k8s-app: kube-dns
+    spec:
+      priorityClassName: system-cluster-critical
+      serviceAccountName: coredns
+      dnsPolicy: Default
+      affinity:
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            podAffinityTerm:
+              labelSelector:
+                matchLabels:
+                  k8s-app: kube-dns
+              topologyKey: kubernetes.io/hostname
+      tolerations:
+      - key: CriticalAddonsOnly
+        operator: Exists
+      - key: node-role.kubernetes.io/control-plane
+        effect: NoSchedule
+      securityContext:
+        runAsUser: 65532
+        runAsGroup: 65532
+        runAsNonRoot: true
+        sysctls:
+        - name: net.ipv4.ip_unprivileged_port_start
+          value: "53"
+      containers:
+      - name: coredns
+        # By digest: a changed image is a new rollout, not a tag that a
+        # node already holds.
+        image: ${coredns_ref%:*}@$coredns_digest
+        imagePullPolicy: IfNotPresent
+        args: ["-conf", "/etc/coredns/Corefile"]
+        resources:
+          requests:
+            cpu: 100m
+            memory: 70Mi
+          limits:
+            memory: 170Mi
+        volumeMounts:
+        - name: config-volume
+          mountPath: /etc/coredns
+          readOnly: true
+        ports:
+        - {name: dns, containerPort: 53, protocol: UDP}
+        - {name: dns-tcp, containerPort: 53, protocol: TCP}
+        - {name: metrics, containerPort: 9153, protocol: TCP}
+        securityContext:
+          allowPrivilegeEscalation: false
+          capabilities:
+            drop: [ALL]
+          readOnlyRootFilesystem: true
+        livenessProbe:
+          httpGet:
+            path: /health
+            port: 8080
+          initialDelaySeconds: 60
+          timeoutSeconds: 5
+          failureThreshold: 5
+        readinessProbe:
+          httpGet:
+            path: /ready
+            port: 8181
+      volumes:
+      - name: config-volume
+        configMap:
+          name: coredns
+          items:
+          - key: Corefile
+            path: Corefile
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: kube-dns
+  namespace: kube-system
+  labels:
+    k8s-app: kube-dns
+    kubernetes.io/cluster-service: "true"
+    kubernetes.io/name: CoreDNS
+spec:
+  selector:
+    k8s-app: kube-dns
+  clusterIP: $dns_ip
+  ports:
+  - {name: dns, port: 53, protocol: UDP}
+  - {name: dns-tcp, port: 53, protocol: TCP}
+  - {name: metrics, port: 9153, protocol: TCP}
+EOF
+	mv "$dir/addons.yaml.tmp" "$dir/addons.yaml"
+}
+
+# stop_nodes stops every node and kube-proxy that runs (whatever NODES is),
+# at once: each has its own grace period.
+stop_nodes() {
+	local f name pids=()
+	for f in "$run"/nodelet*.pid "$run"/kube-proxy*.pid; do
+		[[ -e $f ]] || continue
+		name=${f##*/}
+		name=${name%.pid}
+		if [[ $name == nodelet* ]]; then
+			stop "$name" 90 &
+		else
+			stop "$name" 30 &
+		fi
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || die "stopping a node failed"; done
+}
+
+# cleanup_kube_proxy removes kube-proxy's rules, once its processes are
+# gone, and the API relay's namespace and link.
+cleanup_addons() {
+	local kp
+	stop apirelay 10
+	if [[ -e $run/kube-proxy-rules ]]; then
+		kp=$(<"$run/kube-proxy-rules")
+		say "removing kube-proxy's rules (kube-proxy --cleanup)"
+		if "$kp" --cleanup >>"$logs/kube-proxy-cleanup.log" 2>&1; then
+			rm -f "$run/kube-proxy-rules"
+		else
+			say "kube-proxy --cleanup failed; see $(rel "$logs/kube-proxy-cleanup.log")"
+		fi
+	fi
+	if ip link show "$relay_link" >/dev/null 2>&1; then ip link del "$relay_link"; fi
+	if [[ -e /run/netns/$relay_ns ]]; then ip netns del "$relay_ns"; fi
 }
 
 up() {
-	local begin=$SECONDS
+	local begin=$SECONDS i
+	[[ $nodes =~ ^[1-9][0-9]*$ ]] && ((nodes <= 50)) || die "NODES=$nodes: a number of nodes from 1 to 50"
+	[[ $addons == 0 || $addons == 1 ]] || die "CLUSTER_ADDONS=$addons: 0 or 1"
 	binaries
 	approver_binary
+	[[ ${NODELET:-1} == 0 ]] || nodelet_binary
 	mkdir -p "$root/_output/bin"
 	ln -sfn "$kubectl" "$root/_output/bin/kubectl"
 	# Keys and credentials 0600, directories 0700.
@@ -769,6 +1202,11 @@ up() {
 	kubeconfigs
 	nodelet_config
 	bootstrap_manifest
+	if [[ $addons == 1 ]]; then
+		((EUID == 0)) || die "the add-ons change the host's network (kube-proxy's rules, the relay's namespace): run as root"
+		addon_binaries
+		addons_manifest
+	fi
 
 	start_etcd
 	wait_for etcd "etcd healthy on 127.0.0.1:$etcd_port" etcd_healthy
@@ -796,9 +1234,39 @@ up() {
 		admin_get /api/v1/namespaces/default/configmaps/kube-root-ca.crt
 	say "control plane ready in $((SECONDS - begin))s: $server (etcd 127.0.0.1:$etcd_port)"
 
+	if [[ $addons == 1 ]]; then
+		start_relay
+		wait_for apirelay "the API relay listening at $relay_ip:6443" relay_listening
+	fi
+
 	if [[ ${NODELET:-1} != 0 ]]; then
-		start_nodelet
-		say "nodelet joined in $((SECONDS - begin))s (root dir $nodelet_root, log $(rel "$logs/nodelet.log"))"
+		echo "$nodes" >"$run/nodes"
+		for ((i = 1; i <= nodes; i++)); do
+			start_node "$i"
+			if [[ $addons == 1 ]]; then
+				# Before the first kube-proxy writes a rule: down cleans up.
+				echo "$kube_proxy" >"$run/kube-proxy-rules"
+				start_kube_proxy "$i"
+			fi
+		done
+		for ((i = 1; i <= nodes; i++)); do
+			wait_node "$i"
+			if [[ $addons == 1 ]]; then
+				wait_for "$proxy_comp" "$proxy_comp healthy on 127.0.0.1:$proxy_healthz" proxy_healthy "$proxy_healthz"
+			fi
+			say "node $node_name joined (root dir $node_root, bridge $node_bridge $node_cidr, port $node_port, log $(rel "$logs/$node_comp.log"))"
+		done
+		say "$nodes node(s) Ready in $((SECONDS - begin))s"
+		if [[ $addons == 1 ]]; then
+			# Once every node is Ready, so that the scheduler spreads the
+			# replicas.
+			"$kubectl" --kubeconfig "$admin" apply -f "$dir/addons.yaml" >"$logs/addons-apply.log" 2>&1 ||
+				die_log addons-apply "applying $(rel "$dir/addons.yaml") failed"
+			say "waiting for CoreDNS"
+			"$kubectl" --kubeconfig "$admin" -n kube-system rollout status deployment/coredns --timeout="${timeout}s" \
+				>>"$logs/addons-apply.log" 2>&1 || die_log addons-apply "CoreDNS not available within ${timeout}s"
+			say "CoreDNS available at $dns_ip in $((SECONDS - begin))s"
+		fi
 	fi
 	cat >&2 <<EOF
 cluster: admin kubeconfig: $(rel "$admin")
@@ -811,19 +1279,24 @@ EOF
 down() {
 	local purge=${1:-}
 	[[ -z $purge || $purge == --purge ]] || die "usage: $0 down [--purge]"
-	stop nodelet 90
+	stop_nodes
+	cleanup_addons
+	rm -f "$run/nodes"
 	stop csrapprover 30
 	stop kube-scheduler 30
 	stop kube-controller-manager 30
 	stop kube-apiserver 30
 	stop etcd 30
 	if [[ $purge == --purge ]]; then
-		say "deleting the state in $(rel "$dir") and nodelet's cluster credentials in $nodelet_root"
+		say "deleting the state in $(rel "$dir") and the nodes' cluster credentials in $nodelet_root and $nodelet_root-*"
 		rm -rf "$pki" "$dir/etcd" "$logs" "$run" "$dir"/*.kubeconfig "$dir/nodelet-config.yaml" \
-			"$dir/bootstrap.yaml" "$dir/audit-policy.yaml"
-		# Issued by the CA just deleted: the next nodelet bootstraps anew
-		# and asks for a new serving certificate.
-		rm -f "$nodelet_root/kubelet.kubeconfig" "$nodelet_root"/pki/kubelet-client-* "$nodelet_root"/pki/kubelet-server-*
+			"$dir/bootstrap.yaml" "$dir/audit-policy.yaml" "$dir/addons.yaml" "$dir/coredns-image.tar"
+		# Issued by the CA just deleted: the next nodes bootstrap anew and
+		# ask for new serving certificates.
+		for r in "$nodelet_root" "$nodelet_root"-[0-9]*; do
+			[[ -d $r ]] || continue
+			rm -f "$r/kubelet.kubeconfig" "$r"/pki/kubelet-client-* "$r"/pki/kubelet-server-*
+		done
 	fi
 }
 
@@ -838,17 +1311,23 @@ start_apiserver_again() {
 }
 
 status() {
-	local name p all=0
-	for name in "${components[@]}"; do
+	local name p all=0 n=0 i names=("${components[@]}")
+	[[ -f $run/nodes ]] && n=$(<"$run/nodes")
+	for ((i = 1; i <= n; i++)); do
+		node_vars "$i"
+		names+=("$node_comp")
+		[[ ! -f $run/kube-proxy-rules ]] || names+=("$proxy_comp")
+	done
+	[[ ! -f $run/kube-proxy-rules ]] || names+=(apirelay)
+	for name in "${names[@]}"; do
 		if p=$(pid "$name"); then
 			echo "$name: running (pid $p)"
-		elif [[ $name == nodelet && ${NODELET:-1} == 0 ]]; then
-			echo "$name: not started (NODELET=0)"
 		else
 			echo "$name: stopped"
 			all=3
 		fi
 	done
+	((n > 0)) || echo "nodelet: not started (NODELET=0, or no up yet)"
 	if [[ -f $pki/admin.crt ]] && admin_get /readyz >/dev/null 2>&1; then
 		echo "kube-apiserver: $server ready; admin kubeconfig $(rel "$admin")"
 	else
