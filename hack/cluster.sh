@@ -62,7 +62,8 @@
 #                                  pods, i.e. how soon they are evicted [300]
 #   CLUSTER_SIGNING_DURATION       lifetime of certificates the CSR signer issues [1y]
 #   CLUSTER_CIDR [10.244.0.0/16]   the pods' range; each Node gets a /24 of it
-#                                  (the controller manager's --cluster-cidr)
+#                                  (the controller manager's --cluster-cidr);
+#                                  an a.b.0.0/16 when up runs nodes
 #   CLUSTER_TIMEOUT [120]          seconds each wait of up may take
 #   AUDIT_LOG                      a path: the API server writes there, as JSON
 #                                  lines, an audit event (level Metadata) of
@@ -73,8 +74,14 @@
 #   NODES [1]                      how many nodelet nodes up starts (1 to 50)
 #   NODELET_BIN [bin/nodelet], NODELET_ROOT_DIR [/var/lib/nodelet-cluster],
 #   NODELET_NODE_NAME [hostname], NODELET_ARGS (more flags, split on spaces)
+#   NODELET_POD_LOGS_DIR [/var/log/pods]  node 1's container logs; node i's
+#                                  are in NODELET_POD_LOGS_DIR-<its name>
 #   CLUSTER_ADDONS [0]             1: kube-proxy, CoreDNS, the API relay
 #   CLUSTER_NODE_PORTS [20000]     base of the nodes' ports (below)
+#   CLUSTER_BRIDGE_PREFIX [nlcluster]  the nodes' bridges are PREFIX0, PREFIX1..
+#   CLUSTER_RELAY_NETNS [nodelet-cluster-api], CLUSTER_RELAY_LINK [nlcapi0],
+#   CLUSTER_RELAY_NET [10.243.255]  the API relay's namespace, veth and /30
+#                                  (see Add-ons); the e2e tests set their own
 #
 # Several nodes on one machine. Node i (1..NODES) is its own nodelet with
 # its own managed containerd and image registry, and shares nothing with
@@ -155,10 +162,12 @@ dns_ip=10.96.0.10    # the cluster DNS Service's, kubeadm's choice
 nodes=${NODES:-1}
 addons=${CLUSTER_ADDONS:-0}
 node_ports=${CLUSTER_NODE_PORTS:-20000}
-relay_ns=nodelet-cluster-api
-relay_link=nlcapi0
-relay_host_ip=10.243.255.1
-relay_ip=10.243.255.2
+bridge_prefix=${CLUSTER_BRIDGE_PREFIX:-nlcluster}
+relay_ns=${CLUSTER_RELAY_NETNS:-nodelet-cluster-api}
+relay_link=${CLUSTER_RELAY_LINK:-nlcapi0}
+relay_net=${CLUSTER_RELAY_NET:-10.243.255}
+relay_host_ip=$relay_net.1
+relay_ip=$relay_net.2
 coredns_ref=registry.k8s.io/coredns/coredns:v1.15.0
 admin=$dir/admin.kubeconfig
 
@@ -817,8 +826,8 @@ node_vars() {
 	else
 		node_comp=nodelet-$i node_name=$base-$i node_root=$nodelet_root-$i
 	fi
-	node_bridge=nlcluster$((i - 1))
-	node_cidr=10.244.$((i - 1)).0/24
+	node_bridge=$bridge_prefix$((i - 1))
+	node_cidr=${cluster_cidr%.0.0/16}.$((i - 1)).0/24
 	node_port=$((off + 250)) node_healthz=$((off + 248)) node_read_only=$((off + 255))
 	node_registry=$((off + 247)) proxy_metrics=$((off + 249)) proxy_healthz=$((off + 256))
 	proxy_comp=kube-proxy${node_comp#nodelet}
@@ -835,7 +844,7 @@ nodelet_binary() {
 # start_node I starts node I's nodelet and waits until its Node exists, so
 # that the controller manager allocates pod CIDRs in node order.
 start_node() {
-	local i=$1 extra=() cgroups=()
+	local i=$1 extra=() cgroups=() logs_dir
 	node_vars "$i"
 	read -ra extra <<<"${NODELET_ARGS:-}"
 	mkdir -p "$node_root"
@@ -854,7 +863,8 @@ start_node() {
 	fi
 	# Container logs apart too: each node removes the log directories of
 	# pods it does not know.
-	((i == 1)) || cgroups+=(--pod-logs-dir "/var/log/pods-$node_name")
+	logs_dir=${NODELET_POD_LOGS_DIR:-/var/log/pods}
+	((i == 1)) || logs_dir+=-$node_name
 	# On loopback, as the control plane: the API server (logs, exec) and
 	# up's own check of the serving certificate reach the node there.
 	# NODELET_ARGS may say otherwise (the last flag wins). Under the umask
@@ -873,6 +883,7 @@ start_node() {
 		--port "$node_port" --healthz-port "$node_healthz" --read-only-port "$node_read_only" \
 		--image-registry-address "127.0.0.1:$node_registry" \
 		--cni-bridge-name "$node_bridge" --pod-cidr "$node_cidr" \
+		--pod-logs-dir "$logs_dir" \
 		"${cgroups[@]}" \
 		"${extra[@]}"
 	umask 077
@@ -1190,6 +1201,9 @@ up() {
 	local begin=$SECONDS i
 	[[ $nodes =~ ^[1-9][0-9]*$ ]] && ((nodes <= 50)) || die "NODES=$nodes: a number of nodes from 1 to 50"
 	[[ $addons == 0 || $addons == 1 ]] || die "CLUSTER_ADDONS=$addons: 0 or 1"
+	[[ ${NODELET:-1} == 0 || $cluster_cidr =~ ^[0-9]+\.[0-9]+\.0\.0/16$ ]] ||
+		die "CLUSTER_CIDR=$cluster_cidr: an a.b.0.0/16 (node i's bridge gets a.b.<i-1>.0/24)"
+	((${#bridge_prefix} + ${#nodes} <= 15)) || die "CLUSTER_BRIDGE_PREFIX=$bridge_prefix: too long for a link name"
 	binaries
 	approver_binary
 	[[ ${NODELET:-1} == 0 ]] || nodelet_binary

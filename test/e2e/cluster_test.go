@@ -97,6 +97,22 @@ func stopCluster() {
 }
 
 func clusterUp(dir string) (*controlPlane, error) {
+	auditLog := filepath.Join(dir, "logs", "audit.log")
+	cp, err := scriptUp(dir,
+		"NODELET=0",
+		// What the nodes ask the API server for, so that a test or a
+		// benchmark can count it (a line per request, of nodes only).
+		"AUDIT_LOG="+auditLog)
+	if cp != nil {
+		cp.AuditLog = auditLog
+	}
+	return cp, err
+}
+
+// scriptUp runs hack/cluster.sh up in dir, on free ports, with the
+// environment variables extra besides, and returns the control plane.
+// When up fails, it runs down and returns the script's output.
+func scriptUp(dir string, extra ...string) (*controlPlane, error) {
 	ports, err := freePorts(5)
 	if err != nil {
 		return nil, err
@@ -105,17 +121,12 @@ func clusterUp(dir string) (*controlPlane, error) {
 	for _, kv := range os.Environ() {
 		// The user's own cluster settings are not the tests'.
 		if !strings.HasPrefix(kv, "CLUSTER_") && !strings.HasPrefix(kv, "NODELET") && !strings.HasPrefix(kv, "ETCD=") &&
-			!strings.HasPrefix(kv, "AUDIT_LOG=") {
+			!strings.HasPrefix(kv, "AUDIT_LOG=") && !strings.HasPrefix(kv, "NODES=") {
 			env = append(env, kv)
 		}
 	}
-	auditLog := filepath.Join(dir, "logs", "audit.log")
 	env = append(env,
 		"CLUSTER_DIR="+dir,
-		"NODELET=0",
-		// What the nodes ask the API server for, so that a test or a
-		// benchmark can count it (a line per request, of nodes only).
-		"AUDIT_LOG="+auditLog,
 		"CLUSTER_ETCD_PORT="+ports[0],
 		"CLUSTER_ETCD_PEER_PORT="+ports[1],
 		"CLUSTER_APISERVER_PORT="+ports[2],
@@ -126,6 +137,7 @@ func clusterUp(dir string) (*controlPlane, error) {
 		// route a range a cluster of the machine's user uses.
 		"CLUSTER_CIDR="+e2eClusterCIDR,
 	)
+	env = append(env, extra...)
 	from := "hack/build-upstream.sh (NODELET_CLUSTER_BIN is not set)"
 	if bin := os.Getenv("NODELET_CLUSTER_BIN"); bin != "" {
 		env = append(env, "CLUSTER_BIN_DIR="+bin)
@@ -138,7 +150,6 @@ func clusterUp(dir string) (*controlPlane, error) {
 		BootstrapKubeconfig: filepath.Join(dir, "bootstrap.kubeconfig"),
 		CAFile:              filepath.Join(dir, "pki", "ca.crt"),
 		NodeletConfig:       filepath.Join(dir, "nodelet-config.yaml"),
-		AuditLog:            auditLog,
 		env:                 env,
 	}
 	if out, err := cp.script("up"); err != nil {
