@@ -74,8 +74,7 @@
 #   NODES [1]                      how many nodelet nodes up starts (1 to 50)
 #   NODELET_BIN [bin/nodelet], NODELET_ROOT_DIR [/var/lib/nodelet-cluster],
 #   NODELET_NODE_NAME [hostname], NODELET_ARGS (more flags, split on spaces)
-#   NODELET_POD_LOGS_DIR [/var/log/pods]  node 1's container logs; node i's
-#                                  are in NODELET_POD_LOGS_DIR-<its name>
+#   NODELET_POD_LOGS_DIR [/var/log/pods]  the nodes' container logs
 #   CLUSTER_ADDONS [0]             1: kube-proxy, CoreDNS, the API relay
 #   CLUSTER_NODE_PORTS [20000]     base of the nodes' ports (below)
 #   CLUSTER_BRIDGE_PREFIX [nlcluster]  the nodes' bridges are PREFIX0, PREFIX1..
@@ -97,12 +96,14 @@
 #               API B+250, healthz B+248, read-only B+255, image registry
 #               B+247, kube-proxy metrics B+249 and healthz B+256 (the
 #               upstream defaults' last digits)
-#   cgroups     --cgroup-root=/<node name> when the nodelet binary has that
-#               flag; until then --cgroups-per-qos=false with more than one
-#               node, so that no node takes another's pod cgroups for
-#               orphans
+#   cgroups     --cgroup-root=/<node name>, which up makes in every cgroup
+#               hierarchy (down --purge removes it), so that no node takes
+#               another's pod cgroups for orphans (a nodelet without the
+#               flag: --cgroups-per-qos=false with more than one node)
 #   logs        logs/nodelet.log (node 1), logs/nodelet-i.log, and
-#               logs/kube-proxy[-i].log
+#               logs/kube-proxy[-i].log; the containers' logs all in
+#               NODELET_POD_LOGS_DIR [/var/log/pods], which nodes share
+#               as kubelets do
 # Pods of different nodes reach each other through the host's routing
 # between the bridges (ip_forward on); test traffic goes to pod and Service
 # IPs only, never to the machine's interface addresses.
@@ -833,6 +834,40 @@ node_vars() {
 	proxy_comp=kube-proxy${node_comp#nodelet}
 }
 
+# cgroup_root NAME makes the cgroup /NAME in every cgroup v1 hierarchy
+# (cpuset.cpus and cpuset.mems copied from the parent, or cpuset refuses
+# tasks) or in the unified one, and notes it for down --purge.
+cgroup_root() {
+	local h f
+	if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+		mkdir -p "/sys/fs/cgroup/$1"
+	else
+		for h in /sys/fs/cgroup/*; do
+			# cpu, cpuacct: links to cpu,cpuacct
+			[[ -d $h && ! -L $h && -f $h/cgroup.procs ]] || continue
+			mkdir -p "$h/$1"
+			for f in cpuset.cpus cpuset.mems; do
+				if [[ -f $h/$f && -z $(tr -d '[:space:]' <"$h/$1/$f") ]]; then
+					cat "$h/$f" >"$h/$1/$f"
+				fi
+			done
+		done
+	fi
+	grep -qxF "$1" "$run/cgroup-roots" 2>/dev/null || echo "$1" >>"$run/cgroup-roots"
+}
+
+# remove_cgroup_roots removes, bottom up, the cgroups cgroup_root made and
+# what nodelet made under them, where no process is left in them.
+remove_cgroup_roots() {
+	local name
+	[[ -f $run/cgroup-roots ]] || return 0
+	while read -r name; do
+		[[ -n $name && $name != */* && $name != . && $name != .. ]] || continue
+		find /sys/fs/cgroup/*/"$name" /sys/fs/cgroup/"$name" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+	done <"$run/cgroup-roots"
+	rm -f "$run/cgroup-roots"
+}
+
 node_registered() { "$kubectl" --kubeconfig "$admin" get node "$1" >/dev/null 2>&1; }
 
 nodelet_binary() {
@@ -853,18 +888,18 @@ start_node() {
 			die_log "$node_comp" "importing $(rel "$coredns_archive") into $node_root failed"
 	fi
 	# Each node's pods under a top cgroup of its own (the kubelet's
-	# --cgroup-root) once nodelet has the flag; until then no QoS and pod
-	# cgroups at all when several nodes share the machine, or each would
-	# remove the others' as orphans.
+	# --cgroup-root), which must exist; a nodelet without the flag runs
+	# with no QoS and pod cgroups at all when several nodes share the
+	# machine, or each would remove the others' as orphans.
 	if "$nodelet_bin" --help 2>&1 | grep -q -- '--cgroup-root '; then
+		cgroup_root "$node_name"
 		cgroups=(--cgroup-root "/$node_name")
 	elif ((nodes > 1)); then
 		cgroups=(--cgroups-per-qos=false)
 	fi
-	# Container logs apart too: each node removes the log directories of
-	# pods it does not know.
+	# Shared, as /var/log/pods is: each node removes only the logs of
+	# containers its own runtime ran.
 	logs_dir=${NODELET_POD_LOGS_DIR:-/var/log/pods}
-	((i == 1)) || logs_dir+=-$node_name
 	# On loopback, as the control plane: the API server (logs, exec) and
 	# up's own check of the serving certificate reach the node there.
 	# NODELET_ARGS may say otherwise (the last flag wins). Under the umask
@@ -1302,6 +1337,7 @@ down() {
 	stop kube-apiserver 30
 	stop etcd 30
 	if [[ $purge == --purge ]]; then
+		remove_cgroup_roots
 		say "deleting the state in $(rel "$dir") and the nodes' cluster credentials in $nodelet_root and $nodelet_root-*"
 		rm -rf "$pki" "$dir/etcd" "$logs" "$run" "$dir"/*.kubeconfig "$dir/nodelet-config.yaml" \
 			"$dir/bootstrap.yaml" "$dir/audit-policy.yaml" "$dir/addons.yaml" "$dir/coredns-image.tar"

@@ -42,7 +42,7 @@ const (
 	multiNodeRelayNetns   = "nodelet-e2e-api"
 	multiNodeRelayLink    = "nle2eapi0"
 	multiNodeRelayNet     = "10.243.254"
-	multiNodeName         = "mn"
+	multiNodeName         = "nle2e-mn"
 	// What a `make cluster-run` cluster's relay namespace is called.
 	userRelayNetns = "nodelet-cluster-api"
 )
