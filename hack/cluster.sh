@@ -1377,7 +1377,7 @@ status() {
 			all=3
 		fi
 	done
-	((n > 0)) || echo "nodelet: not started (NODELET=0, or no up yet)"
+	((n > 0)) || echo "nodes: none (NODELET=0, or not up)"
 	if [[ -f $pki/admin.crt ]] && admin_get /readyz >/dev/null 2>&1; then
 		echo "kube-apiserver: $server ready; admin kubeconfig $(rel "$admin")"
 	else
