@@ -697,7 +697,8 @@ start_apiserver() {
 	# The kubernetes Service's endpoints may not be loopback addresses, so
 	# with --advertise-address=127.0.0.1 nothing maintains them
 	# (--endpoint-reconciler-type=none): the Service exists, without
-	# endpoints, and nothing here (no kube-proxy) would route it anyway.
+	# endpoints, unless the add-ons give it the API relay's (then the
+	# EndpointSlice is up's, and the API server leaves it alone).
 	start kube-apiserver "$bindir/kube-apiserver" \
 		--advertise-address=127.0.0.1 \
 		--endpoint-reconciler-type=none \
@@ -1214,8 +1215,8 @@ stop_nodes() {
 	for p in "${pids[@]}"; do wait "$p" || die "stopping a node failed"; done
 }
 
-# cleanup_kube_proxy removes kube-proxy's rules, once its processes are
-# gone, and the API relay's namespace and link.
+# cleanup_addons stops the API relay, removes kube-proxy's rules once its
+# processes are gone (stop_nodes), and the relay's namespace and link.
 cleanup_addons() {
 	local kp
 	stop apirelay 10
