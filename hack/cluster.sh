@@ -62,8 +62,7 @@
 #                                  pods, i.e. how soon they are evicted [300]
 #   CLUSTER_SIGNING_DURATION       lifetime of certificates the CSR signer issues [1y]
 #   CLUSTER_CIDR [10.244.0.0/16]   the pods' range; each Node gets a /24 of it
-#                                  (the controller manager's --cluster-cidr);
-#                                  an a.b.0.0/16 when up runs nodes
+#                                  (the controller manager's --cluster-cidr)
 #   CLUSTER_TIMEOUT [120]          seconds each wait of up may take
 #   AUDIT_LOG                      a path: the API server writes there, as JSON
 #                                  lines, an audit event (level Metadata) of
@@ -87,11 +86,9 @@
 # the others:
 #   name        NODELET_NODE_NAME (node 1), NODELET_NODE_NAME-i (the others)
 #   root dir    NODELET_ROOT_DIR (node 1), NODELET_ROOT_DIR-i (the others)
-#   bridge      nlcluster<i-1>, pod CIDR 10.244.<i-1>.0/24, inside the
-#               controller manager's --cluster-cidr 10.244.0.0/16 (it also
-#               allocates Node.spec.podCIDR; up starts the nodes one by one
-#               so that registration order gives each node the CIDR of its
-#               bridge, and warns when they differ)
+#   network     bridge nlcluster<i-1> on the pod CIDR the controller
+#               manager gives the Node (a /24 of CLUSTER_CIDR), CNI conf
+#               dir under the root dir
 #   ports       on 127.0.0.1, B = CLUSTER_NODE_PORTS + 100*(i-1): kubelet
 #               API B+250, healthz B+248, read-only B+255, image registry
 #               B+247, kube-proxy metrics B+249 and healthz B+256 (the
@@ -817,7 +814,7 @@ node_serving() {
 }
 
 # node_vars I sets what node I (1..NODES) is: node_comp (its component and log
-# name), node_name, node_root, node_bridge, node_cidr, and its ports.
+# name), node_name, node_root, node_bridge, and its ports.
 node_vars() {
 	local i=$1 base off
 	base=${NODELET_NODE_NAME:-$(hostname)}
@@ -829,7 +826,6 @@ node_vars() {
 		node_comp=nodelet-$i node_name=$base-$i node_root=$nodelet_root-$i
 	fi
 	node_bridge=$bridge_prefix$((i - 1))
-	node_cidr=${cluster_cidr%.0.0/16}.$((i - 1)).0/24
 	node_port=$((off + 250)) node_healthz=$((off + 248)) node_read_only=$((off + 255))
 	node_registry=$((off + 247)) proxy_metrics=$((off + 249)) proxy_healthz=$((off + 256))
 	proxy_comp=kube-proxy${node_comp#nodelet}
@@ -869,16 +865,13 @@ remove_cgroup_roots() {
 	rm -f "$run/cgroup-roots"
 }
 
-node_registered() { "$kubectl" --kubeconfig "$admin" get node "$1" >/dev/null 2>&1; }
-
 nodelet_binary() {
 	nodelet_bin=${NODELET_BIN:-$root/bin/nodelet}
 	[[ -x $nodelet_bin ]] || die "no $nodelet_bin: make build first (or NODELET=0 for the control plane only)"
 	((EUID == 0)) || die "nodelet runs pods and needs root: run as root, or NODELET=0 for the control plane only"
 }
 
-# start_node I starts node I's nodelet and waits until its Node exists, so
-# that the controller manager allocates pod CIDRs in node order.
+# start_node I starts node I's nodelet.
 start_node() {
 	local i=$1 extra=() cgroups=() logs_dir
 	node_vars "$i"
@@ -918,19 +911,16 @@ start_node() {
 		--node-ip 127.0.0.1 --address 127.0.0.1 \
 		--port "$node_port" --healthz-port "$node_healthz" --read-only-port "$node_read_only" \
 		--image-registry-address "127.0.0.1:$node_registry" \
-		--cni-bridge-name "$node_bridge" --pod-cidr "$node_cidr" \
+		--cni-bridge-name "$node_bridge" \
 		--pod-logs-dir "$logs_dir" \
 		"${cgroups[@]}" \
 		"${extra[@]}"
 	umask 077
-	wait_for "$node_comp" "node $node_name registered" node_registered "$node_name"
 }
 
 # wait_node I waits for node I to be Ready and to serve its certificate
-# from the cluster CA, and warns when the pod CIDR the controller manager
-# gave its Node is not its bridge's.
+# from the cluster CA, and sets node_cidr to its Node's pod CIDR.
 wait_node() {
-	local cidr
 	node_vars "$1"
 	say "waiting for node $node_name to be Ready"
 	if ! (wait_for "$node_comp" "node $node_name Ready" node_ready "$node_name" &&
@@ -938,10 +928,7 @@ wait_node() {
 		say "the control plane stays up (hack/cluster.sh down stops it)"
 		exit 1
 	fi
-	cidr=$("$kubectl" --kubeconfig "$admin" get node "$node_name" -o 'jsonpath={.spec.podCIDR}' 2>/dev/null) || true
-	if [[ -n $cidr && $cidr != "$node_cidr" ]]; then
-		say "warning: node $node_name's Node.spec.podCIDR is $cidr, its bridge $node_bridge's $node_cidr (a Node left from another NODES?)"
-	fi
+	node_cidr=$("$kubectl" --kubeconfig "$admin" get node "$node_name" -o 'jsonpath={.spec.podCIDR}' 2>/dev/null) || true
 }
 
 # --- add-ons (CLUSTER_ADDONS=1) ---------------------------------------------
@@ -1237,8 +1224,6 @@ up() {
 	local begin=$SECONDS i
 	[[ $nodes =~ ^[1-9][0-9]*$ ]] && ((nodes <= 50)) || die "NODES=$nodes: a number of nodes from 1 to 50"
 	[[ $addons == 0 || $addons == 1 ]] || die "CLUSTER_ADDONS=$addons: 0 or 1"
-	[[ ${NODELET:-1} == 0 || $cluster_cidr =~ ^[0-9]+\.[0-9]+\.0\.0/16$ ]] ||
-		die "CLUSTER_CIDR=$cluster_cidr: an a.b.0.0/16 (node i's bridge gets a.b.<i-1>.0/24)"
 	((${#bridge_prefix} + ${#nodes} <= 15)) || die "CLUSTER_BRIDGE_PREFIX=$bridge_prefix: too long for a link name"
 	binaries
 	approver_binary

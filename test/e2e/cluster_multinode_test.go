@@ -38,7 +38,7 @@ import (
 // refuses to run beside a cluster with add-ons.
 const (
 	multiNodeBridgePrefix = "nlmne2e"
-	multiNodeCIDR         = "10.246.0.0/16"
+	multiNodeCIDR         = "10.248.0.0/16"
 	multiNodeRelayNetns   = "nodelet-e2e-api"
 	multiNodeRelayLink    = "nle2eapi0"
 	multiNodeRelayNet     = "10.243.254"
