@@ -102,7 +102,11 @@ func clusterUp(dir string) (*controlPlane, error) {
 		"NODELET=0",
 		// What the nodes ask the API server for, so that a test or a
 		// benchmark can count it (a line per request, of nodes only).
-		"AUDIT_LOG="+auditLog)
+		"AUDIT_LOG="+auditLog,
+		// The controller manager gives each Node a /24 of it; not
+		// hack/cluster.sh's default, so that the tests' bridges never
+		// route a range a cluster of the machine's user uses.
+		"CLUSTER_CIDR="+e2eClusterCIDR)
 	if cp != nil {
 		cp.AuditLog = auditLog
 	}
@@ -132,10 +136,6 @@ func scriptUp(dir string, extra ...string) (*controlPlane, error) {
 		"CLUSTER_APISERVER_PORT="+ports[2],
 		"CLUSTER_CONTROLLER_MANAGER_PORT="+ports[3],
 		"CLUSTER_SCHEDULER_PORT="+ports[4],
-		// The controller manager gives each Node a /24 of it; not
-		// hack/cluster.sh's default, so that the tests' bridges never
-		// route a range a cluster of the machine's user uses.
-		"CLUSTER_CIDR="+e2eClusterCIDR,
 	)
 	env = append(env, extra...)
 	from := "hack/build-upstream.sh (NODELET_CLUSTER_BIN is not set)"
