@@ -32,7 +32,15 @@ import (
 // workers running; configure, if given, changes the default configuration.
 func testPipeline(t *testing.T, configure ...func(*nodeconfig.Config)) *pipeline {
 	t.Helper()
-	return testPipelineOver(t, critest.NewFakeRuntimeService(), configure...)
+	return testPipelineOver(t, networkReady(critest.NewFakeRuntimeService()), configure...)
+}
+
+// networkReady makes rs a runtime whose pod network is ready, so that
+// pods are not held back.
+func networkReady(rs *critest.FakeRuntimeService) *critest.FakeRuntimeService {
+	rs.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+		{Type: runtimeapi.RuntimeReady, Status: true}, {Type: runtimeapi.NetworkReady, Status: true}}}
+	return rs
 }
 
 func testPipelineOver(t *testing.T, rs internalapi.RuntimeService, configure ...func(*nodeconfig.Config)) *pipeline {
@@ -166,7 +174,7 @@ func (r *sandboxRecorder) dns() []*runtimeapi.DNSConfig {
 // sandboxes of ClusterFirst pods: the cluster's DNS server and its search
 // domains, as the kubelet gives them.
 func TestWireClusterDNS(t *testing.T) {
-	rs := &sandboxRecorder{FakeRuntimeService: critest.NewFakeRuntimeService()}
+	rs := &sandboxRecorder{FakeRuntimeService: networkReady(critest.NewFakeRuntimeService())}
 	p := testPipelineOver(t, rs, func(c *nodeconfig.Config) {
 		c.ClusterDNS, c.ClusterDomain = []string{"10.96.0.10"}, "cluster.local"
 		c.HostResolvConf = []byte("nameserver 192.0.2.53\n")

@@ -12,16 +12,14 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
 // gatherTimeout bounds the runtime calls of one computation, so that a
 // hung runtime delays a status by seconds, not by the CRI client's
 // minutes (the runtime is then reported down).
 const gatherTimeout = 5 * time.Second
-
-// errNetworkUnknown is the network's state before the runtime's first
-// status (the kubelet's ErrNetworkUnknown).
-var errNetworkUnknown = errors.New("network state unknown")
 
 // runtimeState is what the runtime last said: the kubelet's runtimeState,
 // updated at each computation instead of every 5 s. Only the status
@@ -120,14 +118,9 @@ func (m *Manager) readRuntimeStatus(ctx context.Context, now time.Time) {
 	if st == nil {
 		return
 	}
-	network, ready := runtimeCondition(st, runtimeapi.NetworkReady), runtimeCondition(st, runtimeapi.RuntimeReady)
-	if network == nil || !network.Status {
-		m.rt.networkErr = fmt.Errorf("container runtime network not ready: %s", conditionString(network))
-	} else {
-		m.rt.networkErr = nil
-	}
-	if ready == nil || !ready.Status {
-		m.rt.runtimeErr = fmt.Errorf("container runtime not ready: %s", conditionString(ready))
+	m.rt.networkErr = cri.NetworkError(st)
+	if ready := cri.Condition(st, runtimeapi.RuntimeReady); ready == nil || !ready.Status {
+		m.rt.runtimeErr = fmt.Errorf("container runtime not ready: %s", cri.ConditionString(ready))
 		return
 	}
 	m.rt.runtimeErr = nil
@@ -138,24 +131,6 @@ func (m *Manager) readRuntimeStatus(ctx context.Context, now time.Time) {
 		m.rt.features = &v1.NodeFeatures{SupplementalGroupsPolicy: &sgp}
 	}
 	m.rt.lastReady = now
-}
-
-func runtimeCondition(st *runtimeapi.RuntimeStatus, t string) *runtimeapi.RuntimeCondition {
-	for _, c := range st.GetConditions() {
-		if c.GetType() == t {
-			return c
-		}
-	}
-	return nil
-}
-
-// conditionString is a runtime condition in the kubelet's words
-// (RuntimeReady=false reason:... message:...).
-func conditionString(c *runtimeapi.RuntimeCondition) string {
-	if c == nil {
-		return "<nil>"
-	}
-	return fmt.Sprintf("%s=%t reason:%s message:%s", c.GetType(), c.GetStatus(), c.GetReason(), c.GetMessage())
 }
 
 // runtimeHandlers are the runtime's handlers sorted by name, as the

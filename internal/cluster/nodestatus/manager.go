@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/base/notify"
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
 const (
@@ -149,7 +150,7 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		rand:        d.Rand,
 		trigger:     d.Changed,
 		leaseWake:   make(chan struct{}, 1),
-		rt:          runtimeState{networkErr: errNetworkUnknown},
+		rt:          runtimeState{networkErr: cri.ErrNetworkUnknown},
 	}
 	if m.trigger == nil {
 		m.trigger = notify.NewKick()

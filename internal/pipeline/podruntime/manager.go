@@ -100,6 +100,15 @@ type Deps struct {
 	// runtimeClassName to the runtime handler of their sandboxes; without
 	// it a pod naming a RuntimeClass does not start (ErrNoRuntimeClasses).
 	RuntimeClasses RuntimeClasses
+	// Network, when set, tells whether the runtime's pod network is
+	// ready (cri.NetworkState); without it the network is always ready.
+	Network Network
+}
+
+// Network is the runtime's pod network readiness (cri.NetworkState).
+type Network interface {
+	// NetworkErr is nil when the network is ready, else why not.
+	NetworkErr(ctx context.Context) error
 }
 
 // RuntimeFeatures are the runtime handlers' features (cri.HandlerFeatures,
@@ -167,6 +176,8 @@ type Manager struct {
 	features RuntimeFeatures
 	// runtimeClasses resolves runtimeClassName; nil standalone.
 	runtimeClasses RuntimeClasses
+	// network gates pods on the pod network; nil: always ready.
+	network Network
 
 	pulls *imagePuller
 	// sandboxes is a counting semaphore over RunPodSandbox; nil: no bound.
@@ -217,6 +228,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		services:       deps.Services,
 		features:       deps.RuntimeFeatures,
 		runtimeClasses: deps.RuntimeClasses,
+		network:        deps.Network,
 		pulls:          newImagePuller(rt, opts.MaxParallelImagePulls, clk),
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {

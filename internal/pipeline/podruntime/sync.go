@@ -87,6 +87,21 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	for _, r := range actions.Reasons {
 		log.Debug("plan", "reason", r)
 	}
+	if netErr := m.networkNotReady(ctx, pod, actions); netErr != nil {
+		// The kubelet's SyncPod publishes the status, then stops here:
+		// a pod on the pod network neither starts nor changes (nothing
+		// running is killed) until the network is ready, and the pod
+		// worker retries after its back-off. A pod that has finished is
+		// reported so, with no event.
+		st := m.publish(ctx, pod, probes, obs, waitingOf(actions.Waiting, nil), nil, false)
+		out := syncOutcome{observedAt: observedAt}
+		if st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed {
+			return st, out, nil
+		}
+		m.recorder.Event(pod, v1.EventTypeWarning, ReasonNetworkNotReady, netErr.Error())
+		log.Info("pod waits for the network", "err", netErr)
+		return st, out, netErr
+	}
 	for name, w := range actions.Waiting {
 		if w.Reason == plan.ReasonCrashLoopBackOff {
 			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
@@ -114,6 +129,28 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	}
 	m.podReady(pod, start, st)
 	return st, syncOutcome{requeueAfter: actions.RequeueAfter, observedAt: observedAt}, execErr
+}
+
+// ReasonNetworkNotReady is the kubelet's event reason for a pod that waits
+// for the runtime's network (events.NetworkNotReady).
+const ReasonNetworkNotReady = "NetworkNotReady"
+
+// NetworkNotReadyErrorMsg starts the error of a pod that waits for the
+// network, as the kubelet's.
+const NetworkNotReadyErrorMsg = "network is not ready"
+
+// networkNotReady is why pod may not go on while the runtime's pod network
+// is not ready, nil if it may: a pod on the host network, and one the plan
+// fails (its deadline passed; the kubelet stops it before this check), go
+// on regardless.
+func (m *Manager) networkNotReady(ctx context.Context, pod *v1.Pod, actions plan.Actions) error {
+	if m.network == nil || pod.Spec.HostNetwork || actions.PodFailed {
+		return nil
+	}
+	if err := m.network.NetworkErr(ctx); err != nil {
+		return fmt.Errorf("%s: %w", NetworkNotReadyErrorMsg, err)
+	}
+	return nil
 }
 
 // startTime is the pod's status startTime while it may still run: what
