@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/nodelet/nodelet/internal/base/atomicfile"
 	"github.com/nodelet/nodelet/internal/base/bounded"
@@ -141,7 +140,11 @@ func BridgePodCIDRs(c Config) []string {
 }
 
 // foreignConf is the first network configuration in dir that is not
-// nodelet's file; "" when there is none.
+// nodelet's file; "" when there is none. As containerd finds networks
+// (go-cni: libcni.ConfFiles, then sorted): every file, hidden ones
+// included, whose extension is one of libcni's. A hidden one even sorts
+// before nodelet's, so containerd would use it. nodelet's own temp files
+// (atomicfile: .tmp-<name>-<random>) have no such extension.
 func foreignConf(dir string) (string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -152,7 +155,7 @@ func foreignConf(dir string) (string, error) {
 		if name == BridgeConfName || e.IsDir() {
 			continue
 		}
-		if slices.Contains([]string{".conf", ".conflist", ".json"}, filepath.Ext(name)) && !strings.HasPrefix(name, ".") {
+		if slices.Contains([]string{".conf", ".conflist", ".json"}, filepath.Ext(name)) {
 			return filepath.Join(dir, name), nil
 		}
 	}

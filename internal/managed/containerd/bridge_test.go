@@ -102,13 +102,28 @@ func TestWriteBridge(t *testing.T) {
 			t.Error("nodelet's network changed beside a foreign one")
 		}
 	})
+	t.Run("a hidden network counts: containerd reads it, first", func(t *testing.T) {
+		cfg := bridgeConfig(t)
+		if err := os.MkdirAll(cfg.ConfDir(), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cfg.ConfDir(), ".99-hidden.conflist"), []byte("{}"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		mustOutcome(t, cfg, []string{"10.244.1.0/24"}, BridgeForeign)
+		if _, err := os.Stat(cfg.BridgeConfPath()); !os.IsNotExist(err) {
+			t.Errorf("bridge network written beside a hidden one: %v", err)
+		}
+	})
 	t.Run("files that are not networks do not count", func(t *testing.T) {
 		cfg := bridgeConfig(t)
 		if err := os.MkdirAll(filepath.Join(cfg.ConfDir(), "multus.d"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(cfg.ConfDir(), "README"), []byte("x"), 0o600); err != nil {
-			t.Fatal(err)
+		for _, name := range []string{"README", ".tmp-05-flannel.conflist-123", ".05-flannel.conflist.tmp"} {
+			if err := os.WriteFile(filepath.Join(cfg.ConfDir(), name), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
 		}
 		mustOutcome(t, cfg, []string{"10.244.1.0/24"}, BridgeWritten)
 	})
