@@ -51,7 +51,10 @@ const (
 type multiNode struct {
 	*controlPlane
 	Nodes []string // node names, node 1 first
-	Roots []string // their root dirs
+	Roots []string // their root dirs: RootsDir/<node name>
+	// RootsDir holds the nodes' root dirs, each named as its node, so a
+	// hostPath DaemonSet finds a node's own with subPathExpr $(NODE_NAME).
+	RootsDir string
 }
 
 // startMultiNode brings up a control plane and n nodes with the add-ons,
@@ -62,7 +65,10 @@ func startMultiNode(t *testing.T, n int) *multiNode {
 		t.Fatalf("a cluster with add-ons runs on this machine (/run/netns/%s): its kube-proxies and this test's would "+
 			"share the host's iptables chains; make cluster-down first", userRelayNetns)
 	}
-	dir, root := filepath.Join(shared.work, "multinode"), filepath.Join(shared.work, "mn-root")
+	// Node i's root dir is NODELET_ROOT_DIR-i and its name
+	// NODELET_NODE_NAME-i: <roots>/<node name>.
+	dir, roots := filepath.Join(shared.work, "multinode"), filepath.Join(shared.work, "mn-nodes")
+	root := filepath.Join(roots, multiNodeName)
 	start := time.Now()
 	cp, err := scriptUp(dir,
 		"NODES="+strconv.Itoa(n),
@@ -82,7 +88,7 @@ func startMultiNode(t *testing.T, n int) *multiNode {
 		t.Fatalf("%d nodes: %v", n, err)
 	}
 	t.Logf("control plane, %d nodes, kube-proxy and CoreDNS up in %v", n, time.Since(start).Round(100*time.Millisecond))
-	m := &multiNode{controlPlane: cp}
+	m := &multiNode{controlPlane: cp, RootsDir: roots}
 	for i := 1; i <= n; i++ {
 		name, r := multiNodeName, root
 		if i > 1 {
@@ -108,6 +114,7 @@ func (m *multiNode) down(t *testing.T) {
 	if err == nil {
 		for _, ns := range namespaces.Items {
 			_ = m.Admin.AppsV1().Deployments(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+			_ = m.Admin.AppsV1().DaemonSets(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 			_ = m.Admin.CoreV1().Pods(ns.Name).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &one}, metav1.ListOptions{})
 		}
 		for ctx.Err() == nil {
