@@ -38,6 +38,12 @@
 #           stop only kube-apiserver, and start it again with the flags of up
 #           (waiting for /readyz): an API server that is away for a while, as
 #           the resilience tests need; the rest keeps running.
+#   stop-node I, start-node I
+#           stop only node I's nodelet (1..NODES of up), and start it again
+#           with the flags of up (waiting for its Node to be Ready): a node
+#           agent that is away for a while. Its pods' containers keep
+#           running meanwhile (their shims outlive the managed containerd,
+#           which stops with nodelet), as a kubelet's do.
 #
 # The paths scripts and people can rely on (default CLUSTER_DIR):
 #   _output/cluster/admin.kubeconfig      cluster admin (O=system:masters)
@@ -1346,6 +1352,33 @@ start_apiserver_again() {
 	wait_for kube-apiserver "kube-apiserver /readyz on $server" admin_get /readyz
 }
 
+# node_index I checks that up started node I.
+node_index() {
+	local n=0
+	[[ -f $run/nodes ]] && n=$(<"$run/nodes")
+	[[ $1 =~ ^[1-9][0-9]*$ ]] && (($1 <= n)) || die "node ${1:-(none)}: up started nodes 1 to $n"
+}
+
+stop_node() {
+	node_index "$1"
+	node_vars "$1"
+	stop "$node_comp" 90
+}
+
+# start_node_again starts node I's nodelet of a cluster that up made,
+# after stop-node.
+start_node_again() {
+	node_index "$1"
+	nodes=$(<"$run/nodes")
+	binaries
+	nodelet_binary
+	coredns_archive=$dir/coredns-image.tar # what up imported into the node
+	umask 077
+	start_node "$1"
+	wait_node "$1"
+	say "node $node_name Ready"
+}
+
 status() {
 	local name p all=0 n=0 i names=("${components[@]}")
 	[[ -f $run/nodes ]] && n=$(<"$run/nodes")
@@ -1379,8 +1412,10 @@ down) down "${2:-}" ;;
 status) status ;;
 stop-apiserver) stop kube-apiserver 30 ;;
 start-apiserver) start_apiserver_again ;;
+stop-node) stop_node "${2:-}" ;;
+start-node) start_node_again "${2:-}" ;;
 *)
-	echo "usage: $0 up|down [--purge]|status|stop-apiserver|start-apiserver" >&2
+	echo "usage: $0 up|down [--purge]|status|stop-apiserver|start-apiserver|stop-node I|start-node I" >&2
 	exit 2
 	;;
 esac

@@ -58,8 +58,10 @@ type multiNode struct {
 }
 
 // startMultiNode brings up a control plane and n nodes with the add-ons,
-// and takes them down (every pod first) when the test ends.
-func startMultiNode(t *testing.T, n int) *multiNode {
+// and takes them down (every pod first) when the test ends. env is more
+// of hack/cluster.sh's environment (such as
+// CLUSTER_NODE_MONITOR_GRACE_PERIOD); it comes last and so wins.
+func startMultiNode(t *testing.T, n int, env ...string) *multiNode {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join("/run/netns", userRelayNetns)); err == nil {
 		t.Fatalf("a cluster with add-ons runs on this machine (/run/netns/%s): its kube-proxies and this test's would "+
@@ -70,20 +72,20 @@ func startMultiNode(t *testing.T, n int) *multiNode {
 	dir, roots := filepath.Join(shared.work, "multinode"), filepath.Join(shared.work, "mn-nodes")
 	root := filepath.Join(roots, multiNodeName)
 	start := time.Now()
-	cp, err := scriptUp(dir,
-		"NODES="+strconv.Itoa(n),
+	cp, err := scriptUp(dir, append([]string{
+		"NODES=" + strconv.Itoa(n),
 		"CLUSTER_ADDONS=1",
-		"CLUSTER_NODE_PORTS="+strconv.Itoa(freeNodePortBlock(t, n)),
-		"CLUSTER_CIDR="+multiNodeCIDR,
-		"CLUSTER_BRIDGE_PREFIX="+multiNodeBridgePrefix,
-		"CLUSTER_RELAY_NETNS="+multiNodeRelayNetns,
-		"CLUSTER_RELAY_LINK="+multiNodeRelayLink,
-		"CLUSTER_RELAY_NET="+multiNodeRelayNet,
-		"NODELET_BIN="+shared.nodelet,
-		"NODELET_ROOT_DIR="+root,
-		"NODELET_NODE_NAME="+multiNodeName,
-		"NODELET_POD_LOGS_DIR="+filepath.Join(shared.work, "mn-pod-logs"),
-	)
+		"CLUSTER_NODE_PORTS=" + strconv.Itoa(freeNodePortBlock(t, n)),
+		"CLUSTER_CIDR=" + multiNodeCIDR,
+		"CLUSTER_BRIDGE_PREFIX=" + multiNodeBridgePrefix,
+		"CLUSTER_RELAY_NETNS=" + multiNodeRelayNetns,
+		"CLUSTER_RELAY_LINK=" + multiNodeRelayLink,
+		"CLUSTER_RELAY_NET=" + multiNodeRelayNet,
+		"NODELET_BIN=" + shared.nodelet,
+		"NODELET_ROOT_DIR=" + root,
+		"NODELET_NODE_NAME=" + multiNodeName,
+		"NODELET_POD_LOGS_DIR=" + filepath.Join(shared.work, "mn-pod-logs"),
+	}, env...)...)
 	if err != nil {
 		t.Fatalf("%d nodes: %v", n, err)
 	}
