@@ -491,10 +491,13 @@ var ownedConditions = []v1.PodConditionType{
 }
 
 // Merge is the status to send: st, the node's, over old, the API's, with
-// the kubelet's rules. Conditions the node does not own are kept from old;
-// a terminal phase in old is never left; st's terminal phase is held back
-// (old's phase kept) while a container may still run; old's start time is
-// kept.
+// the kubelet's rules. Conditions the node does not own are kept from old,
+// but for the DisruptionTarget the node shares: st's (the node evicted or
+// shut the pod down) replaces old's or is added once the pod reaches a
+// terminal phase with nothing left running, and not before, as the
+// kubelet sends it (mergePodStatus). A terminal phase in old is never
+// left; st's terminal phase is held back (old's phase kept) while a
+// container may still run; old's start time is kept.
 func Merge(old, st v1.PodStatus, couldHaveRunningContainers bool) v1.PodStatus {
 	out := *st.DeepCopy()
 	var conds []v1.PodCondition
@@ -503,9 +506,13 @@ func Merge(old, st v1.PodStatus, couldHaveRunningContainers bool) v1.PodStatus {
 			conds = append(conds, c)
 		}
 	}
+	toTerminal := !terminal(old.Phase) && terminal(out.Phase) && !couldHaveRunningContainers
 	for _, c := range out.Conditions {
-		if slices.Contains(ownedConditions, c.Type) {
+		switch {
+		case slices.Contains(ownedConditions, c.Type):
 			conds = append(conds, c)
+		case c.Type == v1.DisruptionTarget && toTerminal:
+			conds = replaceCondition(conds, c)
 		}
 	}
 	// Keep the API's transition times of conditions that did not change.
@@ -536,6 +543,18 @@ func Merge(old, st v1.PodStatus, couldHaveRunningContainers bool) v1.PodStatus {
 }
 
 func terminal(p v1.PodPhase) bool { return p == v1.PodSucceeded || p == v1.PodFailed }
+
+// replaceCondition replaces the condition of c's type in conds with c, or
+// appends c when there is none.
+func replaceCondition(conds []v1.PodCondition, c v1.PodCondition) []v1.PodCondition {
+	for i := range conds {
+		if conds[i].Type == c.Type {
+			conds[i] = c
+			return conds
+		}
+	}
+	return append(conds, c)
+}
 
 // StatusPatch is the strategic-merge patch from old to st for the pod
 // with uid, which it carries as a precondition. changed is false when the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,6 +261,54 @@ func TestTerminalPhaseRules(t *testing.T) {
 	// A status with no phase yet over an empty one is Pending.
 	if got := Merge(v1.PodStatus{}, failed, true); got.Phase != v1.PodPending {
 		t.Errorf("phase = %q, want Pending", got.Phase)
+	}
+}
+
+// The DisruptionTarget condition: the API's (an eviction through the
+// API, the taint manager) stays; the node's own (it evicted the pod, or
+// shut it down) goes out with the terminal phase once nothing runs, as
+// the kubelet's mergePodStatus sends it, replacing the API's; not before.
+func TestDisruptionTargetRules(t *testing.T) {
+	dt := func(reason string) v1.PodCondition {
+		return v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue, Reason: reason}
+	}
+	with := func(s v1.PodStatus, phase v1.PodPhase, conds ...v1.PodCondition) v1.PodStatus {
+		s.Phase = phase
+		s.Conditions = append(s.Conditions, conds...)
+		return s
+	}
+	byNode, byAPI := dt(v1.PodReasonTerminationByKubelet), dt("EvictionByEvictionAPI")
+	for _, tc := range []struct {
+		name      string
+		old, st   v1.PodStatus
+		couldRun  bool
+		want      string // the DisruptionTarget's reason sent, "" for none
+		wantPhase v1.PodPhase
+	}{
+		{"node's, terminal, stopped", running(true), with(running(false), v1.PodFailed, byNode), false, v1.PodReasonTerminationByKubelet, v1.PodFailed},
+		{"node's, containers may run", running(true), with(running(false), v1.PodFailed, byNode), true, "", v1.PodRunning},
+		{"node's, not terminal", running(true), with(running(false), v1.PodRunning, byNode), false, "", v1.PodRunning},
+		{"API's kept", with(running(true), v1.PodRunning, byAPI), running(false), true, "EvictionByEvictionAPI", v1.PodRunning},
+		{"API's kept at terminal", with(running(true), v1.PodRunning, byAPI), with(running(false), v1.PodSucceeded), false, "EvictionByEvictionAPI", v1.PodSucceeded},
+		{"node's replaces API's at terminal", with(running(true), v1.PodRunning, byAPI), with(running(false), v1.PodFailed, byNode), false, v1.PodReasonTerminationByKubelet, v1.PodFailed},
+		{"already terminal: API's kept", with(running(false), v1.PodFailed, byAPI), with(running(false), v1.PodFailed, byNode), false, "EvictionByEvictionAPI", v1.PodFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Merge(tc.old, tc.st, tc.couldRun)
+			var reasons []string
+			for _, c := range got.Conditions {
+				if c.Type == v1.DisruptionTarget {
+					reasons = append(reasons, c.Reason)
+				}
+			}
+			var want []string
+			if tc.want != "" {
+				want = []string{tc.want}
+			}
+			if !slices.Equal(reasons, want) || got.Phase != tc.wantPhase {
+				t.Errorf("DisruptionTarget reasons %q, phase %s; want %q, %s", reasons, got.Phase, want, tc.wantPhase)
+			}
+		})
 	}
 }
 
