@@ -13,7 +13,7 @@ CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL := _output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/admin.kubeconfig
 CONTROL_PLANE := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
-.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 chaos conformance bench bench-density bench-cluster clean
+.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 chaos conformance bench bench-density bench-cluster bench-multinode clean
 
 all: build
 
@@ -148,6 +148,12 @@ bench-density: build
 ## on one control plane (BenchmarkCluster; about 13 minutes)
 bench-cluster: build
 	@$(BENCH) -bench '^BenchmarkCluster$$' -timeout 25m
+
+## bench-multinode: only the cross-node pod-to-pod and Service round trips
+## of a 3-node cluster, nodelet's nodes against three upstream kubelets on
+## the same control plane (BenchmarkMultiNodeRoundTrip)
+bench-multinode: build
+	@$(BENCH) -bench '^BenchmarkMultiNodeRoundTrip$$' -timeout 30m
 
 clean:
 	rm -rf bin

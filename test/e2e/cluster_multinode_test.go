@@ -61,7 +61,7 @@ type multiNode struct {
 // and takes them down (every pod first) when the test ends. env is more
 // of hack/cluster.sh's environment (such as
 // CLUSTER_NODE_MONITOR_GRACE_PERIOD); it comes last and so wins.
-func startMultiNode(t *testing.T, n int, env ...string) *multiNode {
+func startMultiNode(t testing.TB, n int, env ...string) *multiNode {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join("/run/netns", userRelayNetns)); err == nil {
 		t.Fatalf("a cluster with add-ons runs on this machine (/run/netns/%s): its kube-proxies and this test's would "+
@@ -108,7 +108,7 @@ func startMultiNode(t *testing.T, n int, env ...string) *multiNode {
 // and confirm), removes what is left in each node's runtime (the
 // sandboxes, whose shims would outlive the nodes), then stops the cluster
 // and removes its state and the nodes' bridges.
-func (m *multiNode) down(t *testing.T) {
+func (m *multiNode) down(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	one := int64(1)
@@ -147,7 +147,7 @@ func (m *multiNode) down(t *testing.T) {
 
 // logsOnFailure shows the end of the nodes' and kube-proxies' logs when
 // the test fails (the control plane's, too).
-func (m *multiNode) logsOnFailure(t *testing.T) {
+func (m *multiNode) logsOnFailure(t testing.TB) {
 	m.controlPlane.logsOnFailure(t)
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -173,7 +173,7 @@ func (m *multiNode) logsOnFailure(t *testing.T) {
 
 // freeNodePortBlock finds a base B for hack/cluster.sh's node ports
 // (B+100*(i-1) + 247..256 for node i) where all of them are free.
-func freeNodePortBlock(t *testing.T, n int) int {
+func freeNodePortBlock(t testing.TB, n int) int {
 	t.Helper()
 	for range 50 {
 		base := 30000 + 100*rand.IntN(250)

@@ -258,7 +258,7 @@ func (n *sideNode) converged(ctx context.Context) error {
 // cpuset's cpus and mems copied from the parent. When the test ends it
 // removes it with whatever is left under it, deepest first: the pods are
 // gone by then.
-func makeCgroupRoot(t *testing.T, root string) {
+func makeCgroupRoot(t testing.TB, root string) {
 	t.Helper()
 	hierarchies, err := filepath.Glob("/sys/fs/cgroup/*")
 	if err != nil {
