@@ -346,6 +346,8 @@ func (a *rttAgent) median() (podIP, service rttStats) {
 }
 
 func printRoundTrips(w io.Writer, cfg rttConfig, agents []*rttAgent) {
+	fmt.Fprintf(w, "cluster mode, one control plane (hack/cluster.sh): 3 nodes of each agent, each node its own managed containerd %d.x + runc\n", shared.containerd.Config().Major)
+	fmt.Fprintf(w, "and CNI bridge on its Node's pod CIDR; Services through kube-proxy (iptables mode); the agents take turns, the first alternating\n")
 	fmt.Fprintf(w, "cross-node TCP round trip (connect, request line, response line, close), client pod on node 1, server pod on node 2;\n")
 	fmt.Fprintf(w, "%d measured rounds after %d warm-up rounds per run, median over %d passes of each pass's percentile, microseconds\n",
 		cfg.rounds, cfg.warmup, cfg.passes)
