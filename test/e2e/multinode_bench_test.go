@@ -51,10 +51,11 @@ import (
 // client twice: against the server's pod IP (across the two nodes'
 // bridges, through the host's routing), then against the Service's
 // ClusterIP (kube-proxy's DNAT on the way). A round is a new TCP
-// connection, a request line, its response line and the close, timed in
-// the client; each run first waits for an answer, makes the warm-up
-// rounds uncounted, then the measured ones, and prints p50 and p99
-// (nearest rank) in microseconds. The client's output is read from its
+// connection, a request line and its response line, timed in the client
+// from the dial until the response is read (the close is not timed);
+// each run first waits for an answer, makes the warm-up rounds
+// uncounted, then the measured ones, and prints p50 and p99 (nearest
+// rank) in microseconds. The client's output is read from its
 // container log file on disk, so no API-to-node traffic is needed.
 //
 // The agents take turns, passes times (NODELET_BENCH_RTT_PASSES, default
@@ -348,7 +349,7 @@ func (a *rttAgent) median() (podIP, service rttStats) {
 func printRoundTrips(w io.Writer, cfg rttConfig, agents []*rttAgent) {
 	fmt.Fprintf(w, "cluster mode, one control plane (hack/cluster.sh): 3 nodes of each agent, each node its own managed containerd %d.x + runc\n", shared.containerd.Config().Major)
 	fmt.Fprintf(w, "and CNI bridge on its Node's pod CIDR; Services through kube-proxy (iptables mode); the agents take turns, the first alternating\n")
-	fmt.Fprintf(w, "cross-node TCP round trip (connect, request line, response line, close), client pod on node 1, server pod on node 2;\n")
+	fmt.Fprintf(w, "cross-node TCP round trip (connect, request line, response line; the close untimed), client pod on node 1, server pod on node 2;\n")
 	fmt.Fprintf(w, "%d measured rounds after %d warm-up rounds per run, median over %d passes of each pass's percentile, microseconds\n",
 		cfg.rounds, cfg.warmup, cfg.passes)
 	fmt.Fprintf(w, "%-22s %12s %12s %9s\n", "", agents[0].label, agents[1].label, "ratio")

@@ -9,7 +9,8 @@
 // response line, then closes. client first waits (at most -wait) until a
 // connection is answered, then makes W rounds it does not count and N it
 // does; a round is a new TCP connection (the handshake), one request and
-// its response, and the close. It prints one line:
+// its response, timed from the dial until the response is read (the close
+// that follows is not timed). It prints one line:
 //
 //	roundtrip label=L rounds=N p50_us=… p99_us=… min_us=… max_us=… mean_us=…
 //
@@ -139,7 +140,8 @@ func client(args []string, out io.Writer) error {
 	return nil
 }
 
-// round is one connect, request, response and close, and how long it took.
+// round is one connect, request and response, and how long that took;
+// the connection is closed after the clock stops.
 func round(addr string) (time.Duration, error) {
 	start := time.Now()
 	c, err := net.DialTimeout("tcp", addr, ioTimeout)
