@@ -34,6 +34,11 @@
 #           (certificates, etcd data, logs, kubeconfigs) and the nodes'
 #           cluster credentials under their root dirs.
 #   status  what runs; exit 0 when every component runs and the API is ready.
+#   addons NODE...
+#           after up with CLUSTER_ADDONS=1 and NODELET=0, for nodes the
+#           caller joined itself (the conformance runs' agents): start a
+#           kube-proxy for each named node and deploy CoreDNS. The caller
+#           imports CLUSTER_DIR/coredns-image.tar into its nodes' images.
 #   stop-apiserver, start-apiserver
 #           stop only kube-apiserver, and start it again with the flags of up
 #           (waiting for /readyz): an API server that is away for a while, as
@@ -980,8 +985,11 @@ start_relay() {
 
 relay_listening() { ip netns exec "$relay_ns" ss -Hltn "sport = :6443" | grep -q .; }
 
+# start_kube_proxy I [NAME] starts node I's kube-proxy, for the node NAME
+# when given (a node of the caller's own: addons NODE...).
 start_kube_proxy() {
 	node_vars "$1"
+	[[ -z ${2:-} ]] || node_name=$2
 	# iptables mode; conntrack sysctls as they are (0: leave them); NodePorts
 	# only on loopback and without route_localnet, so that nothing of the
 	# machine's own addresses is caught.
@@ -1317,6 +1325,38 @@ cluster: logs in $(rel "$logs")/; stop with hack/cluster.sh down (--purge delete
 EOF
 }
 
+# external_addons NODE... gives the nodes the caller joined itself
+# (NODELET=0) what up gives its own with CLUSTER_ADDONS=1: a kube-proxy
+# each (the ports of node 1, 2, ... in the order named) and, once they are
+# healthy, CoreDNS. The caller has imported the CoreDNS image
+# (CLUSTER_DIR/coredns-image.tar) into its nodes' image stores and set
+# clusterDNS in their configuration (nodelet-config.yaml has it).
+external_addons() {
+	local i=0 name
+	(($# > 0)) || die "usage: $0 addons NODE..."
+	[[ $addons == 1 && -f $dir/addons.yaml ]] || die "addons: no add-ons in $(rel "$dir"): up with CLUSTER_ADDONS=1 first"
+	pid apirelay >/dev/null || die "addons: the API relay does not run: up with CLUSTER_ADDONS=1 first"
+	binaries
+	kube_proxy=$("$root/hack/build-upstream.sh" kube-proxy) || die "building kube-proxy failed"
+	umask 077
+	# Before the first kube-proxy writes a rule: down cleans up.
+	echo "$kube_proxy" >"$run/kube-proxy-rules"
+	for name; do
+		i=$((i + 1))
+		start_kube_proxy "$i" "$name"
+	done
+	for ((i = 1; i <= $#; i++)); do
+		node_vars "$i"
+		wait_for "$proxy_comp" "$proxy_comp healthy on 127.0.0.1:$proxy_healthz" proxy_healthy "$proxy_healthz"
+	done
+	"$kubectl" --kubeconfig "$admin" apply -f "$dir/addons.yaml" >"$logs/addons-apply.log" 2>&1 ||
+		die_log addons-apply "applying $(rel "$dir/addons.yaml") failed"
+	say "waiting for CoreDNS"
+	"$kubectl" --kubeconfig "$admin" -n kube-system rollout status deployment/coredns --timeout="${timeout}s" \
+		>>"$logs/addons-apply.log" 2>&1 || die_log addons-apply "CoreDNS not available within ${timeout}s"
+	say "kube-proxy on $*, CoreDNS available at $dns_ip"
+}
+
 down() {
 	local purge=${1:-}
 	[[ -z $purge || $purge == --purge ]] || die "usage: $0 down [--purge]"
@@ -1414,8 +1454,12 @@ stop-apiserver) stop kube-apiserver 30 ;;
 start-apiserver) start_apiserver_again ;;
 stop-node) stop_node "${2:-}" ;;
 start-node) start_node_again "${2:-}" ;;
+addons)
+	shift
+	external_addons "$@"
+	;;
 *)
-	echo "usage: $0 up|down [--purge]|status|stop-apiserver|start-apiserver|stop-node I|start-node I" >&2
+	echo "usage: $0 up|down [--purge]|status|stop-apiserver|start-apiserver|stop-node I|start-node I|addons NODE..." >&2
 	exit 2
 	;;
 esac

@@ -25,6 +25,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodelet/nodelet/internal/managed/registry"
 	"github.com/nodelet/nodelet/test/conformance/images"
 )
 
@@ -47,6 +48,11 @@ const (
 	// counts it: no serial, slow, flaky or disruptive spec, and no spec of
 	// an opt-in feature.
 	conformanceLabels = "NodeConformance && !Serial && !Slow && !Flaky && !Disruptive && !/^Feature:/"
+	// networkLabels is the selection of test/e2e/network: its Conformance
+	// specs (none is NodeConformance), under the same exclusions. They
+	// judge a node through Services and DNS, so their cluster runs
+	// kube-proxy and CoreDNS.
+	networkLabels = "Conformance && !Serial && !Slow && !Flaky && !Disruptive && !/^Feature:/"
 	// conformanceProcs is how many specs run at once (ginkgo processes).
 	// Upstream's node e2e jobs run 8; most specs wait on containers.
 	conformanceProcs = 12
@@ -55,11 +61,33 @@ const (
 // conformanceSuite is one upstream test binary and how it is pointed at a
 // cluster.
 type conformanceSuite struct {
-	name string // e2e_node, e2e
+	name string // e2e_node, e2e, e2e-network
+	// binary is the test binary, less .test; empty: name.
+	binary string
+	// labels is the label filter; empty: conformanceLabels.
+	labels string
 	// files restricts the specs to source files (ginkgo --focus-file);
 	// empty: all.
 	files string
-	args  func(r *conformanceRun) []string
+	// addons: the cluster runs hack/cluster.sh's add-ons for the agent's
+	// node (kube-proxy, CoreDNS, the API relay behind the kubernetes
+	// Service).
+	addons bool
+	args   func(r *conformanceRun) []string
+}
+
+func (s conformanceSuite) bin() string {
+	if s.binary != "" {
+		return s.binary
+	}
+	return s.name
+}
+
+func (s conformanceSuite) labelFilter() string {
+	if s.labels != "" {
+		return s.labels
+	}
+	return conformanceLabels
 }
 
 var conformanceSuites = []conformanceSuite{
@@ -92,7 +120,39 @@ var conformanceSuites = []conformanceSuite{
 			}
 		},
 	},
+	{
+		// test/e2e/network's Conformance specs (Services, DNS, HostPort,
+		// the API server's proxy...) through the scheduler, on a cluster
+		// with kube-proxy and CoreDNS.
+		name:   "e2e-network",
+		binary: "e2e",
+		labels: networkLabels,
+		files:  "/test/e2e/network/",
+		addons: true,
+		args: func(r *conformanceRun) []string {
+			return []string{
+				"--kubeconfig=" + r.cp.AdminKubeconfig, "--host=" + r.cp.Server,
+				"--provider=skeleton", "--report-dir=" + r.out,
+				"--kubelet-root-dir=" + r.agentRoot,
+				"--dns-domain=cluster.local",
+				// CoreDNS is Ready before the suite starts (cluster.sh
+				// addons waits for it).
+				"--minStartupPods=0", "--e2e-verify-service-account=false",
+			}
+		},
+	},
 }
+
+// The conformance clusters' add-ons (hack/cluster.sh's, for a node the
+// harness joins itself): the API relay's namespace, link and /30 are these
+// runs' own. kube-proxy's iptables chains are the host's, shared by every
+// kube-proxy of the machine, so a run with add-ons refuses to start beside
+// another cluster with them (make cluster-run's, TestMultiNodeNetwork's).
+const (
+	conformanceRelayNetns = "nodelet-cf-api"
+	conformanceRelayLink  = "nlcfapi0"
+	conformanceRelayNet   = "10.243.253"
+)
 
 // conformanceRun is one suite against one agent.
 type conformanceRun struct {
@@ -117,8 +177,16 @@ func (b conformanceBinaries) suite(name string) string {
 func buildConformance(t testing.TB, suites ...string) conformanceBinaries {
 	t.Helper()
 	names := []string{"ginkgo", "kubelet", "agnhost"}
-	for _, s := range suites {
-		names = append(names, s+".test")
+	for _, name := range suites {
+		bin := name
+		for _, s := range conformanceSuites {
+			if s.name == name {
+				bin = s.bin()
+			}
+		}
+		if !contains(names, bin+".test") {
+			names = append(names, bin+".test")
+		}
 	}
 	cmd := exec.Command(filepath.Join(shared.repoRoot, "hack", "build-upstream.sh"), names...)
 	cmd.Stderr = os.Stderr
@@ -231,7 +299,7 @@ func TestConformance(t *testing.T) {
 	if outDir == "" {
 		t.Skip("the full upstream suites run with make conformance (NODELET_CONFORMANCE_OUT is not set)")
 	}
-	suites := listEnv("NODELET_CONFORMANCE_SUITES", "e2e_node,e2e")
+	suites := listEnv("NODELET_CONFORMANCE_SUITES", "e2e_node,e2e,e2e-network")
 	bins := buildConformance(t, suites...)
 	storeConformanceImages(t)
 	var focus []string
@@ -292,7 +360,12 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp, err := clusterUp(filepath.Join(work, "cluster"))
+	var cp *controlPlane
+	if s.addons {
+		cp, err = conformanceAddonsUp(t, filepath.Join(work, "cluster"))
+	} else {
+		cp, err = clusterUp(filepath.Join(work, "cluster"))
+	}
 	if err != nil {
 		t.Fatalf("control plane: %v", err)
 	}
@@ -317,7 +390,7 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 			t.Error(err)
 		}
 		copyFile(a.logPath, filepath.Join(out, agent+".log"))
-		for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		for _, name := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "apirelay", "addons-apply"} {
 			copyFile(filepath.Join(cp.Dir, "logs", name+".log"), filepath.Join(out, name+".log"))
 		}
 	}()
@@ -328,10 +401,22 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 	// The suites reach the agent through the API server, which verifies
 	// its serving certificate: issued through its kubelet-serving CSR.
 	waitServing(t, cp, net.JoinHostPort(conformanceNodeIP(t), "10250"), time.Minute)
+	if s.addons {
+		// CoreDNS's image, which up packaged, from the harness's registry
+		// mirror; then kube-proxy for the node, and CoreDNS on it.
+		refs, err := registry.Import(shared.store, filepath.Join(cp.Dir, "coredns-image.tar"), registry.DefaultImportLimits())
+		if err != nil {
+			t.Fatalf("importing CoreDNS's image: %v", err)
+		}
+		t.Logf("CoreDNS image: %s", strings.Join(refs, " "))
+		if b, err := cp.script("addons", a.node); err != nil {
+			t.Fatalf("hack/cluster.sh addons %s: %v\n%s", a.node, err, b)
+		}
+	}
 
 	// What the selection holds: a dry run with the labels alone.
-	suiteBin := bins.suite(s.name)
-	common := []string{"--label-filter=" + conformanceLabels}
+	suiteBin := bins.suite(s.bin())
+	common := []string{"--label-filter=" + s.labelFilter()}
 	if s.files != "" {
 		common = append(common, "--focus-file="+s.files)
 	}
@@ -419,6 +504,29 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 		t.Error(err)
 	}
 	return res
+}
+
+// conformanceAddonsUp brings up a control plane with hack/cluster.sh's
+// add-ons (CLUSTER_ADDONS=1, no node of its own): the API relay runs, the
+// agents' configuration names the cluster DNS, and kube-proxy and CoreDNS
+// follow once the agent's node is Ready (hack/cluster.sh addons).
+func conformanceAddonsUp(t *testing.T, dir string) (*controlPlane, error) {
+	t.Helper()
+	for _, ns := range []string{userRelayNetns, multiNodeRelayNetns} {
+		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err == nil {
+			t.Fatalf("a cluster with add-ons runs on this machine (/run/netns/%s): its kube-proxies and this run's "+
+				"would share the host's iptables chains; take it down first", ns)
+		}
+	}
+	return scriptUp(dir,
+		"NODELET=0",
+		"CLUSTER_ADDONS=1",
+		"CLUSTER_CIDR="+e2eClusterCIDR,
+		"CLUSTER_NODE_PORTS="+strconv.Itoa(freeNodePortBlock(t, 1)),
+		"CLUSTER_RELAY_NETNS="+conformanceRelayNetns,
+		"CLUSTER_RELAY_LINK="+conformanceRelayLink,
+		"CLUSTER_RELAY_NET="+conformanceRelayNet,
+	)
 }
 
 // newConformanceAgent is nodelet or the upstream kubelet, joining cp as
@@ -677,9 +785,9 @@ func writeConformanceSummary(outDir string, results []conformanceResult, wall ti
 		return err
 	}
 	var c strings.Builder
-	fmt.Fprintf(&c, "%-9s %-8s %8s %6s %6s %7s %9s\n", "suite", "agent", "selected", "passed", "failed", "skipped", "wall")
+	fmt.Fprintf(&c, "%-11s %-8s %8s %6s %6s %7s %9s\n", "suite", "agent", "selected", "passed", "failed", "skipped", "wall")
 	for _, r := range results {
-		fmt.Fprintf(&c, "%-9s %-8s %8d %6d %6d %7d %9s\n", r.suite, r.agent, r.selected, r.passed, r.failed, r.skipped, r.wall.Round(time.Second))
+		fmt.Fprintf(&c, "%-11s %-8s %8d %6d %6d %7d %9s\n", r.suite, r.agent, r.selected, r.passed, r.failed, r.skipped, r.wall.Round(time.Second))
 	}
 	fmt.Fprintf(&c, "total wall time %v\n", wall.Round(time.Second))
 	for _, k := range results {

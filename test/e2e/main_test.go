@@ -137,12 +137,13 @@ func setUp(e *env) error {
 	cfg := containerd.DefaultConfig(e.rootDir)
 	cfg.BridgeName, cfg.PodCIDR, cfg.Mirror = "nle2e0", "10.43.0.0/24", e.registry.Addr()
 	cfg.Env, cfg.Binary = os.Environ(), e.containerdBin
-	// A second runc-based handler, for RuntimeClasses to name.
+	// A second runc-based handler, for RuntimeClasses to name, and the
+	// one the upstream suites' RuntimeClasses name (conformanceHandler).
 	runc, err := secondHandlerRunc(bin)
 	if err != nil {
 		return err
 	}
-	cfg.Handlers = []containerd.Handler{{Name: secondHandler, BinaryName: runc}}
+	cfg.Handlers = []containerd.Handler{{Name: secondHandler, BinaryName: runc}, {Name: conformanceHandler, BinaryName: runc}}
 	e.containerd = containerd.New(cfg, containerd.Deps{Log: log})
 	if err := e.containerd.Start(ctx); err != nil {
 		return err
@@ -156,6 +157,11 @@ func setUp(e *env) error {
 // secondHandler is the shared runtime's runtime handler beside runc: runc
 // again, through containerd's BinaryName option.
 const secondHandler = "runc-e2e"
+
+// conformanceHandler is the handler upstream's e2e framework expects a
+// node's runtime to have (e2eruntimeclass.PreconfiguredRuntimeClassHandler):
+// the RuntimeClass specs' pods name it, runc here as in upstream's CI.
+const conformanceHandler = "test-handler"
 
 // secondHandlerRunc is the runc the second handler runs: the one linked
 // beside the tests' containerd, else the one in PATH.
