@@ -112,11 +112,13 @@ chaos: build
 
 ## conformance: the upstream NodeConformance suites of the control plane's
 ## release (e2e_node.test, and e2e.test's test/e2e/common specs through the
-## scheduler) against nodelet, then against the upstream kubelet on the same
-## harness; reports in _output/conformance/ (summary.txt, compare.txt, and per
-## run JUnit, JSON, logs). Not part of make test: about an hour. The first
-## build of e2e.test takes ~13 minutes of CPU. CONFORMANCE_SUITES,
-## CONFORMANCE_AGENTS (comma lists) and CONFORMANCE_FOCUS (a regexp) narrow it.
+## scheduler) and e2e.test's test/e2e/network Conformance specs (on a cluster
+## with kube-proxy and CoreDNS) against nodelet, then against the upstream
+## kubelet on the same harness; reports in _output/conformance/ (summary.txt,
+## compare.txt, and per run JUnit, JSON, logs). Not part of make test: over an
+## hour. The first build of e2e.test takes ~13 minutes of CPU.
+## CONFORMANCE_SUITES (e2e_node,e2e,e2e-network), CONFORMANCE_AGENTS
+## (nodelet,kubelet) and CONFORMANCE_FOCUS (a regexp) narrow it.
 CONFORMANCE_OUT ?= $(CURDIR)/_output/conformance
 conformance: build
 	@bins=$$(hack/build-upstream.sh $(CONTROL_PLANE)) || exit 1; \

@@ -36,7 +36,9 @@ import (
 // agent: nodelet, or the upstream kubelet of the same release in its place,
 // on the shared containerd, whose registry mirror serves the suites' images
 // (test/conformance/images builds them). What runs is the suite's
-// NodeConformance selection less test/conformance/skip.txt.
+// NodeConformance selection less test/conformance/skip.txt; for
+// e2e-network, e2e.test's test/e2e/network Conformance specs, on a cluster
+// with hack/cluster.sh's add-ons (kube-proxy, CoreDNS, the API relay).
 //
 // TestConformanceSlice (part of make test) runs the specs of
 // test/conformance/slice.txt against nodelet. TestConformance (make
@@ -233,7 +235,11 @@ func storeConformanceImages(t testing.TB) {
 			if err := goBuild(shared.repoRoot, nmeter, "./test/conformance/images/nmeter", true); err != nil {
 				return err
 			}
-			refs, err := images.Build(shared.store, images.HostSources(bins[0], bins[1], nmeter, shared.pause, strings.TrimSpace(string(dir))),
+			dig := filepath.Join(shared.work, "bin", "dig")
+			if err := goBuild(shared.repoRoot, dig, "./test/conformance/images/dig", true); err != nil {
+				return err
+			}
+			refs, err := images.Build(shared.store, images.HostSources(bins[0], bins[1], nmeter, dig, shared.pause, strings.TrimSpace(string(dir))),
 				slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			t.Logf("conformance images: %d references stored", len(refs))
 			return err

@@ -50,13 +50,13 @@ func Images() []Image {
 	return []Image{
 		{BusyboxRef, "static busybox (Debian busybox-static) with every applet under /bin, as registry.BusyboxImage, plus /bin/nmeter (./nmeter: the applet Debian's build lacks); Cmd sh"},
 		{PauseRef, "nodelet's pause program (bin/pause) as /pause, as registry.PauseImage"},
-		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl, bash (also as /bin/sh: busybox's sh prefers its applets to PATH) and netcat-openbsd (as /usr/bin/nc) with their libraries; Entrypoint /agnhost, Cmd pause"},
+		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl, bash (also as /bin/sh: busybox's sh prefers its applets to PATH) and netcat-openbsd (as /usr/bin/nc) with their libraries, ./dig as /usr/bin/dig; Entrypoint /agnhost, Cmd pause"},
 		{AgnhostPrevRef, "the same image as " + AgnhostRef + " (one agnhost binary serves both tags)"},
 		{NginxRef, "busybox base + Debian nginx with its libraries, nginx.conf serving /usr/share/nginx/html on port 80 as user nginx (101), logs to stdout/stderr; Cmd nginx -g 'daemon off;'"},
 		{NonewprivsRef, "busybox base + static nnp (test/images/nonewprivs) setuid root at /usr/local/bin/nnp; Cmd nnp"},
 		{NonrootRef, "busybox base with User 1234"},
 		{IPCUtilsRef, "busybox base + Debian util-linux ipcmk, ipcs, ipcrm, lsipc with their libraries"},
-		{GlibcDNSTestingRef, "busybox base + Debian hostname and bash with glibc, /etc/nsswitch.conf (hosts: files dns), so that hostname -f resolves as glibc does"},
+		{GlibcDNSTestingRef, "busybox base + Debian hostname and bash with glibc, /etc/nsswitch.conf (hosts: files dns), so that hostname -f resolves as glibc does; ./dig as /usr/bin/dig"},
 	}
 }
 
@@ -76,6 +76,9 @@ type Sources struct {
 	// has no nmeter applet, and the node suite's container lifecycle specs
 	// take their timestamps from it.
 	Nmeter string
+	// Dig is the static dig program of ./dig: upstream's agnhost and
+	// glibc-dns-testing carry dnsutils, and the DNS specs query with dig.
+	Dig string
 	// Upstream is the k8s.io/kubernetes source tree of the suites' release,
 	// its directory in the module cache (`go list -m -f '{{.Dir}}'
 	// k8s.io/kubernetes` in test/cluster); agnhost's TLS certificate and
@@ -95,11 +98,12 @@ type Sources struct {
 // HostSources returns the Sources of a Debian host with the packages of
 // hack/setup.sh, given the programs built from the upstream release, the
 // pause program and the upstream source tree.
-func HostSources(agnhost, nonewprivs, nmeter, pause, upstream string) Sources {
+func HostSources(agnhost, nonewprivs, nmeter, dig, pause, upstream string) Sources {
 	return Sources{
 		Agnhost:    agnhost,
 		Nonewprivs: nonewprivs,
 		Nmeter:     nmeter,
+		Dig:        dig,
 		Pause:      pause,
 		Busybox:    "/bin/busybox",
 		Upstream:   upstream,
@@ -144,7 +148,7 @@ func Build(store *registry.Store, src Sources, log *slog.Logger) ([]string, erro
 func build(src Sources) (map[string]v1.Image, error) {
 	for _, s := range []struct{ what, path string }{
 		{"agnhost", src.Agnhost}, {"nonewprivs", src.Nonewprivs}, {"pause", src.Pause}, {"busybox", src.Busybox},
-		{"nmeter", src.Nmeter},
+		{"nmeter", src.Nmeter}, {"dig", src.Dig},
 	} {
 		if s.path == "" {
 			return nil, fmt.Errorf("no %s program given", s.what)
@@ -229,6 +233,9 @@ func agnhost(busybox v1.Image, base baseFS, src Sources) (v1.Image, error) {
 	// anything on PATH (its nc, not the netcat above), where upstream's
 	// alpine sh looks PATH up as any shell does.
 	t.symlink("bin/sh", "bash")
+	if err := t.dig(src); err != nil {
+		return nil, err
+	}
 	img, err := withLayer(busybox, t, "nodelet: agnhost from "+filepath.Base(src.Agnhost))
 	if err != nil {
 		return nil, err
@@ -319,11 +326,23 @@ func glibcDNSTesting(busybox v1.Image, base baseFS, src Sources) (v1.Image, erro
 		return nil, err
 	}
 	t.file("etc/nsswitch.conf", 0o644, []byte("passwd: files\ngroup: files\nhosts: files dns\n"))
+	if err := t.dig(src); err != nil {
+		return nil, err
+	}
 	img, err := withLayer(busybox, t, "nodelet: glibc hostname from "+src.Hostname)
 	if err != nil {
 		return nil, err
 	}
 	return withConfig(img, func(c *v1.Config) { c.Cmd = []string{"bash"} })
+}
+
+// dig adds the static dig stand-in (./dig) as /usr/bin/dig.
+func (t tree) dig(src Sources) error {
+	if err := t.hostFile("usr/bin/dig", src.Dig); err != nil {
+		return err
+	}
+	t.chmod("usr/bin/dig", 0o755)
+	return nil
 }
 
 // tools adds each host program (by its path in the image) with the

@@ -26,7 +26,7 @@ func testSources(t *testing.T) Sources {
 	t.Helper()
 	dir := t.TempDir()
 	src := HostSources(
-		filepath.Join(dir, "agnhost"), filepath.Join(dir, "nnp"), filepath.Join(dir, "nmeter"), filepath.Join(dir, "pause"),
+		filepath.Join(dir, "agnhost"), filepath.Join(dir, "nnp"), filepath.Join(dir, "nmeter"), filepath.Join(dir, "dig"), filepath.Join(dir, "pause"),
 		filepath.Join(dir, "kubernetes"))
 	for _, p := range append([]string{src.Busybox, src.Nginx, src.Curl, src.Bash, src.Netcat, src.Hostname}, src.IPCTools...) {
 		if _, err := os.Stat(p); err != nil {
@@ -37,7 +37,7 @@ func testSources(t *testing.T) Sources {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{src.Agnhost, src.Nonewprivs, src.Nmeter, src.Pause} {
+	for _, p := range []string{src.Agnhost, src.Nonewprivs, src.Nmeter, src.Dig, src.Pause} {
 		if err := os.WriteFile(p, bb, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -231,6 +231,7 @@ func TestBuild(t *testing.T) {
 		}
 		fs := flatten(t, img)
 		fs.file(t, "/agnhost", 0o755)
+		fs.program(t, "/usr/bin/dig", src.Dig)
 		fs.symlink(t, "/agnhost-2", "agnhost")
 		fs.dir(t, "/uploads", 0o755, 0)
 		fs.dir(t, "/home/user-defined-in-image", 0o755, 1000)
@@ -330,6 +331,7 @@ func TestBuild(t *testing.T) {
 			t.Errorf("nsswitch.conf:\n%s", ns)
 		}
 		fs.symlink(t, "/bin/sh", "/bin/busybox")
+		fs.program(t, "/usr/bin/dig", src.Dig)
 		if c := config(t, img); !reflect.DeepEqual(c.Cmd, []string{"bash"}) {
 			t.Errorf("config %+v", c)
 		}
