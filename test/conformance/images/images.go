@@ -50,13 +50,13 @@ func Images() []Image {
 	return []Image{
 		{BusyboxRef, "static busybox (Debian busybox-static) with every applet under /bin, as registry.BusyboxImage, plus /bin/nmeter (./nmeter: the applet Debian's build lacks); Cmd sh"},
 		{PauseRef, "nodelet's pause program (bin/pause) as /pause, as registry.PauseImage"},
-		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl, bash (also as /bin/sh: busybox's sh prefers its applets to PATH) and netcat-openbsd (as /usr/bin/nc) with their libraries, ./dig as /usr/bin/dig; Entrypoint /agnhost, Cmd pause"},
+		{AgnhostRef, "busybox base + static agnhost of k8s.io/kubernetes v1.37.2 as /agnhost (and /agnhost-2), porter's localhost.crt/.key, /uploads, user-defined-in-image (1000) in group-defined-in-image (50000), Debian curl, bash (also as /bin/sh: busybox's sh prefers its applets to PATH) and netcat-openbsd (as /usr/bin/nc) and glibc's getent with their libraries, ./dig as /usr/bin/dig; Entrypoint /agnhost, Cmd pause"},
 		{AgnhostPrevRef, "the same image as " + AgnhostRef + " (one agnhost binary serves both tags)"},
 		{NginxRef, "busybox base + Debian nginx with its libraries, nginx.conf serving /usr/share/nginx/html on port 80 as user nginx (101), logs to stdout/stderr; Cmd nginx -g 'daemon off;'"},
 		{NonewprivsRef, "busybox base + static nnp (test/images/nonewprivs) setuid root at /usr/local/bin/nnp; Cmd nnp"},
 		{NonrootRef, "busybox base with User 1234"},
 		{IPCUtilsRef, "busybox base + Debian util-linux ipcmk, ipcs, ipcrm, lsipc with their libraries"},
-		{GlibcDNSTestingRef, "busybox base + Debian hostname and bash with glibc, /etc/nsswitch.conf (hosts: files dns), so that hostname -f resolves as glibc does; ./dig as /usr/bin/dig"},
+		{GlibcDNSTestingRef, "busybox base + Debian hostname, bash and getent with glibc, /etc/nsswitch.conf (hosts: files dns), so that hostname -f resolves as glibc does; ./dig as /usr/bin/dig"},
 	}
 }
 
@@ -93,6 +93,11 @@ type Sources struct {
 	IPCTools []string
 	// Hostname is Debian's glibc hostname program (package hostname).
 	Hostname string
+	// Getent is glibc's getent (package libc-bin), which goes into agnhost
+	// and glibc-dns-testing: the DNS specs check names with `getent hosts`,
+	// and busybox has no getent. glibc since 2.34 has its files and dns
+	// NSS modules in libc itself, so the program and its libraries do.
+	Getent string
 }
 
 // HostSources returns the Sources of a Debian host with the packages of
@@ -113,6 +118,7 @@ func HostSources(agnhost, nonewprivs, nmeter, dig, pause, upstream string) Sourc
 		Netcat:     "/bin/nc.openbsd",
 		IPCTools:   []string{"/usr/bin/ipcmk", "/usr/bin/ipcs", "/usr/bin/ipcrm", "/usr/bin/lsipc"},
 		Hostname:   "/bin/hostname",
+		Getent:     "/usr/bin/getent",
 	}
 }
 
@@ -226,7 +232,7 @@ func agnhost(busybox v1.Image, base baseFS, src Sources) (v1.Image, error) {
 	t.chown("home/user-defined-in-image", 1000, 1000)
 	// netcat-openbsd as upstream's: busybox's nc has no -u (UDP), which the
 	// networking specs use; /usr/bin comes first on PATH.
-	if err := t.tools(base, map[string]string{"usr/bin/curl": src.Curl, "bin/bash": src.Bash, "usr/bin/nc": src.Netcat}); err != nil {
+	if err := t.tools(base, map[string]string{"usr/bin/curl": src.Curl, "bin/bash": src.Bash, "usr/bin/nc": src.Netcat, "usr/bin/getent": src.Getent}); err != nil {
 		return nil, err
 	}
 	// /bin/sh is bash here: Debian's busybox sh runs its own applets before
@@ -322,7 +328,7 @@ func ipcUtils(busybox v1.Image, base baseFS, src Sources) (v1.Image, error) {
 // must resolve the pod's /etc/hosts as glibc does.
 func glibcDNSTesting(busybox v1.Image, base baseFS, src Sources) (v1.Image, error) {
 	t := tree{}
-	if err := t.tools(base, map[string]string{"bin/hostname": src.Hostname, "bin/bash": src.Bash}); err != nil {
+	if err := t.tools(base, map[string]string{"bin/hostname": src.Hostname, "bin/bash": src.Bash, "usr/bin/getent": src.Getent}); err != nil {
 		return nil, err
 	}
 	t.file("etc/nsswitch.conf", 0o644, []byte("passwd: files\ngroup: files\nhosts: files dns\n"))

@@ -28,7 +28,7 @@ func testSources(t *testing.T) Sources {
 	src := HostSources(
 		filepath.Join(dir, "agnhost"), filepath.Join(dir, "nnp"), filepath.Join(dir, "nmeter"), filepath.Join(dir, "dig"), filepath.Join(dir, "pause"),
 		filepath.Join(dir, "kubernetes"))
-	for _, p := range append([]string{src.Busybox, src.Nginx, src.Curl, src.Bash, src.Netcat, src.Hostname}, src.IPCTools...) {
+	for _, p := range append([]string{src.Busybox, src.Nginx, src.Curl, src.Bash, src.Netcat, src.Hostname, src.Getent}, src.IPCTools...) {
 		if _, err := os.Stat(p); err != nil {
 			t.Skipf("host program missing (run hack/setup.sh): %v", err)
 		}
@@ -232,6 +232,7 @@ func TestBuild(t *testing.T) {
 		fs := flatten(t, img)
 		fs.file(t, "/agnhost", 0o755)
 		fs.program(t, "/usr/bin/dig", src.Dig)
+		fs.program(t, "/usr/bin/getent", src.Getent)
 		fs.symlink(t, "/agnhost-2", "agnhost")
 		fs.dir(t, "/uploads", 0o755, 0)
 		fs.dir(t, "/home/user-defined-in-image", 0o755, 1000)
@@ -332,6 +333,7 @@ func TestBuild(t *testing.T) {
 		}
 		fs.symlink(t, "/bin/sh", "/bin/busybox")
 		fs.program(t, "/usr/bin/dig", src.Dig)
+		fs.program(t, "/usr/bin/getent", src.Getent)
 		if c := config(t, img); !reflect.DeepEqual(c.Cmd, []string{"bash"}) {
 			t.Errorf("config %+v", c)
 		}
