@@ -91,6 +91,10 @@
 #   CLUSTER_RELAY_NETNS [nodelet-cluster-api], CLUSTER_RELAY_LINK [nlcapi0],
 #   CLUSTER_RELAY_NET [10.243.255]  the API relay's namespace, veth and /30
 #                                  (see Add-ons); the e2e tests set their own
+#   CLUSTER_NODEPORT_ADDRESSES [127.0.0.1/32]  kube-proxy's --nodeport-addresses:
+#                                  where NodePorts answer (the conformance
+#                                  runs add their node IP, the address of a
+#                                  bridge of their own)
 #
 # Several nodes on one machine. Node i (1..NODES) is its own nodelet with
 # its own managed containerd and image registry, and shares nothing with
@@ -177,6 +181,7 @@ relay_link=${CLUSTER_RELAY_LINK:-nlcapi0}
 relay_net=${CLUSTER_RELAY_NET:-10.243.255}
 relay_host_ip=$relay_net.1
 relay_ip=$relay_net.2
+nodeport_addresses=${CLUSTER_NODEPORT_ADDRESSES:-127.0.0.1/32}
 coredns_ref=registry.k8s.io/coredns/coredns:v1.15.0
 admin=$dir/admin.kubeconfig
 
@@ -1001,7 +1006,7 @@ start_kube_proxy() {
 		--bind-address 127.0.0.1 \
 		--metrics-bind-address "127.0.0.1:$proxy_metrics" \
 		--healthz-bind-address "127.0.0.1:$proxy_healthz" \
-		--nodeport-addresses 127.0.0.1/32 --iptables-localhost-nodeports=false \
+		--nodeport-addresses "$nodeport_addresses" --iptables-localhost-nodeports=false \
 		--conntrack-max-per-core 0 \
 		--conntrack-tcp-timeout-established 0 --conntrack-tcp-timeout-close-wait 0
 }

@@ -315,9 +315,16 @@ func TestConformance(t *testing.T) {
 	agents := listEnv("NODELET_CONFORMANCE_AGENTS", "nodelet,kubelet")
 	var results []conformanceResult
 	begin := time.Now()
-	for _, s := range conformanceSuites {
-		if !contains(suites, s.name) {
-			continue
+	// In the order asked for.
+	for _, name := range suites {
+		var s conformanceSuite
+		for _, cs := range conformanceSuites {
+			if cs.name == name {
+				s = cs
+			}
+		}
+		if s.name == "" {
+			t.Fatalf("NODELET_CONFORMANCE_SUITES: no suite %q (e2e_node, e2e, e2e-network)", name)
 		}
 		for _, agent := range agents {
 			res := runConformance(t, bins, s, agent, filepath.Join(outDir, s.name+"-"+agent), focusSpecs(focus))
@@ -532,6 +539,9 @@ func conformanceAddonsUp(t *testing.T, dir string) (*controlPlane, error) {
 		"CLUSTER_RELAY_NETNS="+conformanceRelayNetns,
 		"CLUSTER_RELAY_LINK="+conformanceRelayLink,
 		"CLUSTER_RELAY_NET="+conformanceRelayNet,
+		// NodePorts on loopback and on the node IP (the address of the
+		// harness's own bridge), where the Services specs reach them.
+		"CLUSTER_NODEPORT_ADDRESSES=127.0.0.1/32,"+conformanceNodeIP(t)+"/32",
 	)
 }
 
