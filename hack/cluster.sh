@@ -126,9 +126,10 @@
 #               namespace up creates (nodelet-cluster-api, linked to the host
 #               by the veth nlcapi0, 10.243.255.1/30) and relays to
 #               127.0.0.1:6443; up gives the kubernetes Service (10.96.0.1)
-#               an EndpointSlice naming the relay, which the API server,
-#               with --endpoint-reconciler-type=none, leaves alone. So
-#               in-cluster clients (CoreDNS) work as in any cluster.
+#               an EndpointSlice and Endpoints naming the relay, which the
+#               API server, with --endpoint-reconciler-type=none, leaves
+#               alone. So in-cluster clients (CoreDNS) work as in any
+#               cluster.
 #   kube-proxy  upstream, built in test/cluster, iptables mode, one per node
 #               (--hostname-override its node). All of them run in the
 #               host's network namespace and so write the same KUBE-* chains:
@@ -1013,8 +1014,8 @@ start_kube_proxy() {
 
 proxy_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$1/healthz" >/dev/null; }
 
-# addons_manifest writes the kubernetes Service's EndpointSlice (the relay)
-# and CoreDNS: as kubeadm deploys it, less the forward plug-in (no
+# addons_manifest writes the kubernetes Service's EndpointSlice and
+# Endpoints (the relay) and CoreDNS: as kubeadm deploys it, less the forward plug-in (no
 # upstream DNS here), running as non-root with no capabilities (port 53
 # through the pod's safe sysctl net.ipv4.ip_unprivileged_port_start).
 addons_manifest() {
@@ -1035,6 +1036,24 @@ ports:
 - name: https
   port: 6443
   protocol: TCP
+---
+# The same as Endpoints, which the API server's own reconciler also
+# writes (clients and the conformance specs read both), kept from the
+# EndpointSlice mirroring controller as the reconciler keeps it.
+apiVersion: v1
+kind: Endpoints
+metadata:
+  name: kubernetes
+  namespace: default
+  labels:
+    endpointslice.kubernetes.io/skip-mirror: "true"
+subsets:
+- addresses:
+  - ip: $relay_ip
+  ports:
+  - name: https
+    port: 6443
+    protocol: TCP
 ---
 apiVersion: v1
 kind: ServiceAccount
