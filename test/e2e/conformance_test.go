@@ -154,7 +154,30 @@ const (
 	conformanceRelayNetns = "nodelet-cf-api"
 	conformanceRelayLink  = "nlcfapi0"
 	conformanceRelayNet   = "10.243.253"
+	// serviceCIDR is hack/cluster.sh's --service-cluster-ip-range.
+	serviceCIDR = "10.96.0.0/12"
 )
+
+// rejectUnservedServiceIPs makes the host refuse to forward what pods send
+// to a Service IP that kube-proxy did not translate (a port the Service
+// does not have): kube-proxy's iptables mode leaves such packets to the
+// host's routes, which here lead out of the machine, where a connection
+// may even succeed. In upstream's CI the node's gateway drops them; a spec
+// (Services should serve endpoints on same port and different protocols)
+// counts on that. Translated packets reach FORWARD with a pod's address,
+// so only the untranslated ones match. The rule is removed at the end.
+func rejectUnservedServiceIPs(t *testing.T) func() {
+	t.Helper()
+	rule := []string{"FORWARD", "-d", serviceCIDR, "-m", "comment", "--comment", "nodelet conformance: Service IPs kube-proxy did not translate", "-j", "REJECT"}
+	if out, err := exec.Command("iptables", append([]string{"-w", "-I"}, rule...)...).CombinedOutput(); err != nil {
+		t.Fatalf("iptables -I %s: %v: %s", strings.Join(rule, " "), err, out)
+	}
+	return func() {
+		if out, err := exec.Command("iptables", append([]string{"-w", "-D"}, rule...)...).CombinedOutput(); err != nil {
+			t.Errorf("iptables -D %s: %v: %s", strings.Join(rule, " "), err, out)
+		}
+	}
+}
 
 // conformanceRun is one suite against one agent.
 type conformanceRun struct {
@@ -425,6 +448,7 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 		if b, err := cp.script("addons", a.node); err != nil {
 			t.Fatalf("hack/cluster.sh addons %s: %v\n%s", a.node, err, b)
 		}
+		defer rejectUnservedServiceIPs(t)()
 	}
 
 	// What the selection holds: a dry run with the labels alone.
