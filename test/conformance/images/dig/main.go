@@ -4,11 +4,11 @@
 // test/e2e/network query the cluster DNS with it; Debian's dig cannot be
 // copied in here (the machine has no dnsutils, and no internet).
 //
-//	dig [@SERVER] [+tcp|+notcp] [+search] [+short] [+noall] [+answer] NAME [TYPE]
+//	dig [@SERVER] [-p PORT] [+tcp|+notcp] [+search] [+short] [+noall] [+answer] NAME [TYPE]
 //
 // sends one query (TYPE A, AAAA, PTR, SRV, CNAME, TXT or NS; default A)
-// to SERVER, else to the first nameserver of /etc/resolv.conf, over UDP or
-// TCP, and prints the answer section: the records in zone-file form, or
+// to SERVER (port PORT, default 53), else to the first nameserver of
+// /etc/resolv.conf, over UDP or TCP, and prints the answer section: the records in zone-file form, or
 // with +short only their data. With +search a name of fewer dots than
 // resolv.conf's ndots (default 1) is tried with each search domain first,
 // then as given, until an answer is not NXDOMAIN, as dig does. +noall and
@@ -49,6 +49,7 @@ type usageError struct{ error }
 // query is what the command line asks.
 type query struct {
 	server        string
+	port          string
 	tcp, search   bool
 	short         bool
 	name          string
@@ -62,9 +63,19 @@ var types = map[string]dnsmessage.Type{
 }
 
 func parseArgs(args []string) (query, error) {
-	q := query{qtype: dnsmessage.TypeA}
-	for _, a := range args {
+	q := query{qtype: dnsmessage.TypeA, port: "53"}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		switch {
+		case a == "-p":
+			if i+1 == len(args) {
+				return q, usageError{errors.New("-p: no port")}
+			}
+			i++
+			if n, err := strconv.Atoi(args[i]); err != nil || n < 1 || n > 65535 {
+				return q, usageError{fmt.Errorf("-p %q: not a port", args[i])}
+			}
+			q.port = args[i]
 		case strings.HasPrefix(a, "@"):
 			q.server = a[1:]
 		case a == "+tcp" || a == "+vc":
@@ -166,7 +177,7 @@ func run(args []string, resolvPath string) (string, error) {
 		}
 		server = conf.nameservers[0]
 	}
-	addr := net.JoinHostPort(server, "53")
+	addr := net.JoinHostPort(server, q.port)
 	var answers []dnsmessage.Resource
 	for _, name := range candidates(q.name, q.search, conf) {
 		msg, err := exchange(addr, name, q.qtype, q.tcp)
