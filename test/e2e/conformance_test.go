@@ -187,7 +187,6 @@ type conformanceRun struct {
 	token     string // a cluster admin's bearer token
 	agentRoot string // the agent's --root-dir
 	out       string // reports of this run
-	specs     []string
 }
 
 // conformanceBinaries are the suites' binaries and the ginkgo CLI.
