@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/nodelet/nodelet/internal/managed/containerd"
-	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
 // A cluster node with the managed runtime and an empty CNI configuration
@@ -198,21 +197,7 @@ func startManagedClusterNode(t *testing.T, cp *controlPlane, name, bridge, confD
 func cleanUpManagedCluster(t *testing.T, root, bridge, confDir string) {
 	cfg := containerd.DefaultConfig(root)
 	cfg.BridgeName, cfg.PodCIDR, cfg.CNIConfDir = bridge, "", confDir
-	cfg.Env, cfg.Binary = os.Environ(), shared.containerdBin
-	ctx, cancel := context.WithCancel(context.Background())
-	m := containerd.New(cfg, containerd.Deps{})
-	if err := m.Start(ctx); err != nil {
-		t.Logf("clean up managed runtime: %v", err)
-		cancel()
-		return
-	}
-	if rt, err := cri.Dial(ctx, cfg.Endpoint(), cri.DefaultTimeouts(), nil); err == nil {
-		removeAllPods(rt)
-		rt.Close()
-	}
-	cancel()
-	<-m.Done()
-	exec.Command("ip", "link", "del", bridge).Run()
+	cleanUpManaged(t, cfg)
 }
 
 // runPodOn runs a sleeping busybox pod bound to node and returns its IP.

@@ -268,7 +268,14 @@ func startManaged(t *testing.T, name, bridge, cidr string, extra ...string) *man
 // and stops it.
 func cleanUpManagedAt(t *testing.T, root, bridge, cidr string) {
 	cfg := containerd.DefaultConfig(root)
-	cfg.BridgeName, cfg.PodCIDR, cfg.Env, cfg.Binary = bridge, cidr, os.Environ(), shared.containerdBin
+	cfg.BridgeName, cfg.PodCIDR = bridge, cidr
+	cleanUpManaged(t, cfg)
+}
+
+// cleanUpManaged starts the managed containerd of cfg once more, removes
+// the pods and stops it, then deletes its bridge.
+func cleanUpManaged(t *testing.T, cfg containerd.Config) {
+	cfg.Env, cfg.Binary = os.Environ(), shared.containerdBin
 	ctx, cancel := context.WithCancel(context.Background())
 	m := containerd.New(cfg, containerd.Deps{})
 	if err := m.Start(ctx); err != nil {
@@ -282,7 +289,7 @@ func cleanUpManagedAt(t *testing.T, root, bridge, cidr string) {
 	}
 	cancel()
 	<-m.Done()
-	exec.Command("ip", "link", "del", bridge).Run()
+	exec.Command("ip", "link", "del", cfg.BridgeName).Run()
 }
 
 func containerPID(t *testing.T, id string) int {
