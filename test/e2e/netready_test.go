@@ -37,7 +37,9 @@ func TestNetworkNotReadyHoldsPodsBack(t *testing.T) {
 	}
 	rt := startEmptyNetworkRuntime(t, name, bridge, confDir)
 
-	n, manifests, _ := lifecycleNodelet(t, name, "--container-runtime-endpoint", rt.endpoint)
+	// A short --sync-frequency: the event after the network went away comes
+	// at the running pod's next periodic sync.
+	n, manifests, _ := lifecycleNodelet(t, name, "--container-runtime-endpoint", rt.endpoint, "--sync-frequency", "10s")
 	sleeper := `
   terminationGracePeriodSeconds: 1
   containers:

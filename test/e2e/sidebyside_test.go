@@ -23,7 +23,8 @@ import (
 )
 
 // sideBySideEnv is how long TestTwoNodeletsSideBySide churns pods (a Go
-// duration; default 45s), for longer local runs.
+// duration; default 20s: ten housekeeping rounds of each), for longer
+// local runs.
 const sideBySideEnv = "NODELET_E2E_SIDE_BY_SIDE"
 
 // sideNode is one of the two nodelets of TestTwoNodeletsSideBySide.
@@ -52,7 +53,7 @@ type sideNode struct {
 // cgroup removed), and at the end each runs exactly what its manifests
 // say.
 func TestTwoNodeletsSideBySide(t *testing.T) {
-	churnFor := 45 * time.Second
+	churnFor := 20 * time.Second
 	if v := os.Getenv(sideBySideEnv); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
