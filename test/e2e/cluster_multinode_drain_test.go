@@ -48,8 +48,7 @@ const termMessage = "SIGTERM"
 // DisruptionTarget condition the API server set kept. Once drained, the
 // node is cordoned (a pod for it stays unschedulable) until `kubectl
 // uncordon`, and then that pod runs there.
-func TestMultiNodeDrain(t *testing.T) {
-	m := startMultiNode(t, 3)
+func multiNodeDrain(t *testing.T, m *multiNode) {
 	ctx := clusterContext(t, 4*time.Minute)
 	ns, target := "drain", m.Nodes[2]
 	multiNodeNamespace(t, m, ns)
@@ -158,8 +157,7 @@ func TestMultiNodeDrain(t *testing.T) {
 // no pod has containers on two nodes, nor two running containers for
 // one of its containers, and every container running on any node
 // belongs to a pod the API binds to that node.
-func TestMultiNodeNodeLost(t *testing.T) {
-	m := startMultiNode(t, 3, "CLUSTER_NODE_MONITOR_GRACE_PERIOD=30s")
+func multiNodeNodeLost(t *testing.T, m *multiNode) {
 	ctx := clusterContext(t, 4*time.Minute)
 	ns, target := "lost", m.Nodes[2]
 	multiNodeNamespace(t, m, ns)
@@ -302,13 +300,34 @@ func (m *multiNode) leftOf(i int, uids []string) error {
 	return nil
 }
 
-// multiNodeNamespace creates namespace ns and waits for its service account.
+// multiNodeNamespace creates namespace ns and waits for its service
+// account; when the test ends it deletes the namespace's workloads and
+// waits until none of its pods is left, so that the next test on the
+// cluster sees only its own.
 func multiNodeNamespace(t *testing.T, m *multiNode, ns string) {
 	t.Helper()
 	ctx := clusterContext(t, time.Minute)
 	if _, err := m.Admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		one := int64(1)
+		_ = m.Admin.AppsV1().Deployments(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		_ = m.Admin.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &one}, metav1.ListOptions{})
+		for {
+			pods, err := m.Admin.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err == nil && len(pods.Items) == 0 {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Errorf("namespace %s: pods left when the test ended: %v", ns, err)
+				return
+			}
+			time.Sleep(time.Second)
+		}
+	})
 	eventually(t, time.Minute, "service account "+ns+"/default", func() error {
 		_, err := m.Admin.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err

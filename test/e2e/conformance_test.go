@@ -149,7 +149,7 @@ var conformanceSuites = []conformanceSuite{
 // harness joins itself): the API relay's namespace, link and /30 are these
 // runs' own. kube-proxy's iptables chains are the host's, shared by every
 // kube-proxy of the machine, so a run with add-ons refuses to start beside
-// another cluster with them (make cluster-run's, TestMultiNodeNetwork's).
+// another cluster with them (make cluster-run's, TestMultiNode's).
 const (
 	conformanceRelayNetns = "nodelet-cf-api"
 	conformanceRelayLink  = "nlcfapi0"
