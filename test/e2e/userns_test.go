@@ -134,7 +134,7 @@ func TestUserNamespaceMapping(t *testing.T) {
 	if err := n.stop(t); err != nil {
 		t.Fatal(err)
 	}
-	n = startNodelet(t, args...)
+	startNodelet(t, args...)
 	writeManifest(t, dir, "second.yaml", fmt.Sprintf(usernsPod, "second", false))
 	waitContainerRunning(t, 60*time.Second, "second-e2e", "main")
 	if after, err := runningContainer(context.Background(), shared.rt, "own-e2e", "main"); err != nil || after.Id != before.Id {
