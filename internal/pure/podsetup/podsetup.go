@@ -18,11 +18,13 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/pure/envvars"
+	"github.com/nodelet/nodelet/internal/pure/pullcreds"
 )
 
 // Setup is what the hooks set up for one pod. The zero value is a pod no
 // hook prepared: no pod directory, no cgroup parent, the host's user
-// namespace, no objects, no env files, no probes, no contributions.
+// namespace, no objects, no env files, no probes, anonymous pulls, no
+// contributions.
 type Setup struct {
 	// PodDir is the pod's directory on the host (<root-dir>/pods/<uid>),
 	// where the runtime manager keeps the pod's managed /etc/hosts and its
@@ -43,6 +45,10 @@ type Setup struct {
 	// over (the probes hook did not run), and a container with a
 	// readiness or startup probe is not ready or not started.
 	Probes ProbeResults
+	// PullCredentials are the credentials the pod's images are pulled
+	// with (its image pull secrets, then the node's: a pullcreds.Union);
+	// nil: every pull is anonymous.
+	PullCredentials pullcreds.Lookup
 	// SandboxChecks run, in order, before every sandbox of the pod is
 	// created; the first that fails stops the creation, with its error as
 	// the FailedCreatePodSandBox event.
@@ -126,6 +132,9 @@ func Merge(setups ...Setup) Setup {
 		}
 		if s.Probes != nil {
 			out.Probes = s.Probes
+		}
+		if s.PullCredentials != nil {
+			out.PullCredentials = s.PullCredentials
 		}
 		out.SandboxChecks = append(out.SandboxChecks, s.SandboxChecks...)
 		out.Containers = append(out.Containers, s.Containers...)

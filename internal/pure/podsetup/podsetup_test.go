@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodelet/nodelet/internal/pure/pullcreds"
 )
 
 // mount contributes one mount named name, resources when given, and an
@@ -30,20 +32,22 @@ func paths(ms []*runtimeapi.Mount) []string {
 func TestMerge(t *testing.T) {
 	ns := &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}
 	check := func(context.Context, string) error { return nil }
+	creds := pullcreds.Union{}
 	got := Merge(
 		Setup{PodDir: "/pods/u", Containers: []Contributor{mount("a", nil)}},
-		Setup{CgroupParent: "kubepods-podu.slice"},
+		Setup{CgroupParent: "kubepods-podu.slice", PullCredentials: creds},
 		Setup{UserNamespace: ns, SandboxChecks: []Check{check}, Containers: []Contributor{mount("b", nil)}},
 		Setup{},
 	)
-	if got.PodDir != "/pods/u" || got.CgroupParent != "kubepods-podu.slice" || got.UserNamespace != ns || len(got.SandboxChecks) != 1 {
+	if got.PodDir != "/pods/u" || got.CgroupParent != "kubepods-podu.slice" || got.UserNamespace != ns || len(got.SandboxChecks) != 1 ||
+		got.PullCredentials == nil {
 		t.Errorf("merged %+v", got)
 	}
 	add, err := got.Apply(Container{})
 	if err != nil || !slices.Equal(paths(add.Mounts), []string{"a", "b"}) || add.Annotations["by"] != "b" {
 		t.Errorf("applied %+v %v", add, err)
 	}
-	if zero := Merge(); zero.PodDir != "" || zero.Containers != nil || zero.Probes != nil {
+	if zero := Merge(); zero.PodDir != "" || zero.Containers != nil || zero.Probes != nil || zero.PullCredentials != nil {
 		t.Errorf("Merge() = %+v, want the zero value", zero)
 	}
 }

@@ -19,8 +19,10 @@ import (
 // Credential is one set of credentials for one registry.
 type Credential struct {
 	// Auth is what the runtime is sent (username/password, or an
-	// identity or registry token); its ServerAddress is the registry's
-	// host the credential was matched for.
+	// identity or registry token). Its ServerAddress, when set, is the
+	// only registry host the runtime sends it to; docker config
+	// credentials (Secrets, node files) leave it empty, as the kubelet
+	// does, and go to whichever host the runtime pulls from.
 	Auth *runtimeapi.AuthConfig
 	// Source is where the credential came from.
 	Source Source
