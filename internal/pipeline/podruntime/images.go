@@ -3,6 +3,7 @@ package podruntime
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/pure/plan"
+	"github.com/nodelet/nodelet/internal/pure/pullcreds"
 )
 
 // imagePuller pulls images with a bound on concurrent pulls and a per-image
@@ -36,16 +38,18 @@ type pullError struct{ waiting plan.Waiting }
 func (e *pullError) Error() string { return e.waiting.Reason + ": " + e.waiting.Message }
 
 // image is an image ready for a container: its ID, whether it was pulled
-// now, and the runtime's description of it when a lookup already had it
-// (nil after a pull).
+// now, and with which credential (nil: anonymously), and the runtime's
+// description of it when a lookup already had it (nil after a pull).
 type image struct {
 	ref    string
 	pulled bool
+	cred   *pullcreds.Credential
 	status *runtimeapi.Image
 }
 
-// ensure returns the image for c, pulling it when plan.ImageDecision says.
-func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig) (image, error) {
+// ensure returns the image for c, pulling it with the pod's credentials
+// (creds; nil: anonymously) when plan.ImageDecision says.
+func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig, creds pullcreds.Lookup) (image, error) {
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	var present *bool
 	var local *runtimeapi.Image
@@ -57,7 +61,7 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 		case plan.Wait:
 			return image{}, &pullError{w}
 		case plan.Pull:
-			return p.pull(ctx, c, spec, sandboxCfg)
+			return p.pull(ctx, c, spec, sandboxCfg, creds)
 		}
 		st, err := p.rt.ImageStatus(ctx, spec)
 		if err != nil {
@@ -71,13 +75,13 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 
 // pull pulls the image within the bound on concurrent pulls and records
 // the outcome in the image's pull history.
-func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeapi.ImageSpec, sandboxCfg *runtimeapi.PodSandboxConfig) (image, error) {
+func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeapi.ImageSpec, sandboxCfg *runtimeapi.PodSandboxConfig, creds pullcreds.Lookup) (image, error) {
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
 		return image{}, ctx.Err()
 	}
-	ref, err := p.rt.PullImage(ctx, spec, nil, sandboxCfg)
+	ref, cred, err := p.pullWith(ctx, spec, sandboxCfg, creds)
 	<-p.sem
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -90,8 +94,59 @@ func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeap
 		return image{}, &pullError{plan.Waiting{Reason: plan.ReasonErrImagePull, Message: msg}}
 	}
 	delete(p.backoff, c.Image)
-	return image{ref: ref, pulled: true}, nil
+	return image{ref: ref, pulled: true, cred: cred}, nil
 }
+
+// pullWith pulls the image as the kubelet's PullImage: with no credential
+// for the image, anonymously; else with each in turn until one works (never
+// anonymously then), failing with all their errors. It returns the
+// credential that pulled it (nil: none).
+func (p *imagePuller) pullWith(ctx context.Context, spec *runtimeapi.ImageSpec, sandboxCfg *runtimeapi.PodSandboxConfig, creds pullcreds.Lookup) (string, *pullcreds.Credential, error) {
+	var try []pullcreds.Credential
+	if creds != nil {
+		var err error
+		if try, err = creds.Credentials(ctx, spec.Image); err != nil {
+			return "", nil, err
+		}
+	}
+	if len(try) == 0 {
+		ref, err := p.rt.PullImage(ctx, spec, nil, sandboxCfg)
+		return ref, nil, err
+	}
+	var errs []error
+	for i := range try {
+		ref, err := p.rt.PullImage(ctx, spec, try[i].Auth, sandboxCfg)
+		if err == nil {
+			return ref, &try[i], nil
+		}
+		if ctx.Err() != nil {
+			return "", nil, err
+		}
+		errs = append(errs, err)
+	}
+	return "", nil, aggregate(errs)
+}
+
+// aggregate is errs as the kubelet's utilerrors.Aggregate words them: one
+// error as itself, more as "[first, second]".
+func aggregate(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return &aggregateError{msg: "[" + strings.Join(msgs, ", ") + "]", errs: errs}
+}
+
+type aggregateError struct {
+	msg  string
+	errs []error
+}
+
+func (e *aggregateError) Error() string   { return e.msg }
+func (e *aggregateError) Unwrap() []error { return e.errs }
 
 func (p *imagePuller) history(image string) plan.PullBackOff {
 	p.mu.Lock()

@@ -386,7 +386,7 @@ func targetID(obs *observed.PodStatus, sandboxID string, ec *v1.EphemeralContain
 // waiting reason its status shows.
 func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Logger) (*plan.Waiting, error) {
 	pod, c := a.pod, a.c
-	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg)
+	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg, a.setup.PullCredentials)
 	var pe *pullError
 	if errors.As(err, &pe) {
 		m.pullEvent(pod, c, pe)
