@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net"
 	"net/url"
 	"path"
 	"slices"
@@ -140,8 +139,8 @@ func Matches(key, repo string) bool {
 	if err != nil {
 		return false
 	}
-	kLabels, kPort := splitHost(k.Host)
-	rLabels, rPort := splitHost(r.Host)
+	kLabels, kPort := splitHost(k)
+	rLabels, rPort := splitHost(r)
 	if kPort != rPort || len(kLabels) != len(rLabels) || !strings.HasPrefix(r.Path, k.Path) {
 		return false
 	}
@@ -153,12 +152,9 @@ func Matches(key, repo string) bool {
 	return true
 }
 
-func splitHost(hostport string) (labels []string, port string) {
-	host, port, err := net.SplitHostPort(hostport)
-	if err != nil {
-		host, port = hostport, ""
-	}
-	return strings.Split(host, "."), port
+// splitHost is u's host name as its labels, and its port ("" for none).
+func splitHost(u *url.URL) (labels []string, port string) {
+	return strings.Split(u.Hostname(), "."), u.Port()
 }
 
 // Repository is image's repository, the name a keyring is looked up by:

@@ -51,7 +51,8 @@ const (
 type Source struct {
 	Kind SourceKind
 	// Namespace, Name and UID identify the Secret (FromSecret), or the
-	// service account (FromProvider with a service account token).
+	// service account (FromProvider with a service account token). For
+	// FromNode, Name is the path of the node's file.
 	Namespace, Name, UID string
 	// Provider is the plugin's name (FromProvider).
 	Provider string
