@@ -21,6 +21,7 @@ import (
 	"github.com/nodelet/nodelet/internal/node/gc"
 	"github.com/nodelet/nodelet/internal/node/imagegc"
 	"github.com/nodelet/nodelet/internal/node/localnet"
+	"github.com/nodelet/nodelet/internal/node/nodecreds"
 	"github.com/nodelet/nodelet/internal/node/podcidr"
 	"github.com/nodelet/nodelet/internal/node/podhooks"
 	"github.com/nodelet/nodelet/internal/node/podresources"
@@ -188,11 +189,15 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		return nil, err
 	}
 	podsDir := filepath.Join(cfg.RootDir, "pods")
+	// The node's image pull credentials: its docker config files, then
+	// (in order) the credential provider plugins.
+	nodeKeyring := nodecreds.New(nodecreds.DefaultOptions(cfg.RootDir), clk, log)
 	uns := userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log})
 	hooks := []podworker.Hook{
 		podhooks.PodDir{PodsDir: podsDir},
 		podhooks.Cgroup{Cgroups: cg, NodeMemoryCapacity: cfg.MemoryCapacity}, // cg is an interface: nil stays nil
 		podhooks.Objects{Registry: registry, Objects: objs},
+		podhooks.PullSecrets{Secrets: objs, Node: nodeKeyring, Recorder: recorder},
 		podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, // hostUsers: false
 		podhooks.Volumes{Volumes: volumes, Recorder: recorder},
 		podhooks.Probes{Prober: p.prober},

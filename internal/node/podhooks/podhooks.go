@@ -19,12 +19,15 @@
 //  3. Objects: the API objects the pod refers to, registered in cluster
 //     mode so that they are watched before volumes and env read them,
 //     and unregistered once the volumes are gone;
-//  4. UserNamespaces: the block of host IDs of a pod with hostUsers:
+//  4. PullSecrets: the credentials the pod's images are pulled with, its
+//     imagePullSecrets' and then the node's (read after Objects has
+//     registered them);
+//  5. UserNamespaces: the block of host IDs of a pod with hostUsers:
 //     false, given before its volumes and freed after they are gone (its
 //     file is in the pod directory);
-//  5. Volumes: the pod's volumes, refreshed on every sync, and every
+//  6. Volumes: the pod's volumes, refreshed on every sync, and every
 //     container's mounts of them;
-//  6. Probes: the pod's probe workers (bound to running containers by
+//  7. Probes: the pod's probe workers (bound to running containers by
 //     the status they hear of).
 package podhooks
 
