@@ -41,7 +41,8 @@ func TestSecurity(t *testing.T) {
 	}
 	// Secrets a user can give nodelet: in the manifest URL, its headers and
 	// the environment. None may come back through the API or the log.
-	secrets := []string{"urlsecret", "querysecret", "hdrsecret", "envsecret"}
+	// And an image pull secret's password (a manifest directory Secret).
+	secrets := []string{"urlsecret", "querysecret", "hdrsecret", "envsecret", pullPassword}
 	t.Setenv("NODELET_E2E_SECRET", "envsecret")
 	urlSrv, fetched := podListServer(t)
 	manifestURL := "http://nodeuser:urlsecret@" + urlSrv + "/pods?token=querysecret"
@@ -224,6 +225,23 @@ spec:
 		if err == nil || !strings.Contains(string(out), "anonymous") || strings.Count(strings.TrimSpace(string(out)), "\n") != 0 {
 			t.Errorf("nodelet --anonymous-auth --authorization-mode AlwaysAllow: %v, want one line refusing it:\n%s", err, out)
 		}
+	})
+
+	t.Run("image pull secrets are used, a wrong one refused", func(t *testing.T) {
+		r, refs := privateRegistry(t, "sec-right", "sec-wrong")
+		writeManifest(t, manifests, "regcred.yaml", pullSecretManifest("regcred", r.Host, pullUser, pullPassword))
+		// The wrong Secret holds the password for another user: it must
+		// not show in the pull's error either.
+		writeManifest(t, manifests, "wrongcred.yaml", pullSecretManifest("wrongcred", r.Host, "someone-else", pullPassword))
+		writeManifest(t, manifests, "private.yaml", privatePod("private", refs["sec-right"], "regcred"))
+		writeManifest(t, manifests, "refused.yaml", privatePod("refused", refs["sec-wrong"], "wrongcred"))
+		eventually(t, 60*time.Second, "the private image's pod runs", func() error {
+			_, err := runningContainer(ctx, rt, "private-e2e", "main")
+			return err
+		})
+		waitEvent(t, node, 60*time.Second, "refused-e2e's pull refused", func(e server.EventItem) bool {
+			return podEvent("refused-e2e", v1.EventTypeWarning, "Failed", `Failed to pull image "`+refs["sec-wrong"]+`"`)(e) && strings.Contains(e.Message, "401")
+		})
 	})
 
 	t.Run("secrets are not served or logged", func(t *testing.T) {
