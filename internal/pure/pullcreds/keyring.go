@@ -42,6 +42,9 @@ func (k *Keyring) Add(src Source, cfg Config) {
 			continue
 		}
 		e := cfg[loc]
+		if _, known := k.creds[key]; !known {
+			k.index = append(k.index, key)
+		}
 		// ServerAddress stays empty, as the kubelet leaves it for
 		// docker config credentials: the runtime sends them to
 		// whichever host (a mirror, too) it pulls the image from.
@@ -49,9 +52,6 @@ func (k *Keyring) Add(src Source, cfg Config) {
 			Auth:   &runtimeapi.AuthConfig{Username: e.Username, Password: e.Password},
 			Source: src,
 		})
-		if !slices.Contains(k.index, key) {
-			k.index = append(k.index, key)
-		}
 	}
 	sort.Sort(sort.Reverse(sort.StringSlice(k.index)))
 }
