@@ -166,10 +166,14 @@ func TestImagePullSecrets(t *testing.T) {
 		waitContainerRunning(t, 120*time.Second, "missingsecret-e2e", "main")
 	})
 	// Without credentials the registry refuses the anonymous request
-	// with 401; containerd (2.2 as 1.6) then reports the image "not
-	// found", as the kubelet's event would show it. With the wrong
-	// password the registry's 401 is in the event.
-	for pod, says := range map[string]string{"nosecret": "not found", "wrongsecret": "401 Unauthorized"} {
+	// with 401, which containerd 1.6 reports as such and containerd 2.x
+	// as the image "not found" (the kubelet's event would show the same).
+	// With the wrong password the registry's 401 is in the event.
+	anonymous := "401 Unauthorized"
+	if shared.containerd.Config().Major >= 2 {
+		anonymous = "not found"
+	}
+	for pod, says := range map[string]string{"nosecret": anonymous, "wrongsecret": "401 Unauthorized"} {
 		t.Run(pod+": ErrImagePull, then back-off", func(t *testing.T) {
 			name := pod + "-e2e"
 			waitEvent(t, api, 60*time.Second, name+" pull failed", func(e server.EventItem) bool {
