@@ -15,6 +15,7 @@ import (
 	"github.com/nodelet/nodelet/internal/base/metrics"
 	"github.com/nodelet/nodelet/internal/base/notify"
 	"github.com/nodelet/nodelet/internal/cluster/apievents"
+	"github.com/nodelet/nodelet/internal/cluster/claims"
 	"github.com/nodelet/nodelet/internal/cluster/objects"
 	"github.com/nodelet/nodelet/internal/cluster/token"
 	"github.com/nodelet/nodelet/internal/node/eviction"
@@ -167,6 +168,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		cl.classes = objects.NewRuntimeClasses(api.kube)
 		objs.API, services, classes = cl.watcher, cl.services, cl.classes
 		volumeOpts = append(volumeOpts, volume.WithTokens(token.New(api.kube.CoreV1(), clk, log)))
+		volumeOpts = append(volumeOpts, volume.WithClaims(claims.New(api.kube.CoreV1())))
 	}
 	downward := envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}
 	volumes := volume.New(cfg.RootDir, objs, downward, log, volumeOpts...)

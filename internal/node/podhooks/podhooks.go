@@ -32,12 +32,14 @@
 package podhooks
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -290,15 +292,8 @@ func (Volumes) Name() string { return "volumes" }
 func (h Volumes) Prepare(ctx context.Context, pod *v1.Pod) (podsetup.Setup, error) {
 	if err := h.Volumes.SetUp(ctx, pod); err != nil {
 		if ctx.Err() == nil {
-			// One event per volume, as the kubelet's volume manager words
-			// it; anything else as one.
-			failed := volume.SetUpErrors(err)
-			for _, ve := range failed {
-				h.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount",
-					fmt.Sprintf("MountVolume.SetUp failed for volume %q : %s", ve.Volume, oneLine(ve.Err)))
-			}
-			if len(failed) == 0 {
-				h.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount", "Unable to attach or mount volumes: "+oneLine(err))
+			for _, msg := range FailedMountMessages(err) {
+				h.Recorder.Event(pod, v1.EventTypeWarning, "FailedMount", msg)
 			}
 		}
 		return podsetup.Setup{}, fmt.Errorf("set up volumes: %w", err)
@@ -311,6 +306,40 @@ func (h Volumes) Cleanup(ctx context.Context, pod *v1.Pod) error {
 }
 
 func (h Volumes) Holding() ([]types.UID, error) { return h.Volumes.Pods() }
+
+// FailedMountMessages are the FailedMount events of a failed SetUp, as
+// the kubelet words them: one per volume that failed to mount
+// ("MountVolume.SetUp failed for volume "<name>" : <why>", the
+// PersistentVolume's name for a claimed volume) and, when a claim could
+// not be resolved, the volume manager's one "Unable to attach or mount
+// volumes: unmounted volumes=[...], unattached volumes=[], failed to
+// process volumes=[...]: <why>; <why>" (nodelet has no attachable
+// volumes). An error that names no volume is one "Unable to attach or
+// mount volumes" event.
+func FailedMountMessages(err error) []string {
+	failed := volume.SetUpErrors(err)
+	if len(failed) == 0 {
+		return []string{"Unable to attach or mount volumes: " + oneLine(err)}
+	}
+	var msgs, unmounted, unprocessed, why []string
+	for _, ve := range failed {
+		unmounted = append(unmounted, ve.Volume)
+		if ve.Unprocessed {
+			unprocessed = append(unprocessed, ve.Volume)
+			why = append(why, oneLine(ve.Err))
+			continue
+		}
+		step := cmp.Or(ve.Step, "MountVolume.SetUp failed")
+		msgs = append(msgs, fmt.Sprintf("%s for volume %q : %s", step, ve.EventVolume(), oneLine(ve.Err)))
+	}
+	if len(unprocessed) > 0 {
+		slices.Sort(unmounted)
+		slices.Sort(unprocessed)
+		msgs = append(msgs, fmt.Sprintf("Unable to attach or mount volumes: unmounted volumes=%v, unattached volumes=[], failed to process volumes=%v: %s",
+			unmounted, unprocessed, strings.Join(why, "; ")))
+	}
+	return msgs
+}
 
 // volumeMounts gives each container its mounts of the pod's volumes.
 type volumeMounts struct{ volumes VolumeManager }

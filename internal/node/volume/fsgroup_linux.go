@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
 )
 
 // The kubelet's ownership masks.
@@ -51,17 +52,25 @@ func fsGroupPath(path string, gid int64, readOnly, recursive bool) error {
 }
 
 // fsGroupAt applies the group to the file open as fd (O_PATH|O_NOFOLLOW),
-// and below it when recursive. Working on descriptors keeps a rename or a
-// planted symlink from redirecting a chown or chmod elsewhere.
+// and below it when recursive: the children first and the directory last,
+// as the kubelet walks, so that a walk cut short leaves the root
+// unchanged and OnRootMismatch does it again. Working on descriptors keeps
+// a rename or a planted symlink from redirecting a chown or chmod
+// elsewhere.
 func fsGroupAt(fd int, path string, gid int, readOnly, recursive bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
+	typ := st.Mode & unix.S_IFMT
+	if typ == unix.S_IFDIR && recursive {
+		if err := fsGroupChildren(fd, path, gid, readOnly); err != nil {
+			return err
+		}
+	}
 	if err := unix.Fchownat(fd, "", -1, gid, unix.AT_EMPTY_PATH); err != nil {
 		return fmt.Errorf("chown %s: %w", path, err)
 	}
-	typ := st.Mode & unix.S_IFMT
 	if typ == unix.S_IFLNK {
 		return nil
 	}
@@ -75,9 +84,12 @@ func fsGroupAt(fd int, path string, gid int, readOnly, recursive bool) error {
 	if err := unix.Chmod(procFD(fd), st.Mode&0o7777|mask); err != nil {
 		return fmt.Errorf("chmod %s: %w", path, err)
 	}
-	if typ != unix.S_IFDIR || !recursive {
-		return nil
-	}
+	return nil
+}
+
+// fsGroupChildren applies the group to everything below the directory
+// open as fd.
+func fsGroupChildren(fd int, path string, gid int, readOnly bool) error {
 	names, err := readDirNames(fd)
 	if err != nil {
 		return fmt.Errorf("listing %s: %w", path, err)
@@ -97,6 +109,32 @@ func fsGroupAt(fd int, path string, gid int, readOnly, recursive bool) error {
 		}
 	}
 	return nil
+}
+
+// setVolumeOwnership applies a pod's fsGroup to a read-write volume it
+// mounts, as the kubelet's SetVolumeOwnership: nothing without an fsGroup;
+// with fsGroupChangePolicy OnRootMismatch, nothing when the volume's root
+// already has the group, g+rwx and setgid; else every file and directory.
+func setVolumeOwnership(dir string, gid *int64, policy *v1.PodFSGroupChangePolicy) error {
+	if gid == nil {
+		return nil
+	}
+	if policy != nil && *policy == v1.FSGroupChangeOnRootMismatch {
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err == nil && rootOwnershipMatches(st.Mode, st.Gid, *gid) {
+			return nil
+		}
+	}
+	return applyFSGroup(dir, *gid, false)
+}
+
+// rootOwnershipMatches tells whether a read-write volume's root of this
+// mode and group needs no ownership change under OnRootMismatch: a
+// directory of group gid with at least g+rw, ug+x (the kubelet's masks)
+// and setgid.
+func rootOwnershipMatches(mode, group uint32, gid int64) bool {
+	want := uint32(rwMask | execMask)
+	return int64(group) == gid && mode&unix.S_IFMT == unix.S_IFDIR && mode&want == want && mode&unix.S_ISGID != 0
 }
 
 // groupMatches reports whether fi has the writer's fsGroup (always true

@@ -68,18 +68,23 @@ const (
 )
 
 // Manager sets up, mounts and tears down the volumes of pods. It keeps no
-// state of its own beyond per-pod locks: everything is derived from the pod
-// spec and the pod directories, so a restarted nodelet picks up where the
-// last one left off. Calls for one pod are serialized; calls for different
+// state of its own beyond per-pod locks and where the claimed volumes of
+// each pod resolved to at its last SetUp: everything else is derived from
+// the pod spec and the pod directories, so a restarted nodelet picks up
+// where the last one left off. Calls for one pod are serialized; calls for different
 // pods run in parallel.
 type Manager struct {
 	rootDir  string
 	objects  Objects
 	downward Downward
 	tokens   Tokens
+	claims   Claims            // nil: standalone, no claims
+	csi      PersistentMounter // nil: no CSI volumes
 	clock    clock.PassiveClock
 	log      *slog.Logger
 	locks    podLocks
+	// claimed are the pods' claimed volumes as SetUp left them.
+	claimed claimedVolumes
 	// shareVolumes makes the volumes mounted with propagation shared
 	// mounts (see shareVolumes).
 	shareVolumes bool
@@ -131,7 +136,14 @@ func New(rootDir string, objects Objects, downward Downward, log *slog.Logger, o
 // When pod.Spec.SecurityContext.FSGroup is set, SetUp applies it itself
 // (the kubelet's SetVolumeOwnership): to an emptyDir when it is created, to
 // configMap, secret, downwardAPI and projected content on every write;
-// never to a hostPath.
+// never to a hostPath; to a local PersistentVolume when it mounts it
+// read-write, by the pod's fsGroupChangePolicy.
+//
+// A persistentVolumeClaim or generic ephemeral volume that some container
+// mounts is resolved through Claims (the claim Bound, the volume bound to
+// the claim; an ephemeral volume's claim controlled by the pod) on every
+// SetUp, as the kubelet resolves it on every sync, and then set up by its
+// PersistentVolume's source: hostPath, local, or csi (WithCSI).
 func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 	if err := checkPathElement("pod UID", string(pod.UID)); err != nil {
 		return err
@@ -151,7 +163,7 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 			err = m.shareVolume(pod.UID, vol)
 		}
 		if err != nil {
-			errs = append(errs, &SetUpError{Volume: vol.Name, Err: err})
+			errs = append(errs, newSetUpError(vol.Name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -160,8 +172,43 @@ func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 // SetUpError is the failure to set up one volume of a pod; SetUp joins one
 // per failed volume.
 type SetUpError struct {
+	// Volume is the pod's name of the volume.
 	Volume string
-	Err    error
+	// PersistentVolume is the PersistentVolume the volume's claim is bound
+	// to, once resolved ("" for other volumes): the kubelet's mount events
+	// name such a volume by it.
+	PersistentVolume string
+	// Unprocessed: the volume's claim could not be resolved to a set-up
+	// step (not bound, not found, a type nodelet does not mount): the
+	// kubelet's "failed to process volumes", reported as "Unable to attach
+	// or mount volumes".
+	Unprocessed bool
+	// Step is the kubelet's words for the step that failed ("MountVolume.SetUp
+	// failed", "MountVolume.NewMounter initialization failed").
+	Step string
+	Err  error
+}
+
+// newSetUpError is the SetUpError of volume for what setUpVolume returned.
+func newSetUpError(volume string, err error) *SetUpError {
+	se := &SetUpError{Volume: volume, Step: stepSetUp, Err: err}
+	var ce *claimError
+	if errors.As(err, &ce) {
+		se.PersistentVolume, se.Unprocessed, se.Err = ce.pv, ce.unprocessed, ce.err
+		if ce.step != "" {
+			se.Step = ce.step
+		}
+	}
+	return se
+}
+
+// EventVolume is the name the kubelet's mount events give the volume: its
+// PersistentVolume's, or the pod's.
+func (e *SetUpError) EventVolume() string {
+	if e.PersistentVolume != "" {
+		return e.PersistentVolume
+	}
+	return e.Volume
 }
 
 func (e *SetUpError) Error() string { return fmt.Sprintf("volume %q: %v", e.Volume, e.Err) }
@@ -195,6 +242,9 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 		return err
 	}
 	src := &vol.VolumeSource
+	if ref, ok := claimOf(pod, vol); ok {
+		return m.setUpClaimed(ctx, pod, vol, ref)
+	}
 	switch {
 	case src.EmptyDir != nil:
 		return m.setUpEmptyDir(pod, vol)
@@ -225,12 +275,13 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 		}
 		return m.writeAtomicVolume(pod, vol.Name, pluginProjected, true, payload)
 	default:
-		return fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
+		return fmt.Errorf("type %s is not supported by nodelet", sourceType(src))
 	}
 }
 
-// pluginDir is the plugin directory of a volume kept in the pod directory,
-// "" for a hostPath, and an error for a type nodelet does not support.
+// pluginDir is the plugin directory of an inline volume kept in the pod
+// directory, "" for a hostPath, and an error for a type nodelet does not
+// support (claimed volumes are found through Manager.claimed).
 func pluginDir(src *v1.VolumeSource) (string, error) {
 	switch {
 	case src.EmptyDir != nil:
@@ -246,13 +297,14 @@ func pluginDir(src *v1.VolumeSource) (string, error) {
 	case src.Projected != nil:
 		return pluginProjected, nil
 	default:
-		return "", fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
+		return "", fmt.Errorf("type %s is not supported by nodelet", sourceType(src))
 	}
 }
 
-// volumeType names the type of a volume source by its field in the API
+// sourceType names the type of a volume source (a *v1.VolumeSource or a
+// *v1.PersistentVolumeSource) by its field in the API
 // ("persistentVolumeClaim", "nfs", ...).
-func volumeType(src *v1.VolumeSource) string {
+func sourceType(src any) string {
 	v := reflect.ValueOf(src).Elem()
 	for i := range v.NumField() {
 		f := v.Field(i)

@@ -108,6 +108,13 @@ func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *
 // volumeHostPath is the host path of a volume's root and whether the
 // volume must be mounted read-only.
 func (m *Manager) volumeHostPath(uid types.UID, vol *v1.Volume) (string, bool, error) {
+	if vol.PersistentVolumeClaim != nil || vol.Ephemeral != nil {
+		c, ok := m.claimed.get(uid, vol.Name)
+		if !ok {
+			return "", false, fmt.Errorf("volume %q is not set up", vol.Name)
+		}
+		return c.hostPath, c.readOnly, nil
+	}
 	plugin, err := pluginDir(&vol.VolumeSource)
 	if err != nil {
 		return "", false, fmt.Errorf("volume %q: %w", vol.Name, err)

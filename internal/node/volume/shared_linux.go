@@ -18,8 +18,15 @@ import (
 // propagation, and no mount made earlier is copied (a recursive bind of a
 // directory holding mounts hides the originals, which can then not be
 // unmounted by path). Pod teardown unmounts it with the pod's other mounts.
-// A hostPath volume is the host's: left as it is.
+// A hostPath volume is the host's: left as it is, as is the host path of
+// a hostPath PersistentVolume; a local one's bind mount is made shared.
 func (m *Manager) shareVolume(uid types.UID, vol *v1.Volume) error {
+	if vol.PersistentVolumeClaim != nil || vol.Ephemeral != nil {
+		if c, ok := m.claimed.get(uid, vol.Name); ok && c.inPodDir {
+			return makeShared(c.hostPath)
+		}
+		return nil
+	}
 	plugin, err := pluginDir(&vol.VolumeSource)
 	if err != nil || plugin == "" {
 		return err

@@ -47,6 +47,7 @@ func (m *Manager) TearDown(ctx context.Context, podUID types.UID) error {
 	if err := m.tearDown(ctx, podUID); err != nil {
 		return fmt.Errorf("tear down volumes of pod %s: %w", podUID, err)
 	}
+	m.claimed.forget(podUID)
 	if m.tokens != nil {
 		m.tokens.Forget(podUID)
 	}
