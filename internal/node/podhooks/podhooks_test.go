@@ -83,6 +83,28 @@ func TestVolumesPrepareFailurePerVolume(t *testing.T) {
 	}
 }
 
+// Claimed volumes are worded as the kubelet's: a claim that does not
+// resolve is the volume manager's one "Unable to attach or mount volumes"
+// with the volumes it could not process, a PersistentVolume that fails to
+// mount is named by the PV, with the step that failed.
+func TestFailedMountMessagesOfClaims(t *testing.T) {
+	err := errors.Join(
+		&volume.SetUpError{Volume: "web", Unprocessed: true, Err: errors.New("error processing PVC default/web: PVC is not bound")},
+		&volume.SetUpError{Volume: "cm", Err: errors.New(`configmap "a" not found`)},
+		&volume.SetUpError{Volume: "data", PersistentVolume: "pv-local", Step: "MountVolume.NewMounter initialization failed", Err: errors.New(`path "/mnt/x" does not exist`)},
+		&volume.SetUpError{Volume: "cache", Unprocessed: true, Err: errors.New("PVC default/p-cache was not created for pod default/p (pod is not owner)")},
+	)
+	want := []string{
+		`MountVolume.SetUp failed for volume "cm" : configmap "a" not found`,
+		`MountVolume.NewMounter initialization failed for volume "pv-local" : path "/mnt/x" does not exist`,
+		`Unable to attach or mount volumes: unmounted volumes=[cache cm data web], unattached volumes=[], failed to process volumes=[cache web]: ` +
+			`error processing PVC default/web: PVC is not bound; PVC default/p-cache was not created for pod default/p (pod is not owner)`,
+	}
+	if got := FailedMountMessages(err); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("messages:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // Cleanup releases by UID alone: an orphan's spec, and so its QoS tier,
 // is unknown.
 func TestCleanupNeedsOnlyTheUID(t *testing.T) {
