@@ -159,3 +159,47 @@ spec:
 		t.Error("container started although its volume failed")
 	}
 }
+
+// Standalone there is no API server to resolve claims: a pod with a
+// persistentVolumeClaim or generic ephemeral volume stays Pending with the
+// kubelet's FailedMount event saying so, nothing of it starts, and a pod
+// beside it in the same manifest runs.
+func TestStandaloneClaimRefused(t *testing.T) {
+	n, dir, _ := lifecycleNodelet(t, "claims")
+	writeManifest(t, dir, "claims.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: claimed}
+spec:
+  containers:
+  - name: main
+    image: "busybox:1.35"
+    command: ["sleep", "3600"]
+    volumeMounts: [{name: data, mountPath: /data}, {name: scratch, mountPath: /scratch}]
+  volumes:
+  - {name: data, persistentVolumeClaim: {claimName: web-data}}
+  - name: scratch
+    ephemeral:
+      volumeClaimTemplate:
+        spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: beside}
+spec:
+  containers:
+  - {name: main, image: "busybox:1.35", command: ["sleep", "3600"]}
+`)
+	api := n.api(t)
+	const why = "persistent volume claims are not supported by nodelet in standalone mode: there is no API server to resolve them"
+	waitEvent(t, api, 60*time.Second, "claimed-e2e FailedMount", podEvent("claimed-e2e", v1.EventTypeWarning, "FailedMount",
+		"Unable to attach or mount volumes: unmounted volumes=[data scratch], unattached volumes=[], failed to process volumes=[data scratch]: "+
+			"error processing PVC default/web-data: "+why+"; error processing PVC default/claimed-e2e-scratch: "+why))
+	waitPhase(t, n, "beside-e2e", "Running", 60*time.Second)
+	p := waitPhase(t, n, "claimed-e2e", "Pending", 5*time.Second)
+	if cs := p.Status.ContainerStatuses; len(cs) != 1 || cs[0].State.Waiting == nil || cs[0].State.Waiting.Reason != "ContainerCreating" {
+		t.Errorf("claimed-e2e container statuses %+v, want main waiting in ContainerCreating", cs)
+	}
+	if _, err := runningContainer(context.Background(), shared.rt, "claimed-e2e", "main"); err == nil {
+		t.Error("container started although its claims cannot be resolved")
+	}
+}
