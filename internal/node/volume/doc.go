@@ -14,6 +14,7 @@
 //	    volumes/kubernetes.io~secret/<volume>          AtomicWriter layout on a tmpfs
 //	    volumes/kubernetes.io~downward-api/<volume>    AtomicWriter layout on disk
 //	    volumes/kubernetes.io~projected/<volume>       AtomicWriter layout on a tmpfs
+//	    volumes/kubernetes.io~local-volume/<pv name>   bind mount of a local PersistentVolume
 //	    volume-subpaths/<volume>/<container>/<index>   bind mount of a verified subPath
 //
 // A serviceAccountToken projection (cluster mode, WithTokens) writes the
@@ -25,6 +26,22 @@
 //
 // A hostPath volume has no directory here: the host path is handed to the
 // runtime as it is, after the type check of its volume.
+//
+// A persistentVolumeClaim volume, or a generic ephemeral volume (whose
+// claim, <pod name>-<volume name>, the controller manager makes and the
+// pod must control), is resolved through Claims on every SetUp, as the
+// kubelet's desired state populator does it on every sync: the claim
+// Bound to a named PersistentVolume and not being deleted without its
+// protection finalizer, the PersistentVolume bound back to the claim's
+// UID; a claim that does not resolve fails as "unprocessed"
+// (SetUpError.Unprocessed), with the kubelet's words. The resolved volume
+// is then set up by its source: a hostPath PV like a hostPath volume (no
+// fsGroup); a local PV bind-mounted into the pod directory (read-only for
+// a read-only claim, with its mount options), the fsGroup applied by the
+// pod's fsGroupChangePolicy; a CSI PV by the PersistentMounter given
+// WithCSI. Where each resolved to is kept in memory for Mounts, and
+// dropped by TearDown. Standalone (no Claims), such a volume fails saying
+// there is no API server. A claim no container mounts is not resolved.
 //
 // The AtomicWriter layout (configMap, secret, downwardAPI, projected) is the
 // kubelet's: the files live in a timestamped directory
