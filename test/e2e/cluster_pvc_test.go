@@ -82,6 +82,22 @@ func TestClusterPersistentVolumes(t *testing.T) {
 		return v1.VolumeSource{PersistentVolumeClaim: &v1.PersistentVolumeClaimVolumeSource{ClaimName: name, ReadOnly: readOnly}}
 	}
 	const sleep = "; trap 'exit 0' TERM; while true; do sleep 3600 & wait $!; done"
+	// The node read every claim and volume as the Node authorizer allows
+	// it: none of its reads of them was refused (but while the
+	// authorizer's graph lagged a binding).
+	t.Cleanup(func() {
+		counts, denied, _ := readNodeAudit(t, cp.AuditLog, "system:node:"+node)
+		for _, e := range denied {
+			if r := e.ObjectRef; r != nil && (r.Resource == "persistentvolumeclaims" || r.Resource == "persistentvolumes") {
+				t.Errorf("the node's %s %s was refused: %s", e.Verb, e.RequestURI, e.reason())
+			}
+		}
+		for k, n := range counts {
+			if k.resource == "persistentvolumeclaims" || k.resource == "persistentvolumes" {
+				t.Logf("node %s: %d × %s %s → %d", node, n, k.verb, k.resource, k.code)
+			}
+		}
+	})
 
 	t.Run("HostPathSurvivesThePod", func(t *testing.T) {
 		dir := filepath.Join(storage, "hostpath")
