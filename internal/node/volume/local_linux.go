@@ -18,7 +18,8 @@ const pluginLocal = "kubernetes.io~local-volume"
 // devices are not supported), is bind-mounted onto
 // <pod dir>/volumes/kubernetes.io~local-volume/<pv name>, read-only when
 // the claim is, with the PV's mount options; once mounted read-write, the
-// pod's fsGroup is applied by its fsGroupChangePolicy (SetVolumeOwnership).
+// pod's fsGroup is applied by its fsGroupChangePolicy (SetVolumeOwnership),
+// unless another pod has it mounted already.
 // A mount already there is left as it is (SetUp runs on every sync).
 func (m *Manager) setUpLocal(pod *v1.Pod, p Persistent) (claimed, error) {
 	fail := func(step string, err error) (claimed, error) {
@@ -67,11 +68,39 @@ func (m *Manager) setUpLocal(pod *v1.Pod, p Persistent) (claimed, error) {
 	}
 	m.log.Info("Mounted local volume", "pod", podRef(pod), "podUID", pod.UID, "persistentVolume", p.PV.Name, "path", path, "readOnly", p.ReadOnly)
 	if !p.ReadOnly {
-		if err := setVolumeOwnership(dir, fsGroup(pod), fsGroupChangePolicy(pod)); err != nil {
+		if err := m.localOwnership(pod, p.PV.Name, dir); err != nil {
 			return fail(stepSetUp, err)
 		}
 	}
 	return out, nil
+}
+
+// localOwnership applies the pod's fsGroup to a local volume it just
+// mounted read-write, unless another pod has the volume mounted: then, as
+// the kubelet's local plugin, ownership is left as the first pod made it,
+// with a warning when the groups differ (the kubelet's
+// WarnAlreadyMountedVolume event; a log line here).
+func (m *Manager) localOwnership(pod *v1.Pod, pv, dir string) error {
+	gid := fsGroup(pod)
+	if gid == nil {
+		return nil
+	}
+	mounts, err := readMountInfo()
+	if err != nil {
+		return err
+	}
+	if otherMounts(mounts, dir, m.podsDir()) == 0 {
+		return setVolumeOwnership(dir, gid, fsGroupChangePolicy(pod))
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fmt.Errorf("failed to check fsGroup for %s (%w)", dir, err)
+	}
+	if int64(st.Gid) != *gid {
+		m.log.Warn(fmt.Sprintf("The requested fsGroup is %d, but the volume %s has GID %d. The volume may not be shareable.", *gid, pv, st.Gid),
+			"pod", podRef(pod), "podUID", pod.UID, "reason", "AlreadyMountedVolume")
+	}
+	return nil
 }
 
 // bindMount bind-mounts source onto target and, when flags are asked

@@ -75,6 +75,8 @@ func isMountPoint(path string) (bool, error) {
 // mountInfo is one line of /proc/self/mountinfo.
 type mountInfo struct {
 	id         int
+	dev        string // major:minor of the file system
+	root       string // the file system's directory mounted here (a bind's source)
 	mountPoint string
 	fsType     string
 	options    string // per-mount options
@@ -112,7 +114,8 @@ func parseMountInfo(data []byte) ([]mountInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("malformed mountinfo line %q: %w", line, err)
 		}
-		mi := mountInfo{id: id, mountPoint: unescapeMountInfo(fields[4]), options: fields[5], fsType: tail[0]}
+		mi := mountInfo{id: id, dev: fields[2], root: unescapeMountInfo(fields[3]), mountPoint: unescapeMountInfo(fields[4]),
+			options: fields[5], fsType: tail[0]}
 		for _, opt := range fields[6:] {
 			if strings.HasPrefix(opt, "shared:") {
 				mi.shared = true
@@ -124,6 +127,29 @@ func parseMountInfo(data []byte) ([]mountInfo, error) {
 		out = append(out, mi)
 	}
 	return out, sc.Err()
+}
+
+// otherMounts counts the mounts below under that show what the mount at
+// mountPoint shows (the same file system and directory: binds of one
+// source), mountPoint itself aside: the kubelet's GetMountRefs filtered
+// to the pods directory.
+func otherMounts(mounts []mountInfo, mountPoint, under string) int {
+	var self *mountInfo
+	for i := range mounts {
+		if mounts[i].mountPoint == mountPoint {
+			self = &mounts[i] // the last one: the mount on top
+		}
+	}
+	if self == nil {
+		return 0
+	}
+	n := 0
+	for _, mi := range mounts {
+		if _, below := relBelow(under, mi.mountPoint); below && mi.mountPoint != mountPoint && mi.dev == self.dev && mi.root == self.root {
+			n++
+		}
+	}
+	return n
 }
 
 // unescapeMountInfo undoes the kernel's octal escapes (\040 for a space,

@@ -596,3 +596,73 @@ func TestCheckNoBacksteps(t *testing.T) {
 		}
 	}
 }
+
+func TestOtherMounts(t *testing.T) {
+	mounts, err := parseMountInfo([]byte(`1 0 8:1 / / rw - ext4 /dev/sda1 rw
+2 1 8:1 /srv/data /r/pods/a/volumes/kubernetes.io~local-volume/pv rw - ext4 /dev/sda1 rw
+3 1 8:1 /srv/data /r/pods/b/volumes/kubernetes.io~local-volume/pv rw - ext4 /dev/sda1 rw
+4 1 8:1 /srv/data /elsewhere rw - ext4 /dev/sda1 rw
+5 1 8:1 /srv/other /r/pods/c/volumes/kubernetes.io~local-volume/pv2 rw - ext4 /dev/sda1 rw
+6 1 8:2 /srv/data /r/pods/d/volumes/kubernetes.io~local-volume/pv3 rw - ext4 /dev/sdb1 rw
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mp, want := range map[string]int{
+		"/r/pods/a/volumes/kubernetes.io~local-volume/pv":  1, // b's; not /elsewhere, not other sources
+		"/r/pods/c/volumes/kubernetes.io~local-volume/pv2": 0,
+		"/r/pods/d/volumes/kubernetes.io~local-volume/pv3": 0, // same path, other device
+		"/not/mounted": 0,
+	} {
+		if got := otherMounts(mounts, mp, "/r/pods"); got != want {
+			t.Errorf("otherMounts(%s) = %d, want %d", mp, got, want)
+		}
+	}
+}
+
+// TestLocalPersistentVolumeShared: a second pod mounting a local volume
+// another pod has mounted leaves its ownership as the first made it.
+func TestLocalPersistentVolumeShared(t *testing.T) {
+	requireRoot(t)
+	e, fc := newClaimsEnv(t)
+	data := t.TempDir()
+	fc.bind("local", "pv-local", v1.PersistentVolumeSource{Local: &v1.LocalVolumeSource{Path: data}})
+	first := mounting(testPod("uid-first", claimVolume("data", "local", false)), "data")
+	first.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr[int64](1111)}
+	second := mounting(testPod("uid-second", claimVolume("data", "local", false)), "data")
+	second.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr[int64](2222)}
+	e.cleanupPod(first.UID)
+	e.cleanupPod(second.UID)
+	gid := func() uint32 {
+		var st unix.Stat_t
+		if err := unix.Stat(data, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Gid
+	}
+	if err := e.m.SetUp(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	if g := gid(); g != 1111 {
+		t.Fatalf("group after the first pod: %d, want 1111", g)
+	}
+	if err := e.m.SetUp(t.Context(), second); err != nil {
+		t.Fatal(err)
+	}
+	if g := gid(); g != 1111 {
+		t.Fatalf("group after the second pod: %d, want the first pod's 1111", g)
+	}
+	// Once the first is gone, a pod mounting it anew applies its own.
+	if err := e.m.TearDown(t.Context(), first.UID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.TearDown(t.Context(), second.UID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.SetUp(t.Context(), second); err != nil {
+		t.Fatal(err)
+	}
+	if g := gid(); g != 2222 {
+		t.Fatalf("group after the second pod alone: %d, want 2222", g)
+	}
+}

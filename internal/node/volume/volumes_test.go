@@ -605,7 +605,7 @@ func TestParseMountInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].mountPoint != "/mnt with space" || got[0].fsType != "tmpfs" ||
+	if len(got) != 2 || got[0].mountPoint != "/mnt with space" || got[0].fsType != "tmpfs" || got[0].dev != "98:0" || got[0].root != "/mnt1" ||
 		got[0].superOpts != "rw,size=1024k" || got[1].mountPoint != "/plain" || got[1].id != 37 {
 		t.Fatalf("parsed %+v", got)
 	}
