@@ -55,6 +55,13 @@ type PersistentMounter interface {
 	// must be idempotent. Its error is reported as the kubelet's
 	// "MountVolume.SetUp failed for volume <pv name>".
 	SetUpPersistent(ctx context.Context, pod *v1.Pod, p Persistent) (hostPath string, readOnly bool, err error)
+	// TearDownPersistent releases whatever SetUpPersistent set up for the
+	// pod, all its volumes of this source at once. TearDown calls it first,
+	// before it unmounts and removes what is left of the pod's volumes, also
+	// for a pod this process never set up (housekeeping's orphans after a
+	// restart), so it must keep what it needs on disk and be idempotent; an
+	// error stops TearDown, which is retried.
+	TearDownPersistent(ctx context.Context, podUID types.UID) error
 }
 
 // WithCSI sets what sets up PersistentVolumes with spec.csi. Without it,

@@ -358,12 +358,30 @@ func TestClaimedVolumeTypes(t *testing.T) {
 	if len(failed) != 1 || failed[0].Unprocessed || failed[0].EventVolume() != "pv-csi" || failed[0].Err.Error() != "driver gone" {
 		t.Fatalf("failures = %+v", failed)
 	}
+	// TearDown asks the CSI mounter first; its failure is TearDown's,
+	// to be retried.
+	if err := e.m.TearDown(t.Context(), pod.UID); err == nil || !strings.Contains(err.Error(), "driver gone") {
+		t.Fatalf("TearDown with the driver gone = %v", err)
+	}
+	csi.err = nil
+	if err := e.m.TearDown(t.Context(), pod.UID); err != nil {
+		t.Fatal(err)
+	}
+	if len(csi.tornDown) != 2 || csi.tornDown[1] != pod.UID {
+		t.Fatalf("CSI teardowns %v", csi.tornDown)
+	}
 }
 
 type fakeCSI struct {
-	path string
-	err  error
-	got  Persistent
+	path     string
+	err      error
+	got      Persistent
+	tornDown []types.UID
+}
+
+func (f *fakeCSI) TearDownPersistent(_ context.Context, uid types.UID) error {
+	f.tornDown = append(f.tornDown, uid)
+	return f.err
 }
 
 func (f *fakeCSI) SetUpPersistent(_ context.Context, _ *v1.Pod, p Persistent) (string, bool, error) {
