@@ -38,8 +38,9 @@
 // is then set up by its source: a hostPath PV like a hostPath volume (no
 // fsGroup); a local PV bind-mounted into the pod directory (read-only for
 // a read-only claim, with its mount options), the fsGroup applied by the
-// pod's fsGroupChangePolicy; a CSI PV by the PersistentMounter given
-// WithCSI. Where each resolved to is kept in memory for Mounts, and
+// pod's fsGroupChangePolicy; a CSI PV is refused until the CSI volume
+// manager is wired into setUpPersistent. Where each resolved to is kept
+// in memory for Mounts, and
 // dropped by TearDown. Standalone (no Claims), such a volume fails saying
 // there is no API server. A claim no container mounts is not resolved.
 //

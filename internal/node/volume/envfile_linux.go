@@ -44,7 +44,7 @@ func (m *Manager) EnvFile(pod *v1.Pod, volName, rel string, limit int64) ([]byte
 		return nil, fmt.Errorf("volume %q is not defined by the pod: %w", volName, envvars.ErrVolumeNotFound)
 	}
 	if vol.EmptyDir == nil {
-		return nil, fmt.Errorf("volume %q is a %s volume: env files are read from emptyDir volumes only", volName, sourceType(&vol.VolumeSource))
+		return nil, fmt.Errorf("volume %q is a %s volume: env files are read from emptyDir volumes only", volName, volumeType(&vol.VolumeSource))
 	}
 	if err := checkPathElement("volume name", volName); err != nil {
 		return nil, err

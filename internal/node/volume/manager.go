@@ -78,8 +78,7 @@ type Manager struct {
 	objects  Objects
 	downward Downward
 	tokens   Tokens
-	claims   Claims            // nil: standalone, no claims
-	csi      PersistentMounter // nil: no CSI volumes
+	claims   Claims // nil: standalone, no claims
 	clock    clock.PassiveClock
 	log      *slog.Logger
 	locks    podLocks
@@ -143,7 +142,7 @@ func New(rootDir string, objects Objects, downward Downward, log *slog.Logger, o
 // mounts is resolved through Claims (the claim Bound, the volume bound to
 // the claim; an ephemeral volume's claim controlled by the pod) on every
 // SetUp, as the kubelet resolves it on every sync, and then set up by its
-// PersistentVolume's source: hostPath, local, or csi (WithCSI).
+// PersistentVolume's source (setUpPersistent: hostPath and local).
 func (m *Manager) SetUp(ctx context.Context, pod *v1.Pod) error {
 	if err := checkPathElement("pod UID", string(pod.UID)); err != nil {
 		return err
@@ -275,7 +274,7 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 		}
 		return m.writeAtomicVolume(pod, vol.Name, pluginProjected, true, payload)
 	default:
-		return fmt.Errorf("type %s is not supported by nodelet", sourceType(src))
+		return fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
 	}
 }
 
@@ -297,14 +296,14 @@ func pluginDir(src *v1.VolumeSource) (string, error) {
 	case src.Projected != nil:
 		return pluginProjected, nil
 	default:
-		return "", fmt.Errorf("type %s is not supported by nodelet", sourceType(src))
+		return "", fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
 	}
 }
 
-// sourceType names the type of a volume source (a *v1.VolumeSource or a
+// volumeType names the type of a volume source (a *v1.VolumeSource or a
 // *v1.PersistentVolumeSource) by its field in the API
 // ("persistentVolumeClaim", "nfs", ...).
-func sourceType(src any) string {
+func volumeType(src any) string {
 	v := reflect.ValueOf(src).Elem()
 	for i := range v.NumField() {
 		f := v.Field(i)

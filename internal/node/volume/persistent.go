@@ -44,35 +44,11 @@ type Persistent struct {
 	ReadOnly bool
 }
 
-// PersistentMounter sets up the PersistentVolumes of a source the Manager
-// does not mount itself: spec.csi, for the CSI volume manager. The Manager
-// resolves the claim and dispatches on the volume's source; hostPath and
-// local are its own (setUpPersistent).
-type PersistentMounter interface {
-	// SetUpPersistent makes the volume available to the pod and returns
-	// the host path the pod's containers mount, and whether they must
-	// mount it read-only. It is called on every sync of the pod, so it
-	// must be idempotent. Its error is reported as the kubelet's
-	// "MountVolume.SetUp failed for volume <pv name>".
-	SetUpPersistent(ctx context.Context, pod *v1.Pod, p Persistent) (hostPath string, readOnly bool, err error)
-	// TearDownPersistent releases whatever SetUpPersistent set up for the
-	// pod, all its volumes of this source at once. TearDown calls it first,
-	// before it unmounts and removes what is left of the pod's volumes, also
-	// for a pod this process never set up (housekeeping's orphans after a
-	// restart), so it must keep what it needs on disk and be idempotent; an
-	// error stops TearDown, which is retried.
-	TearDownPersistent(ctx context.Context, podUID types.UID) error
-}
-
-// WithCSI sets what sets up PersistentVolumes with spec.csi. Without it,
-// such a volume fails to set up, saying CSI is not supported.
-func WithCSI(c PersistentMounter) Option { return func(m *Manager) { m.csi = c } }
-
 // claimed is a persistentVolumeClaim or ephemeral volume of a running pod,
 // as its last SetUp left it, for Mounts.
 type claimed struct {
 	// hostPath is what containers mount: the hostPath PV's path, the bind
-	// mount of a local PV in the pod directory, a CSI publish path.
+	// mount of a local PV in the pod directory.
 	hostPath string
 	// readOnly: every container mounts it read-only.
 	readOnly bool
@@ -311,9 +287,11 @@ func volumeUses(pod *v1.Pod) (mounted, devices map[string]bool) {
 
 // setUpPersistent sets up a resolved volume by its source: hostPath (the
 // host path as it is, after its type check; no fsGroup, no mount
-// options), local (a bind mount in the pod directory, fsGroup applied),
-// csi (the PersistentMounter given WithCSI). Any other source is not
-// supported.
+// options), local (a bind mount in the pod directory, fsGroup applied).
+// This is where the PersistentVolume's source is dispatched on: a CSI
+// volume is set up here by the CSI volume manager once it is wired in
+// (under kubernetes.io~csi/<pv name>, as the kubelet's); until then, and
+// for any other source, the volume is refused, saying so.
 func (m *Manager) setUpPersistent(ctx context.Context, pod *v1.Pod, p Persistent) (claimed, error) {
 	fail := func(step string, err error) (claimed, error) {
 		return claimed{}, &claimError{pv: p.PV.Name, step: step, err: err}
@@ -330,18 +308,12 @@ func (m *Manager) setUpPersistent(ctx context.Context, pod *v1.Pod, p Persistent
 		return claimed{hostPath: filepath.Clean(src.HostPath.Path), readOnly: p.ReadOnly}, nil
 	case src.Local != nil:
 		return m.setUpLocal(pod, p)
-	case src.CSI != nil && m.csi != nil:
-		path, ro, err := m.csi.SetUpPersistent(ctx, pod, p)
-		if err != nil {
-			return fail(stepSetUp, err)
-		}
-		return claimed{hostPath: path, readOnly: ro || p.ReadOnly}, nil
 	case src.CSI != nil:
 		return claimed{}, &claimError{pv: p.PV.Name, unprocessed: true,
 			err: fmt.Errorf("PersistentVolume %s: CSI volumes (driver %s) are not supported by nodelet yet", p.PV.Name, src.CSI.Driver)}
 	default:
 		return claimed{}, &claimError{pv: p.PV.Name, unprocessed: true,
-			err: fmt.Errorf("PersistentVolume %s: type %s is not supported by nodelet", p.PV.Name, sourceType(src))}
+			err: fmt.Errorf("PersistentVolume %s: type %s is not supported by nodelet", p.PV.Name, volumeType(src))}
 	}
 }
 

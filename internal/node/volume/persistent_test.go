@@ -326,8 +326,8 @@ func TestHostPathPersistentVolume(t *testing.T) {
 	}
 }
 
-// TestClaimedVolumeTypes: PVs nodelet does not mount are refused, saying
-// so; CSI goes to the PersistentMounter when there is one.
+// TestClaimedVolumeTypes: PVs nodelet does not mount (CSI until the CSI
+// volume manager is wired in) are refused, saying so, as unprocessed.
 func TestClaimedVolumeTypes(t *testing.T) {
 	e, fc := newClaimsEnv(t)
 	fc.bind("nfs", "pv-nfs", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}})
@@ -339,54 +339,6 @@ func TestClaimedVolumeTypes(t *testing.T) {
 		failed[1].Err.Error() != "PersistentVolume pv-csi: CSI volumes (driver hostpath.csi.k8s.io) are not supported by nodelet yet" || !failed[1].Unprocessed {
 		t.Fatalf("failures = %+v", failed)
 	}
-
-	csi := &fakeCSI{path: "/var/lib/csi/pub"}
-	e.m = New(e.root, e.objects, fakeDownward{}, testLogger(t), WithClaims(fc), WithCSI(csi))
-	pod = mounting(testPod("uid-csi", claimVolume("c", "csi", true)), "c")
-	if err := e.m.SetUp(t.Context(), pod); err != nil {
-		t.Fatal(err)
-	}
-	if csi.got.PV.Name != "pv-csi" || !csi.got.ReadOnly {
-		t.Fatalf("the CSI mounter got %+v", csi.got)
-	}
-	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false)
-	if err != nil || len(mounts) != 1 || mounts[0].HostPath != csi.path || !mounts[0].Readonly {
-		t.Fatalf("mounts = %v, %v", mounts, err)
-	}
-	csi.err = errors.New("driver gone")
-	failed = SetUpErrors(e.m.SetUp(t.Context(), pod))
-	if len(failed) != 1 || failed[0].Unprocessed || failed[0].EventVolume() != "pv-csi" || failed[0].Err.Error() != "driver gone" {
-		t.Fatalf("failures = %+v", failed)
-	}
-	// TearDown asks the CSI mounter first; its failure is TearDown's,
-	// to be retried.
-	if err := e.m.TearDown(t.Context(), pod.UID); err == nil || !strings.Contains(err.Error(), "driver gone") {
-		t.Fatalf("TearDown with the driver gone = %v", err)
-	}
-	csi.err = nil
-	if err := e.m.TearDown(t.Context(), pod.UID); err != nil {
-		t.Fatal(err)
-	}
-	if len(csi.tornDown) != 2 || csi.tornDown[1] != pod.UID {
-		t.Fatalf("CSI teardowns %v", csi.tornDown)
-	}
-}
-
-type fakeCSI struct {
-	path     string
-	err      error
-	got      Persistent
-	tornDown []types.UID
-}
-
-func (f *fakeCSI) TearDownPersistent(_ context.Context, uid types.UID) error {
-	f.tornDown = append(f.tornDown, uid)
-	return f.err
-}
-
-func (f *fakeCSI) SetUpPersistent(_ context.Context, _ *v1.Pod, p Persistent) (string, bool, error) {
-	f.got = p
-	return f.path, false, f.err
 }
 
 // TestUnusedClaimSkipped: a claim no container mounts is not even

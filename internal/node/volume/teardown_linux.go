@@ -28,8 +28,7 @@ import (
 // down. Once the pod is torn down, its cached service account tokens are
 // forgotten.
 //
-// The PersistentMounter given WithCSI releases its volumes of the pod
-// first (TearDownPersistent). Then the steps, for each subtree:
+// The steps, for each subtree:
 //
 //  1. open the pod directory, then the subtree, without following a
 //     symlink (a symlink in the subtree's place is removed as such; a pod
@@ -45,11 +44,6 @@ func (m *Manager) TearDown(ctx context.Context, podUID types.UID) error {
 	}
 	unlock := m.locks.lock(podUID)
 	defer unlock()
-	if m.csi != nil {
-		if err := m.csi.TearDownPersistent(ctx, podUID); err != nil {
-			return fmt.Errorf("tear down volumes of pod %s: %w", podUID, err)
-		}
-	}
 	if err := m.tearDown(ctx, podUID); err != nil {
 		return fmt.Errorf("tear down volumes of pod %s: %w", podUID, err)
 	}
