@@ -16,8 +16,10 @@ import (
 	"github.com/nodelet/nodelet/internal/base/notify"
 	"github.com/nodelet/nodelet/internal/cluster/apievents"
 	"github.com/nodelet/nodelet/internal/cluster/claims"
+	"github.com/nodelet/nodelet/internal/cluster/csinode"
 	"github.com/nodelet/nodelet/internal/cluster/objects"
 	"github.com/nodelet/nodelet/internal/cluster/token"
+	"github.com/nodelet/nodelet/internal/node/csi"
 	"github.com/nodelet/nodelet/internal/node/eviction"
 	"github.com/nodelet/nodelet/internal/node/gc"
 	"github.com/nodelet/nodelet/internal/node/imagegc"
@@ -70,6 +72,8 @@ type pipeline struct {
 	// podCIDR hands the pod CIDRs to the runtime: the Node's (node
 	// status applies them), standalone --pod-cidr at start.
 	podCIDR *podcidr.Manager
+	// csiPlugins registers the CSI drivers of <root-dir>/plugins_registry.
+	csiPlugins *csi.Watcher
 	// cluster is cluster mode's parts; nil standalone.
 	cluster *clusterParts
 }
@@ -161,7 +165,11 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	var services podruntime.Services
 	var classes podruntime.RuntimeClasses // standalone: none, and a pod naming a RuntimeClass does not start
 	var registry podhooks.ObjectRegistry  // cluster mode: the objects a pod refers to are watched before its volumes are set up
+	var csiAPI csi.API                    // cluster mode: CSIDriver and VolumeAttachment objects
+	var csiListener csi.Listener          // cluster mode: the CSINode object and the Node's labels
 	if cl != nil {
+		csiAPI = csinode.Objects{Kube: api.kube}
+		csiListener = csinode.New(api.kube, cfg.NodeName)
 		cl.watcher = objects.NewWatcher(api.kube, p.objects.Notify, clk, log)
 		registry = cl.watcher
 		cl.services = objects.NewServices(api.kube)
@@ -171,6 +179,9 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		volumeOpts = append(volumeOpts, volume.WithClaims(claims.New(api.kube.CoreV1())))
 	}
 	downward := envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}
+	csiDrivers := csi.NewRegistry()
+	p.csiPlugins = csi.NewWatcher(cfg.RootDir, csiDrivers, csiListener, clk, log)
+	volumeOpts = append(volumeOpts, volume.WithCSI(csi.NewMounter(cfg.RootDir, cfg.NodeName, csiDrivers, csiAPI, objs, log)))
 	volumes := volume.New(cfg.RootDir, objs, downward, log, volumeOpts...)
 	cg, err := podresources.Setup(podresources.SetupConfig{
 		CgroupsPerQOS:          cfg.CgroupsPerQOS,
@@ -410,6 +421,11 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	goRun(func() { p.localnet.Run(ctx) }) // first: its check takes milliseconds, a first sandbox far longer
 	goRun(func() { p.podCIDR.RunStatic(ctx, p.a.cfg.StandalonePodCIDRs()) })
 	goRun(func() { p.workers.Run(ctx) })
+	goRun(func() {
+		if err := p.csiPlugins.Run(ctx); err != nil {
+			p.a.deps.Log.Error("CSI plugin registration stopped", "err", err)
+		}
+	})
 	// Relist every PLEGRelistPeriod, or on every container event where the
 	// runtime streams them (EventedPLEG; then every 5 minutes as a safety net).
 	goRun(func() { p.pleg.RunEvented(ctx, p.watcher, 5*time.Minute) })

@@ -50,6 +50,8 @@ func (r *references) addVolume(src *v1.VolumeSource) {
 		r.configMaps = append(r.configMaps, src.ConfigMap.Name)
 	case src.Secret != nil:
 		r.secrets = append(r.secrets, src.Secret.SecretName)
+	case src.CSI != nil && src.CSI.NodePublishSecretRef != nil:
+		r.secrets = append(r.secrets, src.CSI.NodePublishSecretRef.Name)
 	case src.Projected != nil:
 		for _, p := range src.Projected.Sources {
 			if p.ConfigMap != nil {

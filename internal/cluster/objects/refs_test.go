@@ -26,6 +26,7 @@ func TestReferencesOf(t *testing.T) {
 				{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}},
 			}}}},
 			{Name: "4", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+			{Name: "5", VolumeSource: v1.VolumeSource{CSI: &v1.CSIVolumeSource{Driver: "d", NodePublishSecretRef: &v1.LocalObjectReference{Name: "csi-secret"}}}},
 		},
 		InitContainers: []v1.Container{{Name: "init", EnvFrom: []v1.EnvFromSource{
 			{ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: local("init-cm")}}}}},
@@ -38,7 +39,7 @@ func TestReferencesOf(t *testing.T) {
 	}}
 	got := referencesOf(pod)
 	wantCMs := []string{"debug-cm", "env-cm", "init-cm", "kube-root-ca.crt", "vol-cm"}
-	wantSecrets := []string{"env-secret", "from-secret", "proj-secret", "pull", "vol-secret"}
+	wantSecrets := []string{"csi-secret", "env-secret", "from-secret", "proj-secret", "pull", "vol-secret"}
 	if !slices.Equal(got.configMaps, wantCMs) {
 		t.Errorf("ConfigMaps %q, want %q", got.configMaps, wantCMs)
 	}

@@ -13,6 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/node/csi"
 )
 
 // ErrObjectNotFound is wrapped by Objects when a ConfigMap or Secret does
@@ -87,7 +89,21 @@ type Manager struct {
 	// shareVolumes makes the volumes mounted with propagation shared
 	// mounts (see shareVolumes).
 	shareVolumes bool
+	// csi sets up and tears down csi volumes; nil: they fail.
+	csi CSI
 }
+
+// CSI stages and publishes CSI volumes (package csi's Mounter).
+type CSI interface {
+	// SetUp publishes the volume at csi.TargetPath(dir); idempotent.
+	SetUp(ctx context.Context, pod *v1.Pod, dir string, src csi.Source) (csi.SetUpResult, error)
+	// TearDown unpublishes (and when no pod uses it any more, unstages)
+	// the volume of dir and removes dir.
+	TearDown(ctx context.Context, dir string) error
+}
+
+// WithCSI sets what sets up csi volumes. Without it they fail to set up.
+func WithCSI(c CSI) Option { return func(m *Manager) { m.csi = c } }
 
 // Option changes a Manager built by New.
 type Option func(*Manager)
@@ -273,6 +289,8 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 			return err
 		}
 		return m.writeAtomicVolume(pod, vol.Name, pluginProjected, true, payload)
+	case src.CSI != nil:
+		return m.setUpCSI(ctx, pod, vol.Name, csi.Inline(pod, src.CSI))
 	default:
 		return fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
 	}
@@ -295,6 +313,8 @@ func pluginDir(src *v1.VolumeSource) (string, error) {
 		return pluginDownwardAPI, nil
 	case src.Projected != nil:
 		return pluginProjected, nil
+	case src.CSI != nil:
+		return csi.PluginDir, nil
 	default:
 		return "", fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/node/csi"
 	"github.com/nodelet/nodelet/internal/pure/envvars"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
@@ -126,6 +127,11 @@ func (m *Manager) volumeHostPath(uid types.UID, vol *v1.Volume) (string, bool, e
 		return "", false, err
 	}
 	dir := m.volumeDir(uid, plugin, vol.Name)
+	mustReadOnly := plugin != pluginEmptyDir
+	if plugin == csi.PluginDir {
+		dir = csi.TargetPath(dir)
+		mustReadOnly = vol.CSI.ReadOnly != nil && *vol.CSI.ReadOnly
+	}
 	fi, err := os.Lstat(dir)
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.IsDir()) {
 		return "", false, fmt.Errorf("volume %q is not set up", vol.Name)
@@ -133,7 +139,7 @@ func (m *Manager) volumeHostPath(uid types.UID, vol *v1.Volume) (string, bool, e
 	if err != nil {
 		return "", false, fmt.Errorf("volume %q: %w", vol.Name, err)
 	}
-	return dir, plugin != pluginEmptyDir, nil
+	return dir, mustReadOnly, nil
 }
 
 // subPathOf is the checked subPath of a volumeMount, subPathExpr expanded;

@@ -33,7 +33,9 @@ import (
 //  1. open the pod directory, then the subtree, without following a
 //     symlink (a symlink in the subtree's place is removed as such; a pod
 //     directory that is not a directory holds no volumes);
-//  2. unmount every mount below it, deepest and newest first, each opened
+//  2. (volumes) have the CSI drivers unpublish their volumes (csi.Mounter's
+//     TearDown, which also unstages a volume no other pod uses); then
+//     unmount every mount below it, deepest and newest first, each opened
 //     below it without following symlinks;
 //  3. remove the tree through directory descriptors
 //     (beneath.RemoveAll), never following a symlink and refusing to
@@ -55,7 +57,9 @@ func (m *Manager) TearDown(ctx context.Context, podUID types.UID) error {
 }
 
 // volumeSubtrees are the volume manager's entries in a pod directory.
-var volumeSubtrees = []string{volumesDirName, subPathsDirName}
+// The subPath bind mounts go first, so that nothing holds a CSI volume
+// when its driver unstages it.
+var volumeSubtrees = []string{subPathsDirName, volumesDirName}
 
 func (m *Manager) tearDown(ctx context.Context, uid types.UID) error {
 	// Step 1.
@@ -73,6 +77,12 @@ func (m *Manager) tearDown(ctx context.Context, uid types.UID) error {
 		}
 		if subFD < 0 {
 			continue
+		}
+		if name == volumesDirName {
+			if err := m.tearDownCSI(ctx, uid); err != nil {
+				unix.Close(subFD)
+				return err
+			}
 		}
 		// Step 2.
 		err = unmountAll(ctx, subFD)
