@@ -74,6 +74,8 @@ type pipeline struct {
 	podCIDR *podcidr.Manager
 	// csiPlugins registers the CSI drivers of <root-dir>/plugins_registry.
 	csiPlugins *csi.Watcher
+	// csiVolumes publishes CSI volumes and gathers their stats.
+	csiVolumes *csi.Mounter
 	// cluster is cluster mode's parts; nil standalone.
 	cluster *clusterParts
 }
@@ -155,8 +157,6 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	m := metrics.New(reg, p.status.Running, metrics.WithClock(clk))
 	machine := stats.NewHostMachine()
 	machine.PodCgroups = podresources.QoSTopCgroups(cfg.CgroupRoot)
-	statsProvider := stats.New(rt, machine, cfg.NodeName, cfg.RootDir, clk, log,
-		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second))
 
 	// 4. The per-pod resources, in the order they are prepared. Static
 	// pods read the manifest directory's objects, API pods the API's.
@@ -181,8 +181,16 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	downward := envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}
 	csiDrivers := csi.NewRegistry()
 	p.csiPlugins = csi.NewWatcher(cfg.RootDir, csiDrivers, csiListener, clk, log)
-	volumeOpts = append(volumeOpts, volume.WithCSI(csi.NewMounter(cfg.RootDir, cfg.NodeName, csiDrivers, csiAPI, objs, log)))
+	p.csiVolumes = csi.NewMounter(cfg.RootDir, cfg.NodeName, csiDrivers, csiAPI, objs, log)
+	volumeOpts = append(volumeOpts, volume.WithCSI(p.csiVolumes))
 	volumes := volume.New(cfg.RootDir, objs, downward, log, volumeOpts...)
+	// The stats of the node, the pods and their volumes (CSI volumes'
+	// from their drivers).
+	statsProvider := stats.New(rt, machine, cfg.NodeName, cfg.RootDir, clk, log,
+		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second), stats.WithVolumes(p.csiVolumes))
+	if err := reg.Register(stats.NewVolumeMetrics(p.csiVolumes)); err != nil {
+		return nil, err
+	}
 	cg, err := podresources.Setup(podresources.SetupConfig{
 		CgroupsPerQOS:          cfg.CgroupsPerQOS,
 		MountDir:               cfg.CgroupMountDir,
@@ -426,6 +434,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 			p.a.deps.Log.Error("CSI plugin registration stopped", "err", err)
 		}
 	})
+	goRun(func() { p.csiVolumes.RunStats(ctx, p.a.deps.Clock) })
 	// Relist every PLEGRelistPeriod, or on every container event where the
 	// runtime streams them (EventedPLEG; then every 5 minutes as a safety net).
 	goRun(func() { p.pleg.RunEvented(ctx, p.watcher, 5*time.Minute) })

@@ -73,13 +73,15 @@ type Mounter struct {
 	// mounted tells whether a path is a mount point (isMountPoint; unit
 	// tests give the fake driver's view).
 	mounted func(path string) (bool, error)
+	// uses are the volumes published for pods, for their stats.
+	uses *useTable
 }
 
 // NewMounter returns a mounter for the drivers of registry. api and secrets
 // may be nil.
 func NewMounter(rootDir, nodeName string, registry *Registry, api API, secrets Secrets, log *slog.Logger) *Mounter {
 	return &Mounter{rootDir: rootDir, nodeName: nodeName, registry: registry, api: api, secrets: secrets, log: log,
-		locks: keyedLocks{m: map[string]*keyedLock{}}, mounted: isMountPoint}
+		locks: keyedLocks{m: map[string]*keyedLock{}}, mounted: isMountPoint, uses: newUseTable()}
 }
 
 // TargetPath is the publish target of a volume whose directory is dir
@@ -110,14 +112,15 @@ func (m *Mounter) SetUp(ctx context.Context, pod *v1.Pod, dir string, src Source
 	if err != nil {
 		return SetUpResult{}, err
 	}
+	if src.Mode == storagev1.VolumeLifecycleEphemeral {
+		src.VolumeHandle = ephemeralHandle(string(pod.UID), filepath.Base(dir))
+	}
 	if published {
+		m.recordUse(pod, dir, src)
 		return SetUpResult{}, nil
 	}
 	if src.Block {
 		return SetUpResult{}, errors.New("CSI volumes of volumeMode Block are not supported by nodelet")
-	}
-	if src.Mode == storagev1.VolumeLifecycleEphemeral {
-		src.VolumeHandle = ephemeralHandle(string(pod.UID), filepath.Base(dir))
 	}
 	info, err := m.driverObject(ctx, src.Driver)
 	if err != nil {
@@ -205,7 +208,24 @@ func (m *Mounter) SetUp(ctx context.Context, pod *v1.Pod, dir string, src Source
 	if err := nc.publish(ctx, req); err != nil {
 		return SetUpResult{}, fmt.Errorf("rpc error: %w", err)
 	}
+	m.recordUse(pod, dir, src)
 	return SetUpResult{ApplyFSGroup: applyFSGroup(info.fsGroupPolicy, src, caps, pod)}, nil
+}
+
+// recordUse remembers a published volume for its stats.
+func (m *Mounter) recordUse(pod *v1.Pod, dir string, src Source) {
+	use := volumeUse{PodUID: string(pod.UID), PodVolume: src.PodVolume, Claim: src.Claim, Namespace: pod.Namespace,
+		Driver: src.Driver, Handle: src.VolumeHandle, Target: TargetPath(dir)}
+	if use.PodVolume == "" {
+		use.PodVolume = filepath.Base(dir)
+	}
+	if src.Mode != storagev1.VolumeLifecycleEphemeral {
+		staging := filepath.Join(m.stagingDir(src.Driver, src.VolumeHandle), globalMountName)
+		if ok, _ := m.mounted(staging); ok {
+			use.Staging = staging
+		}
+	}
+	m.uses.add(dir, use)
 }
 
 // driverInfo is what a CSIDriver object says, with the API's defaults
@@ -413,6 +433,7 @@ func (m *Mounter) TearDown(ctx context.Context, dir string) error {
 		if mounted, err := m.mounted(target); err != nil || mounted {
 			return errors.Join(err, fmt.Errorf("%s is still mounted after NodeUnpublishVolume", target))
 		}
+		m.uses.remove(dir)
 		if err := removeVolumeDir(dir); err != nil {
 			return err
 		}

@@ -8,11 +8,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	testclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -200,7 +202,7 @@ func TestInlineEphemeral(t *testing.T) {
 	m := e.mounter(t)
 	pod := testPod("uid-1")
 	dir := e.volDir("uid-1", "scratch")
-	src := Inline(pod, &v1.CSIVolumeSource{Driver: "drv", VolumeAttributes: map[string]string{"size": "1"}})
+	src := Inline(pod, "v", &v1.CSIVolumeSource{Driver: "drv", VolumeAttributes: map[string]string{"size": "1"}})
 	if _, err := m.SetUp(t.Context(), pod, dir, src); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +257,7 @@ func TestSetUpRefused(t *testing.T) {
 			pod := testPod("a")
 			src := mustPV(t, testPV())
 			if tc.inline {
-				src = Inline(pod, &v1.CSIVolumeSource{Driver: "drv"})
+				src = Inline(pod, "v", &v1.CSIVolumeSource{Driver: "drv"})
 			}
 			if tc.driver != "" {
 				src.Driver = tc.driver
@@ -346,5 +348,54 @@ func TestPlanTearDown(t *testing.T) {
 		if got := planTearDown(tc.f); got != tc.want {
 			t.Errorf("planTearDown(%+v) = %+v, want %+v", tc.f, got, tc.want)
 		}
+	}
+}
+
+// The stats of a published volume come from the driver, under the pod's
+// name of the volume and its claim; a torn-down volume has none.
+func TestVolumeStats(t *testing.T) {
+	e := newMounterEnv(t)
+	m := e.mounter(t)
+	src := mustPV(t, testPV())
+	src.PodVolume, src.Claim = "data", "claim1"
+	dir := e.volDir("a", "pv1")
+	if _, err := m.SetUp(t.Context(), testPod("a"), dir, src); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.PodVolumeStats("a"); len(got) != 0 {
+		t.Errorf("stats before the driver was asked: %+v", got)
+	}
+	m.refreshStats(t.Context(), testclock.NewFakePassiveClock(time.Unix(100, 0)))
+	got := m.PodVolumeStats("a")
+	if len(got) != 1 {
+		t.Fatalf("stats %+v", got)
+	}
+	s := got[0]
+	if s.Name != "data" || s.PVCRef == nil || s.PVCRef.Name != "claim1" || s.PVCRef.Namespace != "ns" ||
+		*s.CapacityBytes != 1000 || *s.AvailableBytes != 600 || *s.UsedBytes != 400 ||
+		*s.Inodes != 100 || *s.InodesFree != 90 || *s.InodesUsed != 10 || s.Time.Unix() != 100 {
+		t.Errorf("stats %+v", s)
+	}
+	if c := m.ClaimVolumeStats(); len(c) != 1 || c[0].PVCRef.Name != "claim1" {
+		t.Errorf("claim stats %+v", c)
+	}
+	if calls := e.fake.takeCalls(); !slices.Contains(calls, "NodeGetVolumeStats vol-1") {
+		t.Errorf("calls %q", calls)
+	}
+
+	// A restarted nodelet knows the volume again at its first SetUp.
+	m = e.mounter(t)
+	if _, err := m.SetUp(t.Context(), testPod("a"), dir, src); err != nil {
+		t.Fatal(err)
+	}
+	m.refreshStats(t.Context(), testclock.NewFakePassiveClock(time.Unix(200, 0)))
+	if got := m.PodVolumeStats("a"); len(got) != 1 || got[0].Time.Unix() != 200 {
+		t.Errorf("stats after a restart %+v", got)
+	}
+	if err := m.TearDown(t.Context(), dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.PodVolumeStats("a"); len(got) != 0 {
+		t.Errorf("stats of a torn-down volume: %+v", got)
 	}
 }

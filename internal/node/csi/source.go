@@ -26,11 +26,15 @@ type Source struct {
 	Mode                       storagev1.VolumeLifecycleMode
 	// Block is a PV of volumeMode Block, which nodelet does not support.
 	Block bool
+	// PodVolume is the pod's name of the volume and Claim its
+	// persistentVolumeClaim ("" for none): the names its stats carry.
+	PodVolume, Claim string
 }
 
 // Inline is the source of a pod's inline csi volume (CSI ephemeral).
-func Inline(pod *v1.Pod, src *v1.CSIVolumeSource) Source {
+func Inline(pod *v1.Pod, name string, src *v1.CSIVolumeSource) Source {
 	s := Source{
+		PodVolume:  name,
 		Driver:     src.Driver,
 		ReadOnly:   src.ReadOnly != nil && *src.ReadOnly,
 		Attributes: src.VolumeAttributes,

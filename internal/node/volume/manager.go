@@ -290,7 +290,7 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 		}
 		return m.writeAtomicVolume(pod, vol.Name, pluginProjected, true, payload)
 	case src.CSI != nil:
-		return m.setUpCSI(ctx, pod, vol.Name, csi.Inline(pod, src.CSI))
+		return m.setUpCSI(ctx, pod, vol.Name, csi.Inline(pod, vol.Name, src.CSI))
 	default:
 		return fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
 	}

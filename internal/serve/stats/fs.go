@@ -127,6 +127,10 @@ func (p *Provider) addStorageStats(ps *v1alpha1.PodStats, now time.Time, fsm *fs
 		}
 		ps.VolumeStats = append(ps.VolumeStats, vs)
 	}
+	if p.volumes != nil && uid != "" {
+		// Not ephemeral storage: the driver's.
+		ps.VolumeStats = append(ps.VolumeStats, p.volumes.PodVolumeStats(uid)...)
+	}
 
 	eph := &v1alpha1.FsStats{Time: t, UsedBytes: &used, InodesUsed: &inodesUsed}
 	fsm.withFs(eph, p.rootDir)

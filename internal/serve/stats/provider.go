@@ -98,6 +98,7 @@ type Provider struct {
 	clk        clock.PassiveClock
 	log        *slog.Logger
 	cacheTTL   time.Duration
+	volumes    Volumes // nil: only emptyDir volumes
 	// maxStale is the oldest snapshot served while a refresh runs; zero
 	// (the default) makes callers wait for the refresh.
 	maxStale time.Duration
