@@ -161,6 +161,7 @@ func (a *Agent) wireCluster(c *clusterParts, p *pipeline, n clusterNotifications
 		ShutdownStatus:  p.shutdown.Status,
 		Changed:         n.nodeChanged,
 		PodCIDRs:        p.podCIDR,
+		VolumesInUse:    p.csiVolumes.VolumesInUse,
 		OnLeaseFailure:  status.Stale,
 		Events:          recorder,
 		Registerer:      reg,

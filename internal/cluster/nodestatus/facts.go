@@ -49,6 +49,10 @@ type Facts struct {
 	// MemoryPressure, DiskPressure and PIDPressure: an eviction threshold
 	// of the kind was met within the pressure transition period.
 	MemoryPressure, DiskPressure, PIDPressure bool
+
+	// VolumesInUse are the attachable volumes mounted on the node,
+	// sorted; nil when nobody reports them (the field is left alone).
+	VolumesInUse []v1.UniqueVolumeName
 }
 
 // Image is one image of the runtime.

@@ -102,6 +102,9 @@ func (m *Manager) gather(ctx context.Context) *Facts {
 	if m.pressureOf != nil {
 		f.MemoryPressure, f.DiskPressure, f.PIDPressure = m.pressureOf()
 	}
+	if m.volumesInUse != nil {
+		f.VolumesInUse = m.volumesInUse()
+	}
 	return f
 }
 

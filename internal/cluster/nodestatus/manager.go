@@ -63,14 +63,16 @@ type Manager struct {
 	machine     Machine
 	plegHealthy func() (bool, error)
 	pressureOf  func() (memory, disk, pid bool)
-	shutdown    func() error
-	events      EventRecorder
-	podCIDRs    PodCIDRs
-	onFailure   func()
-	onLease     func()
-	clk         clock.Clock
-	log         *slog.Logger
-	rand        func() float64
+	// volumesInUse lists the attachable volumes in use; nil: none told.
+	volumesInUse func() []v1.UniqueVolumeName
+	shutdown     func() error
+	events       EventRecorder
+	podCIDRs     PodCIDRs
+	onFailure    func()
+	onLease      func()
+	clk          clock.Clock
+	log          *slog.Logger
+	rand         func() float64
 
 	// store and informer watch this Node.
 	store    cache.Store
@@ -133,24 +135,25 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{
-		client:      client,
-		heartbeat:   d.HeartbeatClient,
-		cfg:         cfg,
-		runtime:     d.Runtime,
-		machine:     d.Machine,
-		plegHealthy: d.PLEGHealthy,
-		pressureOf:  d.Pressure,
-		shutdown:    d.ShutdownStatus,
-		events:      d.Events,
-		podCIDRs:    d.PodCIDRs,
-		onFailure:   d.OnRepeatedHeartbeatFailure,
-		onLease:     d.OnLeaseFailure,
-		clk:         d.Clock,
-		log:         log.With("node", cfg.nodeName),
-		rand:        d.Rand,
-		trigger:     d.Changed,
-		leaseWake:   make(chan struct{}, 1),
-		rt:          runtimeState{networkErr: cri.ErrNetworkUnknown},
+		client:       client,
+		heartbeat:    d.HeartbeatClient,
+		cfg:          cfg,
+		runtime:      d.Runtime,
+		machine:      d.Machine,
+		plegHealthy:  d.PLEGHealthy,
+		pressureOf:   d.Pressure,
+		volumesInUse: d.VolumesInUse,
+		shutdown:     d.ShutdownStatus,
+		events:       d.Events,
+		podCIDRs:     d.PodCIDRs,
+		onFailure:    d.OnRepeatedHeartbeatFailure,
+		onLease:      d.OnLeaseFailure,
+		clk:          d.Clock,
+		log:          log.With("node", cfg.nodeName),
+		rand:         d.Rand,
+		trigger:      d.Changed,
+		leaseWake:    make(chan struct{}, 1),
+		rt:           runtimeState{networkErr: cri.ErrNetworkUnknown},
 	}
 	if m.trigger == nil {
 		m.trigger = notify.NewKick()

@@ -189,6 +189,11 @@ type Deps struct {
 	// of the status, as the kubelet's updateNode calls updatePodCIDR (and
 	// its fast status update before the first); nil: they go nowhere.
 	PodCIDRs PodCIDRs
+	// VolumesInUse are the attachable volumes mounted on the node
+	// (csi.Mounter.VolumesInUse), reported in status.volumesInUse so that
+	// the attach/detach controller does not detach them; nil: the field
+	// is left as it is.
+	VolumesInUse func() []v1.UniqueVolumeName
 	// Events receives the kubelet's node events (NodeReady,
 	// NodeHasSufficientMemory, Rebooted, ...); nil: none.
 	Events EventRecorder

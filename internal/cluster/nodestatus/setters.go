@@ -43,6 +43,10 @@ func (c *config) setStatus(node *v1.Node, f *Facts) []Event {
 	if f.RuntimeFeatures != nil {
 		node.Status.Features = f.RuntimeFeatures.DeepCopy()
 	}
+	if f.VolumesInUse != nil {
+		// The kubelet's VolumesInUse setter.
+		node.Status.VolumesInUse = f.VolumesInUse
+	}
 	evs = append(evs, c.setPressure(node, f)...)
 	evs = append(evs, c.setReady(node, f)...)
 	// Always set: a kubelet this nodelet replaced may have declared

@@ -394,3 +394,26 @@ func TestReadyWhileShuttingDown(t *testing.T) {
 		t.Errorf("events %+v, want NodeNotReady", evs)
 	}
 }
+
+// status.volumesInUse is what the volume manager reports; without a
+// reporter it is left as it is.
+func TestVolumesInUse(t *testing.T) {
+	c := testConfig(t, testOptions())
+	node, _ := c.initialNode(testFacts(t0))
+	f := testFacts(t0.Add(time.Minute))
+	f.VolumesInUse = []v1.UniqueVolumeName{"kubernetes.io/csi/drv^vol-1"}
+	next, _, _ := c.updateNode(node, f)
+	if got := next.Status.VolumesInUse; len(got) != 1 || got[0] != "kubernetes.io/csi/drv^vol-1" {
+		t.Errorf("volumesInUse = %v", got)
+	}
+	kept, _, _ := c.updateNode(next, testFacts(t0.Add(2*time.Minute)))
+	if len(kept.Status.VolumesInUse) != 1 {
+		t.Errorf("volumesInUse without a reporter = %v", kept.Status.VolumesInUse)
+	}
+	f = testFacts(t0.Add(3 * time.Minute))
+	f.VolumesInUse = []v1.UniqueVolumeName{}
+	gone, _, _ := c.updateNode(kept, f)
+	if len(gone.Status.VolumesInUse) != 0 {
+		t.Errorf("volumesInUse after the volume went = %v", gone.Status.VolumesInUse)
+	}
+}

@@ -219,6 +219,9 @@ func (m *Mounter) recordUse(pod *v1.Pod, dir string, src Source) {
 	if use.PodVolume == "" {
 		use.PodVolume = filepath.Base(dir)
 	}
+	if data, err := readVolData(dir); err == nil {
+		use.Attached = data.AttachmentID != ""
+	}
 	if src.Mode != storagev1.VolumeLifecycleEphemeral {
 		staging := filepath.Join(m.stagingDir(src.Driver, src.VolumeHandle), globalMountName)
 		if ok, _ := m.mounted(staging); ok {

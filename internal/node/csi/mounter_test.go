@@ -139,6 +139,9 @@ func TestPersistentVolumeLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, e.fake, "second pod", "NodePublishVolume vol-1")
+	if got := m.VolumesInUse(); len(got) != 0 {
+		t.Errorf("volumes that need no attaching in use: %v", got)
+	}
 
 	// A restarted nodelet: a new Mounter over the same disk.
 	m = e.mounter(t)
@@ -288,6 +291,26 @@ func TestAttached(t *testing.T) {
 	}
 	if e.fake.lastPub.PublishContext["dev"] != "/dev/x" || e.fake.lastStg.PublishContext["dev"] != "/dev/x" {
 		t.Errorf("publish context %v", e.fake.lastPub.PublishContext)
+	}
+	if got := m.VolumesInUse(); !slices.Equal(got, []v1.UniqueVolumeName{"kubernetes.io/csi/drv^vol-1"}) {
+		t.Errorf("volumes in use %v", got)
+	}
+	// A restarted nodelet reports it again after its first SetUp.
+	m = e.mounter(t)
+	if got := m.VolumesInUse(); len(got) != 0 {
+		t.Errorf("volumes in use before any SetUp %v", got)
+	}
+	if _, err := m.SetUp(t.Context(), testPod("a"), e.volDir("a", "pv1"), mustPV(t, testPV())); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.VolumesInUse(); len(got) != 1 {
+		t.Errorf("volumes in use after a restart %v", got)
+	}
+	if err := m.TearDown(t.Context(), e.volDir("a", "pv1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.VolumesInUse(); len(got) != 0 {
+		t.Errorf("volumes in use after tear-down %v", got)
 	}
 }
 

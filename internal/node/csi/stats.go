@@ -9,6 +9,7 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	statsapi "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	"k8s.io/utils/clock"
@@ -30,7 +31,10 @@ type volumeUse struct {
 	Handle    string
 	Target    string
 	Staging   string // "" when the volume is not staged
-	Stats     *statsapi.VolumeStats
+	// Attached: the volume was published after its VolumeAttachment
+	// said attached (vol_data.json has its name).
+	Attached bool
+	Stats    *statsapi.VolumeStats
 }
 
 // useTable holds the published volumes by their directory.
@@ -196,5 +200,22 @@ func (m *Mounter) ClaimVolumeStats() []statsapi.VolumeStats {
 		seen[*v.Stats.PVCRef] = true
 		out = append(out, *v.Stats)
 	}
+	return out
+}
+
+// VolumesInUse lists the attached volumes published on the node, sorted,
+// as the Node's status.volumesInUse names them
+// (kubernetes.io/csi/<driver>^<volumeHandle>): the attach/detach
+// controller does not detach those. Never nil.
+func (m *Mounter) VolumesInUse() []v1.UniqueVolumeName {
+	m.uses.mu.Lock()
+	defer m.uses.mu.Unlock()
+	out := []v1.UniqueVolumeName{}
+	for _, v := range m.uses.m {
+		if n := UniqueName(v.Driver, v.Handle); v.Attached && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
 	return out
 }
