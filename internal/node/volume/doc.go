@@ -15,6 +15,7 @@
 //	    volumes/kubernetes.io~downward-api/<volume>    AtomicWriter layout on disk
 //	    volumes/kubernetes.io~projected/<volume>       AtomicWriter layout on a tmpfs
 //	    volumes/kubernetes.io~local-volume/<pv name>   bind mount of a local PersistentVolume
+//	    volumes/kubernetes.io~csi/<volume>/mount       published by its CSI driver (<pv name> for a PV)
 //	    volume-subpaths/<volume>/<container>/<index>   bind mount of a verified subPath
 //
 // A serviceAccountToken projection (cluster mode, WithTokens) writes the
@@ -23,6 +24,12 @@
 // the projection's mode, or 0600 owned by the pod's one user when every
 // container runs as the same runAsUser (0640 with an fsGroup), as the
 // kubelet's. Standalone there are no tokens, and such a volume fails.
+//
+// A csi volume is staged and published by its driver through WithCSI
+// (csi.Mounter); TearDown has the drivers unpublish their volumes before
+// anything else below volumes is unmounted, and a driver that is not
+// registered fails TearDown (retried) rather than have nodelet unmount
+// behind its back.
 //
 // A hostPath volume has no directory here: the host path is handed to the
 // runtime as it is, after the type check of its volume.
