@@ -232,9 +232,10 @@ func TestClusterCSI(t *testing.T) {
 		t.Errorf("an inline volume was staged (%d calls)", got)
 	}
 	// The driver's stats of the volume (NodeGetVolumeStats) in
-	// /stats/summary, through the API server's node proxy.
+	// /stats/summary.
+	api := n.proc.api(t)
 	eventually(t, time.Minute, "writer's volume in /stats/summary", func() error {
-		raw, err := c.CoreV1().RESTClient().Get().AbsPath("/api/v1/nodes", node, "proxy", "stats", "summary").DoRaw(context.Background())
+		raw, err := api.get("/stats/summary")
 		if err != nil {
 			return err
 		}
