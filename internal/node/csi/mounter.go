@@ -301,11 +301,11 @@ func (m *Mounter) attachment(ctx context.Context, info driverInfo, src Source) (
 
 // volumeCapability is a mount capability with the volume's access mode,
 // file system type and mount flags; the pod's fsGroup goes to a driver
-// that applies it itself (VOLUME_MOUNT_GROUP) when the policy allows.
+// that applies it itself (VOLUME_MOUNT_GROUP) when it applies at all.
 func volumeCapability(src Source, caps nodeCaps, pod *v1.Pod, info driverInfo) *csipb.VolumeCapability {
 	mount := &csipb.VolumeCapability_MountVolume{FsType: src.FSType, MountFlags: src.MountFlags}
-	if fsg := podFSGroup(pod); fsg != nil && caps.mountGroup && info.fsGroupPolicy != storagev1.NoneFSGroupPolicy {
-		mount.VolumeMountGroup = fmt.Sprint(*fsg)
+	if caps.mountGroup && fsGroupSupported(info.fsGroupPolicy, src, pod) {
+		mount.VolumeMountGroup = fmt.Sprint(*podFSGroup(pod))
 	}
 	return &csipb.VolumeCapability{
 		AccessType: &csipb.VolumeCapability_Mount{Mount: mount},
@@ -331,25 +331,28 @@ func volumeContext(src Source, pod *v1.Pod, podInfo bool) map[string]string {
 	return out
 }
 
-// applyFSGroup tells whether nodelet applies the pod's fsGroup to the
-// published volume (the kubelet's supportsFSGroup): File always,
-// ReadWriteOnceWithFSType for a read-write volume with a file system type
-// and access mode ReadWriteOnce (any inline volume), None never; not when
-// the driver applied it.
-func applyFSGroup(policy storagev1.FSGroupPolicy, src Source, caps nodeCaps, pod *v1.Pod) bool {
-	if podFSGroup(pod) == nil || src.ReadOnly || caps.mountGroup {
+// fsGroupSupported is the kubelet's supportsFSGroup: whether the pod's
+// fsGroup applies to the volume at all, by the CSIDriver's fsGroupPolicy:
+// File always; ReadWriteOnceWithFSType (the default) only with a file
+// system type and, for a PV, ReadWriteOnce among its access modes (an
+// inline volume is ReadWriteOnce); None never. Never to a read-only
+// volume or without an fsGroup.
+func fsGroupSupported(policy storagev1.FSGroupPolicy, src Source, pod *v1.Pod) bool {
+	switch {
+	case podFSGroup(pod) == nil, src.ReadOnly, policy == storagev1.NoneFSGroupPolicy:
+		return false
+	case policy == storagev1.FileFSGroupPolicy:
+		return true
+	case src.FSType == "":
 		return false
 	}
-	switch policy {
-	case storagev1.FileFSGroupPolicy:
-		return true
-	case storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy:
-		if src.Mode == storagev1.VolumeLifecycleEphemeral {
-			return true
-		}
-		return src.FSType != "" && src.AccessMode == v1.ReadWriteOnce
-	}
-	return false
+	return src.Mode == storagev1.VolumeLifecycleEphemeral || src.RWO
+}
+
+// applyFSGroup: nodelet applies a supported fsGroup after publishing,
+// unless the driver applied it (VOLUME_MOUNT_GROUP).
+func applyFSGroup(policy storagev1.FSGroupPolicy, src Source, caps nodeCaps, pod *v1.Pod) bool {
+	return fsGroupSupported(policy, src, pod) && !caps.mountGroup
 }
 
 func podFSGroup(pod *v1.Pod) *int64 {

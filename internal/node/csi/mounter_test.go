@@ -422,3 +422,49 @@ func TestVolumeStats(t *testing.T) {
 		t.Errorf("stats of a torn-down volume: %+v", got)
 	}
 }
+
+func TestFSGroupSupported(t *testing.T) {
+	withGroup := testPod("a")
+	withGroup.Spec.SecurityContext = &v1.PodSecurityContext{FSGroup: ptr.To[int64](2000)}
+	pv := func(mutate func(*Source)) Source {
+		s := mustPV(t, testPV()) // ext4, ReadWriteOnce
+		if mutate != nil {
+			mutate(&s)
+		}
+		return s
+	}
+	inline := func(fsType string) Source {
+		s := Inline(withGroup, "v", &v1.CSIVolumeSource{Driver: "drv"})
+		s.FSType = fsType
+		return s
+	}
+	rwo, file, none := storagev1.ReadWriteOnceWithFSTypeFSGroupPolicy, storagev1.FileFSGroupPolicy, storagev1.NoneFSGroupPolicy
+	for _, tc := range []struct {
+		name   string
+		policy storagev1.FSGroupPolicy
+		src    Source
+		pod    *v1.Pod
+		want   bool
+	}{
+		{"default policy, ext4 RWO PV", rwo, pv(nil), withGroup, true},
+		{"no fsGroup", rwo, pv(nil), testPod("b"), false},
+		{"read-only", file, pv(func(s *Source) { s.ReadOnly = true }), withGroup, false},
+		{"None", none, pv(nil), withGroup, false},
+		{"File without fsType", file, pv(func(s *Source) { s.FSType = "" }), withGroup, true},
+		{"default policy without fsType", rwo, pv(func(s *Source) { s.FSType = "" }), withGroup, false},
+		{"default policy, RWX PV", rwo, pv(func(s *Source) { s.RWO = false }), withGroup, false},
+		{"default policy, inline with fsType", rwo, inline("ext4"), withGroup, true},
+		{"default policy, inline without fsType", rwo, inline(""), withGroup, false},
+	} {
+		if got := fsGroupSupported(tc.policy, tc.src, tc.pod); got != tc.want {
+			t.Errorf("%s: fsGroupSupported = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if applyFSGroup(file, pv(nil), nodeCaps{mountGroup: true}, withGroup) {
+		t.Error("nodelet applies the fsGroup a VOLUME_MOUNT_GROUP driver applied")
+	}
+	capability := volumeCapability(pv(nil), nodeCaps{mountGroup: true}, withGroup, driverInfo{fsGroupPolicy: file})
+	if got := capability.GetMount().GetVolumeMountGroup(); got != "2000" {
+		t.Errorf("volume_mount_group %q, want 2000", got)
+	}
+}

@@ -3,6 +3,7 @@ package csi
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "k8s.io/api/core/v1"
@@ -21,6 +22,9 @@ type Source struct {
 	// AccessMode is the PV's first access mode (ReadWriteOnce for an
 	// inline volume), as the kubelet's.
 	AccessMode v1.PersistentVolumeAccessMode
+	// RWO: ReadWriteOnce is among the PV's access modes (for
+	// fsGroupPolicy ReadWriteOnceWithFSType).
+	RWO bool
 	// StageSecret and PublishSecret name Secrets of a namespace.
 	StageSecret, PublishSecret *v1.SecretReference
 	Mode                       storagev1.VolumeLifecycleMode
@@ -72,6 +76,7 @@ func FromPV(pv *v1.PersistentVolume) (Source, error) {
 	if len(pv.Spec.AccessModes) > 0 {
 		s.AccessMode = pv.Spec.AccessModes[0]
 	}
+	s.RWO = slices.Contains(pv.Spec.AccessModes, v1.ReadWriteOnce)
 	if s.VolumeHandle == "" {
 		return Source{}, fmt.Errorf("persistent volume %s has no volumeHandle", pv.Name)
 	}
