@@ -13,6 +13,8 @@ import (
 
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/base/testutil"
 )
 
 func testLog(t *testing.T) *slog.Logger {
@@ -194,5 +196,42 @@ func TestHighestVersion(t *testing.T) {
 		if got != tc.want || (err != nil) != tc.wantErr {
 			t.Errorf("highestVersion(%q) = %q, %v", tc.in, got, err)
 		}
+	}
+}
+
+// Run creates the directories and sees sockets come and go (fsnotify; a
+// socket seen before it listens is registered at a rescan, which the fake
+// clock triggers).
+func TestWatcherRun(t *testing.T) {
+	root := shortDir(t)
+	l := &listener{}
+	clk := testclock.NewFakeClock(time.Unix(0, 0))
+	reg := NewRegistry()
+	w := NewWatcher(root, reg, l, clk, testLog(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	regDir := filepath.Join(root, "plugins_registry")
+	testutil.Eventually(t, "the directories", func() bool {
+		_, e1 := os.Stat(regDir)
+		_, e2 := os.Stat(filepath.Join(root, "plugins"))
+		return e1 == nil && e2 == nil
+	})
+	f := startFake(t, regDir, "late")
+	testutil.Eventually(t, "the new socket registered", func() bool {
+		if _, err := reg.Driver("late"); err == nil {
+			return true
+		}
+		clk.Step(rescanPeriod)
+		return false
+	})
+	os.Remove(f.socket)
+	testutil.Eventually(t, "the driver deregistered", func() bool { _, err := reg.Driver("late"); return err != nil })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := l.take(); !slices.Equal(got, []string{"registered late", "deregistered late"}) {
+		t.Errorf("listener heard %q", got)
 	}
 }
