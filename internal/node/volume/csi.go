@@ -15,10 +15,15 @@ import (
 // setUpCSI publishes a CSI volume under the name dirName in the pod's
 // kubernetes.io~csi directory (an inline volume's name; a persistent
 // volume's is the PV's name, as the kubelet's) and applies the pod's
-// fsGroup when the driver's policy leaves that to the node.
+// fsGroup, by its fsGroupChangePolicy, when the driver's fsGroupPolicy
+// leaves that to the node (the kubelet's SetVolumeOwnership after
+// NodePublishVolume).
 func (m *Manager) setUpCSI(ctx context.Context, pod *v1.Pod, dirName string, src csi.Source) error {
 	if m.csi == nil {
 		return errors.New("type csi is not supported without CSI drivers")
+	}
+	if err := checkPathElement("volume name", dirName); err != nil {
+		return err
 	}
 	dir := m.volumeDir(pod.UID, csi.PluginDir, dirName)
 	res, err := m.csi.SetUp(ctx, pod, dir, src)
@@ -26,11 +31,33 @@ func (m *Manager) setUpCSI(ctx context.Context, pod *v1.Pod, dirName string, src
 		return err
 	}
 	if res.ApplyFSGroup {
-		if err := ApplyFSGroup(csi.TargetPath(dir), *pod.Spec.SecurityContext.FSGroup); err != nil {
+		if err := setVolumeOwnership(csi.TargetPath(dir), fsGroup(pod), fsGroupChangePolicy(pod)); err != nil {
 			return fmt.Errorf("applying fsGroup: %w", err)
 		}
 	}
 	return nil
+}
+
+// setUpCSIPersistent publishes a PersistentVolume with spec.csi in the
+// pod's kubernetes.io~csi/<pv name> directory, as the kubelet names it;
+// it is published read-only, and its containers mount it so, when the
+// claim or the PV says so. Its stats carry the pod's name of the volume
+// and the claim.
+func (m *Manager) setUpCSIPersistent(ctx context.Context, pod *v1.Pod, volName string, p Persistent) (claimed, error) {
+	src, err := csi.FromPV(p.PV)
+	if err != nil {
+		return claimed{}, err
+	}
+	src.ReadOnly = src.ReadOnly || p.ReadOnly
+	src.PodVolume = volName
+	if p.Claim != nil {
+		src.Claim = p.Claim.Name
+	}
+	if err := m.setUpCSI(ctx, pod, p.PV.Name, src); err != nil {
+		return claimed{}, err
+	}
+	dir := m.volumeDir(pod.UID, csi.PluginDir, p.PV.Name)
+	return claimed{hostPath: csi.TargetPath(dir), readOnly: src.ReadOnly, inPodDir: true}, nil
 }
 
 // tearDownCSI unpublishes every CSI volume of the pod (and unstages those

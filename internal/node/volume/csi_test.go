@@ -18,12 +18,18 @@ import (
 // fakeCSI records the calls of the volume manager and publishes a
 // directory (no mount).
 type fakeCSI struct {
+	last     csi.Source
 	calls    []string
+	failUp   error
 	failDown error
 }
 
 func (f *fakeCSI) SetUp(_ context.Context, pod *v1.Pod, dir string, src csi.Source) (csi.SetUpResult, error) {
+	f.last = src
 	f.calls = append(f.calls, "SetUp "+filepath.Base(dir)+" "+src.Driver+" "+string(src.Mode))
+	if f.failUp != nil {
+		return csi.SetUpResult{}, f.failUp
+	}
 	return csi.SetUpResult{}, os.MkdirAll(csi.TargetPath(dir), 0o750)
 }
 

@@ -45,11 +45,11 @@
 // is then set up by its source: a hostPath PV like a hostPath volume (no
 // fsGroup); a local PV bind-mounted into the pod directory (read-only for
 // a read-only claim, with its mount options), the fsGroup applied by the
-// pod's fsGroupChangePolicy; a CSI PV is refused until the CSI volume
-// manager is wired into setUpPersistent. Where each resolved to is kept
-// in memory for Mounts, and
-// dropped by TearDown. Standalone (no Claims), such a volume fails saying
-// there is no API server. A claim no container mounts is not resolved.
+// pod's fsGroupChangePolicy; a CSI PV published by its driver through the
+// CSI mounter given WithCSI, in kubernetes.io~csi/<pv name>. Where each
+// resolved to is kept in memory for Mounts, and dropped by TearDown.
+// Standalone (no Claims), such a volume fails saying there is no API
+// server. A claim no container mounts is not resolved.
 //
 // The AtomicWriter layout (configMap, secret, downwardAPI, projected) is the
 // kubelet's: the files live in a timestamped directory

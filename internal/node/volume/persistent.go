@@ -164,7 +164,7 @@ func (m *Manager) setUpClaimed(ctx context.Context, pod *v1.Pod, vol *v1.Volume,
 		m.claimed.unset(pod.UID, vol.Name)
 		return &claimError{unprocessed: true, err: err}
 	}
-	c, err := m.setUpPersistent(ctx, pod, p)
+	c, err := m.setUpPersistent(ctx, pod, vol.Name, p)
 	if err != nil {
 		m.claimed.unset(pod.UID, vol.Name)
 		return err
@@ -287,12 +287,12 @@ func volumeUses(pod *v1.Pod) (mounted, devices map[string]bool) {
 
 // setUpPersistent sets up a resolved volume by its source: hostPath (the
 // host path as it is, after its type check; no fsGroup, no mount
-// options), local (a bind mount in the pod directory, fsGroup applied).
-// This is where the PersistentVolume's source is dispatched on: a CSI
-// volume is set up here by the CSI volume manager once it is wired in
-// (under kubernetes.io~csi/<pv name>, as the kubelet's); until then, and
-// for any other source, the volume is refused, saying so.
-func (m *Manager) setUpPersistent(ctx context.Context, pod *v1.Pod, p Persistent) (claimed, error) {
+// options), local (a bind mount in the pod directory, fsGroup applied),
+// csi (below). This is where the PersistentVolume's source is dispatched on: a CSI
+// volume is published by its driver through the CSI mounter given WithCSI
+// (under kubernetes.io~csi/<pv name>, as the kubelet's); any other source
+// is refused, saying so.
+func (m *Manager) setUpPersistent(ctx context.Context, pod *v1.Pod, volName string, p Persistent) (claimed, error) {
 	fail := func(step string, err error) (claimed, error) {
 		return claimed{}, &claimError{pv: p.PV.Name, step: step, err: err}
 	}
@@ -308,9 +308,15 @@ func (m *Manager) setUpPersistent(ctx context.Context, pod *v1.Pod, p Persistent
 		return claimed{hostPath: filepath.Clean(src.HostPath.Path), readOnly: p.ReadOnly}, nil
 	case src.Local != nil:
 		return m.setUpLocal(pod, p)
-	case src.CSI != nil:
+	case src.CSI != nil && m.csi == nil:
 		return claimed{}, &claimError{pv: p.PV.Name, unprocessed: true,
-			err: fmt.Errorf("PersistentVolume %s: CSI volumes (driver %s) are not supported by nodelet yet", p.PV.Name, src.CSI.Driver)}
+			err: fmt.Errorf("PersistentVolume %s: CSI volumes (driver %s) are not supported without CSI drivers", p.PV.Name, src.CSI.Driver)}
+	case src.CSI != nil:
+		c, err := m.setUpCSIPersistent(ctx, pod, volName, p)
+		if err != nil {
+			return fail(stepSetUp, err)
+		}
+		return c, nil
 	default:
 		return claimed{}, &claimError{pv: p.PV.Name, unprocessed: true,
 			err: fmt.Errorf("PersistentVolume %s: type %s is not supported by nodelet", p.PV.Name, volumeType(src))}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -326,8 +327,10 @@ func TestHostPathPersistentVolume(t *testing.T) {
 	}
 }
 
-// TestClaimedVolumeTypes: PVs nodelet does not mount (CSI until the CSI
-// volume manager is wired in) are refused, saying so, as unprocessed.
+// TestClaimedVolumeTypes: PVs nodelet does not mount are refused, saying
+// so, as unprocessed (CSI ones too without CSI drivers); with the CSI
+// mounter a CSI PV is published in the pod's kubernetes.io~csi/<pv>
+// directory.
 func TestClaimedVolumeTypes(t *testing.T) {
 	e, fc := newClaimsEnv(t)
 	fc.bind("nfs", "pv-nfs", v1.PersistentVolumeSource{NFS: &v1.NFSVolumeSource{Server: "s", Path: "/"}})
@@ -336,7 +339,30 @@ func TestClaimedVolumeTypes(t *testing.T) {
 	failed := SetUpErrors(e.m.SetUp(t.Context(), pod))
 	if len(failed) != 2 ||
 		failed[0].Err.Error() != "PersistentVolume pv-nfs: type nfs is not supported by nodelet" || !failed[0].Unprocessed ||
-		failed[1].Err.Error() != "PersistentVolume pv-csi: CSI volumes (driver hostpath.csi.k8s.io) are not supported by nodelet yet" || !failed[1].Unprocessed {
+		failed[1].Err.Error() != "PersistentVolume pv-csi: CSI volumes (driver hostpath.csi.k8s.io) are not supported without CSI drivers" || !failed[1].Unprocessed {
+		t.Fatalf("failures = %+v", failed)
+	}
+
+	csi := &fakeCSI{}
+	e.m = New(e.root, e.objects, fakeDownward{}, testLogger(t), WithClaims(fc), WithCSI(csi))
+	pod = mounting(testPod("uid-csi", claimVolume("c", "csi", true)), "c")
+	if err := e.m.SetUp(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"SetUp pv-csi hostpath.csi.k8s.io Persistent"}; !slices.Equal(csi.calls, want) {
+		t.Fatalf("the CSI mounter got %q, want %q", csi.calls, want)
+	}
+	if l := csi.last; l.VolumeHandle != "h" || l.PodVolume != "c" || l.Claim != "csi" || !l.ReadOnly {
+		t.Errorf("the CSI mounter got %+v, want handle h, volume c, claim csi, read-only", l)
+	}
+	want := filepath.Join(e.root, "pods/uid-csi/volumes/kubernetes.io~csi/pv-csi/mount")
+	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false)
+	if err != nil || len(mounts) != 1 || mounts[0].HostPath != want || !mounts[0].Readonly {
+		t.Fatalf("mounts = %v, %v", mounts, err)
+	}
+	csi.failUp = errors.New("driver gone")
+	failed = SetUpErrors(e.m.SetUp(t.Context(), pod))
+	if len(failed) != 1 || failed[0].Unprocessed || failed[0].EventVolume() != "pv-csi" || failed[0].Err.Error() != "driver gone" {
 		t.Fatalf("failures = %+v", failed)
 	}
 }
