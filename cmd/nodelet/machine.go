@@ -2,31 +2,61 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/user"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/internal/node/userns"
 )
 
-// machineCapacity is the node's CPUs and memory, and the memory in bytes.
-func machineCapacity() (v1.ResourceList, int64, error) {
+// machineCapacity is the node's CPUs, memory and ephemeral storage, and
+// the memory in bytes. Ephemeral storage is the size of the filesystem
+// that holds rootDir, as the kubelet's capacity (cAdvisor's RootFsInfo of
+// its root directory); it is left out when that cannot be read, and
+// admission then does not count it.
+func machineCapacity(rootDir string) (v1.ResourceList, int64, error) {
 	mem, err := memTotal()
 	if err != nil {
 		return nil, 0, err
 	}
-	return v1.ResourceList{
+	out := v1.ResourceList{
 		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
 		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI),
-	}, mem, nil
+	}
+	if size, err := fsSize(rootDir); err == nil {
+		out[v1.ResourceEphemeralStorage] = *resource.NewQuantity(size, resource.BinarySI)
+	}
+	return out, mem, nil
+}
+
+// fsSize is the size in bytes of the filesystem that holds dir, or will
+// hold it: a root directory not made yet is on its nearest existing
+// parent's.
+func fsSize(dir string) (int64, error) {
+	dir = filepath.Clean(dir)
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(dir, &st)
+		if err == nil {
+			return int64(st.Blocks) * st.Bsize, nil
+		}
+		parent := filepath.Dir(dir)
+		if !errors.Is(err, unix.ENOENT) || parent == dir {
+			return 0, fmt.Errorf("statfs %s: %w", dir, err)
+		}
+		dir = parent
+	}
 }
 
 // pidMax is the kernel's pid_max: the process IDs there are (0 when it

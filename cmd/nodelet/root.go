@@ -333,7 +333,7 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, conta
 	if cfg.CertDir == "" {
 		cfg.CertDir = cfg.CertDirectory()
 	}
-	capacity, mem, err := machineCapacity()
+	capacity, mem, err := machineCapacity(cfg.RootDir)
 	if err != nil {
 		return err
 	}

@@ -149,7 +149,8 @@ type Config struct {
 	ClusterDomain string
 	ClusterDNS    []string
 
-	// Capacity is the node's CPU and memory, read from the machine.
+	// Capacity is the node's CPU, memory and ephemeral storage (the size
+	// of the root directory's filesystem), read from the machine.
 	// Allocatable is Capacity less SystemReserved, KubeReserved and what
 	// the hard eviction thresholds keep (see Allocatable).
 	Capacity v1.ResourceList

@@ -140,10 +140,16 @@ func (m *Manager) Reject(pod *v1.Pod, reason, message string) {
 // DisruptionTarget condition (status.Facts.ByNode). The first reason
 // given stays.
 func (m *Manager) SetStoppedByNode(uid types.UID, reason, message string) {
+	m.StopByNode(uid, status.Rejection{Reason: reason, Message: message})
+}
+
+// StopByNode is SetStoppedByNode with the whole rejection: with
+// NoDisruptionTarget, the statuses get no DisruptionTarget condition.
+func (m *Manager) StopByNode(uid types.UID, r status.Rejection) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.byNode[uid]; !ok {
-		m.byNode[uid] = status.Rejection{Reason: reason, Message: message}
+		m.byNode[uid] = r
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package admission is beside the pipeline, between the merge and the pod
 // workers: it decides, as the kubelet's admit handlers do, whether a new
-// pod may run on this node (pod count, host ports, CPU and memory requests
-// against allocatable, safe sysctls). A rejected pod is Failed with the
-// kubelet's reason and nothing of it is started. Pure: no I/O.
+// pod may run on this node (pod count, host ports, CPU, memory and
+// ephemeral-storage requests against allocatable, safe sysctls). A
+// rejected pod is Failed with the kubelet's reason and nothing of it is
+// started. Pure: no I/O.
 package admission
 
 import (
@@ -22,7 +23,9 @@ import (
 type Node struct {
 	// MaxPods is --max-pods (110).
 	MaxPods int
-	// Allocatable CPU and memory.
+	// Allocatable CPU, memory and ephemeral storage. A resource missing
+	// here is not checked (ephemeral storage when the root directory's
+	// filesystem could not be read).
 	Allocatable v1.ResourceList
 	// AppArmor: the host enforces AppArmor profiles.
 	AppArmor bool
@@ -46,7 +49,7 @@ const (
 // Result is the decision for one pod.
 type Result struct {
 	Admit   bool
-	Reason  string // the kubelet's: NodeShutdown, OutOfpods, OutOfcpu, OutOfmemory, NodePorts, NodeAffinity, NodeName, TaintToleration
+	Reason  string // the kubelet's: NodeShutdown, OutOfpods, OutOfcpu, OutOfmemory, OutOfephemeral-storage, NodePorts, NodeAffinity, NodeName, TaintToleration
 	Message string
 }
 
@@ -77,7 +80,8 @@ func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
 	if _, err := securitycontext.Sysctls(pod); err != nil {
 		return Result{Reason: securitycontext.ReasonSysctlForbidden, Message: err.Error()}
 	}
-	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+	// The scheduler's order, whose first shortfall the kubelet reports.
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage} {
 		capacity, ok := node.Allocatable[name]
 		if !ok {
 			continue
@@ -118,17 +122,62 @@ func insufficientQ(res string, requested, used, capacity resource.Quantity) Resu
 // pod-level request, plus the overhead of the pod's RuntimeClass
 // (spec.overhead, set by the API server's RuntimeClass admission).
 func PodRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
-	sum := resource.Quantity{}
-	for _, c := range pod.Spec.Containers {
-		if q, ok := c.Resources.Requests[name]; ok {
+	sum, _ := aggregate(pod, name, func(c *v1.Container) v1.ResourceList { return c.Resources.Requests })
+	// Pod-level resources replace the containers' sum (a pod-level limit
+	// without a request is its request, as the API defaults it); only
+	// CPU, memory and huge pages are pod-level resources.
+	if r := pod.Spec.Resources; r != nil && podLevel(name) {
+		if q, ok := r.Requests[name]; ok {
+			sum = q.DeepCopy()
+		} else if q, ok := r.Limits[name]; ok {
+			sum = q.DeepCopy()
+		}
+	}
+	// The RuntimeClass's overhead comes on top of either, as in
+	// component-helpers' PodRequests.
+	if q, ok := pod.Spec.Overhead[name]; ok {
+		sum.Add(q)
+	}
+	return sum
+}
+
+// PodLimit is the pod's effective limit of a resource, as the kubelet's
+// PodLimits computes it: the containers' limits aggregated as requests
+// are (sidecars alongside, the largest init container), or the pod-level
+// limit, plus the RuntimeClass's overhead when the limit is not zero. ok
+// is false when no container and no pod-level limit sets it: the pod is
+// not limited.
+func PodLimit(pod *v1.Pod, name v1.ResourceName) (q resource.Quantity, ok bool) {
+	sum, ok := aggregate(pod, name, func(c *v1.Container) v1.ResourceList { return c.Resources.Limits })
+	if r := pod.Spec.Resources; r != nil && podLevel(name) {
+		if l, set := r.Limits[name]; set {
+			sum, ok = l.DeepCopy(), true
+		}
+	}
+	if o, set := pod.Spec.Overhead[name]; set && ok && !sum.IsZero() {
+		sum.Add(o)
+	}
+	return sum, ok
+}
+
+// aggregate is the KEP-753 formula over one list of each container (its
+// requests or its limits): the sum over containers and sidecars, or the
+// largest init container with the sidecars started before it, whichever
+// is larger. set reports whether any container names the resource.
+func aggregate(pod *v1.Pod, name v1.ResourceName, list func(*v1.Container) v1.ResourceList) (sum resource.Quantity, set bool) {
+	for i := range pod.Spec.Containers {
+		if q, ok := list(&pod.Spec.Containers[i])[name]; ok {
 			sum.Add(q)
+			set = true
 		}
 	}
 	sidecars := resource.Quantity{}
 	maxInit := resource.Quantity{}
-	for _, c := range pod.Spec.InitContainers {
-		q := c.Resources.Requests[name]
-		if podspec.IsSidecar(&c) {
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		q, ok := list(c)[name]
+		set = set || ok
+		if podspec.IsSidecar(c) {
 			sidecars.Add(q)
 			continue
 		}
@@ -142,21 +191,13 @@ func PodRequest(pod *v1.Pod, name v1.ResourceName) resource.Quantity {
 	if maxInit.Cmp(sum) > 0 {
 		sum = maxInit
 	}
-	// Pod-level resources replace the containers' sum (a pod-level limit
-	// without a request is its request, as the API defaults it).
-	if r := pod.Spec.Resources; r != nil {
-		if q, ok := r.Requests[name]; ok {
-			sum = q.DeepCopy()
-		} else if q, ok := r.Limits[name]; ok {
-			sum = q.DeepCopy()
-		}
-	}
-	// The RuntimeClass's overhead comes on top of either, as in
-	// component-helpers' PodRequests.
-	if q, ok := pod.Spec.Overhead[name]; ok {
-		sum.Add(q)
-	}
-	return sum
+	return sum, set
+}
+
+// podLevel reports whether name may be set in the pod's spec.resources
+// (component-helpers' IsSupportedPodLevelResource).
+func podLevel(name v1.ResourceName) bool {
+	return name == v1.ResourceCPU || name == v1.ResourceMemory || strings.HasPrefix(string(name), v1.ResourceHugePagesPrefix)
 }
 
 type hostPort struct {

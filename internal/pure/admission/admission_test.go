@@ -225,3 +225,150 @@ func TestAdmitWhileShuttingDown(t *testing.T) {
 		t.Fatalf("got %+v, want NodeShutdown", r)
 	}
 }
+
+// storagePod is a pod whose containers request (and, if limit is set,
+// are limited to) the given ephemeral storage; init containers follow
+// the "init:" and "side:" prefixes.
+func storagePod(name string, requests ...string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+	always := v1.ContainerRestartPolicyAlways
+	for i, r := range requests {
+		kind, q, _ := strings.Cut(r, ":")
+		if q == "" {
+			kind, q = "", kind
+		}
+		c := v1.Container{Name: fmt.Sprintf("c%d", i), Image: "i", Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse(q)},
+			Limits:   v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse(q)},
+		}}
+		switch kind {
+		case "init":
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+		case "side":
+			c.RestartPolicy = &always
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+		default:
+			p.Spec.Containers = append(p.Spec.Containers, c)
+		}
+	}
+	return p
+}
+
+// Ephemeral storage is admitted as the scheduler's fit check counts it
+// (the kubelet's predicate): requests against allocatable, init
+// containers as their largest, sidecars beside the containers, the
+// RuntimeClass's overhead on top; a shortfall is OutOfephemeral-storage
+// with the kubelet's message in bytes, CPU and memory reported first.
+func TestAdmitEphemeralStorage(t *testing.T) {
+	node := Node{MaxPods: 110, Allocatable: v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("2"), v1.ResourceMemory: resource.MustParse("1Gi"),
+		v1.ResourceEphemeralStorage: resource.MustParse("100Mi")}}
+	withOverhead := func(p *v1.Pod, q string) *v1.Pod {
+		p.Spec.Overhead = v1.ResourceList{v1.ResourceEphemeralStorage: resource.MustParse(q)}
+		return p
+	}
+	for _, tc := range []struct {
+		name   string
+		pod    *v1.Pod
+		active []*v1.Pod
+		node   *Node
+		reason string
+		msg    string
+	}{
+		{name: "fits", pod: storagePod("a", "60Mi"), active: []*v1.Pod{storagePod("b", "40Mi")}},
+		{name: "one byte over", pod: storagePod("a", "60Mi"), active: []*v1.Pod{storagePod("b", "41943041")},
+			reason: "OutOfephemeral-storage",
+			msg:    "Node didn't have enough resource: ephemeral-storage, requested: 62914560, used: 41943041, capacity: 104857600"},
+		{name: "alone too big", pod: storagePod("a", "101Mi"), reason: "OutOfephemeral-storage",
+			msg: "Node didn't have enough resource: ephemeral-storage, requested: 105906176, used: 0, capacity: 104857600"},
+		{name: "init is the larger", pod: storagePod("a", "init:101Mi", "10Mi"), reason: "OutOfephemeral-storage", msg: "requested: 105906176,"},
+		{name: "init runs alone", pod: storagePod("a", "init:90Mi", "90Mi")},
+		{name: "sidecar beside containers", pod: storagePod("a", "side:20Mi", "90Mi"), reason: "OutOfephemeral-storage", msg: "requested: 115343360,"},
+		{name: "sidecar beside a later init", pod: storagePod("a", "side:20Mi", "init:90Mi", "1Mi"), reason: "OutOfephemeral-storage", msg: "requested: 115343360,"},
+		{name: "overhead", pod: withOverhead(storagePod("a", "90Mi"), "20Mi"), reason: "OutOfephemeral-storage", msg: "requested: 115343360,"},
+		{name: "active overhead is used", pod: storagePod("a", "50Mi"), active: []*v1.Pod{withOverhead(storagePod("b", "40Mi"), "20Mi")},
+			reason: "OutOfephemeral-storage", msg: "used: 62914560,"},
+		{name: "no request", pod: pod("a", "", "", 0), active: []*v1.Pod{storagePod("b", "100Mi")}},
+		{name: "allocatable unknown", pod: storagePod("a", "1Ti"), node: &Node{MaxPods: 110}},
+		{name: "memory first", pod: func() *v1.Pod {
+			p := storagePod("a", "1Ti")
+			p.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = resource.MustParse("2Gi")
+			return p
+		}(), reason: "OutOfmemory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := node
+			if tc.node != nil {
+				n = *tc.node
+			}
+			r := Admit(tc.pod, tc.active, n)
+			if tc.reason == "" {
+				if !r.Admit {
+					t.Fatalf("rejected: %+v", r)
+				}
+				return
+			}
+			if r.Admit || r.Reason != tc.reason || !strings.Contains(r.Message, tc.msg) {
+				t.Fatalf("got %+v, want reason %s message containing %q", r, tc.reason, tc.msg)
+			}
+		})
+	}
+}
+
+// PodLimit aggregates limits as the kubelet's PodLimits: unset unless
+// some container sets it, init containers as their largest, sidecars
+// beside the containers, pod-level limits only for CPU and memory, the
+// overhead only on a limit that is set.
+func TestPodLimit(t *testing.T) {
+	es := v1.ResourceEphemeralStorage
+	for _, tc := range []struct {
+		name string
+		pod  *v1.Pod
+		want string // "": not limited
+	}{
+		{"none", pod("a", "1", "1Gi", 0), ""},
+		{"sum", storagePod("a", "10Mi", "20Mi"), "30Mi"},
+		{"init larger", storagePod("a", "init:50Mi", "20Mi"), "50Mi"},
+		{"sidecar", storagePod("a", "side:5Mi", "init:50Mi", "20Mi"), "55Mi"},
+		{"one container limited", func() *v1.Pod {
+			p := storagePod("a", "10Mi")
+			p.Spec.Containers = append(p.Spec.Containers, v1.Container{Name: "free", Image: "i"})
+			return p
+		}(), "10Mi"},
+		{"overhead on a limit", func() *v1.Pod {
+			p := storagePod("a", "10Mi")
+			p.Spec.Overhead = v1.ResourceList{es: resource.MustParse("1Mi")}
+			return p
+		}(), "11Mi"},
+		{"overhead alone is no limit", func() *v1.Pod {
+			p := pod("a", "", "", 0)
+			p.Spec.Overhead = v1.ResourceList{es: resource.MustParse("1Mi")}
+			return p
+		}(), ""},
+		{"pod-level ignored for storage", func() *v1.Pod {
+			p := storagePod("a", "10Mi")
+			p.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{es: resource.MustParse("1Gi")}}
+			return p
+		}(), "10Mi"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, ok := PodLimit(tc.pod, es)
+			if tc.want == "" {
+				if ok {
+					t.Fatalf("limited to %s, want no limit", q.String())
+				}
+				return
+			}
+			if want := resource.MustParse(tc.want); !ok || q.Cmp(want) != 0 {
+				t.Fatalf("limit %s (set %v), want %s", q.String(), ok, tc.want)
+			}
+		})
+	}
+	// Pod-level CPU and memory limits replace the containers'.
+	p := pod("a", "", "", 0)
+	p.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}
+	p.Spec.Resources = &v1.ResourceRequirements{Limits: v1.ResourceList{v1.ResourceMemory: resource.MustParse("2Gi")}}
+	if q, ok := PodLimit(p, v1.ResourceMemory); !ok || q.Cmp(resource.MustParse("2Gi")) != 0 {
+		t.Errorf("pod-level memory limit: %s %v, want 2Gi", q.String(), ok)
+	}
+}

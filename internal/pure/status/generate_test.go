@@ -20,6 +20,7 @@ package status
 //	previous-container NAME running|waiting|exit=N [restarts=N] [init]
 //	previous-condition TYPE STATUS
 //	failed|bynode|rejected REASON MESSAGE...
+//	bynode-quiet REASON MESSAGE...     bynode without a DisruptionTarget
 //	terminal                           the pod was stopped for good
 //
 // sidecars are init containers (listed in init=) with restartPolicy
@@ -56,7 +57,8 @@ package status
 //	O4 Failed facts (planner: deadline, init failed): Failed with them.
 //	O5 ByNode: Failed with its reason and a DisruptionTarget condition
 //	   (TerminationByKubelet), unless already terminal; a previous
-//	   DisruptionTarget stays.
+//	   DisruptionTarget stays; NoDisruptionTarget: no condition (local
+//	   storage evictions).
 //	O6 stopped for good with nothing running: non-terminated containers
 //	   become terminated ContainerStatusUnknown 137 (app containers only if
 //	   the pod initialized, init containers up to the last that left
@@ -358,6 +360,10 @@ func parseFacts(input string) (Facts, error) {
 			f.Failed, err = l.rejection()
 		case "bynode":
 			f.ByNode, err = l.rejection()
+		case "bynode-quiet":
+			if f.ByNode, err = l.rejection(); err == nil {
+				f.ByNode.NoDisruptionTarget = true
+			}
 		case "rejected":
 			f.Rejected, err = l.rejection()
 		case "terminal":

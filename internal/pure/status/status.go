@@ -53,6 +53,10 @@ const DefaultRuntimeName = "containerd"
 type Rejection struct {
 	Reason  string
 	Message string
+	// NoDisruptionTarget: as Facts.ByNode, the pod gets no DisruptionTarget
+	// condition (the kubelet's evictions for local storage limits, which
+	// pass none).
+	NoDisruptionTarget bool
 }
 
 // Facts are what status is computed from.
@@ -94,7 +98,8 @@ type Facts struct {
 	// ByNode says the node itself stops the pod for good (eviction, node
 	// shutdown): unless its phase is already terminal, the pod is Failed
 	// with this reason and message and gets a DisruptionTarget condition
-	// (TerminationByKubelet), as the kubelet's kill with a status function.
+	// (TerminationByKubelet) unless NoDisruptionTarget, as the kubelet's
+	// kill with a status function.
 	ByNode *Rejection
 	// Terminal says the pod was stopped for good (deleted, evicted, its
 	// manifest removed): stopped containers are not restarted, so once
@@ -171,8 +176,10 @@ func Generate(f Facts) v1.PodStatus {
 	if f.ByNode != nil && !terminal(prev.Phase) && !terminal(pod.Status.Phase) {
 		s.Phase = v1.PodFailed
 		s.Reason, s.Message = f.ByNode.Reason, f.ByNode.Message
-		disruption = &v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
-			Reason: v1.PodReasonTerminationByKubelet, Message: f.ByNode.Message}
+		if !f.ByNode.NoDisruptionTarget {
+			disruption = &v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+				Reason: v1.PodReasonTerminationByKubelet, Message: f.ByNode.Message}
+		}
 	}
 	// The kubelet's TerminatePod: once a pod stopped for good has nothing
 	// running, a container that is not terminated (it never ran, or
