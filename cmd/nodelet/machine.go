@@ -24,8 +24,9 @@ import (
 // the memory in bytes. Ephemeral storage is the size of the filesystem
 // that holds rootDir, as the kubelet's capacity (cAdvisor's RootFsInfo of
 // its root directory); it is left out when that cannot be read, and
-// admission then does not count it.
-func machineCapacity(rootDir string) (v1.ResourceList, int64, error) {
+// admission then does not count it, as without localStorage (the
+// kubelet's localStorageCapacityIsolation).
+func machineCapacity(rootDir string, localStorage bool) (v1.ResourceList, int64, error) {
 	mem, err := memTotal()
 	if err != nil {
 		return nil, 0, err
@@ -34,7 +35,7 @@ func machineCapacity(rootDir string) (v1.ResourceList, int64, error) {
 		v1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
 		v1.ResourceMemory: *resource.NewQuantity(mem, resource.BinarySI),
 	}
-	if size, err := fsSize(rootDir); err == nil {
+	if size, err := fsSize(rootDir); err == nil && localStorage {
 		out[v1.ResourceEphemeralStorage] = *resource.NewQuantity(size, resource.BinarySI)
 	}
 	return out, mem, nil

@@ -123,6 +123,8 @@ flags given on the command line override it.`,
 	f.StringVar(&o.logMaxSize, "container-log-max-size", "10Mi", "Size at which a container log is rotated")
 	f.IntVar(&cfg.ContainerLogMaxFiles, "container-log-max-files", cfg.ContainerLogMaxFiles, "Log files kept per container, the current one included")
 	f.DurationVar(&cfg.ContainerLogMonitorInterval, "container-log-monitor-interval", cfg.ContainerLogMonitorInterval, "How often container logs are checked for rotation")
+	f.DurationVar(&cfg.VolumeStatsAggPeriod, "volume-stats-agg-period", cfg.VolumeStatsAggPeriod, "How long a measured disk usage of volumes and logs is used before it is measured again")
+	f.BoolVar(&cfg.LocalStorageCapacityIsolation, "local-storage-capacity-isolation", cfg.LocalStorageCapacityIsolation, "Report ephemeral-storage capacity, admit by ephemeral-storage requests and evict pods over their ephemeral-storage limits or emptyDir size limits")
 	f.StringVar(&cfg.PodLogsDir, "pod-logs-dir", cfg.PodLogsDir, "Directory of container logs (CRI layout)")
 	f.StringVar(&cfg.ResolvConf, "resolv-conf", cfg.ResolvConf, "Resolver configuration the pods' DNS configuration starts from (empty: none)")
 	f.StringVar(&cfg.ClusterDomain, "cluster-domain", "", "The cluster's DNS domain, searched by pods with dnsPolicy ClusterFirst")
@@ -333,7 +335,7 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, conta
 	if cfg.CertDir == "" {
 		cfg.CertDir = cfg.CertDirectory()
 	}
-	capacity, mem, err := machineCapacity(cfg.RootDir)
+	capacity, mem, err := machineCapacity(cfg.RootDir, cfg.LocalStorageCapacityIsolation)
 	if err != nil {
 		return err
 	}

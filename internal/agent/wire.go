@@ -187,7 +187,8 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	// The stats of the node, the pods and their volumes (CSI volumes'
 	// from their drivers).
 	statsProvider := stats.New(rt, machine, cfg.NodeName, cfg.RootDir, clk, log,
-		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second), stats.WithVolumes(p.csiVolumes))
+		stats.WithPodLogsDir(cfg.PodLogsDir), stats.WithServeStale(10*time.Second), stats.WithVolumes(p.csiVolumes),
+		stats.WithDiskUsageTTL(cfg.VolumeStatsAggPeriod))
 	if err := reg.Register(stats.NewVolumeMetrics(p.csiVolumes)); err != nil {
 		return nil, err
 	}
@@ -303,10 +304,11 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	}
 	hk, containers := p.hk, p.gc
 	p.evict = eviction.New(eviction.Options{
-		Thresholds:               thresholds,
-		PressureTransitionPeriod: cfg.EvictionPressureTransitionPeriod,
-		MaxPodGracePeriodSeconds: int64(cfg.EvictionMaxPodGracePeriod),
-		NodeName:                 cfg.NodeName,
+		Thresholds:                    thresholds,
+		PressureTransitionPeriod:      cfg.EvictionPressureTransitionPeriod,
+		MaxPodGracePeriodSeconds:      int64(cfg.EvictionMaxPodGracePeriod),
+		NodeName:                      cfg.NodeName,
+		LocalStorageCapacityIsolation: cfg.LocalStorageCapacityIsolation,
 	}, eviction.Deps{
 		Summary:           statsProvider,
 		Workers:           p.workers,

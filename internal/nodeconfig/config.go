@@ -138,6 +138,16 @@ type Config struct {
 	// ContainerLogMonitorInterval is how often logs are checked for
 	// rotation (10s).
 	ContainerLogMonitorInterval time.Duration
+	// VolumeStatsAggPeriod is how long a measured disk usage of an
+	// emptyDir or a log directory is used before it is measured again
+	// (volumeStatsAggPeriod, 1m): the stats, and so the local storage
+	// evictions, see usage that old at most.
+	VolumeStatsAggPeriod time.Duration
+	// LocalStorageCapacityIsolation (localStorageCapacityIsolation, true):
+	// the node reports its ephemeral-storage capacity, admission counts
+	// ephemeral-storage requests, and pods over their ephemeral-storage
+	// limits or emptyDir sizeLimits are evicted.
+	LocalStorageCapacityIsolation bool
 
 	// ResolvConf is the host's resolver configuration file, the base of
 	// pods' DNS (--resolv-conf, resolvConf); cmd/nodelet reads it into
@@ -367,6 +377,8 @@ func DefaultConfig(rootDir string) Config {
 		ContainerLogMaxSize:              10 << 20,
 		ContainerLogMaxFiles:             5,
 		ContainerLogMonitorInterval:      10 * time.Second,
+		VolumeStatsAggPeriod:             time.Minute,
+		LocalStorageCapacityIsolation:    true,
 		ResolvConf:                       "/etc/resolv.conf",
 		EvictionHard:                     DefaultEvictionHard(),
 		EvictionPressureTransitionPeriod: eviction.DefaultPressureTransitionPeriod,
@@ -414,6 +426,9 @@ func (cfg Config) Validate() error {
 	}
 	if _, err := eviction.ParseThresholds(cfg.EvictionConfig()); err != nil {
 		return err
+	}
+	if cfg.VolumeStatsAggPeriod <= 0 {
+		return fmt.Errorf("volumeStatsAggPeriod %s: want a positive duration (nodelet does not turn volume stats off: the local storage limits need them)", cfg.VolumeStatsAggPeriod)
 	}
 	if cfg.EvictionPressureTransitionPeriod < 0 || cfg.EvictionMaxPodGracePeriod < 0 {
 		return errors.New("evictionPressureTransitionPeriod and evictionMaxPodGracePeriod must not be negative")

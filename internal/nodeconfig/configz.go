@@ -33,6 +33,8 @@ func Configz(cfg Config) *server.Configz {
 	c.ContainerLogMaxSize = resource.NewQuantity(cfg.ContainerLogMaxSize, resource.BinarySI).String()
 	c.ContainerLogMaxFiles = ptr.To(int32(cfg.ContainerLogMaxFiles))
 	c.ContainerLogMonitorInterval = &metav1.Duration{Duration: cfg.ContainerLogMonitorInterval}
+	c.VolumeStatsAggPeriod = metav1.Duration{Duration: cfg.VolumeStatsAggPeriod}
+	c.LocalStorageCapacityIsolation = ptr.To(cfg.LocalStorageCapacityIsolation)
 	c.ContainerRuntimeEndpoint = cfg.RuntimeEndpoint
 	if c.ContainerRuntimeEndpoint == "" {
 		c.ContainerRuntimeEndpoint = cfg.Managed.Containerd.Endpoint()

@@ -138,6 +138,10 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 	if kc.ContainerLogMonitorInterval != nil {
 		cfg.ContainerLogMonitorInterval = kc.ContainerLogMonitorInterval.Duration
 	}
+	setDuration(&cfg.VolumeStatsAggPeriod, kc.VolumeStatsAggPeriod)
+	if kc.LocalStorageCapacityIsolation != nil {
+		cfg.LocalStorageCapacityIsolation = *kc.LocalStorageCapacityIsolation
+	}
 	setString(&cfg.RuntimeEndpoint, kc.ContainerRuntimeEndpoint)
 	applyImageGC(&cfg.ImageGC, kc)
 	setDuration(&cfg.ShutdownGracePeriod, kc.ShutdownGracePeriod)
@@ -331,7 +335,7 @@ var implemented = []string{
 	"eventRecordQPS", "eventBurst",
 	"evictionHard", "mergeDefaultEvictionSettings", "evictionSoft", "evictionSoftGracePeriod", "evictionMinimumReclaim",
 	"evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod", "containerLogMaxSize", "containerLogMaxFiles",
-	"containerLogMonitorInterval", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
+	"containerLogMonitorInterval", "volumeStatsAggPeriod", "localStorageCapacityIsolation", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "cgroupRoot", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
 	"userNamespaces",
 	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "imageMinimumGCAge", "imageMaximumGCAge",

@@ -19,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
 	"github.com/nodelet/nodelet/internal/pure/podupdate"
+	"github.com/nodelet/nodelet/internal/pure/status"
 )
 
 // Defaults, the kubelet's.
@@ -57,7 +58,7 @@ type Workers interface {
 
 // Statuses is the status cache (*statusmanager.Manager).
 type Statuses interface {
-	SetStoppedByNode(uid types.UID, reason, message string)
+	StopByNode(uid types.UID, r status.Rejection)
 }
 
 // Recorder records events (*events.Recorder).
@@ -78,6 +79,10 @@ type Options struct {
 	// MonitoringInterval (0: DefaultMonitoringInterval).
 	MonitoringInterval time.Duration
 	NodeName           string
+	// LocalStorageCapacityIsolation is the kubelet's
+	// localStorageCapacityIsolation: pods over their ephemeral-storage
+	// limits or emptyDir sizeLimits are evicted (LocalStorage).
+	LocalStorageCapacityIsolation bool
 }
 
 // Deps are the manager's collaborators. ReclaimContainers and
@@ -146,12 +151,12 @@ func (m *Manager) Pressure() (memory, disk, pid bool) {
 // Run looks at the signals every monitoring interval until ctx ends; after
 // an eviction it waits for the pod to be gone, then looks again at once.
 func (m *Manager) Run(ctx context.Context) {
-	if len(m.opts.Thresholds) == 0 {
-		m.deps.Log.Info("eviction manager: no thresholds, nothing to watch")
+	if len(m.opts.Thresholds) == 0 && !m.opts.LocalStorageCapacityIsolation {
+		m.deps.Log.Info("eviction manager: no thresholds and no local storage limits, nothing to watch")
 		return
 	}
 	for ctx.Err() == nil {
-		if evicted := m.Synchronize(ctx); evicted != nil {
+		if evicted := m.Synchronize(ctx); len(evicted) > 0 {
 			m.waitForCleanup(ctx, evicted)
 			continue
 		}
@@ -163,9 +168,11 @@ func (m *Manager) Run(ctx context.Context) {
 }
 
 // Synchronize is one look at the signals (the kubelet's synchronize): the
-// node's conditions updated, then node-level reclaim and at most one pod
-// evicted if a threshold calls for it. It returns the evicted pod.
-func (m *Manager) Synchronize(ctx context.Context) *v1.Pod {
+// node's conditions updated; then, with local storage capacity isolation,
+// every pod over its local storage limits evicted; if none was, node-level
+// reclaim and at most one pod evicted if a threshold calls for it. It
+// returns the evicted pods.
+func (m *Manager) Synchronize(ctx context.Context) []*v1.Pod {
 	log := m.deps.Log
 	summary, err := m.deps.Summary.Summary(ctx, false)
 	if err != nil {
@@ -180,6 +187,11 @@ func (m *Manager) Synchronize(ctx context.Context) *v1.Pod {
 	m.mu.Unlock()
 	if !slices.Equal(before, d.Conditions) {
 		log.Info("eviction manager: node conditions", "pressure", d.Conditions)
+	}
+	if m.opts.LocalStorageCapacityIsolation {
+		if evicted := m.localStorageEviction(summary); len(evicted) > 0 {
+			return evicted
+		}
 	}
 	if d.Reclaim == nil {
 		return nil
@@ -221,20 +233,40 @@ func (m *Manager) Synchronize(ctx context.Context) *v1.Pod {
 			grace = min(m.opts.MaxPodGracePeriodSeconds, podspec.GracePeriodSeconds(pod))
 		}
 		msg := Message(d.Resource, pod, stats, d.Met, obs)
-		m.evict(pod, grace, msg)
+		m.evict(pod, grace, status.Rejection{Reason: Reason, Message: msg})
 		m.evictions.WithLabelValues(string(t.Signal)).Inc()
-		return pod
+		return []*v1.Pod{pod}
 	}
 	log.Warn("eviction manager: unable to evict any pod from the node", "resource", d.Resource)
 	return nil
 }
 
+// localStorageEviction evicts every pod over its local storage limits by
+// the stats of summary (the kubelet's localStorageEviction), critical pods
+// but, at once (the kubelet's immediate grace period) and without a
+// DisruptionTarget condition, as the kubelet passes none. It returns them.
+func (m *Manager) localStorageEviction(summary *statsapi.Summary) []*v1.Pod {
+	found := LocalStorage(m.deps.ActivePods(), StatsFrom(summary), dedicatedImageFs(summary))
+	var evicted []*v1.Pod
+	for _, e := range found {
+		if podspec.IsCritical(e.Pod) {
+			m.deps.Log.Warn("eviction manager: cannot evict a critical pod", "pod", e.Pod.Namespace+"/"+e.Pod.Name, "message", e.Message)
+			continue
+		}
+		m.evict(e.Pod, hardGracePeriodSeconds, status.Rejection{Reason: Reason, Message: e.Message, NoDisruptionTarget: true})
+		m.evictions.WithLabelValues(e.Signal).Inc()
+		evicted = append(evicted, e.Pod)
+	}
+	return evicted
+}
+
 // evict stops pod for good with the eviction's status.
-func (m *Manager) evict(pod *v1.Pod, grace int64, msg string) {
+func (m *Manager) evict(pod *v1.Pod, grace int64, r status.Rejection) {
+	msg := r.Message
 	m.deps.Recorder.Event(pod, v1.EventTypeWarning, Reason, msg)
 	m.deps.Log.Warn("eviction manager: evicting pod", "pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID,
 		"gracePeriod", grace, "message", msg)
-	m.deps.Statuses.SetStoppedByNode(pod.UID, Reason, msg)
+	m.deps.Statuses.StopByNode(pod.UID, r)
 	m.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Kill, Pod: pod,
 		KillPodOptions: &podworker.KillPodOptions{PodTerminationGracePeriodSecondsOverride: &grace, Evict: true, Reason: Reason}})
 }
@@ -270,13 +302,21 @@ func (m *Manager) reclaimNodeLevel(ctx context.Context, sig Signal, dedicated bo
 	return len(StillMet(m.opts.Thresholds, Observe(summary))) == 0, summary
 }
 
-// waitForCleanup waits until the evicted pod's worker finished, or
+// waitForCleanup waits until the evicted pods' workers finished, or
 // cleanupTimeout.
-func (m *Manager) waitForCleanup(ctx context.Context, pod *v1.Pod) {
+func (m *Manager) waitForCleanup(ctx context.Context, pods []*v1.Pod) {
 	deadline := m.deps.Clock.Now().Add(cleanupTimeout)
-	for !m.deps.Workers.IsPodFinished(pod.UID) {
+	finished := func() bool {
+		for _, pod := range pods {
+			if !m.deps.Workers.IsPodFinished(pod.UID) {
+				return false
+			}
+		}
+		return true
+	}
+	for !finished() {
 		if !m.deps.Clock.Now().Before(deadline) {
-			m.deps.Log.Warn("eviction manager: timed out waiting for the evicted pod to be cleaned up", "pod", pod.Namespace+"/"+pod.Name)
+			m.deps.Log.Warn("eviction manager: timed out waiting for the evicted pods to be cleaned up", "pods", podNames(pods))
 			return
 		}
 		select {
@@ -285,7 +325,7 @@ func (m *Manager) waitForCleanup(ctx context.Context, pod *v1.Pod) {
 		case <-m.deps.Clock.After(cleanupPoll):
 		}
 	}
-	m.deps.Log.Info("eviction manager: evicted pod cleaned up", "pod", pod.Namespace+"/"+pod.Name)
+	m.deps.Log.Info("eviction manager: evicted pods cleaned up", "pods", podNames(pods))
 }
 
 // dedicatedImageFs reports whether the runtime keeps its images on a

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pure/podupdate"
+	"github.com/nodelet/nodelet/internal/pure/status"
 )
 
 type fakeSummary struct {
@@ -60,10 +61,29 @@ type fakeWorkers struct {
 func (w *fakeWorkers) UpdatePod(o podworker.UpdatePodOptions) { w.updates = append(w.updates, o) }
 func (w *fakeWorkers) IsPodFinished(types.UID) bool           { return true }
 
+// fakeStatuses holds "reason: message" per pod, and " (no DisruptionTarget)"
+// after it when the stop carries none.
 type fakeStatuses map[types.UID]string
 
-func (s fakeStatuses) SetStoppedByNode(uid types.UID, reason, message string) {
-	s[uid] = reason + ": " + message
+func (s fakeStatuses) StopByNode(uid types.UID, r status.Rejection) {
+	s[uid] = r.Reason + ": " + r.Message
+	if r.NoDisruptionTarget {
+		s[uid] += " (no DisruptionTarget)"
+	}
+}
+
+// syncOne is one Synchronize that evicts at most one pod.
+func syncOne(t *testing.T, m *Manager) *v1.Pod {
+	t.Helper()
+	pods := m.Synchronize(context.Background())
+	switch len(pods) {
+	case 0:
+		return nil
+	case 1:
+		return pods[0]
+	}
+	t.Fatalf("evicted %d pods at once: %s", len(pods), podNames(pods))
+	return nil
 }
 
 type fakeRecorder struct{ events []string }
@@ -117,12 +137,12 @@ func TestManagerEvictsLowestRanked(t *testing.T) {
 	h.pods = []*v1.Pod{testPod("small", "", 0), critical, testPod("big", "", 0)}
 	h.sum.pods = []statsapi.PodStats{podStats("small", 10<<20, 0), podStats("critical", 2<<30, 0), podStats("big", 500<<20, 0)}
 
-	if p := h.m.Synchronize(context.Background()); p != nil {
+	if p := syncOne(t, h.m); p != nil {
 		t.Fatalf("evicted %s without pressure", p.Name)
 	}
 	h.sum.mem = 512 << 20
 	h.sum.clk.Step(10 * time.Second)
-	p := h.m.Synchronize(context.Background())
+	p := syncOne(t, h.m)
 	if p == nil || p.Name != "big" {
 		t.Fatalf("evicted %v, want big (critical is skipped)", p)
 	}
@@ -160,7 +180,7 @@ func TestManagerReclaimsBeforeEvicting(t *testing.T) {
 	h.pods = []*v1.Pod{testPod("a", "", 0)}
 	h.sum.pods = []statsapi.PodStats{podStats("a", 0, 1<<30)}
 	h.sum.disk = 5 << 30
-	if p := h.m.Synchronize(context.Background()); p != nil {
+	if p := syncOne(t, h.m); p != nil {
 		t.Fatalf("evicted %s though reclaim was enough", p.Name)
 	}
 	if h.reclaims != 1 {
@@ -172,7 +192,7 @@ func TestManagerReclaimsBeforeEvicting(t *testing.T) {
 	// Not enough: the pod goes.
 	h2 := newHarness(t, Config{EvictionHard: map[string]string{"nodefs.available": "10Gi"}}, nil)
 	h2.pods, h2.sum.pods, h2.sum.disk = h.pods, h.sum.pods, 5<<30
-	if p := h2.m.Synchronize(context.Background()); p == nil || p.Name != "a" || h2.reclaims != 1 {
+	if p := syncOne(t, h2.m); p == nil || p.Name != "a" || h2.reclaims != 1 {
 		t.Fatalf("evicted %v after %d reclaims, want a after 1", p, h2.reclaims)
 	}
 	if !strings.HasPrefix(h2.statuses["a"], "Evicted: The node was low on resource: ephemeral-storage. Threshold quantity: 10Gi, available: 5Gi. ") {
@@ -188,12 +208,12 @@ func TestManagerNeverEvictsCritical(t *testing.T) {
 	h.pods = []*v1.Pod{c}
 	h.sum.pods = []statsapi.PodStats{podStats("c", 3<<30, 0)}
 	h.sum.mem = 100 << 20
-	if p := h.m.Synchronize(context.Background()); p != nil || len(h.workers.updates) != 0 {
+	if p := syncOne(t, h.m); p != nil || len(h.workers.updates) != 0 {
 		t.Fatalf("evicted %v", p)
 	}
 	h.sum.err = errors.New("stats down")
 	h.sum.clk.Step(time.Minute)
-	if p := h.m.Synchronize(context.Background()); p != nil {
+	if p := syncOne(t, h.m); p != nil {
 		t.Fatalf("evicted %v without stats", p)
 	}
 	if got := h.m.Conditions(); len(got) != 1 {
