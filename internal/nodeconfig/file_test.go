@@ -36,6 +36,8 @@ type fileView struct {
 	ContainerLogMaxSize                                 int64
 	ContainerLogMaxFiles                                int
 	ContainerLogMonitorInterval                         string
+	VolumeStatsAggPeriod                                string
+	LocalStorageCapacityIsolation                       bool
 	SystemReserved, KubeReserved                        map[string]string
 	EvictionHard                                        map[string]string
 	ImageGC                                             string
@@ -67,7 +69,8 @@ func view(cfg Config, warnings []string) fileView {
 		RuntimeEndpoint: cfg.RuntimeEndpoint, ClusterDNS: cfg.ClusterDNS,
 		ContainerLogMaxSize: cfg.ContainerLogMaxSize, ContainerLogMaxFiles: cfg.ContainerLogMaxFiles,
 		ContainerLogMonitorInterval: cfg.ContainerLogMonitorInterval.String(),
-		SystemReserved:              reservedMap(cfg.SystemReserved), KubeReserved: reservedMap(cfg.KubeReserved), EvictionHard: cfg.EvictionHard,
+		VolumeStatsAggPeriod:        cfg.VolumeStatsAggPeriod.String(), LocalStorageCapacityIsolation: cfg.LocalStorageCapacityIsolation,
+		SystemReserved: reservedMap(cfg.SystemReserved), KubeReserved: reservedMap(cfg.KubeReserved), EvictionHard: cfg.EvictionHard,
 		ImageGC: fmt.Sprintf("high %d%%, low %d%%, minimum age %v, maximum age %v", cfg.ImageGC.HighThresholdPercent,
 			cfg.ImageGC.LowThresholdPercent, cfg.ImageGC.MinAge, cfg.ImageGC.MaxAge),
 		RotateCertificates: cfg.RotateCertificates, ServerTLSBootstrap: cfg.ServerTLSBootstrap, RegisterNode: cfg.RegisterNode,

@@ -3,6 +3,7 @@ package nodeconfig
 import (
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -158,6 +159,7 @@ func TestValidateClusterSettings(t *testing.T) {
 		{"zero status frequency", func(c *Config) { c.NodeStatusUpdateFrequency = 0 }, "--node-status-update-frequency"},
 		{"bad label", func(c *Config) { c.NodeLabels = map[string]string{"kubernetes.io/role": "x"} }, "may not set"},
 		{"bad taint", func(c *Config) { c.RegisterWithTaints = []v1.Taint{{Key: "a", Effect: "x"}} }, "effect"},
+		{"volume stats off", func(c *Config) { c.VolumeStatsAggPeriod = -time.Second }, "volumeStatsAggPeriod -1s: want a positive duration"},
 		{"bad cluster DNS", func(c *Config) { c.ClusterDNS = []string{"dns.example"} }, "--cluster-dns"},
 		{"bad eviction", func(c *Config) { c.EvictionHard = map[string]string{"memory.available": "x"} }, "evictionHard"},
 	} {

@@ -11,5 +11,13 @@
 // The evicted pod ends Failed, reason Evicted, with the kubelet's message
 // and a DisruptionTarget condition.
 //
-// The planning is pure (Decide, Rank, Message); Manager does the I/O.
+// Before the thresholds, with local storage capacity isolation (the
+// default), every pod over its local storage limits is evicted at once,
+// thresholds or not (the kubelet's localStorageEviction): an emptyDir over
+// its sizeLimit, the pod's ephemeral storage over its limit, a container
+// over its own; Failed, reason Evicted, the kubelet's message, no
+// DisruptionTarget.
+//
+// The planning is pure (Decide, Rank, Message, LocalStorage); Manager
+// does the I/O.
 package eviction
