@@ -20,7 +20,8 @@ func (cfg Config) NodeStatusOptions() nodestatus.Options {
 	}
 	return nodestatus.Options{
 		NodeName: cfg.NodeName, NodeIPs: ips, RootDir: cfg.RootDir, Port: int32(cfg.Port),
-		Labels: cfg.NodeLabels, RegisterWithTaints: cfg.RegisterWithTaints, RegisterNode: ptr.To(cfg.RegisterNode),
+		LocalStorageCapacityIsolation: ptr.To(cfg.LocalStorageCapacityIsolation),
+		Labels:                        cfg.NodeLabels, RegisterWithTaints: cfg.RegisterWithTaints, RegisterNode: ptr.To(cfg.RegisterNode),
 		MaxPods:        cfg.MaxPods,
 		SystemReserved: quantities(cfg.SystemReserved), KubeReserved: quantities(cfg.KubeReserved),
 		EvictionHard:              cfg.EvictionHard,

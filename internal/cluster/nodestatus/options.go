@@ -71,6 +71,10 @@ type Options struct {
 	// RootDir is nodelet's root directory (--root-dir): ephemeral-storage
 	// capacity and the nodefs eviction signals are its filesystem's.
 	RootDir string
+	// LocalStorageCapacityIsolation (localStorageCapacityIsolation; nil
+	// means true): the Node reports ephemeral-storage capacity, and is
+	// not Ready without it. With false, neither, as the kubelet.
+	LocalStorageCapacityIsolation *bool
 	// Port is the kubelet API's port (port), published as
 	// status.daemonEndpoints.kubeletEndpoint.Port.
 	Port int32
@@ -222,6 +226,7 @@ type config struct {
 	nodeName, hostname string
 	nodeIPs            []netip.Addr
 	rootDir            string
+	localStorage       bool
 	port               int32
 	labels             map[string]string
 	taints             []v1.Taint
@@ -252,6 +257,7 @@ func newConfig(o Options) (*config, error) {
 		nodeName:         o.NodeName,
 		hostname:         o.Hostname,
 		rootDir:          o.RootDir,
+		localStorage:     o.LocalStorageCapacityIsolation == nil || *o.LocalStorageCapacityIsolation,
 		port:             o.Port,
 		labels:           o.Labels,
 		taints:           o.RegisterWithTaints,

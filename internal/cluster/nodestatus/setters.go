@@ -99,7 +99,7 @@ func (c *config) setMachineInfo(node *v1.Node, f *Facts) []Event {
 				fmt.Sprintf("Node %s has been rebooted, boot id: %s", c.nodeName, c.host.BootID)})
 		}
 		st.NodeInfo.BootID = c.host.BootID
-		if f.RootFsBytes > 0 {
+		if f.RootFsBytes > 0 && c.localStorage {
 			st.Capacity[v1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(f.RootFsBytes), resource.BinarySI)
 		}
 	}
@@ -266,7 +266,11 @@ func (c *config) setReady(node *v1.Node, f *Facts) []Event {
 	}
 	errs := []error{f.RuntimeErr, f.NetworkErr, f.ShutdownErr}
 	var missing []string
-	for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourcePods, v1.ResourceEphemeralStorage} {
+	required := []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourcePods}
+	if c.localStorage {
+		required = append(required, v1.ResourceEphemeralStorage)
+	}
+	for _, r := range required {
 		if _, ok := node.Status.Capacity[r]; !ok {
 			missing = append(missing, string(r))
 		}

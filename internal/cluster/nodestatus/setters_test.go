@@ -154,6 +154,47 @@ func TestAllocatable(t *testing.T) {
 	}
 }
 
+// Without localStorageCapacityIsolation the Node has no ephemeral-storage
+// capacity or allocatable, and is Ready without it; with it, a root
+// filesystem that cannot be read keeps the Node not Ready, as the
+// kubelet.
+func TestLocalStorageCapacityIsolation(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		isolate  *bool
+		rootFs   uint64
+		capacity bool
+		ready    v1.ConditionStatus
+	}{
+		{"default", nil, 100 << 30, true, v1.ConditionTrue},
+		{"off", ptr.To(false), 100 << 30, false, v1.ConditionTrue},
+		{"root filesystem unknown", nil, 0, false, v1.ConditionFalse},
+		{"off, root filesystem unknown", ptr.To(false), 0, false, v1.ConditionTrue},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions()
+			o.LocalStorageCapacityIsolation = tc.isolate
+			f := testFacts(t0)
+			f.RootFsBytes = tc.rootFs
+			node, _ := testConfig(t, o).initialNode(f)
+			_, inCapacity := node.Status.Capacity[v1.ResourceEphemeralStorage]
+			_, inAllocatable := node.Status.Allocatable[v1.ResourceEphemeralStorage]
+			if inCapacity != tc.capacity || inAllocatable != tc.capacity {
+				t.Errorf("ephemeral-storage in capacity %v, allocatable %v; want %v", inCapacity, inAllocatable, tc.capacity)
+			}
+			ready := v1.ConditionUnknown
+			for _, c := range node.Status.Conditions {
+				if c.Type == v1.NodeReady {
+					ready = c.Status
+				}
+			}
+			if ready != tc.ready {
+				t.Errorf("Ready %s, want %s", ready, tc.ready)
+			}
+		})
+	}
+}
+
 // step is a status computation on top of the previous Node.
 type step struct {
 	name  string
