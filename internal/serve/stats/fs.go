@@ -14,10 +14,6 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// emptyDirPlugin is the directory of emptyDir volumes under a pod's
-// volumes directory.
-const emptyDirPlugin = "kubernetes.io~empty-dir"
-
 // fsMemo memoises statfs by path for one refresh. It is used by one
 // goroutine.
 type fsMemo struct {
@@ -65,12 +61,24 @@ func (p *Provider) logStats(pod v1alpha1.PodReference, container string, now tim
 	return out
 }
 
-// addStorageStats fills the emptyDir volume stats of a pod and its
-// ephemeral storage: its containers' writable layers and logs and its
-// disk-backed emptyDir volumes, on the root filesystem (the kubelet's
-// calcEphemeralStorage).
+// The volume plugins' directories under a pod's volumes directory whose
+// volumes are local ephemeral storage, as the kubelet's
+// IsLocalEphemeralVolume counts them (emptyDir, configMap; gitRepo
+// volumes nodelet does not mount), and the pod's /etc/hosts file in its
+// directory.
+const (
+	emptyDirPlugin  = "kubernetes.io~empty-dir"
+	configMapPlugin = "kubernetes.io~configmap"
+	etcHostsFile    = "etc-hosts"
+)
+
+// addStorageStats fills the ephemeral volumes' stats of a pod and its
+// ephemeral storage: its containers' writable layers and logs, its
+// disk-backed emptyDir and configMap volumes and its /etc/hosts file, on
+// the root filesystem (the kubelet's calcEphemeralStorage). A
+// memory-backed volume has its stats, but is memory, not ephemeral
+// storage.
 func (p *Provider) addStorageStats(ps *v1alpha1.PodStats, now time.Time, fsm *fsMemo) {
-	t := metav1.NewTime(now)
 	var used, inodesUsed uint64
 	for i := range ps.Containers {
 		c := &ps.Containers[i]
@@ -87,54 +95,72 @@ func (p *Provider) addStorageStats(ps *v1alpha1.PodStats, now time.Time, fsm *fs
 		// Not a UID nodelet made: no directory of ours to look into.
 		uid = ""
 	}
-	var (
-		entries []os.DirEntry
-		err     error
-		dir     = filepath.Join(p.rootDir, "pods", uid, "volumes", emptyDirPlugin)
-	)
 	if uid != "" {
-		entries, err = os.ReadDir(dir)
+		podDir := filepath.Join(p.rootDir, "pods", uid)
+		for _, plugin := range []string{emptyDirPlugin, configMapPlugin} {
+			for _, vs := range p.volumeStats(ps, filepath.Join(podDir, "volumes", plugin), now, fsm) {
+				if !vs.memory {
+					used += deref(vs.UsedBytes)
+					inodesUsed += deref(vs.InodesUsed)
+				}
+				ps.VolumeStats = append(ps.VolumeStats, vs.VolumeStats)
+			}
+		}
+		if u, n, ok := p.du.get(filepath.Join(podDir, etcHostsFile), fsm.fresh); ok {
+			used += u
+			inodesUsed += n
+		}
+		if p.volumes != nil {
+			// Not ephemeral storage: the driver's.
+			ps.VolumeStats = append(ps.VolumeStats, p.volumes.PodVolumeStats(uid)...)
+		}
 	}
+
+	eph := &v1alpha1.FsStats{Time: metav1.NewTime(now), UsedBytes: &used, InodesUsed: &inodesUsed}
+	fsm.withFs(eph, p.rootDir)
+	ps.EphemeralStorage = eph
+}
+
+// volumeStat is a volume's stats, and whether it is memory-backed.
+type volumeStat struct {
+	v1alpha1.VolumeStats
+	memory bool
+}
+
+// volumeStats are the stats of the volumes in one plugin's directory: the
+// size of the filesystem each is on, and what it uses: statfs of a tmpfs
+// mounted there (exact and cheap), the cached disk usage otherwise.
+func (p *Provider) volumeStats(ps *v1alpha1.PodStats, dir string, now time.Time, fsm *fsMemo) []volumeStat {
+	entries, err := os.ReadDir(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		p.log.Debug("stats: cannot list emptyDir volumes", "pod", ps.PodRef.Namespace+"/"+ps.PodRef.Name, "err", err)
+		p.log.Debug("stats: cannot list volumes", "pod", ps.PodRef.Namespace+"/"+ps.PodRef.Name, "dir", dir, "err", err)
 	}
+	var out []volumeStat
 	for _, e := range entries {
 		if !e.IsDir() {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
-		vs := v1alpha1.VolumeStats{Name: e.Name(), FsStats: v1alpha1.FsStats{Time: t}}
+		vs := volumeStat{VolumeStats: v1alpha1.VolumeStats{Name: e.Name(), FsStats: v1alpha1.FsStats{Time: metav1.NewTime(now)}}}
 		capacity, available, fsUsed, inodes, inodesFree, err := p.machine.FsStats(path)
 		if err != nil {
-			p.log.Debug("stats: cannot statfs emptyDir volume", "path", path, "err", err)
+			p.log.Debug("stats: cannot statfs volume", "path", path, "err", err)
 			continue
 		}
 		vs.CapacityBytes, vs.AvailableBytes, vs.Inodes, vs.InodesFree = &capacity, &available, &inodes, &inodesFree
-		tmpfs, err := p.machine.IsTmpfs(path)
-		if err != nil {
-			p.log.Debug("stats: cannot statfs emptyDir volume", "path", path, "err", err)
+		if vs.memory, err = p.machine.IsTmpfs(path); err != nil {
+			p.log.Debug("stats: cannot statfs volume", "path", path, "err", err)
 			continue
 		}
-		if tmpfs {
-			// A memory-backed volume is its own filesystem: statfs is
-			// exact and cheap, and it is memory, not ephemeral storage.
+		if vs.memory {
 			tmpInodesUsed := inodes - min(inodes, inodesFree)
 			vs.UsedBytes, vs.InodesUsed = &fsUsed, &tmpInodesUsed
 		} else if u, n, ok := p.du.get(path, fsm.fresh); ok {
 			vs.UsedBytes, vs.InodesUsed = &u, &n
-			used += u
-			inodesUsed += n
 		}
-		ps.VolumeStats = append(ps.VolumeStats, vs)
+		out = append(out, vs)
 	}
-	if p.volumes != nil && uid != "" {
-		// Not ephemeral storage: the driver's.
-		ps.VolumeStats = append(ps.VolumeStats, p.volumes.PodVolumeStats(uid)...)
-	}
-
-	eph := &v1alpha1.FsStats{Time: t, UsedBytes: &used, InodesUsed: &inodesUsed}
-	fsm.withFs(eph, p.rootDir)
-	ps.EphemeralStorage = eph
+	return out
 }
 
 // duCache caches the disk usage of directories. A missing entry is

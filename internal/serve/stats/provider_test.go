@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -626,4 +627,42 @@ func TestRuntimeProvidedRates(t *testing.T) {
 	if f == nil || f.GetLabelSelector()[podspec.LabelManagedBy] != podspec.ManagedByValue || len(f.GetLabelSelector()) != 1 {
 		t.Errorf("ListPodSandboxStats filter = %v, want nodelet's label only", f)
 	}
+}
+
+// A pod's ephemeral storage counts what the kubelet's does beside the
+// writable layers, logs and disk emptyDirs: its configMap volumes (with
+// their volume stats) and its /etc/hosts file; a volume directory that is
+// not a directory, or a pod without either, adds nothing.
+func TestEphemeralStorageCountsConfigMapsAndEtcHosts(t *testing.T) {
+	e := newEnv(t)
+	e.rt.addPod(podSpec{ns: "default", name: "web", uid: "uid-a", state: ready, created: t0, containers: []ctrSpec{
+		{name: "app", state: running, cpu: 1, ws: 1, writable: 1000},
+	}})
+	podDir := filepath.Join(e.rootDir, "pods", "uid-a")
+	config := filepath.Join(podDir, "volumes", "kubernetes.io~configmap", "settings")
+	scratch := filepath.Join(podDir, "volumes", "kubernetes.io~empty-dir", "scratch")
+	for _, d := range []string{config, scratch} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hosts := filepath.Join(podDir, "etc-hosts")
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.machine.setDU(config, 2*4096, 4)
+	e.machine.setDU(scratch, 5*4096, 2)
+	e.machine.setDU(hosts, 4096, 1)
+
+	web := findPod(summary(t, e.p, false), "web")
+	var names []string
+	for _, v := range web.VolumeStats {
+		names = append(names, v.Name)
+	}
+	if strings.Join(names, ",") != "scratch,settings" {
+		t.Fatalf("volume stats of %v, want scratch,settings", names)
+	}
+	checkU64(t, "configMap used", web.VolumeStats[1].UsedBytes, 2*4096)
+	checkU64(t, "ephemeral used", web.EphemeralStorage.UsedBytes, 1000+5*4096+2*4096+4096)
+	checkU64(t, "ephemeral inodes", web.EphemeralStorage.InodesUsed, 7+2+4+1) // the writable layer's 7
 }
