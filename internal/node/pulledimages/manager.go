@@ -40,9 +40,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/pipeline/podruntime"
 	"github.com/nodelet/nodelet/internal/pure/pullcreds"
 	"github.com/nodelet/nodelet/internal/pure/pullverify"
 )
+
+var _ podruntime.PullRecords = (*Manager)(nil)
 
 // Options are the kubelet's settings.
 type Options struct {
@@ -127,6 +130,9 @@ func New(opts Options, deps Deps) (*Manager, error) {
 	}
 	return m, nil
 }
+
+// Enabled is the KubeletEnsureSecretPulledImages feature gate.
+func (m *Manager) Enabled() bool { return m.store != nil }
 
 // MustPull says whether a pod must pull image (a container's image field),
 // present as imageRef, before using it; creds looks up the pod's

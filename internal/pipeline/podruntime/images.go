@@ -3,6 +3,7 @@ package podruntime
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -25,6 +26,11 @@ type imagePuller struct {
 	// facts plan.ImageDecision decides from.
 	mu      sync.Mutex
 	backoff map[string]plan.PullBackOff
+
+	// records are the ensure-secret-pulled-images records (pullrecords.go);
+	// nil: every pod may use every image present.
+	records PullRecords
+	log     *slog.Logger
 }
 
 func newImagePuller(rt Runtime, limit int, clk clock.Clock) *imagePuller {
@@ -45,6 +51,8 @@ type image struct {
 	pulled bool
 	cred   *pullcreds.Credential
 	status *runtimeapi.Image
+	// verified: present, and the pull records let the pod use it.
+	verified bool
 }
 
 // ensure returns the image for c, pulling it with the pod's credentials
@@ -57,7 +65,14 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 		step, w := plan.ImageDecision(c, present, p.history(c.Image), p.clock.Now())
 		switch step {
 		case plan.UseLocal:
-			return image{ref: local.GetId(), status: local}, nil
+			verified, mayUse := p.mayUse(ctx, c, local, creds)
+			if !mayUse {
+				// For this pod the image is not there: pull it with
+				// its credentials (pull policy Never: ErrImageNeverPull).
+				present = new(bool)
+				continue
+			}
+			return image{ref: local.GetId(), status: local, verified: verified}, nil
 		case plan.Wait:
 			return image{}, &pullError{w}
 		case plan.Pull:
@@ -81,7 +96,9 @@ func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeap
 	case <-ctx.Done():
 		return image{}, ctx.Err()
 	}
-	ref, cred, err := p.pullWith(ctx, spec, sandboxCfg, creds)
+	ref, cred, err := p.recorded(ctx, c.Image, func() (string, *pullcreds.Credential, error) {
+		return p.pullWith(ctx, spec, sandboxCfg, creds)
+	})
 	<-p.sem
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -103,6 +103,11 @@ type Deps struct {
 	// Network, when set, tells whether the runtime's pod network is
 	// ready (cri.NetworkState); without it the network is always ready.
 	Network Network
+	// PullRecords, when set (pulledimages.Manager), decide whether a pod
+	// may use an image already present or must pull it with its own
+	// credentials, and learn every pull (ensure-secret-pulled-images);
+	// without them every pod may use every image present.
+	PullRecords PullRecords
 }
 
 // Network is the runtime's pod network readiness (cri.NetworkState).
@@ -229,7 +234,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		features:       deps.RuntimeFeatures,
 		runtimeClasses: deps.RuntimeClasses,
 		network:        deps.Network,
-		pulls:          newImagePuller(rt, opts.MaxParallelImagePulls, clk),
+		pulls:          newImagePuller(rt, opts.MaxParallelImagePulls, clk).withRecords(deps.PullRecords, log),
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {
 				return nil

@@ -398,6 +398,8 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 	}
 	if img.pulled {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", c.Image))
+	} else if img.verified {
+		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", c.Image))
 	} else {
 		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
 	}
