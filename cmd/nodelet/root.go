@@ -154,7 +154,7 @@ flags given on the command line override it.`,
 	f.StringVar(&cfg.Managed.Images.BusyboxBinary, "busybox-binary", cfg.Managed.Images.BusyboxBinary, "Static busybox the busybox image is built from")
 	o.featureGates = gatesFlag{}
 	f.Var(o.featureGates, "feature-gates",
-		"Kubelet feature gates as key=value pairs; nodelet knows MemoryQoS (default false) and EventedPLEG (default true: follow the runtime's container event stream, relisting every 5m as a safety net; false: relist every second)")
+		"Kubelet feature gates as key=value pairs; nodelet knows MemoryQoS (default false), EventedPLEG (default true: follow the runtime's container event stream, relisting every 5m as a safety net; false: relist every second) and KubeletEnsureSecretPulledImages (default true: a pod uses an image pulled with credentials only with the same credentials)")
 	f.IntVarP(&o.verbosity, "v", "v", 0, "Log verbosity: 0 info, 1 and more debug")
 	_ = f.MarkHidden("pod-logs-dir")
 	addClusterFlags(f, o)
@@ -250,7 +250,7 @@ func (o *rootOptions) parseFlags(flags *pflag.FlagSet) error {
 	}
 	if flags.Changed("feature-gates") {
 		if unknown := cfg.SetFeatureGates(o.featureGates); len(unknown) > 0 {
-			return fmt.Errorf("--feature-gates: unrecognized feature gate(s) %s; nodelet knows EventedPLEG and MemoryQoS", strings.Join(unknown, ", "))
+			return fmt.Errorf("--feature-gates: unrecognized feature gate(s) %s; nodelet knows EventedPLEG, KubeletEnsureSecretPulledImages and MemoryQoS", strings.Join(unknown, ", "))
 		}
 	}
 	if flags.Changed("runtime-handler") {

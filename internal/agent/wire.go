@@ -28,6 +28,7 @@ import (
 	"github.com/nodelet/nodelet/internal/node/podcidr"
 	"github.com/nodelet/nodelet/internal/node/podhooks"
 	"github.com/nodelet/nodelet/internal/node/podresources"
+	"github.com/nodelet/nodelet/internal/node/pulledimages"
 	"github.com/nodelet/nodelet/internal/node/shutdown"
 	"github.com/nodelet/nodelet/internal/node/userns"
 	"github.com/nodelet/nodelet/internal/node/volume"
@@ -226,6 +227,14 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	}
 	resources := housekeeping.Holders(hooks)
 
+	// The image pull records (ensure-secret-pulled-images), which the
+	// runtime manager asks before it uses an image present and the image
+	// garbage collector prunes.
+	pullRecords, err := pulledimages.New(cfg.PullRecordOptions(), pulledimages.Deps{Runtime: rt, Clock: clk, Log: log})
+	if err != nil {
+		return nil, err
+	}
+
 	// 5. The runtime manager, and 4. the pod workers over it.
 	runtime := podruntime.New(rt, podruntime.Options{
 		PodLogsDir:           cfg.PodLogsDir,
@@ -251,6 +260,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		PodStartStages:   m,
 		RuntimeFeatures:  cri.NewHandlerFeatures(rt, clk, log),
 		Network:          cri.NewNetworkState(rt, clk, log),
+		PullRecords:      pullRecords,
 	})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
@@ -280,6 +290,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		Events:     recorder,
 		NodeName:   cfg.NodeName,
 		Registerer: reg,
+		Records:    pullRecords,
 		Clock:      clk,
 		Log:        log,
 	})

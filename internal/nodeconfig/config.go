@@ -28,8 +28,10 @@ import (
 	"github.com/nodelet/nodelet/internal/node/eviction"
 	"github.com/nodelet/nodelet/internal/node/imagegc"
 	"github.com/nodelet/nodelet/internal/node/podresources"
+	"github.com/nodelet/nodelet/internal/node/pulledimages"
 	"github.com/nodelet/nodelet/internal/node/shutdown"
 	"github.com/nodelet/nodelet/internal/node/userns"
+	"github.com/nodelet/nodelet/internal/pure/pullverify"
 	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
@@ -188,6 +190,16 @@ type Config struct {
 	// (--image-gc-low-threshold), imageMinimumGCAge
 	// (--minimum-image-gc-age) and imageMaximumGCAge.
 	ImageGC imagegc.Policy
+	// EnsureSecretPulledImages is the KubeletEnsureSecretPulledImages
+	// feature gate (on by default, as in the kubelet): a pod may use an
+	// image another pod pulled with credentials only with the same
+	// credentials, as ImagePullCredentialsVerificationPolicy
+	// (imagePullCredentialsVerificationPolicy, NeverVerifyPreloadedImages)
+	// and PreloadedImagesVerificationAllowlist
+	// (preloadedImagesVerificationAllowlist) say.
+	EnsureSecretPulledImages               bool
+	ImagePullCredentialsVerificationPolicy string
+	PreloadedImagesVerificationAllowlist   []string
 
 	// ShutdownGracePeriod is how long the node's shutdown is delayed to
 	// stop the pods, of which ShutdownGracePeriodCriticalPods is for the
@@ -354,36 +366,38 @@ type ManagedConfig struct {
 // DefaultConfig returns the defaults of every setting under rootDir.
 func DefaultConfig(rootDir string) Config {
 	return Config{
-		RootDir:                          rootDir,
-		PodLogsDir:                       "/var/log/pods",
-		FileCheckFrequency:               20 * time.Second,
-		HTTPCheckFrequency:               20 * time.Second,
-		SyncFrequency:                    time.Minute,
-		PLEGRelistPeriod:                 time.Second,
-		EventedPLEG:                      true,
-		MaxPods:                          110,
-		Port:                             10250,
-		HealthzBindAddress:               "127.0.0.1",
-		EnableSystemLogHandler:           true,
-		CgroupMountDir:                   "/sys/fs/cgroup",
-		CgroupRoot:                       podresources.DefaultCgroupRoot,
-		CgroupsPerQOS:                    true,
-		CgroupDriver:                     "cgroupfs",
-		PodPidsLimit:                     -1,
-		MemoryThrottlingFactor:           0.9,
-		HealthzPort:                      10248,
-		Address:                          "0.0.0.0",
-		MaxPerPodContainer:               1,
-		ContainerLogMaxSize:              10 << 20,
-		ContainerLogMaxFiles:             5,
-		ContainerLogMonitorInterval:      10 * time.Second,
-		VolumeStatsAggPeriod:             time.Minute,
-		LocalStorageCapacityIsolation:    true,
-		ResolvConf:                       "/etc/resolv.conf",
-		EvictionHard:                     DefaultEvictionHard(),
-		EvictionPressureTransitionPeriod: eviction.DefaultPressureTransitionPeriod,
-		UserNamespaces:                   UserNamespaces{IDsPerPod: userns.DefaultIDsPerPod},
-		ImageGC:                          imagegc.DefaultPolicy(),
+		RootDir:                                rootDir,
+		PodLogsDir:                             "/var/log/pods",
+		FileCheckFrequency:                     20 * time.Second,
+		HTTPCheckFrequency:                     20 * time.Second,
+		SyncFrequency:                          time.Minute,
+		PLEGRelistPeriod:                       time.Second,
+		EventedPLEG:                            true,
+		MaxPods:                                110,
+		Port:                                   10250,
+		HealthzBindAddress:                     "127.0.0.1",
+		EnableSystemLogHandler:                 true,
+		CgroupMountDir:                         "/sys/fs/cgroup",
+		CgroupRoot:                             podresources.DefaultCgroupRoot,
+		CgroupsPerQOS:                          true,
+		CgroupDriver:                           "cgroupfs",
+		PodPidsLimit:                           -1,
+		MemoryThrottlingFactor:                 0.9,
+		HealthzPort:                            10248,
+		Address:                                "0.0.0.0",
+		MaxPerPodContainer:                     1,
+		ContainerLogMaxSize:                    10 << 20,
+		ContainerLogMaxFiles:                   5,
+		ContainerLogMonitorInterval:            10 * time.Second,
+		VolumeStatsAggPeriod:                   time.Minute,
+		LocalStorageCapacityIsolation:          true,
+		ResolvConf:                             "/etc/resolv.conf",
+		EvictionHard:                           DefaultEvictionHard(),
+		EvictionPressureTransitionPeriod:       eviction.DefaultPressureTransitionPeriod,
+		UserNamespaces:                         UserNamespaces{IDsPerPod: userns.DefaultIDsPerPod},
+		ImageGC:                                imagegc.DefaultPolicy(),
+		EnsureSecretPulledImages:               true,
+		ImagePullCredentialsVerificationPolicy: string(pullverify.DefaultPolicy),
 		ClusterConfig: ClusterConfig{
 			RegisterNode:                       true,
 			KubeAPIQPS:                         50,
@@ -434,6 +448,9 @@ func (cfg Config) Validate() error {
 		return errors.New("evictionPressureTransitionPeriod and evictionMaxPodGracePeriod must not be negative")
 	}
 	if err := cfg.ImageGC.Validate(); err != nil {
+		return err
+	}
+	if err := cfg.validatePullVerification(); err != nil {
 		return err
 	}
 	if err := validateShutdown(cfg); err != nil {
@@ -577,7 +594,7 @@ func ValidateNodeName(name string) error {
 
 // SetFeatureGates sets the kubelet feature gates nodelet knows from gates
 // (name to enabled) and returns the names it does not know, sorted. Known:
-// EventedPLEG, MemoryQoS.
+// EventedPLEG, KubeletEnsureSecretPulledImages, MemoryQoS.
 func (c *Config) SetFeatureGates(gates map[string]bool) (unknown []string) {
 	for _, name := range slices.Sorted(maps.Keys(gates)) {
 		switch name {
@@ -585,6 +602,8 @@ func (c *Config) SetFeatureGates(gates map[string]bool) (unknown []string) {
 			c.EventedPLEG = gates[name]
 		case "MemoryQoS":
 			c.MemoryQoS = gates[name]
+		case "KubeletEnsureSecretPulledImages":
+			c.EnsureSecretPulledImages = gates[name]
 		default:
 			unknown = append(unknown, name)
 		}
@@ -647,4 +666,27 @@ func (cfg Config) KubepodsLimits() podresources.KubepodsLimits {
 		l.Pids = pids.Value()
 	}
 	return l
+}
+
+// validatePullVerification checks imagePullCredentialsVerificationPolicy
+// and preloadedImagesVerificationAllowlist as the kubelet: valid with the
+// KubeletEnsureSecretPulledImages gate on, not set with it off.
+func (cfg Config) validatePullVerification() error {
+	if cfg.EnsureSecretPulledImages {
+		return pullverify.Validate(pullverify.Policy(cfg.ImagePullCredentialsVerificationPolicy), cfg.PreloadedImagesVerificationAllowlist)
+	}
+	if cfg.ImagePullCredentialsVerificationPolicy != "" && cfg.ImagePullCredentialsVerificationPolicy != string(pullverify.DefaultPolicy) {
+		return errors.New("invalid configuration: `imagePullCredentialsVerificationPolicy` must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled")
+	}
+	if len(cfg.PreloadedImagesVerificationAllowlist) > 0 {
+		return errors.New("invalid configuration: `preloadedImagesVerificationAllowlist` must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled")
+	}
+	return nil
+}
+
+// PullRecordOptions are the settings of the image pull records
+// (ensure-secret-pulled-images) under <root-dir>/image_manager.
+func (cfg Config) PullRecordOptions() pulledimages.Options {
+	return pulledimages.Options{Enabled: cfg.EnsureSecretPulledImages, RootDir: cfg.RootDir,
+		Policy: pullverify.Policy(cfg.ImagePullCredentialsVerificationPolicy), Allowlist: cfg.PreloadedImagesVerificationAllowlist}
 }

@@ -50,6 +50,8 @@ func Configz(cfg Config) *server.Configz {
 	c.ImageGCLowThresholdPercent = ptr.To(int32(cfg.ImageGC.LowThresholdPercent))
 	c.ImageMinimumGCAge = metav1.Duration{Duration: cfg.ImageGC.MinAge}
 	c.ImageMaximumGCAge = metav1.Duration{Duration: cfg.ImageGC.MaxAge}
+	c.ImagePullCredentialsVerificationPolicy = kubeletv1beta1.ImagePullCredentialsVerificationPolicy(cfg.ImagePullCredentialsVerificationPolicy)
+	c.PreloadedImagesVerificationAllowlist = cfg.PreloadedImagesVerificationAllowlist
 	c.ShutdownGracePeriod = metav1.Duration{Duration: cfg.ShutdownGracePeriod}
 	c.ShutdownGracePeriodCriticalPods = metav1.Duration{Duration: cfg.ShutdownGracePeriodCriticalPods}
 	for _, p := range cfg.ShutdownGracePeriodByPodPriority {

@@ -144,6 +144,10 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 	}
 	setString(&cfg.RuntimeEndpoint, kc.ContainerRuntimeEndpoint)
 	applyImageGC(&cfg.ImageGC, kc)
+	setString(&cfg.ImagePullCredentialsVerificationPolicy, string(kc.ImagePullCredentialsVerificationPolicy))
+	if len(kc.PreloadedImagesVerificationAllowlist) > 0 {
+		cfg.PreloadedImagesVerificationAllowlist = slices.Clone(kc.PreloadedImagesVerificationAllowlist)
+	}
 	setDuration(&cfg.ShutdownGracePeriod, kc.ShutdownGracePeriod)
 	setDuration(&cfg.ShutdownGracePeriodCriticalPods, kc.ShutdownGracePeriodCriticalPods)
 	if len(kc.ShutdownGracePeriodByPodPriority) > 0 {
@@ -339,6 +343,7 @@ var implemented = []string{
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "cgroupRoot", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
 	"userNamespaces",
 	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "imageMinimumGCAge", "imageMaximumGCAge",
+	"imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
 	"userNamespaces", "enableSystemLogHandler", "shutdownGracePeriod", "shutdownGracePeriodCriticalPods", "shutdownGracePeriodByPodPriority",
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -458,6 +459,56 @@ func TestFileShutdown(t *testing.T) {
 		c := Configz(cfg)
 		if c.ShutdownGracePeriod.Duration != cfg.ShutdownGracePeriod || len(c.ShutdownGracePeriodByPodPriority) != len(cfg.ShutdownGracePeriodByPodPriority) {
 			t.Errorf("%q: /configz %v %v", tc.doc, c.ShutdownGracePeriod, c.ShutdownGracePeriodByPodPriority)
+		}
+	}
+}
+
+// imagePullCredentialsVerificationPolicy and
+// preloadedImagesVerificationAllowlist load by the kubelet's names, are
+// checked with its rules (and the KubeletEnsureSecretPulledImages gate)
+// and reach the pull records' options and /configz.
+func TestFilePullVerification(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	for _, tc := range []struct {
+		doc       string
+		policy    string
+		allowlist []string
+		enabled   bool
+		wantErr   string
+	}{
+		{doc: "", policy: "NeverVerifyPreloadedImages", enabled: true},
+		{doc: "imagePullCredentialsVerificationPolicy: AlwaysVerify\n", policy: "AlwaysVerify", enabled: true},
+		{doc: "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.k8s.io/*\", \"docker.io/library/busybox\"]\n",
+			policy: "NeverVerifyAllowlistedImages", allowlist: []string{"registry.k8s.io/*", "docker.io/library/busybox"}, enabled: true},
+		{doc: "imagePullCredentialsVerificationPolicy: Sometimes\n", policy: "Sometimes", enabled: true, wantErr: "Valid options are"},
+		{doc: "preloadedImagesVerificationAllowlist: [\"registry.k8s.io/*\"]\n", policy: "NeverVerifyPreloadedImages",
+			allowlist: []string{"registry.k8s.io/*"}, enabled: true, wantErr: "can't set `preloadedImagesVerificationAllowlist`"},
+		{doc: "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.k8s.io/pause:3.10\"]\n",
+			policy: "NeverVerifyAllowlistedImages", allowlist: []string{"registry.k8s.io/pause:3.10"}, enabled: true, wantErr: "neither tag nor digest"},
+		{doc: "featureGates:\n  KubeletEnsureSecretPulledImages: false\n", policy: "NeverVerifyPreloadedImages"},
+		{doc: "featureGates:\n  KubeletEnsureSecretPulledImages: false\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n", policy: "AlwaysVerify",
+			wantErr: "must not be set if KubeletEnsureSecretPulledImages feature gate is not enabled"},
+	} {
+		f, err := DecodeFile("c.yaml", []byte(head+tc.doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig("/var/lib/nodelet")
+		cfg.NodeName = "node-1"
+		warnings, err := f.Apply(&cfg)
+		if err != nil || len(warnings) != 0 {
+			t.Fatalf("%q: warnings %q, err %v", tc.doc, warnings, err)
+		}
+		opts := cfg.PullRecordOptions()
+		if string(opts.Policy) != tc.policy || !slices.Equal(opts.Allowlist, tc.allowlist) || opts.Enabled != tc.enabled || opts.RootDir != "/var/lib/nodelet" {
+			t.Errorf("%q: options %+v", tc.doc, opts)
+		}
+		err = cfg.Validate()
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%q: Validate = %v, want %q", tc.doc, err, tc.wantErr)
+		}
+		if z := Configz(cfg); string(z.ImagePullCredentialsVerificationPolicy) != tc.policy || !slices.Equal(z.PreloadedImagesVerificationAllowlist, tc.allowlist) {
+			t.Errorf("%q: configz %q %q", tc.doc, z.ImagePullCredentialsVerificationPolicy, z.PreloadedImagesVerificationAllowlist)
 		}
 	}
 }

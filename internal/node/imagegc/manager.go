@@ -57,8 +57,18 @@ type Deps struct {
 	NodeName string
 	// Registerer gets kubelet_image_garbage_collected_total (nil: none).
 	Registerer prometheus.Registerer
-	Clock      clock.Clock
-	Log        *slog.Logger
+	// Records, when set, drop the pull records of images gone after each
+	// collection (the kubelet's post-GC hook PruneUnknownRecords).
+	Records Records
+	Clock   clock.Clock
+	Log     *slog.Logger
+}
+
+// Records are the image pull records (pulledimages.Manager).
+type Records interface {
+	// PruneUnknown drops the records of images not in present (image
+	// IDs) last updated before listed.
+	PruneUnknown(present []string, listed time.Time)
 }
 
 // Manager is the kubelet's image garbage collector.
@@ -156,6 +166,7 @@ func (m *Manager) GarbageCollect(ctx context.Context) error {
 			"bytesToFree", plan.BytesToFree)
 	}
 	freed, execErr := m.execute(ctx, plan)
+	m.pruneRecords(now)
 	if err := errors.Join(planErr, execErr); err != nil {
 		return err
 	}
@@ -186,7 +197,24 @@ func (m *Manager) DeleteUnusedImages(ctx context.Context) (freedBytes int64, err
 		return 0, err
 	}
 	plan, _ := Compute(Input{Images: images, Policy: m.policy, Now: now, Started: m.started, All: true})
-	return m.execute(ctx, plan)
+	freed, err := m.execute(ctx, plan)
+	m.pruneRecords(now)
+	return freed, err
+}
+
+// pruneRecords drops the pull records of the images not present any more:
+// those of the last list (taken at or after listed) but the ones removed
+// since. The record of an image pulled after the list is newer than
+// listed and stays.
+func (m *Manager) pruneRecords(listed time.Time) {
+	if m.deps.Records == nil {
+		return
+	}
+	present := make([]string, 0, len(m.records))
+	for id := range m.records {
+		present = append(present, id)
+	}
+	m.deps.Records.PruneUnknown(present, listed)
 }
 
 // execute removes what the plan removes. A removal for space that fails

@@ -320,3 +320,43 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+type fakeRecords struct {
+	present []string
+	listed  time.Time
+	calls   int
+}
+
+func (r *fakeRecords) PruneUnknown(present []string, listed time.Time) {
+	r.calls++
+	r.present, r.listed = slices.Sorted(slices.Values(present)), listed
+}
+
+// After each collection the pull records are told which images are left,
+// and when they were listed, so those of removed images go.
+func TestCollectionPrunesPullRecords(t *testing.T) {
+	f := newFixture(t, Policy{HighThresholdPercent: 85, LowThresholdPercent: 80, MinAge: time.Minute, MaxAge: time.Hour}, 900*mib)
+	rec := &fakeRecords{}
+	f.m.deps.Records = rec
+	ctx := context.Background()
+	if err := f.m.GarbageCollect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"sha256:busybox", "sha256:new", "sha256:old", "sha256:pause"}; rec.calls != 1 || !slices.Equal(rec.present, want) || !rec.listed.Equal(t0) {
+		t.Errorf("pruned %d times, present %v at %v; want once, %v at %v", rec.calls, rec.present, rec.listed, want, t0)
+	}
+	f.clock.Step(61 * time.Minute)
+	if err := f.m.GarbageCollect(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"sha256:busybox", "sha256:pause"}; !slices.Equal(rec.present, want) || !rec.listed.Equal(f.clock.Now()) {
+		t.Errorf("present %v at %v; want %v at %v", rec.present, rec.listed, want, f.clock.Now())
+	}
+	f.rt.Images["sha256:gone"] = &runtimeapi.Image{Id: "sha256:gone", Size: mib}
+	if _, err := f.m.DeleteUnusedImages(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rec.calls != 3 {
+		t.Errorf("DeleteUnusedImages did not prune the records (%d calls)", rec.calls)
+	}
+}
