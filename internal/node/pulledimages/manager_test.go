@@ -56,7 +56,7 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
-	return &env{root: t.TempDir(), rt: &fakeRuntime{}, clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
+	return &env{root: filepath.Join(t.TempDir(), "not-yet"), rt: &fakeRuntime{}, clock: clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		logs: &testutil.SyncBuffer{}}
 }
 

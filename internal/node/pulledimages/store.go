@@ -38,6 +38,9 @@ type store struct {
 // openStore makes (or tightens to 0700) the store's directories below
 // rootDir and removes the temp files a crash left.
 func openStore(rootDir string) (*store, error) {
+	if err := os.MkdirAll(rootDir, 0o700); err != nil { // only when missing: the root's own mode is not ours to change
+		return nil, fmt.Errorf("create %s: %w", rootDir, err)
+	}
 	base := filepath.Join(rootDir, "image_manager")
 	s := &store{pulling: filepath.Join(base, "pulling"), pulled: filepath.Join(base, "pulled")}
 	for _, dir := range []string{base, s.pulling, s.pulled} {
