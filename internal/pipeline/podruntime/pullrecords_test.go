@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pure/plan"
 	"github.com/nodelet/nodelet/internal/pure/pullcreds"
 )
@@ -154,5 +155,30 @@ func TestRecordsGetPodCredentials(t *testing.T) {
 	}
 	if len(rec.lookedUp) != 1 || rec.lookedUp[0].Source.Name != "pull" {
 		t.Errorf("records got %+v", rec.lookedUp)
+	}
+}
+
+// The events of a present image: the kubelet's words when the records let
+// the pod use it, its ErrImageNeverPull event when they do not and the
+// pull policy is Never (as for an image not there).
+func TestPresentImageEvents(t *testing.T) {
+	for _, tc := range []struct {
+		must bool
+		want string
+	}{
+		{false, `Normal Pulled: Container image "busybox:1.35" already present on machine and can be accessed by the pod`},
+		{true, `Warning ErrImageNeverPull: Container image "busybox:1.35" is not present with pull policy of Never`},
+	} {
+		f := newFixture(t)
+		events := &eventLog{}
+		f.m.recorder = events
+		f.m.pulls = newImagePuller(&presentRegistry{}, 1, f.clock).withRecords(&fakeRecords{must: tc.must}, slog.New(slog.DiscardHandler))
+		pod := testPod()
+		pod.Spec.Containers = pod.Spec.Containers[:1]
+		pod.Spec.Containers[0].ImagePullPolicy = v1.PullNever
+		_, _ = f.m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod})
+		if !events.has(tc.want) {
+			t.Errorf("must pull %v: events %q, want %q", tc.must, events.events, tc.want)
+		}
 	}
 }

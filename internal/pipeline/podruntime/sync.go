@@ -475,6 +475,11 @@ func (m *Manager) pullEvent(pod *v1.Pod, c *v1.Container, pe *pullError) {
 	switch pe.waiting.Reason {
 	case plan.ReasonImagePullBackOff:
 		m.recorder.Event(pod, v1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", c.Image))
+	case plan.ReasonErrImageNeverPull:
+		// The kubelet's ErrImageNeverPullPolicy event: the same whether the
+		// image is absent or present but not the pod's to use.
+		m.recorder.Event(pod, v1.EventTypeWarning, plan.ReasonErrImageNeverPull, pe.waiting.Message)
+		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+pe.waiting.Reason)
 	default:
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", pe.waiting.Message)
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+pe.waiting.Reason)
