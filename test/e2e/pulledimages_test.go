@@ -15,15 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/managed/registry"
 	"github.com/nodelet/nodelet/test/authregistry"
-)
-
-// The private registry's credentials in the ensure-secret-pulled-images
-// test; the password must show in no record file.
-const (
-	ensureUser     = "e2e-ensure"
-	ensurePassword = "ensure-pulled-pw-e2e"
 )
 
 // ensurePod is a static pod running image with pull policy policy and the
@@ -47,19 +39,6 @@ spec:
     imagePullPolicy: %s
     command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
 `, name, refs, image, policy)
-}
-
-// ensureSecret is a kubernetes.io/dockerconfigjson Secret of the manifest
-// directory for host.
-func ensureSecret(name, host, user, password string) string {
-	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
-	return fmt.Sprintf(`apiVersion: v1
-kind: Secret
-metadata: {name: %s}
-type: kubernetes.io/dockerconfigjson
-stringData:
-  .dockerconfigjson: '{"auths":{%q:{"auth":%q}}}'
-`, name, host, auth)
 }
 
 // authorizedManifestGets counts the registry's answers to user's
@@ -95,34 +74,20 @@ func refusedManifestGets(r *authregistry.Registry, repo string) int {
 // without a new pull. A restarted nodelet keeps the records: the same
 // holds for new pods, and the running ones are left alone.
 func TestEnsureSecretPulledImages(t *testing.T) {
-	r, err := authregistry.Start(authregistry.Options{User: ensureUser, Password: ensurePassword})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.Close() })
-	base, err := shared.registryImage(registry.BusyboxRef)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const repo = "ensure/busybox"
-	image, err := r.Push(repo, "v1", base)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, refs := privateRegistry(t, "ensure")
+	image, repo := refs["ensure"], "private/busybox"
 	// The shared runtime may hold the image (same registry port in an
 	// earlier run): nodelet must pull it itself.
-	removeImage := func() { _ = shared.rt.RemoveImage(context.Background(), &runtimeapi.ImageSpec{Image: image}) }
-	removeImage()
-	t.Cleanup(removeImage)
+	_ = shared.rt.RemoveImage(context.Background(), &runtimeapi.ImageSpec{Image: image})
 
 	n, dir, args := lifecycleNodelet(t, "ensurepulled")
 	root := lastFlag(args, "--root-dir")
-	writeManifest(t, dir, "regcred.yaml", ensureSecret("regcred", r.Host, ensureUser, ensurePassword))
+	writeManifest(t, dir, "regcred.yaml", pullSecretManifest("regcred", r.Host, pullUser, pullPassword))
 	writeManifest(t, dir, "a.yaml", ensurePod("ens-a", image, "IfNotPresent", "regcred"))
 	api := n.api(t)
 	waitContainerRunning(t, 120*time.Second, "ens-a-e2e", "main")
-	if got := authorizedManifestGets(r, repo, ensureUser); got == 0 {
-		t.Fatalf("pod A ran without the registry serving %s: %+v", ensureUser, r.Requests())
+	if got := authorizedManifestGets(r, repo, pullUser); got == 0 {
+		t.Fatalf("pod A ran without the registry serving %s: %+v", pullUser, r.Requests())
 	}
 
 	// denied waits until pod's container waits on its image with reason
@@ -160,12 +125,12 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 	// from the image present, with no pull the registry served.
 	usedWithoutPull := func(t *testing.T, api *nodeAPI, pod string) {
 		t.Helper()
-		before := authorizedManifestGets(r, repo, ensureUser)
+		before := authorizedManifestGets(r, repo, pullUser)
 		writeManifest(t, dir, pod+".yaml", ensurePod(pod, image, "IfNotPresent", "regcred"))
 		waitContainerRunning(t, 120*time.Second, pod+"-e2e", "main")
 		waitEvent(t, api, 30*time.Second, pod+" image present and accessible", podEvent(pod+"-e2e", v1.EventTypeNormal, "Pulled",
 			`Container image "`+image+`" already present on machine and can be accessed by the pod`))
-		if after := authorizedManifestGets(r, repo, ensureUser); after != before {
+		if after := authorizedManifestGets(r, repo, pullUser); after != before {
 			t.Errorf("pod %s pulled again: the registry served %d manifests before, %d after", pod, before, after)
 		}
 	}
@@ -202,7 +167,7 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 			if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 {
 				t.Errorf("%s: %v; want mode 0600", f, err)
 			}
-			if strings.Contains(string(data), ensurePassword) || strings.Contains(string(data), base64.StdEncoding.EncodeToString([]byte(ensureUser+":"+ensurePassword))) {
+			if strings.Contains(string(data), pullPassword) || strings.Contains(string(data), base64.StdEncoding.EncodeToString([]byte(pullUser+":"+pullPassword))) {
 				t.Errorf("%s holds the credential", f)
 			}
 		}
@@ -237,8 +202,9 @@ func TestEnsureSecretPulledImages(t *testing.T) {
 				t.Errorf("%s runs %v (err %v), want its container %s untouched", pod, c, err, id)
 			}
 		}
-		if strings.Contains(n2.stderr.String(), ensurePassword) || strings.Contains(n.stderr.String(), ensurePassword) {
-			t.Error("nodelet's log shows the pull password")
+		checkNoPassword(t, n2, api2)
+		if strings.Contains(n.stderr.String(), pullPassword) {
+			t.Error("the first nodelet's log shows the pull password")
 		}
 	})
 }
