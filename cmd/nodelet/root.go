@@ -46,6 +46,7 @@ type rootOptions struct {
 	evictionReclaim  string
 	featureGates     gatesFlag
 	runtimeHandlers  []string
+	privateRegistry  string
 }
 
 // newRootCommand is `nodelet`: run the node agent in the foreground.
@@ -148,6 +149,10 @@ flags given on the command line override it.`,
 		"A runtime handler of the managed containerd beside runc, for RuntimeClasses to name (repeatable): name=NAME[,type=RUNTIME_TYPE][,binary=PATH], "+
 			"containerd's runtime name, runtime_type (default io.containerd.runc.v2) and, for runc's shim, the OCI runtime binary it runs instead of runc (options.BinaryName), "+
 			"e.g. name=crun,binary=/usr/bin/crun or name=gvisor,type=io.containerd.runsc.v1")
+	f.StringVar(&o.privateRegistry, "private-registry", "",
+		"Registries file of the managed containerd, as k3s's registries.yaml: mirrors (endpoints tried after the node's own images, before the registry), "+
+			"and per registry host credentials and TLS (CA, client certificate, insecure_skip_verify); the file must be root's and not world-writable "+
+			"(default <root-dir>/registries.yaml, when it exists)")
 	f.StringVar(&cfg.Managed.RegistryAddress, "image-registry-address", cfg.Managed.RegistryAddress, "Loopback address of the managed image registry (port 0 picks a free one)")
 	f.StringVar(&o.pauseBinary, "pause-binary", "", "Program the pause image is built from (default: 'pause' next to the nodelet binary, then PATH)")
 	f.StringVar(&o.containerdBinary, "containerd-binary", "", "containerd of the managed runtime, 2.x or 1.6/1.7; its runc shim is looked up in its directory first (default: 'containerd' next to the nodelet binary, as make build puts it, then PATH)")
@@ -223,6 +228,9 @@ func (o *rootOptions) config(flags *pflag.FlagSet, log *slog.Logger) (nodeconfig
 		}
 	}
 	if err := o.parseFlags(flags); err != nil {
+		return nodeconfig.Config{}, err
+	}
+	if err := readRegistries(flags, &o.cfg, o.privateRegistry, log); err != nil {
 		return nodeconfig.Config{}, err
 	}
 	cfg := o.cfg

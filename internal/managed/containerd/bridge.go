@@ -181,7 +181,7 @@ func writeRecord(c Config, cidrs []string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(c.bridgeRecord(), append(b, '\n')); err != nil {
+	if err := writeAtomic(c.bridgeRecord(), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("record the bridge network: %w", err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -308,25 +309,71 @@ func pluginDir(dirs []string) string {
 }
 
 // WriteFiles writes what Render produces, replacing older versions
-// atomically so a running containerd never reads half a file.
+// atomically so a running containerd never reads half a file. config.toml
+// may hold registry credentials: only root reads it. A registry's
+// hosts.toml that an earlier start wrote and the configuration no longer
+// names is removed, so a registry taken out of the registries file is no
+// longer configured.
 func WriteFiles(c Config) error {
 	files, err := Render(c)
 	if err != nil {
 		return err
 	}
 	for path, data := range files {
-		if err := writeAtomic(path, data); err != nil {
+		mode := os.FileMode(0o644)
+		if path == c.ConfigPath() {
+			mode = 0o600
+		}
+		if err := writeAtomic(path, data, mode); err != nil {
 			return fmt.Errorf("write containerd config: %w", err)
 		}
+	}
+	return removeStaleHosts(c.certsDir(), files)
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, data, mode)
+}
+
+// removeStaleHosts removes the hosts.toml files under dir that nodelet
+// wrote (they start with its header) and that are not among files, and
+// their directories once empty. It follows no symlink: a directory entry
+// that is not a directory, or a hosts.toml that is not a regular file, is
+// left alone, and so is one someone else wrote.
+func removeStaleHosts(dir string, files map[string][]byte) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("list registry hosts: %w", err)
+	}
+	for _, e := range entries {
+		hosts := filepath.Join(dir, e.Name(), "hosts.toml")
+		if _, ok := files[hosts]; ok || !e.IsDir() {
+			continue
+		}
+		if fi, err := os.Lstat(hosts); err == nil && fi.Mode().IsRegular() && writtenByNodelet(hosts) {
+			if err := os.Remove(hosts); err != nil {
+				return fmt.Errorf("remove stale registry hosts: %w", err)
+			}
+		}
+		_ = os.Remove(filepath.Join(dir, e.Name())) // only if empty
 	}
 	return nil
 }
 
-func writeAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
+// writtenByNodelet reports whether the file starts with the header of the
+// hosts.toml files nodelet writes.
+func writtenByNodelet(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
 	}
-	return atomicfile.Write(path, data, 0o644)
+	defer f.Close()
+	head := make([]byte, len(hostsHeader))
+	_, err = io.ReadFull(f, head)
+	return err == nil && string(head) == hostsHeader
 }
 
 // waitSocket polls until something accepts connections on socket.
