@@ -351,7 +351,8 @@ func TestReadRegistries(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := fmt.Sprintf("configs:\n  r.example:\n    tls: {ca_file: %s, cert_file: %s, key_file: %s}\n", ca, cert, key)
-	write := func(content string, mode os.FileMode) string {
+	write := func(t *testing.T, content string, mode os.FileMode) string {
+		t.Helper()
 		p := filepath.Join(dir, "registries.yaml")
 		_ = os.Remove(p) // a fresh file: root's, the mode given
 		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
@@ -362,47 +363,47 @@ func TestReadRegistries(t *testing.T) {
 		}
 		return p
 	}
-	if r, err := ReadRegistries(write(good, 0o640)); err != nil || r.Configs["r.example"].TLS.CAFile != ca {
+	if r, err := ReadRegistries(write(t, good, 0o640)); err != nil || r.Configs["r.example"].TLS.CAFile != ca {
 		t.Fatalf("ReadRegistries = %v, %v", r, err)
 	}
 	if _, err := ReadRegistries(filepath.Join(dir, "missing.yaml")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing file: %v, want fs.ErrNotExist", err)
 	}
 	for name, tc := range map[string]struct {
-		setup func() string
+		setup func(t *testing.T) string
 		want  string
 	}{
-		"world-writable": {func() string { return write(good, 0o646) }, "lets every user write it"},
-		"not root's": {func() string {
-			p := write(good, 0o600)
+		"world-writable": {func(t *testing.T) string { return write(t, good, 0o646) }, "lets every user write it"},
+		"not root's": {func(t *testing.T) string {
+			p := write(t, good, 0o600)
 			if err := os.Chown(p, 65534, 65534); err != nil {
 				t.Fatal(err)
 			}
 			return p
 		}, "owned by uid 65534"},
-		"directory": {func() string { return dir }, "not a regular file"},
-		"too large": {func() string { return write("#"+strings.Repeat("x", MaxRegistriesFileSize), 0o600) }, "larger than"},
-		"malformed": {func() string { return write("mirrors:\n  docker.io:\n    endpoints: []\n", 0o600) }, "line 3: field endpoints not found"},
-		"missing CA": {func() string {
-			return write(strings.Replace(good, ca, filepath.Join(dir, "nope.pem"), 1), 0o600)
+		"directory": {func(t *testing.T) string { return dir }, "not a regular file"},
+		"too large": {func(t *testing.T) string { return write(t, "#"+strings.Repeat("x", MaxRegistriesFileSize), 0o600) }, "larger than"},
+		"malformed": {func(t *testing.T) string { return write(t, "mirrors:\n  docker.io:\n    endpoints: []\n", 0o600) }, "line 3: field endpoints not found"},
+		"missing CA": {func(t *testing.T) string {
+			return write(t, strings.Replace(good, ca, filepath.Join(dir, "nope.pem"), 1), 0o600)
 		}, "nope.pem: no such file"},
-		"world-readable key": {func() string {
+		"world-readable key": {func(t *testing.T) string {
 			if err := os.Chmod(key, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { os.Chmod(key, 0o600) })
-			return write(good, 0o600)
+			return write(t, good, 0o600)
 		}, "lets every user read this private key"},
-		"world-writable CA": {func() string {
+		"world-writable CA": {func(t *testing.T) string {
 			if err := os.Chmod(ca, 0o666); err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { os.Chmod(ca, 0o644) })
-			return write(good, 0o600)
+			return write(t, good, 0o600)
 		}, "ca.pem: mode -rw-rw-rw- lets every user write it"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := ReadRegistries(tc.setup())
+			_, err := ReadRegistries(tc.setup(t))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("ReadRegistries error = %v, want one containing %q", err, tc.want)
 			}
