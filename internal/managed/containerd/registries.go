@@ -250,7 +250,11 @@ func (r Registries) validate(l nodeLines) error {
 			return err
 		}
 	}
+	plain := r.plainHTTPHosts()
 	for _, host := range sortedKeys(r.Configs) {
+		if r.Configs[host].Auth != nil && plain[host] != "" && !loopback(host) {
+			return lineError{l.at("configs", host, "auth"), fmt.Sprintf("configs.%q.auth: %s is reached over plain HTTP (%s), which would send the credentials in clear text; use https", host, host, plain[host])}
+		}
 		if host == wildcard {
 			return lineError{l.keyLine("configs", host), `configs."*": a wildcard would send the credentials, or skip the certificate checks, of every registry; name each host`}
 		}
@@ -262,6 +266,35 @@ func (r Registries) validate(l nodeLines) error {
 		}
 	}
 	return nil
+}
+
+// plainHTTPHosts are the hosts of http:// endpoints, each with one of
+// them.
+func (r Registries) plainHTTPHosts() map[string]string {
+	plain := map[string]string{}
+	for _, m := range r.Mirrors {
+		for _, e := range m.Endpoints {
+			if u, err := url.Parse(e); err == nil && u.Scheme == "http" {
+				plain[u.Host] = e
+			}
+		}
+	}
+	return plain
+}
+
+// loopback reports whether host (host[:port]) is a loopback address,
+// where plain HTTP leaves the machine never.
+func loopback(host string) bool {
+	h := host
+	if i := strings.LastIndex(h, ":"); i >= 0 && !strings.HasSuffix(h, "]") {
+		h = h[:i]
+	}
+	h = strings.Trim(h, "[]")
+	if h == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.IsLoopback()
 }
 
 func (m Mirror) validate(host string, l nodeLines) error {

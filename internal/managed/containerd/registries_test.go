@@ -62,6 +62,10 @@ func TestParseRegistries(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ParseRegistries =\n%#v\nwant\n%#v", got, want)
 	}
+	loop := "mirrors:\n  docker.io:\n    endpoint: [\"http://127.0.0.1:5000\", \"http://[::1]:5001\"]\nconfigs:\n  127.0.0.1:5000:\n    auth: {username: u, password: p}\n  \"[::1]:5001\":\n    auth: {username: u, password: p}\n"
+	if _, err := ParseRegistries("r.yaml", []byte(loop)); err != nil {
+		t.Errorf("credentials for loopback registries over plain HTTP: %v", err)
+	}
 	for _, empty := range []string{"", "# nothing yet\n", "mirrors: {}\nconfigs: {}\n"} {
 		if r, err := ParseRegistries("r.yaml", []byte(empty)); err != nil || len(r.Mirrors)+len(r.Configs) != 0 {
 			t.Errorf("ParseRegistries(%q) = %v, %v; want nothing configured", empty, r, err)
@@ -101,6 +105,7 @@ func TestParseRegistriesRefuses(t *testing.T) {
 		{"auth without colon", "configs:\n  r.example:\n    auth: {auth: dXNlcg==}\n", `auth must be the base64 of "username:password"`},
 		{"control character", "configs:\n  r.example:\n    auth: {username: u, password: \"a\\nb\"}\n", "password contains a control character"},
 		{"relative CA", "configs:\n  r.example:\n    tls:\n      ca_file: certs/ca.pem\n", `line 4: configs."r.example".tls.ca_file: "certs/ca.pem" must be an absolute path`},
+		{"credentials over plain HTTP", "mirrors:\n  docker.io:\n    endpoint: [\"http://m.example:5000\"]\nconfigs:\n  m.example:5000:\n    auth: {username: u, password: p}\n", `line 6: configs."m.example:5000".auth: m.example:5000 is reached over plain HTTP (http://m.example:5000), which would send the credentials in clear text`},
 		{"cert without key", "configs:\n  r.example:\n    tls:\n      cert_file: /c.pem\n", `line 4: configs."r.example".tls: a client certificate needs both cert_file and key_file`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
