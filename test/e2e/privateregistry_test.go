@@ -21,8 +21,9 @@ import (
 	"github.com/nodelet/nodelet/test/authregistry"
 )
 
-// privatePod runs image (from a private registry) as a sleeping busybox.
-const privatePod = `apiVersion: v1
+// registriesFilePod runs image (from a private registry) as a sleeping
+// busybox, with no pull secret.
+const registriesFilePod = `apiVersion: v1
 kind: Pod
 metadata:
   name: %s
@@ -116,8 +117,8 @@ func TestPrivateRegistryFile(t *testing.T) {
 
 	// A static pod of that image runs; one from the registry whose CA the
 	// file does not give waits on the certificate error.
-	writeManifest(t, m.manifests, "good.yaml", fmt.Sprintf(privatePod, "privreg-good", goodRef))
-	writeManifest(t, m.manifests, "noca.yaml", fmt.Sprintf(privatePod, "privreg-noca", noCARef))
+	writeManifest(t, m.manifests, "good.yaml", fmt.Sprintf(registriesFilePod, "privreg-good", goodRef))
+	writeManifest(t, m.manifests, "noca.yaml", fmt.Sprintf(registriesFilePod, "privreg-noca", noCARef))
 	waitPod(t, api, "privreg-good-e2e", 2*time.Minute, "running", func(p *v1.Pod) error {
 		if p.Status.Phase != v1.PodRunning {
 			return fmt.Errorf("phase %s", p.Status.Phase)
