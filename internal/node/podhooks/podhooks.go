@@ -267,8 +267,9 @@ type VolumeManager interface {
 	Pods() ([]types.UID, error)
 	// Mounts are a container's mounts of the pod's volumes (supportsRRO:
 	// the runtime handler supports recursive read-only mounts; env
-	// expands subPathExpr).
-	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, supportsRRO bool) ([]*runtimeapi.Mount, error)
+	// expands subPathExpr; images are the pulled images of the image
+	// volumes, by volume name).
+	Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, supportsRRO bool, images map[string]*runtimeapi.ImageSpec) ([]*runtimeapi.Mount, error)
 	// EnvFile is what the pod's fileKeyRef entries read (envvars.Files).
 	EnvFile(pod *v1.Pod, volume, path string, limit int64) ([]byte, error)
 }
@@ -345,7 +346,7 @@ func FailedMountMessages(err error) []string {
 type volumeMounts struct{ volumes VolumeManager }
 
 func (v volumeMounts) ContributeContainer(c podsetup.Container) (podsetup.Additions, error) {
-	mounts, err := v.volumes.Mounts(c.Pod, c.Container, c.Env, c.RecursiveReadOnlyMounts)
+	mounts, err := v.volumes.Mounts(c.Pod, c.Container, c.Env, c.RecursiveReadOnlyMounts, c.ImageVolumes)
 	if err != nil {
 		return podsetup.Additions{}, err
 	}

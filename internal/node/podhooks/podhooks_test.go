@@ -26,7 +26,7 @@ func (f *fakeVolumes) TearDown(_ context.Context, uid types.UID) error {
 	return nil
 }
 func (f *fakeVolumes) Pods() ([]types.UID, error) { return []types.UID{"a"}, nil }
-func (f *fakeVolumes) Mounts(_ *v1.Pod, c *v1.Container, env map[string]string, rro bool) ([]*runtimeapi.Mount, error) {
+func (f *fakeVolumes) Mounts(_ *v1.Pod, c *v1.Container, env map[string]string, rro bool, _ map[string]*runtimeapi.ImageSpec) ([]*runtimeapi.Mount, error) {
 	return []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/vol/" + c.Name + "/" + env["SUB"], RecursiveReadOnly: rro}}, nil
 }
 func (f *fakeVolumes) EnvFile(*v1.Pod, string, string, int64) ([]byte, error) { return nil, nil }

@@ -52,7 +52,7 @@ func TestCSIVolume(t *testing.T) {
 	if err := m.SetUp(t.Context(), pod); err != nil {
 		t.Fatal(err)
 	}
-	mounts, err := m.Mounts(pod, &pod.Spec.Containers[0], nil, false)
+	mounts, err := m.Mounts(pod, &pod.Spec.Containers[0], nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

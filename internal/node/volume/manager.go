@@ -291,19 +291,24 @@ func (m *Manager) setUpVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volume) 
 		return m.writeAtomicVolume(pod, vol.Name, pluginProjected, true, payload)
 	case src.CSI != nil:
 		return m.setUpCSI(ctx, pod, vol.Name, csi.Inline(pod, vol.Name, src.CSI))
+	case src.Image != nil:
+		// Nothing on the node: the runtime manager pulls the image and the
+		// runtime mounts it (Mounts).
+		return nil
 	default:
 		return fmt.Errorf("type %s is not supported by nodelet", volumeType(src))
 	}
 }
 
 // pluginDir is the plugin directory of an inline volume kept in the pod
-// directory, "" for a hostPath, and an error for a type nodelet does not
-// support (claimed volumes are found through Manager.claimed).
+// directory, "" for a hostPath or an image (nothing of theirs is in the
+// pod directory), and an error for a type nodelet does not support
+// (claimed volumes are found through Manager.claimed).
 func pluginDir(src *v1.VolumeSource) (string, error) {
 	switch {
 	case src.EmptyDir != nil:
 		return pluginEmptyDir, nil
-	case src.HostPath != nil:
+	case src.HostPath != nil, src.Image != nil:
 		return "", nil
 	case src.ConfigMap != nil:
 		return pluginConfigMap, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -34,7 +35,15 @@ import (
 // pod's runtime handler supports recursive read-only mounts: a
 // recursiveReadOnly mount is resolved with it (podspec.RecursiveReadOnly),
 // and Enabled without that support is an error.
-func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, supportsRRO bool) ([]*runtimeapi.Mount, error) {
+//
+// An image volume is mounted by the runtime, as the kubelet's makeMounts
+// does it: images holds, by volume name, the image the runtime manager
+// pulled for each image volume, and the mount names it (Mount.Image, its
+// subPath as ImageSubPath, resolved by the runtime inside the image),
+// always read-only, with no host path. An image volume missing from images
+// is an error.
+func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, supportsRRO bool,
+	images map[string]*runtimeapi.ImageSpec) ([]*runtimeapi.Mount, error) {
 	if err := checkPathElement("pod UID", string(pod.UID)); err != nil {
 		return nil, err
 	}
@@ -48,7 +57,7 @@ func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, su
 	out := make([]*runtimeapi.Mount, 0, len(c.VolumeMounts))
 	for i := range c.VolumeMounts {
 		vm := &c.VolumeMounts[i]
-		mnt, err := m.containerMount(pod.UID, c, i, vm, vols[vm.Name], env, supportsRRO)
+		mnt, err := m.containerMount(pod.UID, c, i, vm, vols[vm.Name], env, supportsRRO, images)
 		if err != nil {
 			return nil, fmt.Errorf("volumeMount %q of container %q: %w", vm.Name, c.Name, err)
 		}
@@ -58,15 +67,30 @@ func (m *Manager) Mounts(pod *v1.Pod, c *v1.Container, env map[string]string, su
 }
 
 // containerMount is the CRI mount of one volumeMount.
-func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *v1.VolumeMount, vol *v1.Volume, env map[string]string, supportsRRO bool) (*runtimeapi.Mount, error) {
+func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *v1.VolumeMount, vol *v1.Volume, env map[string]string, supportsRRO bool,
+	images map[string]*runtimeapi.ImageSpec) (*runtimeapi.Mount, error) {
 	if vol == nil {
 		return nil, fmt.Errorf("volume %q is not defined by the pod", vm.Name)
 	}
-	hostPath, mustReadOnly, err := m.volumeHostPath(uid, vol)
+	subPath, err := subPathOf(vm, env)
 	if err != nil {
 		return nil, err
 	}
-	subPath, err := subPathOf(vm, env)
+	if vol.Image != nil {
+		image := images[vol.Name]
+		if image == nil {
+			return nil, fmt.Errorf("image volume %q: its image %q has not been pulled", vol.Name, vol.Image.Reference)
+		}
+		mnt, err := mountOf(c, vm, "", true, supportsRRO)
+		if err != nil {
+			return nil, err
+		}
+		mnt.Image = &runtimeapi.ImageSpec{Image: image.Image, UserSpecifiedImage: image.UserSpecifiedImage,
+			RuntimeHandler: image.RuntimeHandler, Annotations: maps.Clone(image.Annotations)}
+		mnt.ImageSubPath = subPath
+		return mnt, nil
+	}
+	hostPath, mustReadOnly, err := m.volumeHostPath(uid, vol)
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +103,12 @@ func (m *Manager) containerMount(uid types.UID, c *v1.Container, index int, vm *
 			return nil, err
 		}
 	}
+	return mountOf(c, vm, hostPath, mustReadOnly, supportsRRO)
+}
+
+// mountOf is the CRI mount of volumeMount vm of container c from hostPath,
+// read-only when vm or the volume's type says so.
+func mountOf(c *v1.Container, vm *v1.VolumeMount, hostPath string, mustReadOnly, supportsRRO bool) (*runtimeapi.Mount, error) {
 	prop, err := propagation(vm.MountPropagation, c)
 	if err != nil {
 		return nil, err

@@ -270,7 +270,7 @@ func TestClaimStandalone(t *testing.T) {
 	if _, err := os.Stat(e.m.volumeDir(pod.UID, pluginEmptyDir, "fine")); err != nil {
 		t.Errorf("emptyDir beside failing claims: %v", err)
 	}
-	if _, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false); err == nil || !strings.Contains(err.Error(), `volume "data" is not set up`) {
+	if _, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false, nil); err == nil || !strings.Contains(err.Error(), `volume "data" is not set up`) {
 		t.Errorf("Mounts = %v, want the claim not set up", err)
 	}
 }
@@ -291,7 +291,7 @@ func TestHostPathPersistentVolume(t *testing.T) {
 	if fi, err := os.Stat(host + "/rw"); err != nil || !fi.IsDir() {
 		t.Fatalf("DirectoryOrCreate did not create the directory: %v", err)
 	}
-	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false)
+	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestHostPathPersistentVolume(t *testing.T) {
 		failed[0].Err.Error() != "error processing PVC default/rw: PVC is not bound" {
 		t.Fatalf("SetUp with the claim unbound = %v", err)
 	}
-	if _, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false); err == nil {
+	if _, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false, nil); err == nil {
 		t.Fatal("Mounts handed out the volume of an unbound claim")
 	}
 
@@ -356,7 +356,7 @@ func TestClaimedVolumeTypes(t *testing.T) {
 		t.Errorf("the CSI mounter got %+v, want handle h, volume c, claim csi, read-only", l)
 	}
 	want := filepath.Join(e.root, "pods/uid-csi/volumes/kubernetes.io~csi/pv-csi/mount")
-	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false)
+	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false, nil)
 	if err != nil || len(mounts) != 1 || mounts[0].HostPath != want || !mounts[0].Readonly {
 		t.Fatalf("mounts = %v, %v", mounts, err)
 	}
@@ -401,7 +401,7 @@ func TestLocalPersistentVolume(t *testing.T) {
 	if n := len(mountsUnder(t, dir)); n != 1 {
 		t.Fatalf("%d mounts on %s after two SetUps, want 1", n, dir)
 	}
-	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false)
+	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false, nil)
 	if err != nil || len(mounts) != 1 || mounts[0].HostPath != dir || mounts[0].Readonly {
 		t.Fatalf("mounts = %v, %v; want %s read-write", mounts, err, dir)
 	}
@@ -457,7 +457,7 @@ func TestLocalPersistentVolumeReadOnly(t *testing.T) {
 	if err := unix.Stat(data, &ost); err != nil || ost.Gid == 4321 {
 		t.Fatalf("fsGroup applied to a read-only volume: gid %d, %v", ost.Gid, err)
 	}
-	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false)
+	mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false, nil)
 	if err != nil || len(mounts) != 1 || !mounts[0].Readonly {
 		t.Fatalf("mounts = %v, %v; want read-only", mounts, err)
 	}

@@ -124,7 +124,7 @@ func TestSubPathSafety(t *testing.T) {
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			c := w.container(fmt.Sprintf("c%d", i), tc.vm)
-			mounts, err := w.m.Mounts(w.pod, c, tc.env, false)
+			mounts, err := w.m.Mounts(w.pod, c, tc.env, false, nil)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("Mounts() error = %v, want %q", err, tc.wantErr)
@@ -169,7 +169,7 @@ func TestSubPathMountIsReused(t *testing.T) {
 	w := newSubPathWorld(t)
 	c := w.container("app", v1.VolumeMount{SubPath: "dir"})
 	for range 3 {
-		if _, err := w.m.Mounts(w.pod, c, nil, false); err != nil {
+		if _, err := w.m.Mounts(w.pod, c, nil, false, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -182,7 +182,7 @@ func TestSubPathMountIsReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustWrite(t, filepath.Join(w.vol, "dir/marker"), "new")
-	if _, err := w.m.Mounts(w.pod, c, nil, false); err != nil {
+	if _, err := w.m.Mounts(w.pod, c, nil, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustRead(t, filepath.Join(target, "marker")); got != "new" {
@@ -233,7 +233,7 @@ func TestSubPathSymlinkRace(t *testing.T) {
 	for i := range calls {
 		att.WaitProgress()
 		c := w.container(fmt.Sprintf("c%d", i), v1.VolumeMount{SubPath: "a/b"})
-		mounts, err := w.m.Mounts(w.pod, c, nil, false)
+		mounts, err := w.m.Mounts(w.pod, c, nil, false, nil)
 		if err != nil {
 			refused++
 			continue
@@ -258,7 +258,7 @@ func TestSubPathSymlinkRace(t *testing.T) {
 		setSwapped(t, volFD, "a", "alink", state.a)
 		setSwapped(t, aFD, "b", "blink", state.b)
 		c := w.container(fmt.Sprintf("s%v%v", state.a, state.b), v1.VolumeMount{SubPath: "a/b"})
-		mounts, err := w.m.Mounts(w.pod, c, nil, false)
+		mounts, err := w.m.Mounts(w.pod, c, nil, false, nil)
 		if state.a || state.b {
 			if err == nil || !strings.Contains(err.Error(), "outside of the volume") {
 				t.Fatalf("a swapped=%v, b swapped=%v: Mounts() = %v, %v; want refused", state.a, state.b, mounts, err)
@@ -337,7 +337,7 @@ func TestHostPathSubPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &v1.Container{Name: "app", VolumeMounts: []v1.VolumeMount{{Name: "host", MountPath: "/x", SubPathExpr: "logs/$(POD)", ReadOnly: true}}}
-	mounts, err := e.m.Mounts(pod, c, map[string]string{"POD": "p"}, false)
+	mounts, err := e.m.Mounts(pod, c, map[string]string{"POD": "p"}, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func TestTearDownOrphans(t *testing.T) {
 				}
 			}
 			c := &v1.Container{Name: "app", VolumeMounts: []v1.VolumeMount{{Name: vol, MountPath: "/x", SubPath: "sub"}}}
-			if _, err := e.m.Mounts(pod, c, nil, false); err != nil {
+			if _, err := e.m.Mounts(pod, c, nil, false, nil); err != nil {
 				t.Fatal(err)
 			}
 		}

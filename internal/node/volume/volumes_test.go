@@ -187,7 +187,7 @@ func TestHostPathTypes(t *testing.T) {
 			}
 			// The host path itself is handed to the runtime.
 			pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "host", MountPath: "/h"}}
-			mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false)
+			mounts, err := e.m.Mounts(pod, &pod.Spec.Containers[0], nil, false, nil)
 			if err != nil || mounts[0].HostPath != tc.path || mounts[0].Readonly {
 				t.Fatalf("Mounts() = %v, %v", mounts, err)
 			}
@@ -345,7 +345,7 @@ func TestConfigMapAndSecretVolumes(t *testing.T) {
 		{Name: "all", MountPath: "/etc/app"},
 		{Name: "secret", MountPath: "/secret", SubPath: "user"},
 	}}
-	mounts, err := e.m.Mounts(pod, c, nil, false)
+	mounts, err := e.m.Mounts(pod, c, nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +401,7 @@ func TestConfigMapAndSecretErrors(t *testing.T) {
 		t.Errorf("a failing configMap volume got a directory")
 	}
 	c := &v1.Container{Name: "app", VolumeMounts: []v1.VolumeMount{{Name: "missing-cm", MountPath: "/x"}}}
-	if _, err := e.m.Mounts(pod, c, nil, false); err == nil || !strings.Contains(err.Error(), "not set up") {
+	if _, err := e.m.Mounts(pod, c, nil, false, nil); err == nil || !strings.Contains(err.Error(), "not set up") {
 		t.Errorf("Mounts of a failed volume: %v", err)
 	}
 }
@@ -555,7 +555,7 @@ func TestMountsOptions(t *testing.T) {
 		{Name: "host", MountPath: "/logs", MountPropagation: prop(v1.MountPropagationHostToContainer), BindMountOptions: []string{"noexec"}},
 		{Name: "data", MountPath: "relative/dir"}, // valid for the API server; the kubelet makes it absolute
 	}}
-	mounts, err := e.m.Mounts(pod, c, nil, false)
+	mounts, err := e.m.Mounts(pod, c, nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -587,13 +587,13 @@ func TestMountsOptions(t *testing.T) {
 		{"bad propagation", v1.Container{Name: "a", VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/x", MountPropagation: prop("Sideways")}}},
 			`invalid MountPropagation mode: "Sideways"`},
 	} {
-		if _, err := e.m.Mounts(pod, &tc.c, nil, false); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+		if _, err := e.m.Mounts(pod, &tc.c, nil, false, nil); err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.wantErr)
 		}
 	}
 	priv := v1.Container{Name: "a", SecurityContext: &v1.SecurityContext{Privileged: ptr(true)},
 		VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/x", MountPropagation: prop(v1.MountPropagationBidirectional)}}}
-	if m, err := e.m.Mounts(pod, &priv, nil, false); err != nil || m[0].Propagation != runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL {
+	if m, err := e.m.Mounts(pod, &priv, nil, false, nil); err != nil || m[0].Propagation != runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL {
 		t.Errorf("bidirectional privileged: %v %v", m, err)
 	}
 }
@@ -628,7 +628,7 @@ func TestMountsRecursiveReadOnly(t *testing.T) {
 		{Name: "data", MountPath: "/rw"},
 	}}
 	type got struct{ ro, rro bool }
-	mounts, err := e.m.Mounts(pod, c, nil, true)
+	mounts, err := e.m.Mounts(pod, c, nil, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,14 +641,14 @@ func TestMountsRecursiveReadOnly(t *testing.T) {
 
 	// Without runtime support, IfPossible is plain read-only and Enabled
 	// fails with the kubelet's message.
-	_, err = e.m.Mounts(pod, c, nil, false)
+	_, err = e.m.Mounts(pod, c, nil, false, nil)
 	const msg = `volumeMount "data" of container "app": failed to resolve recursive read-only mode: ` +
 		`volume "data" requested recursive read-only mode, but it is not supported by the runtime`
 	if err == nil || err.Error() != msg {
 		t.Errorf("unsupported Enabled: error %v, want %q", err, msg)
 	}
 	c.VolumeMounts = c.VolumeMounts[1:]
-	mounts, err = e.m.Mounts(pod, c, nil, false)
+	mounts, err = e.m.Mounts(pod, c, nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,11 @@ type Container struct {
 	// RecursiveReadOnlyMounts: the runtime handler supports recursive
 	// read-only mounts.
 	RecursiveReadOnlyMounts bool
+	// ImageVolumes are the images of the pod's image volumes that the
+	// container mounts, by volume name, as the runtime manager pulled them
+	// for this sync: the runtime mounts each (runtimeapi.Mount.Image).
+	// Contributors do not modify them.
+	ImageVolumes map[string]*runtimeapi.ImageSpec
 }
 
 // Additions are what one Contributor adds to a container's config.
