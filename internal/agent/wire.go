@@ -261,6 +261,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		RuntimeFeatures:  cri.NewHandlerFeatures(rt, clk, log),
 		Network:          cri.NewNetworkState(rt, clk, log),
 		PullRecords:      pullRecords,
+		ImageVolumes:     cri.NewImageVolumes(rt, clk, log),
 	})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.

@@ -51,7 +51,7 @@ func TestEnvFromFile(t *testing.T) {
 	pod := testPod()
 	c := &pod.Spec.Containers[0]
 	c.Env = []v1.EnvVar{fileKeyEnv("CONFIG_1", "config", "CONFIG_1"), fileKeyEnv("TWO", "config", "CONFIG_2")}
-	extras, err := f.m.containerExtras(t.Context(), pod, c, nil, setup)
+	extras, err := f.m.containerExtras(t.Context(), pod, c, nil, setup, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -108,6 +108,9 @@ type Deps struct {
 	// credentials, and learn every pull (ensure-secret-pulled-images);
 	// without them every pod may use every image present.
 	PullRecords PullRecords
+	// ImageVolumes, when set, tells whether the runtime mounts image
+	// volumes (cri.ImageVolumes); without it they are left to the runtime.
+	ImageVolumes ImageVolumeSupport
 }
 
 // Network is the runtime's pod network readiness (cri.NetworkState).
@@ -183,6 +186,9 @@ type Manager struct {
 	runtimeClasses RuntimeClasses
 	// network gates pods on the pod network; nil: always ready.
 	network Network
+	// imageVolumes says whether the runtime mounts image volumes; nil:
+	// not asked.
+	imageVolumes ImageVolumeSupport
 
 	pulls *imagePuller
 	// sandboxes is a counting semaphore over RunPodSandbox; nil: no bound.
@@ -235,6 +241,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		runtimeClasses: deps.RuntimeClasses,
 		network:        deps.Network,
 		pulls:          newImagePuller(rt, opts.MaxParallelImagePulls, clk).withRecords(deps.PullRecords, log),
+		imageVolumes:   deps.ImageVolumes,
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {
 				return nil

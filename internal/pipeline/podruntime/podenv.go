@@ -100,8 +100,10 @@ func (m *Manager) containerSecurity(ctx context.Context, pod *v1.Pod, c *v1.Cont
 // containerExtras builds a container's environment (from the objects and
 // env files the pod's hooks hand), expanded command and args, what the
 // hooks' contributors add (mounts, resources, devices, annotations), and
-// the mounts nodelet manages for it (/etc/hosts).
-func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string, setup podsetup.Setup) (containerExtras, error) {
+// the mounts nodelet manages for it (/etc/hosts). images are the pulled
+// images of the image volumes c mounts, for the contributors' mounts.
+func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Container, podIPs []string, setup podsetup.Setup,
+	images map[string]*runtimeapi.ImageSpec) (containerExtras, error) {
 	facts := envvars.PodFacts{PodIPs: podIPs, NodeName: m.opts.NodeName, NodeAllocatable: m.opts.Allocatable}
 	if m.opts.HostIP != "" {
 		facts.HostIPs = []string{m.opts.HostIP}
@@ -134,7 +136,8 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		for _, e := range env {
 			vars[e.Name] = e.Value
 		}
-		add, err := setup.Apply(podsetup.Container{Pod: pod, Container: c, Env: vars, RecursiveReadOnlyMounts: m.supportsRRO(ctx, pod)})
+		add, err := setup.Apply(podsetup.Container{Pod: pod, Container: c, Env: vars, RecursiveReadOnlyMounts: m.supportsRRO(ctx, pod),
+			ImageVolumes: images})
 		if err != nil {
 			return containerExtras{}, &configError{err}
 		}

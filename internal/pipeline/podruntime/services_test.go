@@ -56,7 +56,7 @@ func TestServiceEnvironment(t *testing.T) {
 	f := withServices(t, services)
 	apiPod := testPod()
 	apiPod.Annotations = map[string]string{podspec.AnnotationConfigSource: podspec.ConfigSourceAPI}
-	_, err := f.m.containerExtras(t.Context(), apiPod, &apiPod.Spec.Containers[0], nil, podsetup.Setup{})
+	_, err := f.m.containerExtras(t.Context(), apiPod, &apiPod.Spec.Containers[0], nil, podsetup.Setup{}, nil)
 	var cfgErr *configError
 	if !errors.As(err, &cfgErr) || !strings.Contains(err.Error(), "services have not yet been read") {
 		t.Errorf("API pod before the Services were read: %v, want a config error", err)
@@ -64,7 +64,7 @@ func TestServiceEnvironment(t *testing.T) {
 
 	static := testPod()
 	static.Annotations = map[string]string{podspec.AnnotationConfigSource: "file"}
-	extras, err := f.m.containerExtras(t.Context(), static, &static.Spec.Containers[0], nil, podsetup.Setup{})
+	extras, err := f.m.containerExtras(t.Context(), static, &static.Spec.Containers[0], nil, podsetup.Setup{}, nil)
 	if err != nil {
 		t.Fatalf("static pod before the Services were read: %v", err)
 	}
@@ -73,7 +73,7 @@ func TestServiceEnvironment(t *testing.T) {
 	}
 
 	services.synced = true
-	extras, err = f.m.containerExtras(t.Context(), apiPod, &apiPod.Spec.Containers[0], nil, podsetup.Setup{})
+	extras, err = f.m.containerExtras(t.Context(), apiPod, &apiPod.Spec.Containers[0], nil, podsetup.Setup{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

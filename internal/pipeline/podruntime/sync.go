@@ -281,6 +281,11 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	var failures []startFailure
 	var errs []error
+	// Step 3b: the image volumes' images, once, if anything starts.
+	var imageVolumes imageVolumePulls
+	if len(actions.EphemeralContainersToStart)+len(actions.InitContainersToStart)+len(actions.ContainersToStart) > 0 {
+		imageVolumes = m.pullImageVolumes(ctx, pod, sandboxCfg, setup.PullCredentials, log)
+	}
 	run := func(a startArgs) error {
 		waiting, err := m.startContainer(ctx, a, log)
 		if waiting != nil {
@@ -290,7 +295,8 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		return err
 	}
 	args := func(c *v1.Container, s plan.Start) startArgs {
-		return startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, setup: setup}
+		return startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, setup: setup,
+			imageVolumes: imageVolumes}
 	}
 	// Ephemeral containers first, as the kubelet's: an init container
 	// failing to start does not hold back the one that debugs it.
@@ -363,6 +369,8 @@ type startArgs struct {
 	targetID  string
 	// setup is what the pod's hooks set up.
 	setup podsetup.Setup
+	// imageVolumes are the pulls of the pod's image volumes in this sync.
+	imageVolumes imageVolumePulls
 }
 
 // targetID is the ID of the container an ephemeral container targets: the
@@ -386,6 +394,13 @@ func targetID(obs *observed.PodStatus, sandboxID string, ec *v1.EphemeralContain
 // waiting reason its status shows.
 func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Logger) (*plan.Waiting, error) {
 	pod, c := a.pod, a.c
+	// The image volumes first, as the kubelet's: a container that cannot
+	// have them does not pull its own image.
+	images, waiting, err := m.containerImageVolumes(ctx, pod, c, a.imageVolumes)
+	if err != nil {
+		log.Warn("image volumes not available", "container", c.Name, "err", err)
+		return waiting, fmt.Errorf("container %q: %w", c.Name, err)
+	}
 	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg, a.setup.PullCredentials)
 	var pe *pullError
 	if errors.As(err, &pe) {
@@ -396,14 +411,8 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 	if err != nil {
 		return nil, fmt.Errorf("container %q: %w", c.Name, err)
 	}
-	if img.pulled {
-		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", c.Image))
-	} else if img.verified {
-		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", c.Image))
-	} else {
-		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Container image %q already present on machine", c.Image))
-	}
-	extras, err := m.containerExtras(ctx, pod, c, a.podIPs, a.setup)
+	m.pulledEvent(pod, c.Image, img)
+	extras, err := m.containerExtras(ctx, pod, c, a.podIPs, a.setup, images)
 	if err != nil {
 		w := plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
@@ -471,19 +480,12 @@ func (m *Manager) postStart(ctx context.Context, a startArgs, id string, log *sl
 	return fmt.Errorf("postStart hook of %q: %w", a.c.Name, err)
 }
 
+// pullEvent records why c's image is not available: the image's event,
+// then the container's Failed event with the reason, as the kubelet's
+// startContainer.
 func (m *Manager) pullEvent(pod *v1.Pod, c *v1.Container, pe *pullError) {
-	switch pe.waiting.Reason {
-	case plan.ReasonImagePullBackOff:
-		m.recorder.Event(pod, v1.EventTypeNormal, "BackOff", fmt.Sprintf("Back-off pulling image %q", c.Image))
-	case plan.ReasonErrImageNeverPull:
-		// The kubelet's ErrImageNeverPullPolicy event: the same whether the
-		// image is absent or present but not the pod's to use.
-		m.recorder.Event(pod, v1.EventTypeWarning, plan.ReasonErrImageNeverPull, pe.waiting.Message)
-		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+pe.waiting.Reason)
-	default:
-		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", pe.waiting.Message)
-		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+pe.waiting.Reason)
-	}
+	m.pullFailedEvent(pod, c.Image, pe)
+	m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+pe.waiting.Reason)
 }
 
 func gracePeriod(pod *v1.Pod) time.Duration {

@@ -222,3 +222,20 @@ func TestReadPath(t *testing.T) {
 		t.Error("missing path is not an error")
 	}
 }
+
+// An image volume's pull policy defaults as a container image's, as the
+// API server's SetDefaults_Volume; a policy given is kept.
+func TestImageVolumePullPolicyDefault(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{Volumes: []v1.Volume{
+		{Name: "latest", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "example.com/data"}}},
+		{Name: "tagged", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "example.com/data:v1"}}},
+		{Name: "given", VolumeSource: v1.VolumeSource{Image: &v1.ImageVolumeSource{Reference: "example.com/data", PullPolicy: v1.PullNever}}},
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{}}},
+	}}}
+	ApplyDefaults(pod)
+	for i, want := range []v1.PullPolicy{v1.PullAlways, v1.PullIfNotPresent, v1.PullNever} {
+		if got := pod.Spec.Volumes[i].Image.PullPolicy; got != want {
+			t.Errorf("volume %s: pull policy %s, want %s", pod.Spec.Volumes[i].Name, got, want)
+		}
+	}
+}

@@ -82,6 +82,13 @@ func ApplyDefaults(p *v1.Pod) {
 	if s.SchedulerName == "" {
 		s.SchedulerName = v1.DefaultSchedulerName
 	}
+	for i := range s.Volumes {
+		// An image volume's pull policy, as a container image's (the
+		// API server's SetDefaults_Volume).
+		if img := s.Volumes[i].Image; img != nil && img.PullPolicy == "" {
+			img.PullPolicy = DefaultPullPolicy(img.Reference)
+		}
+	}
 	for i := range s.InitContainers {
 		defaultContainer(&s.InitContainers[i])
 	}
