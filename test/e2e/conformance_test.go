@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -450,38 +451,7 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 		defer rejectUnservedServiceIPs(t)()
 	}
 
-	// What the selection holds: a dry run with the labels alone.
-	suiteBin := bins.suite(s.bin())
-	common := []string{"--label-filter=" + s.labelFilter()}
-	if s.files != "" {
-		common = append(common, "--focus-file="+s.files)
-	}
-	switch o := only.(type) {
-	case []string:
-		for _, spec := range o {
-			common = append(common, "--focus="+specPattern(spec))
-		}
-	case focusSpecs:
-		for _, f := range o {
-			common = append(common, "--focus="+f)
-		}
-	}
-	ginkgo := func(extra ...string) *exec.Cmd {
-		// Reports go to out, named by ginkgo <suite path>_<name>
-		// (ginkgoReport finds them).
-		args := append([]string{"run", "--no-color", "--timeout=3h", "--output-dir=" + out}, common...)
-		args = append(args, extra...)
-		args = append(args, suiteBin, "--")
-		args = append(args, s.args(r)...)
-		cmd := exec.Command(bins.ginkgo, args...)
-		cmd.Dir = out // e2e_node.test writes its kubelet config files to its working directory
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.AdminKubeconfig)
-		return cmd
-	}
-	if b, err := ginkgo("--dry-run", "--json-report=selection.json").CombinedOutput(); err != nil {
-		t.Fatalf("dry run of %s: %v\n%s", s.name, err, tailString(string(b), 40))
-	}
-	selected, err := readGinkgoReport(ginkgoReport(out, "selection.json"))
+	features, err := readSpecList(filepath.Join(shared.repoRoot, "test", "conformance", "features.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,50 +460,108 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 		skipArgs = append(skipArgs, "--skip="+specPattern(spec))
 	}
 	sort.Strings(skipArgs)
-	log, err := os.Create(filepath.Join(out, "ginkgo.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	cmd := ginkgo(append([]string{"--procs=" + strconv.Itoa(conformanceProcs), "--json-report=report.json", "--junit-report=junit.xml"}, skipArgs...)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	t.Logf("%s: %d specs selected, %s against %s; log %s", s.name, len(ranSpecs(selected)), s.name, agent, log.Name())
-	runErr := cmd.Run() // fails when a spec fails: the report says which
-	ran, err := readGinkgoReport(ginkgoReport(out, "report.json"))
-	if err != nil {
-		t.Fatalf("%s: %v (ginkgo: %v; the end of its log:\n%s)", s.name, err, runErr, tail(log.Name(), 40))
-	}
-	states := map[string]ginkgoSpec{}
-	for _, sp := range ran {
-		states[sp.text()] = sp
-	}
-	for _, sp := range ranSpecs(selected) {
-		text := sp.text()
-		area := sp.area()
-		if res.byArea[area] == nil {
-			res.byArea[area] = &[4]int{}
+	suiteBin := bins.suite(s.bin())
+	// pass runs ginkgo over one selection (its filters: filter) and counts
+	// what it selected (a dry run with the filters alone) and how each
+	// spec ended; its files' names start with prefix.
+	pass := func(prefix string, filter []string) (selectedTexts map[string]bool) {
+		if s.files != "" {
+			filter = append(filter, "--focus-file="+s.files)
 		}
-		counts := res.byArea[area]
-		res.selected++
-		counts[0]++
-		got, ok := states[text]
-		state := "skipped"
-		if ok {
-			state = got.State
+		ginkgo := func(extra ...string) *exec.Cmd {
+			// Reports go to out, named by ginkgo <suite path>_<name>
+			// (ginkgoReport finds them).
+			args := append([]string{"run", "--no-color", "--timeout=3h", "--output-dir=" + out}, filter...)
+			args = append(args, extra...)
+			args = append(args, suiteBin, "--")
+			args = append(args, s.args(r)...)
+			cmd := exec.Command(bins.ginkgo, args...)
+			cmd.Dir = out // e2e_node.test writes its kubelet config files to its working directory
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.AdminKubeconfig)
+			return cmd
 		}
-		res.specs[text] = state
-		switch state {
-		case "passed":
-			res.passed++
-			counts[1]++
-		case "skipped", "pending":
-			res.skipped++
-			counts[3]++
-		default:
-			res.failed++
-			counts[2]++
-			res.failures = append(res.failures, fmt.Sprintf("%s: %s\n    %s", state, text, firstLine(got.Failure.Message)))
+		if b, err := ginkgo("--dry-run", "--json-report="+prefix+"selection.json").CombinedOutput(); err != nil {
+			t.Fatalf("dry run of %s: %v\n%s", s.name, err, tailString(string(b), 40))
 		}
+		selected, err := readGinkgoReport(ginkgoReport(out, prefix+"selection.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		selectedTexts = map[string]bool{}
+		if len(ranSpecs(selected)) == 0 {
+			return selectedTexts
+		}
+		log, err := os.Create(filepath.Join(out, prefix+"ginkgo.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer log.Close()
+		cmd := ginkgo(append([]string{"--procs=" + strconv.Itoa(conformanceProcs), "--json-report=" + prefix + "report.json", "--junit-report=" + prefix + "junit.xml"}, skipArgs...)...)
+		cmd.Stdout, cmd.Stderr = log, log
+		t.Logf("%s: %d specs selected, %s against %s; log %s", s.name, len(ranSpecs(selected)), s.name, agent, log.Name())
+		runErr := cmd.Run() // fails when a spec fails: the report says which
+		ran, err := readGinkgoReport(ginkgoReport(out, prefix+"report.json"))
+		if err != nil {
+			t.Fatalf("%s: %v (ginkgo: %v; the end of its log:\n%s)", s.name, err, runErr, tail(log.Name(), 40))
+		}
+		states := map[string]ginkgoSpec{}
+		for _, sp := range ran {
+			states[sp.text()] = sp
+		}
+		for _, sp := range ranSpecs(selected) {
+			text := sp.text()
+			selectedTexts[text] = true
+			area := sp.area()
+			if res.byArea[area] == nil {
+				res.byArea[area] = &[4]int{}
+			}
+			counts := res.byArea[area]
+			res.selected++
+			counts[0]++
+			got, ok := states[text]
+			state := "skipped"
+			if ok {
+				state = got.State
+			}
+			res.specs[text] = state
+			switch state {
+			case "passed":
+				res.passed++
+				counts[1]++
+			case "skipped", "pending":
+				res.skipped++
+				counts[3]++
+			default:
+				res.failed++
+				counts[2]++
+				res.failures = append(res.failures, fmt.Sprintf("%s: %s\n    %s", state, text, firstLine(got.Failure.Message)))
+			}
+		}
+		return selectedTexts
+	}
+	// The selection: the labels (and what only narrows them to).
+	var focus []string
+	switch o := only.(type) {
+	case []string:
+		for _, spec := range o {
+			focus = append(focus, "--focus="+specPattern(spec))
+		}
+	case focusSpecs:
+		for _, f := range o {
+			focus = append(focus, "--focus="+f)
+		}
+	}
+	inSelection := pass("", append([]string{"--label-filter=" + s.labelFilter()}, focus...))
+	// Beside it, test/conformance/features.txt's specs whatever their
+	// labels (those only asks for), but for those the selection ran.
+	var extra []string
+	for _, spec := range featureSpecs(features, only) {
+		if !inSelection[spec] {
+			extra = append(extra, "--focus="+specPattern(spec))
+		}
+	}
+	if len(extra) > 0 {
+		pass("features-", extra)
 	}
 	res.wall = time.Since(begin)
 	if err := writeConformanceRun(out, res); err != nil {
@@ -722,6 +750,28 @@ func ranSpecs(specs []ginkgoSpec) []ginkgoSpec {
 		if s.State == "passed" {
 			out = append(out, s)
 		}
+	}
+	return out
+}
+
+// featureSpecs are the specs of features (test/conformance/features.txt)
+// that only asks for: all of them for nil, those among only's exact spec
+// texts, or those a focusSpecs regexp matches (all for none), as ginkgo
+// --focus would.
+func featureSpecs(features []string, only any) []string {
+	var out []string
+	for _, spec := range features {
+		switch o := only.(type) {
+		case []string:
+			if !contains(o, spec) {
+				continue
+			}
+		case focusSpecs:
+			if len(o) > 0 && !slices.ContainsFunc(o, func(f string) bool { return regexp.MustCompile(f).MatchString(spec) }) {
+				continue
+			}
+		}
+		out = append(out, spec)
 	}
 	return out
 }

@@ -37,6 +37,7 @@ const (
 	NonrootRef         = e2eRegistry + "nonroot:1.5"
 	IPCUtilsRef        = e2eRegistry + "ipc-utils:1.4"
 	GlibcDNSTestingRef = e2eRegistry + "glibc-dns-testing:2.1.1"
+	KittenRef          = e2eRegistry + "kitten:1.8"
 )
 
 // Image is one reference Build stores and what its image is built from.
@@ -57,6 +58,7 @@ func Images() []Image {
 		{NonrootRef, "busybox base with User 1234"},
 		{IPCUtilsRef, "busybox base + Debian util-linux ipcmk, ipcs, ipcrm, lsipc with their libraries"},
 		{GlibcDNSTestingRef, "busybox base + Debian hostname, bash and getent with glibc, /etc/nsswitch.conf (hosts: files dns), so that hostname -f resolves as glibc does; ./dig as /usr/bin/dig"},
+		{KittenRef, "the agnhost image + kitten.jpg and data.json of k8s.io/kubernetes v1.37.2's test/images/kitten, and an /etc/os-release naming Alpine Linux (upstream's agnhost base, which the image volume specs read back); Cmd test-webserver"},
 	}
 }
 
@@ -202,8 +204,40 @@ func build(src Sources) (map[string]v1.Image, error) {
 		out[b.ref] = img
 	}
 	out[AgnhostPrevRef] = out[AgnhostRef]
+	kitten, err := kitten(out[AgnhostRef], src)
+	if err != nil {
+		return nil, fmt.Errorf("building %s: %w", KittenRef, err)
+	}
+	out[KittenRef] = kitten
 	return out, nil
 }
+
+// kitten follows test/images/kitten/Dockerfile: agnhost with the two files
+// of its html directory at the root. The image volume specs mount it and
+// read data.json and etc/os-release (upstream's agnhost is Alpine-based;
+// ours, on busybox, gets an os-release that says what it stands in for).
+func kitten(agnhost v1.Image, src Sources) (v1.Image, error) {
+	t := tree{}
+	html := filepath.Join(src.Upstream, "test", "images", "kitten", "html")
+	for _, name := range []string{"kitten.jpg", "data.json"} {
+		if err := t.hostFile(name, filepath.Join(html, name)); err != nil {
+			return nil, fmt.Errorf("kitten's %s (Sources.Upstream): %w", name, err)
+		}
+		t.chmod(name, 0o644)
+	}
+	t.file("etc/os-release", 0o644, []byte(kittenOSRelease))
+	img, err := withLayer(agnhost, t, "nodelet: kitten's html files")
+	if err != nil {
+		return nil, err
+	}
+	return withConfig(img, func(c *v1.Config) { c.Cmd = []string{"test-webserver"} })
+}
+
+// kittenOSRelease names the distribution of upstream's agnhost base.
+const kittenOSRelease = `NAME="Alpine Linux"
+ID=alpine
+PRETTY_NAME="Alpine Linux (nodelet's offline stand-in: busybox base, see test/conformance/images)"
+`
 
 // agnhost follows test/images/agnhost/Dockerfile.
 func agnhost(busybox v1.Image, base baseFS, src Sources) (v1.Image, error) {

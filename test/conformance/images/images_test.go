@@ -51,6 +51,15 @@ func testSources(t *testing.T) Sources {
 			t.Fatal(err)
 		}
 	}
+	html := filepath.Join(src.Upstream, "test", "images", "kitten", "html")
+	if err := os.MkdirAll(html, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"kitten.jpg", "data.json"} {
+		if err := os.WriteFile(filepath.Join(html, name), []byte(name+"\n"), 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return src
 }
 
@@ -264,6 +273,27 @@ func TestBuild(t *testing.T) {
 		}
 		if cur, _ := img.Digest(); prev != cur {
 			t.Errorf("%s is %s, want the same image as %s (%s)", AgnhostPrevRef, prev, AgnhostRef, cur)
+		}
+	})
+	t.Run("kitten", func(t *testing.T) {
+		img := images[KittenRef]
+		c := config(t, img)
+		if !reflect.DeepEqual(c.Entrypoint, []string{"/agnhost"}) || !reflect.DeepEqual(c.Cmd, []string{"test-webserver"}) {
+			t.Errorf("entrypoint %q cmd %q", c.Entrypoint, c.Cmd)
+		}
+		fs := flatten(t, img)
+		fs.file(t, "/agnhost", 0o755)
+		for _, name := range []string{"kitten.jpg", "data.json"} {
+			if got := fs.file(t, "/"+name, 0o644); string(got) != name+"\n" {
+				t.Errorf("/%s is %q", name, got)
+			}
+		}
+		// What the image volume specs read back.
+		if osr := string(fs.file(t, "/etc/os-release", 0o644)); !strings.Contains(osr, "Alpine Linux") {
+			t.Errorf("/etc/os-release:\n%s", osr)
+		}
+		if passwd := string(fs.file(t, "/etc/passwd", 0o644)); !strings.HasPrefix(passwd, "root:") {
+			t.Errorf("/etc/passwd:\n%s", passwd)
 		}
 	})
 	t.Run("nginx", func(t *testing.T) {
