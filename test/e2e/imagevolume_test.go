@@ -17,8 +17,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // imageVolumeRef is an image of data only (no program), stored in the
@@ -174,4 +176,17 @@ func TestImageVolume(t *testing.T) {
 	}
 	t.Logf("in the container:\n%s", out)
 	waitEvent(t, api, 30*time.Second, "pulled", podEvent("vol-e2e", "Normal", "Pulled", imageVolumeRef))
+	// What image garbage collection keeps: the image's ID, as the runtime
+	// knows it.
+	c, err := runningContainer(context.Background(), shared.rt, "vol-e2e", "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := shared.rt.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: imageVolumeRef})
+	if err != nil || st.GetImage() == nil {
+		t.Fatalf("image status of %s: %v", imageVolumeRef, err)
+	}
+	if got := c.GetAnnotations()[podspec.AnnotationImageVolumes]; got != st.GetImage().GetId() {
+		t.Errorf("container's %s annotation %q, want the image's ID %s", podspec.AnnotationImageVolumes, got, st.GetImage().GetId())
+	}
 }

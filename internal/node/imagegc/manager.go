@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/base/metrics"
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // The kubelet's event reasons.
@@ -273,6 +275,13 @@ func (m *Manager) detect(ctx context.Context, now time.Time) ([]Image, error) {
 	for _, c := range containers {
 		used[c.GetImageRef()] = true
 		used[c.GetImage().GetImage()] = true
+		// The images it mounts as image volumes, as the kubelet's
+		// handleImageVolumes counts them.
+		if images := c.GetAnnotations()[podspec.AnnotationImageVolumes]; images != "" {
+			for _, img := range strings.Split(images, ",") {
+				used[img] = true
+			}
+		}
 	}
 	delete(used, "")
 	seen := make(map[string]bool, len(listed))

@@ -16,6 +16,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // fakeRuntime is the CRI fakes' images and containers.
@@ -358,5 +360,24 @@ func TestCollectionPrunesPullRecords(t *testing.T) {
 	}
 	if rec.calls != 3 {
 		t.Errorf("DeleteUnusedImages did not prune the records (%d calls)", rec.calls)
+	}
+}
+
+// An image a container mounts as an image volume (its
+// nodelet.io/image-volumes annotation) is in use, as its own image is.
+func TestImageVolumeImagesKept(t *testing.T) {
+	f := newFixture(t, DefaultPolicy(), 10*mib)
+	f.rt.rs.SetFakeContainers([]*critest.FakeContainer{{ContainerStatus: runtimeapi.ContainerStatus{
+		Id: "c1", State: runtimeapi.ContainerState_CONTAINER_RUNNING, Image: &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:1.35"},
+		ImageRef: "sha256:busybox", Annotations: map[string]string{podspec.AnnotationImageVolumes: "sha256:old,sha256:gone"}}}})
+	if _, err := f.m.DeleteUnusedImages(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(3 * time.Minute)
+	if freed, err := f.m.DeleteUnusedImages(context.Background()); err != nil || freed != 100*mib {
+		t.Errorf("DeleteUnusedImages = %d, %v; want 100 MiB (new only)", freed, err)
+	}
+	if got, want := f.images(), []string{"sha256:busybox", "sha256:old", "sha256:pause"}; !slices.Equal(got, want) {
+		t.Errorf("images = %v, want %v", got, want)
 	}
 }

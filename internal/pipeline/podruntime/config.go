@@ -3,7 +3,9 @@ package podruntime
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -139,6 +141,9 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
 		annotations[podspec.AnnotationGracePeriod] = strconv.FormatInt(*g, 10)
 	}
+	if images := mountedImages(extras.mounts); images != "" {
+		annotations[podspec.AnnotationImageVolumes] = images
+	}
 	return &runtimeapi.ContainerConfig{
 		Metadata:    &runtimeapi.ContainerMetadata{Name: c.Name, Attempt: uint32(restartCount)},
 		Image:       &runtimeapi.ImageSpec{Image: imageRef, UserSpecifiedImage: c.Image},
@@ -157,6 +162,19 @@ func containerConfig(pod *v1.Pod, c *v1.Container, imageRef string, restartCount
 		Tty:         c.TTY,
 		Linux:       containerLinux(extras),
 	}
+}
+
+// mountedImages are the images of mounts that are image volumes, sorted,
+// comma-separated (podspec.AnnotationImageVolumes); "" for none.
+func mountedImages(mounts []*runtimeapi.Mount) string {
+	var images []string
+	for _, m := range mounts {
+		if img := m.GetImage().GetImage(); img != "" && !slices.Contains(images, img) {
+			images = append(images, img)
+		}
+	}
+	slices.Sort(images)
+	return strings.Join(images, ",")
 }
 
 // containerLinux is the Linux part of a container's config. An ephemeral

@@ -18,6 +18,7 @@ import (
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pipeline/statusmanager"
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // take returns the events recorded since the last take.
@@ -120,6 +121,13 @@ func TestImageVolumePulledAndMounted(t *testing.T) {
 	if len(mnt) != 1 || mnt[0].GetContainerPath() != "/data" || mnt[0].GetImage().GetImage() != "example.com/data:v1" ||
 		mnt[0].GetImage().GetUserSpecifiedImage() != "example.com/data:v1" || mnt[0].GetImage().GetAnnotations()["team"] != "a" {
 		t.Errorf("app's mounts %v", mnt)
+	}
+	// Image garbage collection reads what the container mounts from it.
+	if got := f.rec.config("app").GetAnnotations()[podspec.AnnotationImageVolumes]; got != "example.com/data:v1" {
+		t.Errorf("app's %s annotation %q", podspec.AnnotationImageVolumes, got)
+	}
+	if got, ok := f.rec.config("plain").GetAnnotations()[podspec.AnnotationImageVolumes]; ok {
+		t.Errorf("plain has a %s annotation %q", podspec.AnnotationImageVolumes, got)
 	}
 	f.mu.Lock()
 	plain := f.seen["plain"]

@@ -44,6 +44,11 @@ const (
 	// mount at that path, with that policy.
 	AnnotationTerminationMessagePath   = "io.kubernetes.container.terminationMessagePath"
 	AnnotationTerminationMessagePolicy = "io.kubernetes.container.terminationMessagePolicy"
+	// AnnotationImageVolumes lists, comma-separated, the images a
+	// container mounts as image volumes (the Image of its CRI mounts):
+	// image garbage collection keeps them as it keeps the container's own
+	// image, reading ListContainers alone.
+	AnnotationImageVolumes = "nodelet.io/image-volumes"
 )
 
 // ManagedSelector is the CRI label selector of every object nodelet owns.
