@@ -310,3 +310,16 @@ func TestImageGCSettings(t *testing.T) {
 		t.Errorf("Validate: %v, want the low threshold refused", err)
 	}
 }
+
+// The credential provider flags reach the configuration by the kubelet's
+// names.
+func TestCredentialProviderFlags(t *testing.T) {
+	cfg, _, err := configFrom(t, "--image-credential-provider-config", "/etc/nodelet/credential-providers.yaml",
+		"--image-credential-provider-bin-dir", "/usr/libexec/nodelet/credential-providers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ImageCredentialProviderConfig != "/etc/nodelet/credential-providers.yaml" || cfg.ImageCredentialProviderBinDir != "/usr/libexec/nodelet/credential-providers" {
+		t.Errorf("credential provider flags not applied: %q %q", cfg.ImageCredentialProviderConfig, cfg.ImageCredentialProviderBinDir)
+	}
+}

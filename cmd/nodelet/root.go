@@ -141,6 +141,10 @@ flags given on the command line override it.`,
 	f.IntVar(&cfg.ImageGC.HighThresholdPercent, "image-gc-high-threshold", cfg.ImageGC.HighThresholdPercent, "Percent of the image filesystem's disk in use at which unused images are removed (100: never)")
 	f.IntVar(&cfg.ImageGC.LowThresholdPercent, "image-gc-low-threshold", cfg.ImageGC.LowThresholdPercent, "Percent of the image filesystem's disk in use that removing images brings it down to")
 	f.DurationVar(&cfg.ImageGC.MinAge, "minimum-image-gc-age", cfg.ImageGC.MinAge, "How long an image must have been on the node before disk usage may remove it")
+	f.StringVar(&cfg.ImageCredentialProviderConfig, "image-credential-provider-config", "",
+		"Credential provider plugin configuration: a CredentialProviderConfig file (JSON/YAML) or a directory of them (merged in name order); needs --image-credential-provider-bin-dir")
+	f.StringVar(&cfg.ImageCredentialProviderBinDir, "image-credential-provider-bin-dir", "",
+		"Directory of the credential provider plugins' binaries (not world-writable; each plugin a regular executable file in it)")
 	f.StringVar(&cfg.Managed.Containerd.PodCIDR, "pod-cidr", cfg.Managed.Containerd.PodCIDR, "Pod IP range of the managed runtime's bridge network, standalone (IPv4 or IPv6). In cluster mode the Node's spec.podCIDRs are used instead, as the controller manager allocates them (--allocate-node-cidrs)")
 	f.StringVar(&cfg.Managed.CNIConfDir, "cni-conf-dir", "", "CNI configuration directory of the managed runtime; nodelet writes its bridge network there only when it holds no network configuration (default /etc/cni/net.d in cluster mode, <root-dir>/containerd/cni/net.d standalone)")
 	f.StringVar(&cfg.Managed.CNIBinDir, "cni-bin-dir", "", "Comma-separated CNI plug-in directories of the managed runtime, searched in order; containerd 1.x uses the first that holds the bridge plug-in (default /opt/cni/bin,/usr/lib/cni in cluster mode, /usr/lib/cni standalone)")

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/base/metrics"
+	"github.com/nodelet/nodelet/internal/node/credprovider"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
@@ -30,11 +31,18 @@ type Deps struct {
 type Agent struct {
 	cfg  nodeconfig.Config
 	deps Deps
+	// credentialProviders are the credential provider plugins, checked
+	// at New; nil without --image-credential-provider-config.
+	credentialProviders *credprovider.Config
 }
 
 // New checks cfg and returns an agent. It starts nothing.
 func New(cfg nodeconfig.Config, deps Deps) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	providers, err := cfg.CredentialProviders()
+	if err != nil {
 		return nil, err
 	}
 	if deps.Clock == nil {
@@ -43,7 +51,7 @@ func New(cfg nodeconfig.Config, deps Deps) (*Agent, error) {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Agent{cfg: cfg, deps: deps}, nil
+	return &Agent{cfg: cfg, deps: deps, credentialProviders: providers}, nil
 }
 
 // Run brings up the runtime (managed or given), connects to it over CRI and

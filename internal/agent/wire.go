@@ -19,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cluster/csinode"
 	"github.com/nodelet/nodelet/internal/cluster/objects"
 	"github.com/nodelet/nodelet/internal/cluster/token"
+	"github.com/nodelet/nodelet/internal/node/credprovider"
 	"github.com/nodelet/nodelet/internal/node/csi"
 	"github.com/nodelet/nodelet/internal/node/eviction"
 	"github.com/nodelet/nodelet/internal/node/gc"
@@ -79,6 +80,9 @@ type pipeline struct {
 	csiVolumes *csi.Mounter
 	// cluster is cluster mode's parts; nil standalone.
 	cluster *clusterParts
+	// credentials are the credential provider plugins; nil without
+	// --image-credential-provider-config.
+	credentials *credprovider.Manager
 }
 
 // wire constructs every part over rt (and api, the API server in cluster
@@ -163,6 +167,9 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	// pods read the manifest directory's objects, API pods the API's.
 	objs := objects.Router{Static: p.objects}
 	volumeOpts := []volume.Option{volume.WithMountPropagation()}
+	// Credential provider plugins in service account token mode get the
+	// pod's token in cluster mode; standalone there is none.
+	credentialDeps := credprovider.Deps{Clock: clk, Log: log, Recorder: recorder, Metrics: reg}
 	var services podruntime.Services
 	var classes podruntime.RuntimeClasses // standalone: none, and a pod naming a RuntimeClass does not start
 	var registry podhooks.ObjectRegistry  // cluster mode: the objects a pod refers to are watched before its volumes are set up
@@ -176,8 +183,13 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		cl.services = objects.NewServices(api.kube)
 		cl.classes = objects.NewRuntimeClasses(api.kube)
 		objs.API, services, classes = cl.watcher, cl.services, cl.classes
-		volumeOpts = append(volumeOpts, volume.WithTokens(token.New(api.kube.CoreV1(), clk, log)))
+		tokens := token.New(api.kube.CoreV1(), clk, log)
+		volumeOpts = append(volumeOpts, volume.WithTokens(tokens))
 		volumeOpts = append(volumeOpts, volume.WithClaims(claims.New(api.kube.CoreV1())))
+		credentialDeps.Tokens, credentialDeps.ServiceAccounts = tokens, token.NewServiceAccounts(api.kube.CoreV1())
+	}
+	if a.credentialProviders != nil {
+		p.credentials = credprovider.New(a.credentialProviders, credentialDeps)
 	}
 	downward := envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}
 	csiDrivers := csi.NewRegistry()

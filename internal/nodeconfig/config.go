@@ -200,6 +200,13 @@ type Config struct {
 	EnsureSecretPulledImages               bool
 	ImagePullCredentialsVerificationPolicy string
 	PreloadedImagesVerificationAllowlist   []string
+	// ImageCredentialProviderConfig and ImageCredentialProviderBinDir are
+	// the kubelet's credential provider plugins: a CredentialProviderConfig
+	// file (or a directory of them) and the directory of the binaries it
+	// names (--image-credential-provider-config,
+	// --image-credential-provider-bin-dir; flags only, as the kubelet's).
+	// Either one needs the other; see CredentialProviders.
+	ImageCredentialProviderConfig, ImageCredentialProviderBinDir string
 
 	// ShutdownGracePeriod is how long the node's shutdown is delayed to
 	// stop the pods, of which ShutdownGracePeriodCriticalPods is for the

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/nodelet/nodelet/internal/cluster/certs"
+	"github.com/nodelet/nodelet/internal/node/credprovider"
 	"github.com/nodelet/nodelet/internal/serve/server"
 )
 
@@ -137,4 +138,17 @@ func (cfg Config) Listeners() server.Listeners {
 		l.ReadOnlyAddr = net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.ReadOnlyPort))
 	}
 	return l
+}
+
+// CredentialProviders are the credential provider plugins, read and
+// checked (the files, each plugin's binary); nil when neither
+// --image-credential-provider-config nor --image-credential-provider-bin-dir
+// is given. Given one without the other, or a configuration that does not
+// check, it is an error naming the flag, file and field: nodelet does not
+// start, as the kubelet exits.
+func (cfg Config) CredentialProviders() (*credprovider.Config, error) {
+	if cfg.ImageCredentialProviderConfig == "" && cfg.ImageCredentialProviderBinDir == "" {
+		return nil, nil
+	}
+	return credprovider.LoadConfig(cfg.ImageCredentialProviderConfig, cfg.ImageCredentialProviderBinDir)
 }

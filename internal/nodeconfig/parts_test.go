@@ -1,6 +1,8 @@
 package nodeconfig
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -83,5 +85,32 @@ func TestManagedRuntimeCNI(t *testing.T) {
 				t.Errorf("StandalonePodCIDRs = %q, want %q", got, tc.wantCIDR)
 			}
 		})
+	}
+}
+
+// Credential provider plugins: none without the flags; either flag needs
+// the other; a bad configuration is an error naming the flag.
+func TestCredentialProviders(t *testing.T) {
+	cfg := DefaultConfig("/var/lib/nodelet")
+	if c, err := cfg.CredentialProviders(); c != nil || err != nil {
+		t.Errorf("no flags: %+v, %v", c, err)
+	}
+	cfg.ImageCredentialProviderBinDir = t.TempDir()
+	if _, err := cfg.CredentialProviders(); err == nil || !strings.Contains(err.Error(), "--image-credential-provider-config is required") {
+		t.Errorf("bin dir only: %v", err)
+	}
+	cfg.ImageCredentialProviderConfig = filepath.Join(t.TempDir(), "missing.yaml")
+	if _, err := cfg.CredentialProviders(); err == nil || !strings.Contains(err.Error(), "--image-credential-provider-config") {
+		t.Errorf("missing file: %v", err)
+	}
+	if err := os.WriteFile(cfg.ImageCredentialProviderConfig, []byte("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n"+
+		"- {name: fake, matchImages: [a.example], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.ImageCredentialProviderBinDir, "fake"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := cfg.CredentialProviders(); err != nil || len(c.Providers) != 1 {
+		t.Errorf("good configuration: %+v, %v", c, err)
 	}
 }

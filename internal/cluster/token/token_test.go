@@ -261,3 +261,16 @@ func TestForbiddenRetriedShortly(t *testing.T) {
 		t.Fatalf("a lasting refusal: %q %v, want the Forbidden error", r.tok, r.err)
 	}
 }
+
+func TestServiceAccounts(t *testing.T) {
+	client := fake.NewClientset(&v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "builder", Namespace: "ns", UID: "sa-uid",
+		Annotations: map[string]string{"registry.io/role": "pull"}}})
+	s := NewServiceAccounts(client.CoreV1())
+	sa, err := s.ServiceAccount(context.Background(), "ns", "builder")
+	if err != nil || sa.UID != "sa-uid" || sa.Annotations["registry.io/role"] != "pull" {
+		t.Errorf("ServiceAccount = %+v, %v", sa, err)
+	}
+	if _, err := s.ServiceAccount(context.Background(), "other", "builder"); !apierrors.IsNotFound(err) {
+		t.Errorf("another namespace's: %v", err)
+	}
+}
