@@ -95,15 +95,25 @@ func newManager(cfg *Config, deps Deps, run runner) *Manager {
 }
 
 // Credentials gives the node-wide credentials for image: the plugins' for
-// a pull that is no pod's. A failing plugin is logged and skipped.
+// a pull that is no pod's. A failing plugin is logged and skipped. A nil
+// Manager (no plugins configured) gives none.
 func (m *Manager) Credentials(ctx context.Context, image string) ([]pullcreds.Credential, error) {
+	if m == nil {
+		return nil, nil
+	}
 	return m.credentials(ctx, image, nil), nil
 }
 
 // ForPod returns the lookup for pod's pulls: plugins in service account
 // token mode get a token of the pod's service account; a failing plugin
-// is also a warning event on the pod.
-func (m *Manager) ForPod(pod *v1.Pod) pullcreds.Lookup { return podLookup{m: m, pod: pod} }
+// is also a warning event on the pod. A nil Manager gives a nil Lookup,
+// which a pullcreds.Union passes over.
+func (m *Manager) ForPod(pod *v1.Pod) pullcreds.Lookup {
+	if m == nil {
+		return nil
+	}
+	return podLookup{m: m, pod: pod}
+}
 
 type podLookup struct {
 	m   *Manager

@@ -363,3 +363,15 @@ func TestServiceAccountTokenMode(t *testing.T) {
 		}
 	})
 }
+
+// Without plugins the agent holds a nil Manager: it gives nothing, and no
+// Lookup a union would call.
+func TestNilManager(t *testing.T) {
+	var m *Manager
+	if got, err := m.Credentials(context.Background(), "reg.example/app"); got != nil || err != nil {
+		t.Errorf("Credentials = %v, %v", got, err)
+	}
+	if l := m.ForPod(saPod("a", "")); l != nil {
+		t.Errorf("ForPod = %#v, want nil", l)
+	}
+}
