@@ -84,10 +84,11 @@ providers:
 	cp.logsOnFailure(t)
 	c := cp.Admin
 	ctx := clusterContext(t, 10*time.Minute)
-	// What a cluster admin grants for a registry audience no pod mounts.
+	// What a cluster admin grants for a registry audience no pod mounts:
+	// NodeRestriction asks for the verb on the audience as the resource
+	// (the service account's name as the resource name).
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "e2e-credprov-audience"}, Rules: []rbacv1.PolicyRule{{
-		APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"request-serviceaccounts-token-audience"},
-		ResourceNames: []string{credprovAudience}}}}
+		APIGroups: []string{""}, Resources: []string{credprovAudience}, Verbs: []string{"request-serviceaccounts-token-audience"}}}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-credprov-audience"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: "Group", Name: "system:nodes"}}}

@@ -31,6 +31,6 @@
 // account annotations the configuration asks for. The API server gives a
 // node such a token only for an audience the pod names in a projected
 // serviceAccountToken volume, or that the node is allowed by RBAC to ask
-// for (verb request-serviceaccounts-token-audience on serviceaccounts,
-// resource name the audience; ServiceAccountNodeAudienceRestriction).
+// for (verb request-serviceaccounts-token-audience on the audience as the
+// resource, core group; ServiceAccountNodeAudienceRestriction).
 package credprovider
