@@ -232,7 +232,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		podhooks.PodDir{PodsDir: podsDir},
 		podhooks.Cgroup{Cgroups: cg, NodeMemoryCapacity: cfg.MemoryCapacity}, // cg is an interface: nil stays nil
 		podhooks.Objects{Registry: registry, Objects: objs},
-		podhooks.PullSecrets{Secrets: objs, Node: nodeKeyring, Recorder: recorder},
+		podhooks.PullSecrets{Secrets: objs, Node: nodeKeyring, Providers: p.credentials, Recorder: recorder},
 		podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, // hostUsers: false
 		podhooks.Volumes{Volumes: volumes, Recorder: recorder},
 		podhooks.Probes{Prober: p.prober},

@@ -20,8 +20,8 @@
 //     mode so that they are watched before volumes and env read them,
 //     and unregistered once the volumes are gone;
 //  4. PullSecrets: the credentials the pod's images are pulled with, its
-//     imagePullSecrets' and then the node's (read after Objects has
-//     registered them);
+//     imagePullSecrets', then the node's, then the credential provider
+//     plugins' (read after Objects has registered them);
 //  5. UserNamespaces: the block of host IDs of a pod with hostUsers:
 //     false, given before its volumes and freed after they are gone (its
 //     file is in the pod directory);

@@ -20,7 +20,8 @@ type SecretGetter interface {
 
 // PullSecrets gives the runtime manager the credentials the pod's images
 // are pulled with (the setup's PullCredentials): those of the Secrets its
-// imagePullSecrets name, then the node's, as the kubelet's
+// imagePullSecrets name, then the node's, then the credential provider
+// plugins' (asked for this pod: a token of its service account), as the kubelet's
 // getPullSecretsForPod and MakeDockerKeyring do before every sync. A
 // Secret that cannot be read is passed over with the kubelet's
 // FailedToRetrieveImagePullSecret event and the pull goes on with the
@@ -30,8 +31,18 @@ type SecretGetter interface {
 type PullSecrets struct {
 	Secrets SecretGetter
 	// Node is the node's credentials (nodecreds.Keyring); nil: none.
-	Node     pullcreds.Lookup
-	Recorder Recorder
+	Node pullcreds.Lookup
+	// Providers gives the pod's credentials from the credential provider
+	// plugins (credprovider.Manager), asked after the node's, as the
+	// kubelet's union; nil, or a nil Lookup for the pod: none.
+	Providers PodLookups
+	Recorder  Recorder
+}
+
+// PodLookups gives a pod its own lookup: the credential provider plugins
+// need the pod (its service account's token, its events).
+type PodLookups interface {
+	ForPod(pod *v1.Pod) pullcreds.Lookup
 }
 
 func (PullSecrets) Name() string { return "image pull secrets" }
@@ -61,6 +72,9 @@ func (h PullSecrets) Prepare(_ context.Context, pod *v1.Pod) (podsetup.Setup, er
 	union := pullcreds.Union{h.Node}
 	if keyring != nil {
 		union = pullcreds.Union{keyring, h.Node}
+	}
+	if h.Providers != nil {
+		union = append(union, h.Providers.ForPod(pod))
 	}
 	return podsetup.Setup{PullCredentials: union}, nil
 }

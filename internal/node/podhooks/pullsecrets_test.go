@@ -107,3 +107,54 @@ func TestPullSecrets(t *testing.T) {
 		})
 	}
 }
+
+// podProviders stands for the credential provider plugins: its lookup
+// answers with the pod's name, so the test sees it was made for the pod.
+type podProviders struct{}
+
+func (podProviders) ForPod(pod *v1.Pod) pullcreds.Lookup {
+	return nodeCreds{{Auth: &runtimeapi.AuthConfig{Username: "plugin-for-" + pod.Name}, Source: pullcreds.Source{Kind: pullcreds.FromProvider, Provider: "p"}}}
+}
+
+// nilProviders is what the agent holds without plugins: a provider whose
+// lookup for every pod is nil.
+type nilProviders struct{}
+
+func (nilProviders) ForPod(*v1.Pod) pullcreds.Lookup { return nil }
+
+// The credential provider plugins come last, as in the kubelet's union
+// (the pod's Secrets, the node's files, the plugins), asked for the pod;
+// without plugins nothing is added.
+func TestPullSecretsProviders(t *testing.T) {
+	secrets := fakeSecrets{"host": pullSecret("host", "reg.io", "host", "pw2")}
+	node := nodeCreds{{Auth: &runtimeapi.AuthConfig{Username: "node"}, Source: pullcreds.Source{Kind: pullcreds.FromNode}}}
+	for _, tc := range []struct {
+		name      string
+		providers PodLookups
+		users     []string
+	}{
+		{"plugins last", podProviders{}, []string{"host", "node", "plugin-for-web"}},
+		{"no plugins", nilProviders{}, []string{"host", "node"}},
+		{"no provider at all", nil, []string{"host", "node"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ev events
+			h := PullSecrets{Secrets: secrets, Node: node, Providers: tc.providers, Recorder: &ev}
+			setup, err := h.Prepare(context.Background(), podWithPullSecrets("host"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			creds, err := setup.PullCredentials.Credentials(context.Background(), "reg.io/team/app:v1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var users []string
+			for _, c := range creds {
+				users = append(users, c.Auth.Username)
+			}
+			if !slices.Equal(users, tc.users) {
+				t.Errorf("users %v, want %v", users, tc.users)
+			}
+		})
+	}
+}
