@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/nodelet/nodelet/internal/pure/pullcreds"
 )
 
 // globalKey is the Global cache key; angle brackets keep it apart from any
@@ -24,7 +27,7 @@ type cache struct {
 }
 
 type cached struct {
-	auth    []entry
+	auth    pullcreds.Config
 	expires time.Time
 }
 
@@ -35,7 +38,7 @@ func newCache(now time.Time) *cache {
 // get returns what is cached for image at now: under the image, then its
 // registry, then the global key (the kubelet's order), for the service
 // account key saKey ("" without one).
-func (c *cache) get(image, saKey string, now time.Time) ([]entry, bool) {
+func (c *cache) get(image, saKey string, now time.Time) (pullcreds.Config, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if now.After(c.lastPurge.Add(purgeInterval)) {
@@ -57,7 +60,7 @@ func (c *cache) get(image, saKey string, now time.Time) ([]entry, bool) {
 	return nil, false
 }
 
-func (c *cache) put(base, saKey string, auth []entry, expires time.Time) {
+func (c *cache) put(base, saKey string, auth pullcreds.Config, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.entries[cacheKey(base, saKey)] = cached{auth: auth, expires: expires}
@@ -87,3 +90,10 @@ func (b keyBuilder) addMap(m map[string]string) keyBuilder {
 }
 
 func cacheKey(base, saKey string) string { return string(keyBuilder(nil).add(base).add(saKey)) }
+
+// registryOf is the first part of an image's repository (its registry
+// host and port), the Registry cache key.
+func registryOf(image string) string {
+	reg, _, _ := strings.Cut(image, "/")
+	return reg
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -313,7 +314,7 @@ func Validate(providers []Provider) field.ErrorList {
 			errs = append(errs, field.Required(fp.Child("matchImages"), "at least 1 item in matchImages is required"))
 		}
 		for j, m := range p.MatchImages {
-			if _, err := parseSchemeless(m); err != nil {
+			if _, err := url.Parse("https://" + m); err != nil { // the kubelet's ParseSchemelessURL
 				errs = append(errs, field.Invalid(fp.Child("matchImages").Index(j), m, "match image is invalid: "+err.Error()))
 			}
 		}

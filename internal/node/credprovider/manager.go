@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	v1 "k8s.io/api/core/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	credentialproviderv1 "k8s.io/kubelet/pkg/apis/credentialprovider/v1"
 	"k8s.io/utils/clock"
 
@@ -73,7 +73,6 @@ type Manager struct {
 // plugin is one provider with its cache.
 type plugin struct {
 	Provider
-	index int
 	cache *cache
 	group singleflight.Group
 }
@@ -88,8 +87,8 @@ func New(cfg *Config, deps Deps) *Manager {
 
 func newManager(cfg *Config, deps Deps, run runner) *Manager {
 	m := &Manager{deps: deps, metrics: newPluginMetrics(deps.Metrics, cfg.Hash, run)}
-	for i, p := range cfg.Providers {
-		m.providers = append(m.providers, &plugin{Provider: p, index: i, cache: newCache(deps.Clock.Now())})
+	for _, p := range cfg.Providers {
+		m.providers = append(m.providers, &plugin{Provider: p, cache: newCache(deps.Clock.Now())})
 	}
 	return m
 }
@@ -126,17 +125,17 @@ func (l podLookup) Credentials(ctx context.Context, image string) ([]pullcreds.C
 
 // credentials asks every provider whose matchImages match the image's
 // repository, and returns what they gave that applies to it, in the
-// kubelet's keyring order. A provider that fails gives nothing.
+// kubelet's keyring order (pullcreds.Keyring). A provider that fails
+// gives nothing.
 func (m *Manager) credentials(ctx context.Context, image string, pod *v1.Pod) []pullcreds.Credential {
-	repo, err := repository(image)
+	repo, err := pullcreds.Repository(image)
 	if err != nil {
 		m.deps.Log.Warn("Not asking credential providers about an image that does not parse", "image", image, "err", err)
 		return nil
 	}
-	var all []entry
-	sources := make([]pullcreds.Source, len(m.providers))
-	for i, p := range m.providers {
-		if !matchesAny(p.MatchImages, repo) {
+	var keyring pullcreds.Keyring
+	for _, p := range m.providers {
+		if !slices.ContainsFunc(p.MatchImages, func(glob string) bool { return pullcreds.Matches(glob, repo) }) {
 			continue
 		}
 		auth, source, err := m.provide(ctx, p, repo, pod)
@@ -144,17 +143,9 @@ func (m *Manager) credentials(ctx context.Context, image string, pod *v1.Pod) []
 			m.failed(p, repo, pod, err)
 			continue
 		}
-		sources[i] = source
-		all = append(all, auth...)
+		keyring.Add(source, auth)
 	}
-	var out []pullcreds.Credential
-	for _, e := range lookup(all, repo) {
-		out = append(out, pullcreds.Credential{
-			Auth:   &runtimeapi.AuthConfig{Username: e.username, Password: e.password},
-			Source: sources[e.provider],
-		})
-	}
-	return out
+	return keyring.Lookup(repo)
 }
 
 // failed logs a provider's failure (with its stderr, never its output)
@@ -187,7 +178,7 @@ type saRequest struct {
 
 // provide returns what p gives for image (cached, or from one run of the
 // plugin per image and token at a time), and where it comes from.
-func (m *Manager) provide(ctx context.Context, p *plugin, image string, pod *v1.Pod) ([]entry, pullcreds.Source, error) {
+func (m *Manager) provide(ctx context.Context, p *plugin, image string, pod *v1.Pod) (pullcreds.Config, pullcreds.Source, error) {
 	source := pullcreds.Source{Kind: pullcreds.FromProvider, Provider: p.Name}
 	var sa *saRequest
 	if p.Token != nil {
@@ -229,14 +220,17 @@ func (m *Manager) provide(ctx context.Context, p *plugin, image string, pod *v1.
 			}
 		}
 	}
-	auth := entries(resp, p.index)
+	auth := pullcreds.Config{}
+	for reg, a := range resp.auth {
+		auth[reg] = pullcreds.Entry{Username: a.Username, Password: a.Password}
+	}
 	m.store(p, image, saKey, resp, auth)
 	return auth, source, nil
 }
 
 // store caches a response by its cacheKeyType for its cacheDuration, else
 // the provider's default; a duration of 0 is not cached.
-func (m *Manager) store(p *plugin, image, saKey string, resp *response, auth []entry) {
+func (m *Manager) store(p *plugin, image, saKey string, resp *response, auth pullcreds.Config) {
 	d := p.DefaultCacheDuration
 	if resp.cacheDuration != nil {
 		d = *resp.cacheDuration
@@ -252,18 +246,6 @@ func (m *Manager) store(p *plugin, image, saKey string, resp *response, auth []e
 		base = globalKey
 	}
 	p.cache.put(base, saKey, auth, m.deps.Clock.Now().Add(d))
-}
-
-// entries turns a response's auth map into keyring entries; a registry
-// that does not parse is dropped, as the kubelet drops it.
-func entries(resp *response, provider int) []entry {
-	var out []entry
-	for reg, a := range resp.auth {
-		if key, ok := keyOf(reg); ok {
-			out = append(out, entry{key: key, username: a.Username, password: a.Password, provider: provider})
-		}
-	}
-	return out
 }
 
 // serviceAccount prepares a token-mode request for pod: skip is true when

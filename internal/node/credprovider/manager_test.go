@@ -3,7 +3,9 @@ package credprovider
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -373,5 +375,27 @@ func TestNilManager(t *testing.T) {
 	}
 	if l := m.ForPod(saPod("a", "")); l != nil {
 		t.Errorf("ForPod = %#v, want nil", l)
+	}
+}
+
+// What several providers answer is one keyring: the most specific
+// registry first, then each registry's credentials in provider order.
+func TestKeyringAcrossProviders(t *testing.T) {
+	f := newFixture(t, []Provider{plainProvider("first", 0, "*.example"), plainProvider("second", 0, "reg.example")}, nil, Deps{})
+	f.run.resp = func(request) (*response, error) {
+		n := f.run.runs()
+		r := &response{cacheKeyType: credentialproviderv1.ImagePluginCacheKeyType, auth: map[string]credentialproviderv1.AuthConfig{
+			"reg.example": {Username: fmt.Sprintf("host-%d", n)}}}
+		if n == 2 {
+			r.auth["https://reg.example/v2/team"] = credentialproviderv1.AuthConfig{Username: "team-2"}
+		}
+		return r, nil
+	}
+	var users []string
+	for _, c := range f.creds(t, "reg.example/team/app") {
+		users = append(users, c.Source.Provider+":"+c.Auth.Username)
+	}
+	if want := []string{"second:team-2", "first:host-1", "second:host-2"}; !slices.Equal(users, want) {
+		t.Errorf("credentials %v, want %v", users, want)
 	}
 }
