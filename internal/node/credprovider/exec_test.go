@@ -140,3 +140,18 @@ func TestExecChecksTheBinaryEachRun(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+// BenchmarkExecShellPlugin is the cost of one uncached run of a shell
+// plugin: fork, exec, the request, the response decoded.
+func BenchmarkExecShellPlugin(b *testing.B) {
+	bin := b.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "fake"), []byte("#!/bin/sh\ncat >/dev/null\necho '"+okResponse+"'\n"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	r, p := execRunner{binDir: bin, timeout: time.Minute}, &Provider{Name: "fake", APIVersion: protocolV1}
+	for b.Loop() {
+		if _, err := r.run(context.Background(), p, request{Image: "127.0.0.1:5000/app"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
