@@ -176,18 +176,7 @@ func TestCredentialProviderPlugins(t *testing.T) {
 		}
 	})
 
-	for _, path := range []string{"/pods", "/events"} {
-		body, err := api.get(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(body), credprovPassword) {
-			t.Errorf("GET %s shows the plugin's password", path)
-		}
-	}
-	if strings.Contains(n.stderr.String(), credprovPassword) {
-		t.Error("nodelet's log shows the plugin's password")
-	}
+	checkSecretHidden(t, n, api, credprovPassword)
 }
 
 // A credential provider configuration that does not check refuses to

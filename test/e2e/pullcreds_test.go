@@ -119,21 +119,28 @@ func refusedWith401(r *authregistry.Registry, tag string) bool {
 	return false
 }
 
-// checkNoPassword fails if the password shows in the pods, the events or
-// the log of nodelet n.
+// checkNoPassword fails if the pull password shows in the pods, the
+// events or the log of nodelet n.
 func checkNoPassword(t *testing.T, n *nodeletProc, api *nodeAPI) {
+	t.Helper()
+	checkSecretHidden(t, n, api, pullPassword)
+}
+
+// checkSecretHidden fails if secret shows in the pods, the events or the
+// log of nodelet n.
+func checkSecretHidden(t *testing.T, n *nodeletProc, api *nodeAPI, secret string) {
 	t.Helper()
 	for _, path := range []string{"/pods", "/events"} {
 		body, err := api.get(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(body), pullPassword) {
-			t.Errorf("GET %s shows the pull password", path)
+		if strings.Contains(string(body), secret) {
+			t.Errorf("GET %s shows a credential", path)
 		}
 	}
-	if strings.Contains(n.stderr.String(), pullPassword) {
-		t.Error("nodelet's log shows the pull password")
+	if strings.Contains(n.stderr.String(), secret) {
+		t.Error("nodelet's log shows a credential")
 	}
 }
 
