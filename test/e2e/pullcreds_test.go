@@ -76,26 +76,10 @@ stringData:
 `, name, dockerConfigJSON(host, user, password))
 }
 
-// privatePod runs image, naming the image pull secrets given.
+// privatePod runs image, naming the image pull secrets given, with pull
+// policy Always.
 func privatePod(name, image string, secrets ...string) string {
-	refs := ""
-	for _, s := range secrets {
-		refs += fmt.Sprintf("  - name: %s\n", s)
-	}
-	if refs != "" {
-		refs = "  imagePullSecrets:\n" + refs
-	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s}
-spec:
-  terminationGracePeriodSeconds: 1
-%s  containers:
-  - name: main
-    image: %s
-    imagePullPolicy: Always
-    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"]
-`, name, refs, image)
+	return ensurePod(name, image, "Always", secrets...)
 }
 
 // pulledAs tells whether the registry served the manifest of tag to user.
