@@ -46,13 +46,7 @@ func TestClusterCSIPersistent(t *testing.T) {
 	t.Cleanup(func() { c.StorageV1().CSIDrivers().Delete(context.Background(), csiDriverName, metav1.DeleteOptions{}) })
 
 	const ns = "csi-pv-test"
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "default service account", func() error {
-		_, err := c.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
-		return err
-	})
+	clusterNamespace(t, c, ns)
 	const pvName, claim, handle = "csi-pv-e2e", "csi-claim", "vol-e2e"
 	pvs := pvMaker{t: t, c: c, ns: ns, node: node}
 	pvs.volume(pvName, claim, v1.PersistentVolumeSource{CSI: &v1.CSIPersistentVolumeSource{

@@ -188,13 +188,7 @@ func TestClusterCSI(t *testing.T) {
 	t.Cleanup(func() { c.StorageV1().CSIDrivers().Delete(context.Background(), csiDriverName, metav1.DeleteOptions{}) })
 
 	const ns = "csi-test"
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "default service account", func() error {
-		_, err := c.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
-		return err
-	})
+	clusterNamespace(t, c, ns)
 	inlinePod := func(name, script string) *v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
 			Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node},

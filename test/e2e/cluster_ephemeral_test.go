@@ -10,7 +10,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -28,13 +27,7 @@ func TestClusterEphemeralContainers(t *testing.T) {
 	c := cp.Admin
 	ctx := clusterContext(t, 10*time.Minute)
 	const ns = "ephemeral-test"
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "default service account", func() error {
-		_, err := c.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
-		return err
-	})
+	clusterNamespace(t, c, ns)
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "debuggee", Namespace: ns, Labels: map[string]string{"app": "debuggee"}},
 		Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node},
 			Containers: []v1.Container{shellContainer("app", "echo app-marker-started")}}}

@@ -48,13 +48,7 @@ func TestClusterPods(t *testing.T) {
 	c := cp.Admin
 	ctx := clusterContext(t, 10*time.Minute)
 	ns := "pods-test"
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "default service account", func() error {
-		_, err := c.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
-		return err
-	})
+	clusterNamespace(t, c, ns)
 	onNode := map[string]string{"kubernetes.io/hostname": node}
 
 	t.Run("Deployment", func(t *testing.T) {

@@ -50,13 +50,7 @@ func TestClusterPersistentVolumes(t *testing.T) {
 	c := cp.Admin
 	ctx := clusterContext(t, 15*time.Minute)
 	const ns = "pvc-test"
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "default service account", func() error {
-		_, err := c.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
-		return err
-	})
+	clusterNamespace(t, c, ns)
 	storage := filepath.Join(shared.work, "pvc-storage")
 	if err := os.MkdirAll(storage, 0o755); err != nil {
 		t.Fatal(err)

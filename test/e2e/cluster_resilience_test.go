@@ -314,11 +314,18 @@ func resilNode(t *testing.T, name string) (*controlPlane, *clusterNode, kubernet
 // waits for its default service account.
 func resilNamespace(t *testing.T, c kubernetes.Interface, ns string) {
 	t.Helper()
+	clusterNamespace(t, c, ns)
+	t.Cleanup(func() { _ = c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+}
+
+// clusterNamespace creates namespace ns (or finds it there) and waits for
+// its default service account, without which the API server refuses pods.
+func clusterNamespace(t *testing.T, c kubernetes.Interface, ns string) {
+	t.Helper()
 	_, err := c.CoreV1().Namespaces().Create(context.Background(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	eventually(t, time.Minute, "service account "+ns+"/default", func() error {
 		_, err := c.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
 		return err

@@ -15,7 +15,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,13 +40,7 @@ func TestClusterRuntimeClass(t *testing.T) {
 	c := cp.Admin
 	ctx := clusterContext(t, 10*time.Minute)
 	const ns = "rtclass-test"
-	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	eventually(t, time.Minute, "default service account", func() error {
-		_, err := c.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
-		return err
-	})
+	clusterNamespace(t, c, ns)
 	overhead := v1.ResourceList{v1.ResourceCPU: resource.MustParse("50m"), v1.ResourceMemory: resource.MustParse("16Mi")}
 	classes := []*nodev1.RuntimeClass{
 		{ObjectMeta: metav1.ObjectMeta{Name: "e2e-runc"}, Handler: "runc"},
