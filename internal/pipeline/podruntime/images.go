@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -45,19 +46,25 @@ func (e *pullError) Error() string { return e.waiting.Reason + ": " + e.waiting.
 
 // image is an image ready for a container: its ID, whether it was pulled
 // now, and with which credential (nil: anonymously), and the runtime's
-// description of it when a lookup already had it (nil after a pull).
+// description of it (nil when the runtime would not give it after a pull).
 type image struct {
 	ref    string
 	pulled bool
 	cred   *pullcreds.Credential
 	status *runtimeapi.Image
+	// took is how long the pull took, waited the same with its wait for
+	// a free pull slot, size the pulled image's size (0 if the runtime
+	// would not say): what the kubelet's Pulled event tells.
+	took, waited time.Duration
+	size         uint64
 	// verified: present, and the pull records let the pod use it.
 	verified bool
 }
 
 // ensure returns the image for c, pulling it with the pod's credentials
-// (creds; nil: anonymously) when plan.ImageDecision says.
-func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig, creds pullcreds.Lookup) (image, error) {
+// (creds; nil: anonymously) when plan.ImageDecision says; pulling, if
+// set, is told first (the kubelet's Pulling event).
+func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig, creds pullcreds.Lookup, pulling func()) (image, error) {
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	var present *bool
 	var local *runtimeapi.Image
@@ -76,6 +83,9 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 		case plan.Wait:
 			return image{}, &pullError{w}
 		case plan.Pull:
+			if pulling != nil {
+				pulling()
+			}
 			return p.pull(ctx, c, spec, sandboxCfg, creds)
 		}
 		st, err := p.rt.ImageStatus(ctx, spec)
@@ -91,15 +101,28 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 // pull pulls the image within the bound on concurrent pulls and records
 // the outcome in the image's pull history.
 func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeapi.ImageSpec, sandboxCfg *runtimeapi.PodSandboxConfig, creds pullcreds.Lookup) (image, error) {
+	queued := p.clock.Now()
 	select {
 	case p.sem <- struct{}{}:
 	case <-ctx.Done():
 		return image{}, ctx.Err()
 	}
+	started := p.clock.Now()
 	ref, cred, err := p.recorded(ctx, c.Image, func() (string, *pullcreds.Credential, error) {
 		return p.pullWith(ctx, spec, sandboxCfg, creds)
 	})
 	<-p.sem
+	done := p.clock.Now()
+	var pulled *runtimeapi.Image
+	if err == nil {
+		// As the kubelet's puller, which asks for the size after the
+		// pull (by the pulled image's ID here, which a concurrent pull
+		// of the same name cannot move); a runtime that cannot say makes
+		// it 0, not a failure.
+		if st, serr := p.rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}); serr == nil {
+			pulled = st.GetImage()
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil {
@@ -111,7 +134,7 @@ func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeap
 		return image{}, &pullError{plan.Waiting{Reason: plan.ReasonErrImagePull, Message: msg}}
 	}
 	delete(p.backoff, c.Image)
-	return image{ref: ref, pulled: true, cred: cred}, nil
+	return image{ref: ref, pulled: true, cred: cred, status: pulled, took: done.Sub(started), waited: done.Sub(queued), size: pulled.GetSize()}, nil
 }
 
 // pullWith pulls the image as the kubelet's PullImage: with no credential

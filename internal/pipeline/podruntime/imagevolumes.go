@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -65,7 +66,7 @@ func (m *Manager) pullImageVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volu
 	ref := vol.Image.Reference
 	// What the puller decides from: an image and its pull policy.
 	as := &v1.Container{Image: ref, ImagePullPolicy: vol.Image.PullPolicy}
-	img, err := m.pulls.ensure(ctx, as, sandboxCfg, creds)
+	img, err := m.pulls.ensure(ctx, as, sandboxCfg, creds, func() { m.pullingEvent(pod, ref) })
 	var pe *pullError
 	if errors.As(err, &pe) {
 		m.pullFailedEvent(pod, ref, pe)
@@ -137,10 +138,16 @@ func (m *Manager) containerImageVolumes(ctx context.Context, pod *v1.Pod, c *v1.
 	return specs, nil, nil
 }
 
+// pullingEvent is the kubelet's Pulling event, recorded before a pull.
+func (m *Manager) pullingEvent(pod *v1.Pod, ref string) {
+	m.recorder.Event(pod, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", ref))
+}
+
 // pulledEvent is the Normal Pulled event of an image ready for the pod.
 func (m *Manager) pulledEvent(pod *v1.Pod, ref string, img image) {
 	if img.pulled {
-		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q", ref))
+		m.recorder.Event(pod, v1.EventTypeNormal, "Pulled", fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %d bytes.",
+			ref, img.took.Truncate(time.Millisecond), img.waited.Truncate(time.Millisecond), img.size))
 		return
 	}
 	if img.verified {

@@ -401,7 +401,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 		log.Warn("image volumes not available", "container", c.Name, "err", err)
 		return waiting, fmt.Errorf("container %q: %w", c.Name, err)
 	}
-	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg, a.setup.PullCredentials)
+	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg, a.setup.PullCredentials, func() { m.pullingEvent(pod, c.Image) })
 	var pe *pullError
 	if errors.As(err, &pe) {
 		m.pullEvent(pod, c, pe)
