@@ -39,8 +39,13 @@ func newImagePuller(rt Runtime, limit int, clk clock.Clock) *imagePuller {
 }
 
 // pullError is a failed or held-back pull, with the kubelet's reason
-// (ErrImagePull, ImagePullBackOff, ErrImageNeverPull).
-type pullError struct{ waiting plan.Waiting }
+// (ErrImagePull, ImagePullBackOff, ErrImageNeverPull, RegistryUnavailable,
+// SignatureValidationFailed) and message for the container's waiting
+// state, and for a pull that failed now the text of its Failed event.
+type pullError struct {
+	waiting plan.Waiting
+	event   string
+}
 
 func (e *pullError) Error() string { return e.waiting.Reason + ": " + e.waiting.Message }
 
@@ -81,7 +86,7 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 			}
 			return image{ref: local.GetId(), status: local, verified: verified}, nil
 		case plan.Wait:
-			return image{}, &pullError{w}
+			return image{}, &pullError{waiting: w}
 		case plan.Pull:
 			if pulling != nil {
 				pulling()
@@ -129,9 +134,9 @@ func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeap
 		if ctx.Err() != nil {
 			return image{}, err
 		}
-		msg := fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)
-		p.backoff[c.Image] = p.backoff[c.Image].Failed(p.clock.Now(), msg)
-		return image{}, &pullError{plan.Waiting{Reason: plan.ReasonErrImagePull, Message: msg}}
+		w := pullFailure(c.Image, err)
+		p.backoff[c.Image] = p.backoff[c.Image].Failed(p.clock.Now(), w.Message)
+		return image{}, &pullError{waiting: w, event: fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)}
 	}
 	delete(p.backoff, c.Image)
 	return image{ref: ref, pulled: true, cred: cred, status: pulled, took: done.Sub(started), waited: done.Sub(queued), size: pulled.GetSize()}, nil
@@ -192,4 +197,28 @@ func (p *imagePuller) history(image string) plan.PullBackOff {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.backoff[image]
+}
+
+// The CRI's error names (k8s.io/cri-api/pkg/errors) a runtime may start a
+// pull's error with, which the kubelet reports as the waiting reason.
+const (
+	reasonRegistryUnavailable       = "RegistryUnavailable"
+	reasonSignatureValidationFailed = "SignatureValidationFailed"
+)
+
+// pullFailure is the waiting state of a container whose image failed to
+// pull with err, as the kubelet's evalCRIPullErr words it: the runtime's
+// error as it is (reason ErrImagePull), or for an unavailable registry or
+// a failed signature validation a sentence saying so, with that reason.
+func pullFailure(image string, err error) plan.Waiting {
+	msg := err.Error()
+	switch {
+	case strings.HasPrefix(msg, reasonRegistryUnavailable):
+		return plan.Waiting{Reason: reasonRegistryUnavailable, Message: fmt.Sprintf("image pull failed for %s because the registry is unavailable%s",
+			image, strings.TrimPrefix(msg, reasonRegistryUnavailable))}
+	case strings.HasPrefix(msg, reasonSignatureValidationFailed):
+		return plan.Waiting{Reason: reasonSignatureValidationFailed, Message: fmt.Sprintf("image pull failed for %s because the signature validation failed%s",
+			image, strings.TrimPrefix(msg, reasonSignatureValidationFailed))}
+	}
+	return plan.Waiting{Reason: plan.ReasonErrImagePull, Message: msg}
 }

@@ -71,17 +71,17 @@ func TestPullWithCredentials(t *testing.T) {
 		{name: "no lookup: anonymous", open: true, creds: nil, tried: ""},
 		{name: "no credential for the image: anonymous", open: true, creds: credList(nil), tried: ""},
 		{name: "anonymous refused", creds: credList(nil), tried: "", reason: plan.ReasonErrImagePull,
-			message: `Failed to pull image "reg.io/app:v1": pull reg.io/app:v1 as "": 401 Unauthorized`},
+			message: `pull reg.io/app:v1 as "": 401 Unauthorized`},
 		{name: "second credential works", creds: credList{cred("a", "wrong", "s1"), cred("b", "right", "s2")},
 			tried: "a,b", byCredOf: "s2"},
 		{name: "first works: the rest not tried", creds: credList{cred("a", "right", "s1"), cred("b", "wrong", "s2")},
 			tried: "a", byCredOf: "s1"},
 		{name: "all fail: never anonymous, every error", open: true, creds: credList{cred("a", "x", "s1"), cred("b", "y", "s2")},
 			tried: "a,b", reason: plan.ReasonErrImagePull,
-			message: `Failed to pull image "reg.io/app:v1": [pull reg.io/app:v1 as "a": 401 Unauthorized, pull reg.io/app:v1 as "b": 401 Unauthorized]`},
+			message: `[pull reg.io/app:v1 as "a": 401 Unauthorized, pull reg.io/app:v1 as "b": 401 Unauthorized]`},
 		{name: "lookup fails: no pull", open: true, creds: pullcreds.Failed(errors.New("image pull secret ns/bad: not valid JSON")),
 			tried: "-", reason: plan.ReasonErrImagePull,
-			message: `Failed to pull image "reg.io/app:v1": image pull secret ns/bad: not valid JSON`},
+			message: `image pull secret ns/bad: not valid JSON`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := &authRegistry{open: tc.open}
@@ -129,5 +129,27 @@ func TestSyncPodPullsWithSetupCredentials(t *testing.T) {
 	}
 	if got := strings.Join(rt.users, ","); got != "u" {
 		t.Errorf("pulled as %q, want u", got)
+	}
+}
+
+// A failed pull's waiting state is the kubelet's (evalCRIPullErr): the
+// runtime's error as it is, except the CRI's RegistryUnavailable and
+// SignatureValidationFailed, which become the reason and a sentence.
+func TestPullFailure(t *testing.T) {
+	for _, tc := range []struct {
+		err                 string
+		wantReason, wantMsg string
+	}{
+		{"rpc error: code = NotFound desc = failed to pull: not found", "ErrImagePull", "rpc error: code = NotFound desc = failed to pull: not found"},
+		{"RegistryUnavailable: dial tcp: connection refused", "RegistryUnavailable",
+			"image pull failed for reg.io/app:v1 because the registry is unavailable: dial tcp: connection refused"},
+		{"SignatureValidationFailed", "SignatureValidationFailed",
+			"image pull failed for reg.io/app:v1 because the signature validation failed"},
+		{"rpc error: RegistryUnavailable later in the text", "ErrImagePull", "rpc error: RegistryUnavailable later in the text"},
+	} {
+		w := pullFailure("reg.io/app:v1", errors.New(tc.err))
+		if w.Reason != tc.wantReason || w.Message != tc.wantMsg {
+			t.Errorf("%q: got %s %q, want %s %q", tc.err, w.Reason, w.Message, tc.wantReason, tc.wantMsg)
+		}
 	}
 }

@@ -168,6 +168,10 @@ func (m *Manager) pullFailedEvent(pod *v1.Pod, ref string, pe *pullError) {
 	case plan.ReasonErrImageNeverPull:
 		m.recorder.Event(pod, v1.EventTypeWarning, plan.ReasonErrImageNeverPull, pe.waiting.Message)
 	default:
-		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", pe.waiting.Message)
+		msg := pe.event
+		if msg == "" {
+			msg = pe.waiting.Message
+		}
+		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", msg)
 	}
 }

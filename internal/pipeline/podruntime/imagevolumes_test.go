@@ -152,7 +152,7 @@ func TestImageVolumePullFailure(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `container "app"`) {
 		t.Fatalf("err %v", err)
 	}
-	if w := waitingOfContainer(st, "app"); w == nil || w.Reason != "ErrImagePull" || !strings.Contains(w.Message, `Failed to pull image "example.com/missing:v1"`) {
+	if w := waitingOfContainer(st, "app"); w == nil || w.Reason != "ErrImagePull" || !strings.Contains(w.Message, "example.com/missing:v1") {
 		t.Errorf("app waiting %+v", w)
 	}
 	if w := waitingOfContainer(st, "plain"); w != nil {

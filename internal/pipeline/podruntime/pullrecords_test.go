@@ -93,7 +93,7 @@ func TestPresentImageVerified(t *testing.T) {
 			calls: "", tried: "-"},
 		{name: "must pull, pod without credentials: the registry's 401", policy: v1.PullIfNotPresent, records: &fakeRecords{must: true},
 			calls: "check reg.io/app:v1 sha256:present;intent reg.io/app:v1;failed reg.io/app:v1", tried: "",
-			reason: plan.ReasonErrImagePull, message: `Failed to pull image "reg.io/app:v1": pull reg.io/app:v1 as "": 401 Unauthorized`},
+			reason: plan.ReasonErrImagePull, message: `pull reg.io/app:v1 as "": 401 Unauthorized`},
 		{name: "must pull, pod with the Secret: pulled and recorded", policy: v1.PullIfNotPresent, records: &fakeRecords{must: true},
 			creds: credList{cred("u", "right", "pull")},
 			calls: "check reg.io/app:v1 sha256:present;intent reg.io/app:v1;pulled reg.io/app:v1 sha256:reg.io/app:v1 by pull", tried: "u"},
@@ -107,7 +107,7 @@ func TestPresentImageVerified(t *testing.T) {
 			calls: "check reg.io/app:v1 sha256:present;intent reg.io/app:v1;pulled reg.io/app:v1 sha256:reg.io/app:v1 by pull", tried: "u"},
 		{name: "intent cannot be written: no pull", policy: v1.PullIfNotPresent, records: &fakeRecords{must: true, startErr: errors.New("disk full")},
 			calls: "check reg.io/app:v1 sha256:present;intent reg.io/app:v1", tried: "-", reason: plan.ReasonErrImagePull,
-			message: `Failed to pull image "reg.io/app:v1": failed to record image pull intent for container image "reg.io/app:v1": disk full`},
+			message: `failed to record image pull intent for container image "reg.io/app:v1": disk full`},
 		{name: "Always pulls without asking", policy: v1.PullAlways, records: &fakeRecords{},
 			calls: "intent reg.io/app:v1;pulled reg.io/app:v1 sha256:reg.io/app:v1 by anonymous", tried: ""},
 	} {
