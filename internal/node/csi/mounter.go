@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/base/atomicfile"
 	"github.com/nodelet/nodelet/internal/base/bounded"
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 )
 
 // Paths and keys, as the kubelet's.
@@ -594,7 +595,7 @@ func (l *keyedLocks) lock(key string) func() {
 // isMountPoint reports whether path (not followed if a symlink) is the
 // root of a mount; a missing path is not.
 func isMountPoint(path string) (bool, error) {
-	ok, err := mountRoot(path)
+	ok, err := mountinfo.IsMountPoint(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}

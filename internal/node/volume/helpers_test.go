@@ -3,6 +3,7 @@ package volume
 import (
 	"context"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -161,15 +162,15 @@ func mustRead(t *testing.T, path string) string {
 func ptr[T any](v T) *T { return &v }
 
 // mountsUnder lists the mount points at or below dir.
-func mountsUnder(t *testing.T, dir string) []mountInfo {
+func mountsUnder(t *testing.T, dir string) []mountinfo.Mount {
 	t.Helper()
-	all, err := readMountInfo()
+	all, err := mountinfo.Read()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []mountInfo
+	var out []mountinfo.Mount
 	for _, mi := range all {
-		if _, ok := relBelow(dir, mi.mountPoint); ok {
+		if _, ok := relBelow(dir, mi.MountPoint); ok {
 			out = append(out, mi)
 		}
 	}

@@ -3,6 +3,7 @@ package volume
 import (
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 	"io/fs"
 	"os"
 
@@ -51,7 +52,7 @@ func (m *Manager) setUpLocal(pod *v1.Pod, p Persistent) (claimed, error) {
 	if _, err := ensureDir(dir, 0o750); err != nil {
 		return fail(stepSetUp, err)
 	}
-	mounted, err := isMountPoint(dir)
+	mounted, err := mountinfo.IsMountPoint(dir)
 	if err != nil {
 		return fail(stepSetUp, err)
 	}
@@ -85,7 +86,7 @@ func (m *Manager) localOwnership(pod *v1.Pod, pv, dir string) error {
 	if gid == nil {
 		return nil
 	}
-	mounts, err := readMountInfo()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return err
 	}

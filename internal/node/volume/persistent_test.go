@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 	"os"
 	"path/filepath"
 	"slices"
@@ -594,7 +595,7 @@ func TestCheckNoBacksteps(t *testing.T) {
 }
 
 func TestOtherMounts(t *testing.T) {
-	mounts, err := parseMountInfo([]byte(`1 0 8:1 / / rw - ext4 /dev/sda1 rw
+	mounts, err := mountinfo.Parse([]byte(`1 0 8:1 / / rw - ext4 /dev/sda1 rw
 2 1 8:1 /srv/data /r/pods/a/volumes/kubernetes.io~local-volume/pv rw - ext4 /dev/sda1 rw
 3 1 8:1 /srv/data /r/pods/b/volumes/kubernetes.io~local-volume/pv rw - ext4 /dev/sda1 rw
 4 1 8:1 /srv/data /elsewhere rw - ext4 /dev/sda1 rw

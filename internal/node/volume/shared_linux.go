@@ -2,6 +2,7 @@ package volume
 
 import (
 	"fmt"
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -35,14 +36,14 @@ func (m *Manager) shareVolume(uid types.UID, vol *v1.Volume) error {
 }
 
 func makeShared(dir string) error {
-	mounts, err := readMountInfo()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return err
 	}
 	mounted := false
 	for _, mi := range mounts {
-		if mi.mountPoint == dir {
-			if mi.shared {
+		if mi.MountPoint == dir {
+			if mi.Shared {
 				return nil
 			}
 			mounted = true

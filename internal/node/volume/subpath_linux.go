@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodelet/nodelet/internal/base/beneath"
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 )
 
 // bindSubPath resolves subPath below the volume at volPath (creating the
@@ -161,7 +162,7 @@ func clearTarget(target string, src *unix.Stat_t) (bool, error) {
 			}
 			return false, fmt.Errorf("stat subPath mount target: %w", err)
 		}
-		mounted, err := isMountPoint(target)
+		mounted, err := mountinfo.IsMountPoint(target)
 		if err != nil || !mounted {
 			return false, err
 		}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 	"github.com/nodelet/nodelet/internal/base/testutil"
 )
 
@@ -142,7 +143,7 @@ func TestSubPathSafety(t *testing.T) {
 			if hostPath != want {
 				t.Fatalf("host path = %s, want %s", hostPath, want)
 			}
-			if ok, err := isMountPoint(hostPath); err != nil || !ok {
+			if ok, err := mountinfo.IsMountPoint(hostPath); err != nil || !ok {
 				t.Fatalf("host path is not a mount point: %v %v", ok, err)
 			}
 			tc.check(t, hostPath)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/base/beneath"
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 )
 
 // TearDown unmounts and removes the pod's volumes: the tmpfs of
@@ -177,7 +178,7 @@ func unmountAll(ctx context.Context, podFD int) error {
 // mountsBelow lists the mount points at or below dir, relative to it,
 // deepest first and, at one depth, newest first.
 func mountsBelow(dir string) ([]string, error) {
-	mounts, err := readMountInfo()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
@@ -188,7 +189,7 @@ func mountsBelow(dir string) ([]string, error) {
 	}
 	var list []found
 	for i, mi := range mounts {
-		rel, ok := relBelow(dir, mi.mountPoint)
+		rel, ok := relBelow(dir, mi.MountPoint)
 		if !ok {
 			continue
 		}

@@ -133,8 +133,8 @@ func TestTearDownOrphans(t *testing.T) {
 		t.Fatal("content beside pods/ changed")
 	}
 	for _, mi := range mountsUnder(t, e.root) {
-		if !strings.HasPrefix(mi.mountPoint, e.m.podDir(keep.UID)+"/") {
-			t.Errorf("mount left behind: %s", mi.mountPoint)
+		if !strings.HasPrefix(mi.MountPoint, e.m.podDir(keep.UID)+"/") {
+			t.Errorf("mount left behind: %s", mi.MountPoint)
 		}
 	}
 

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"errors"
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 	"net"
 	"os"
 	"path/filepath"
@@ -52,7 +53,7 @@ func TestEmptyDirMemory(t *testing.T) {
 	if len(mounts) != 1 {
 		t.Fatalf("%d mounts on the emptyDir after 3 SetUps, want 1: %+v", len(mounts), mounts)
 	}
-	if mi := mounts[0]; mi.fsType != "tmpfs" || !strings.Contains(mi.superOpts, "size=65536k") {
+	if mi := mounts[0]; mi.FsType != "tmpfs" || !strings.Contains(mi.SuperOpts, "size=65536k") {
 		t.Fatalf("mount = %+v, want tmpfs with size=65536k", mi)
 	}
 	var st unix.Statfs_t
@@ -450,7 +451,7 @@ func TestDownwardAPIAndProjected(t *testing.T) {
 	if got := fileMode(t, filepath.Join(pj, "secret/token")); got != 0o400 {
 		t.Errorf("projected item mode: %v", got)
 	}
-	if ok, _ := isMountPoint(pj); !ok {
+	if ok, _ := mountinfo.IsMountPoint(pj); !ok {
 		t.Errorf("projected volume is not a tmpfs mount")
 	}
 
@@ -595,22 +596,6 @@ func TestMountsOptions(t *testing.T) {
 		VolumeMounts: []v1.VolumeMount{{Name: "data", MountPath: "/x", MountPropagation: prop(v1.MountPropagationBidirectional)}}}
 	if m, err := e.m.Mounts(pod, &priv, nil, false, nil); err != nil || m[0].Propagation != runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL {
 		t.Errorf("bidirectional privileged: %v %v", m, err)
-	}
-}
-
-func TestParseMountInfo(t *testing.T) {
-	data := []byte("36 35 98:0 /mnt1 /mnt\\040with\\040space rw,noatime master:1 - tmpfs tmpfs rw,size=1024k\n" +
-		"37 35 98:0 / /plain rw - ext4 /dev/root rw\n")
-	got, err := parseMountInfo(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].mountPoint != "/mnt with space" || got[0].fsType != "tmpfs" || got[0].dev != "98:0" || got[0].root != "/mnt1" ||
-		got[0].superOpts != "rw,size=1024k" || got[1].mountPoint != "/plain" || got[1].id != 37 {
-		t.Fatalf("parsed %+v", got)
-	}
-	if _, err := parseMountInfo([]byte("garbage\n")); err == nil {
-		t.Fatal("garbage parsed")
 	}
 }
 
