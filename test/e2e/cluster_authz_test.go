@@ -379,8 +379,9 @@ func (k *clusterKubelet) stop(t *testing.T) {
 // release on the shared containerd, joined as hack/cluster.sh joins
 // nodelet (the bootstrap token and kubeadm's KubeletConfiguration), its
 // API on 127.0.0.1; it waits for the Node to be Ready. stop, or the end
-// of the test, stops it and removes the Node.
-func startClusterKubelet(t *testing.T, cp *controlPlane, node string) *clusterKubelet {
+// of the test, stops it and removes the Node. config are more lines of
+// its KubeletConfiguration (YAML, "field: value").
+func startClusterKubelet(t *testing.T, cp *controlPlane, node string, config ...string) *clusterKubelet {
 	t.Helper()
 	bin := upstreamKubelet(t)
 	work := filepath.Join(shared.work, node)
@@ -392,14 +393,17 @@ func startClusterKubelet(t *testing.T, cp *controlPlane, node string) *clusterKu
 		t.Fatal(err)
 	}
 	k := &clusterKubelet{node: node, port: freePort(t), rootDir: filepath.Join(work, "root"), cp: cp}
-	config := filepath.Join(work, "config.yaml")
+	configFile := filepath.Join(work, "config.yaml")
 	machine := kubeletMachineConfig(shared.endpoint, filepath.Join(work, "logs"), freePort(t), "0", k.port)
-	if err := os.WriteFile(config, append(base, machine...), 0o600); err != nil {
+	for _, line := range config {
+		machine += line + "\n"
+	}
+	if err := os.WriteFile(configFile, append(base, machine...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	a := &clusterAgent{label: "kubelet", node: node, work: work, logPath: filepath.Join(work, "kubelet.log")}
 	a.command = func() *exec.Cmd {
-		return exec.Command(bin, "--config", config, "--root-dir", k.rootDir, "--cert-dir", filepath.Join(k.rootDir, "pki"),
+		return exec.Command(bin, "--config", configFile, "--root-dir", k.rootDir, "--cert-dir", filepath.Join(k.rootDir, "pki"),
 			"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(k.rootDir, "kubelet.kubeconfig"),
 			"--hostname-override", node, "--node-ip", conformanceNodeIP(t), "--v", kubeletVerbosity())
 	}
