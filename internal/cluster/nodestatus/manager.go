@@ -42,6 +42,11 @@ const (
 	// the Node is not yet Ready in the API after start (the kubelet uses
 	// 100 ms; PLEG relists every second, so sooner tells nothing new).
 	fastStatusPeriod = time.Second
+	// directAfterOutage is how long after a lease renewal failed the
+	// status syncs read the Node from the API server rather than the
+	// informer: the controller's grace for the lease has passed by then,
+	// and the informer has caught up.
+	directAfterOutage = time.Minute
 	// minBackoff and maxBackoff bound the waits between failed API calls
 	// (the kubelet's registration and lease back-off: 100 ms doubling to
 	// 7 s).
@@ -109,6 +114,9 @@ type Manager struct {
 	reportDelay time.Duration
 	fastDone    bool
 	refetch     bool
+	// directUntil: until then every status sync reads the Node from the
+	// API server, not the informer's copy (see original).
+	directUntil time.Time
 	backoff     backoff
 	failures    int
 	rebootSeen  bool
@@ -459,12 +467,22 @@ func (m *Manager) original(ctx context.Context) (*v1.Node, error) {
 	m.mu.Lock()
 	n := m.apiNodeLocked()
 	m.mu.Unlock()
-	if n != nil && !m.refetch && !m.apiUnreachable.Load() {
+	unreachable := m.apiUnreachable.Load()
+	if n != nil && !m.refetch && !unreachable && !m.clk.Now().Before(m.directUntil) {
 		return n, nil
 	}
 	n, err := m.heartbeat.CoreV1().Nodes().Get(ctx, m.cfg.nodeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("get Node: %w", err)
+	}
+	if unreachable {
+		// Back after the API server was away: the node lifecycle
+		// controller may mark the Node Unknown only at its next pass,
+		// after this read, while the informer still reconnects. Read
+		// the Node from the API server for a while, as the kubelet
+		// does at every update, so that such a mark is answered at the
+		// next sync, not at the next report.
+		m.directUntil = m.clk.Now().Add(directAfterOutage)
 	}
 	m.refetch = false
 	m.apiUnreachable.Store(false)

@@ -86,6 +86,36 @@ func TestIdleMinuteRequests(t *testing.T) {
 	}
 }
 
+// After the API server was away (a lease renewal failed), the status
+// syncs read the Node from the API server for a minute, not the
+// informer's copy, which may not show yet that the node lifecycle
+// controller marked it Unknown after the first read; then they go back to
+// the informer (an idle minute makes no Node GET).
+func TestNodeReadFromTheAPIAfterAnOutage(t *testing.T) {
+	h := newHarness(t, nil)
+	h.start()
+	h.advance(30 * time.Second) // past the first syncs
+	h.fail("update", "leases", 1)
+	n := h.mark()
+	h.advance(70 * time.Second)
+	gets := 0
+	for _, r := range h.since(n) {
+		if r.action.GetVerb() == "get" && r.action.GetResource().Resource == "nodes" {
+			gets++
+		}
+	}
+	// The sync after the failed renewal reads the Node, and so does
+	// every sync (every 10 s) of the minute after that read.
+	if gets < 6 {
+		t.Errorf("%d Node GETs in the 70 s after a failed lease renewal, want one a sync for a minute: %v", gets, h.since(n))
+	}
+	n = h.mark()
+	h.advance(time.Minute)
+	if got := count(h.since(n), "get", "nodes", ""); got != 0 {
+		t.Errorf("%d Node GETs a minute after the outage, want none (the informer's copy)", got)
+	}
+}
+
 // The lease is renewed every 10 s, its renew time the clock's.
 func TestLeaseRenewalTiming(t *testing.T) {
 	h := newHarness(t, nil)
