@@ -626,7 +626,13 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 				"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(root, "kubelet.kubeconfig"),
 				"--hostname-override", a.node, "--node-ip", ip, "--container-runtime-endpoint", shared.endpoint,
 				"--pod-manifest-path", manifests, "--address", conformanceAddress, "--port", apiPort,
-				"--healthz-port", healthzPort, "--read-only-port", roPort)
+				"--healthz-port", healthzPort, "--read-only-port", roPort,
+				// As the kubelet's configuration below (kubeletMachineConfig):
+				// the test machine's disk is not the suites' business, and
+				// the default imagefs.available<15% is met on a well-used
+				// build machine (a DiskPressure taint, the node never
+				// schedulable).
+				"--eviction-hard", "memory.available<1Mi", "--image-gc-high-threshold", "100", "--image-gc-low-threshold", "99")
 		}
 	case "kubelet":
 		base, err := os.ReadFile(cp.NodeletConfig)
