@@ -156,12 +156,18 @@ func TestClusterForeignCNIConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { exec.Command("ip", "link", "del", foreignBridge).Run() })
-	startManagedClusterNode(t, cp, name, bridge, confDir)
+	proc := startManagedClusterNode(t, cp, name, bridge, confDir)
 
-	node := waitNodeReady(t, cp.Admin, name, 2*time.Minute)
-	if len(node.Spec.PodCIDRs) == 0 {
-		t.Errorf("Node without a pod CIDR: %+v", node.Spec)
-	}
+	// With a network already configured the Node is Ready before the
+	// controller manager gives it a pod CIDR: wait for the CIDR and for
+	// nodelet to have applied it, so the checks below see its reaction.
+	waitNodeReady(t, cp.Admin, name, 2*time.Minute)
+	eventually(t, time.Minute, "nodelet applied the Node's pod CIDR", func() error {
+		if !strings.Contains(proc.stderr.String(), "updating pod CIDR") {
+			return errorf("no \"updating pod CIDR\" in its log")
+		}
+		return nil
+	})
 	ip := runPodOn(t, cp, name, "foreign-pod")
 	if !foreignCIDR.Contains(ip) {
 		t.Errorf("pod IP %s is not from the foreign network's %s", ip, foreignCIDR)
@@ -179,17 +185,18 @@ func TestClusterForeignCNIConfig(t *testing.T) {
 // directories are cluster mode's defaults) and bridge name. When the
 // test ends the Node and its pods are deleted, the runtime's pods removed
 // and the bridge deleted.
-func startManagedClusterNode(t *testing.T, cp *controlPlane, name, bridge, confDir string, extra ...string) {
+func startManagedClusterNode(t *testing.T, cp *controlPlane, name, bridge, confDir string, extra ...string) *nodeletProc {
 	t.Helper()
 	root := filepath.Join(shared.work, "root-"+name)
 	// Runs after the nodelet stopped (cleanups run last first).
 	t.Cleanup(func() { cleanUpManagedCluster(t, root, bridge, confDir) })
-	startNodelet(t, append([]string{"--root-dir", root, "--cni-conf-dir", confDir, "--cni-bridge-name", bridge,
+	proc := startNodelet(t, append([]string{"--root-dir", root, "--cni-conf-dir", confDir, "--cni-bridge-name", bridge,
 		"--pause-binary", shared.pause, "--image-registry-address", "127.0.0.1:0",
 		"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(root, "kubelet.kubeconfig"),
 		"--config", cp.NodeletConfig, "--hostname-override", name, "--node-ip", "127.0.0.1", "--address", "127.0.0.1",
 		"--port", freePort(t), "--healthz-port", "0", "--pod-logs-dir", filepath.Join(shared.work, "logs-"+name)}, extra...)...)
 	t.Cleanup(func() { deleteNode(cp.Admin, name) })
+	return proc
 }
 
 // cleanUpManagedCluster starts the node's managed containerd once more,
