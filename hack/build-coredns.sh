@@ -2,15 +2,18 @@
 # build-coredns.sh builds CoreDNS, static, from the release of
 # github.com/coredns/coredns that test/cluster/coredns/go.mod requires, and
 # prints the binary's path on stdout. Cached by version under
-# _output/cluster/bin/coredns-<version>/coredns: the first build takes a few
-# minutes (CoreDNS links every plug-in of its release), later calls return
-# at once. Progress goes to stderr.
+# _output/cluster/bin/coredns-<version>/coredns, and across checkouts in the
+# build cache of hack/lib/bincache.sh: the first build takes a few minutes
+# (CoreDNS links every plug-in of its release), later calls return at once.
+# Progress goes to stderr.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 module="$root/test/cluster/coredns"
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 GO=${GO:-go}
+# shellcheck source=lib/bincache.sh
+. "$root/hack/lib/bincache.sh"
 
 version=$(awk '$1 == "github.com/coredns/coredns" && $2 ~ /^v/ { print $2 } $1 == "require" && $2 == "github.com/coredns/coredns" { print $3 }' "$module/go.mod" | head -1)
 if [[ -z $version ]]; then
@@ -18,8 +21,12 @@ if [[ -z $version ]]; then
 	exit 1
 fi
 bin="$root/_output/cluster/bin/coredns-$version/coredns"
+key=$(bincache_key "coredns static -s -w" "$module/go.mod" "$module/go.sum")
+mkdir -p "$(dirname "$bin")"
+if [[ ! -x $bin ]] && bincache_fetch "$key" coredns "$bin"; then
+	echo "build-coredns: coredns $version from the build cache" >&2
+fi
 if [[ ! -x $bin ]]; then
-	mkdir -p "$(dirname "$bin")"
 	echo "building coredns $version, first time takes minutes (cached in ${bin#"$root/"})" >&2
 	start=$(date +%s)
 	# Static: it runs in an image with no libc. The version it reports is
@@ -27,5 +34,6 @@ if [[ ! -x $bin ]]; then
 	CGO_ENABLED=0 "$GO" build -C "$module" -trimpath -ldflags "-s -w" -o "$bin.tmp" github.com/coredns/coredns
 	mv "$bin.tmp" "$bin"
 	echo "built coredns $version in $(($(date +%s) - start))s" >&2
+	bincache_store "$key" coredns "$bin"
 fi
 echo "$bin"

@@ -3,8 +3,10 @@
 # whatever else test/cluster/go.mod lists as a tool) from the k8s.io/kubernetes
 # release that test/cluster/go.mod requires, and prints the path of each, one
 # a line, on stdout. Builds are cached by version under
-# _output/cluster/bin/<version>/<name>: the first build of a version takes
-# minutes, later calls return at once. Progress goes to stderr.
+# _output/cluster/bin/<version>/<name>, and across checkouts by content in
+# the build cache of hack/lib/bincache.sh: the first build of a version
+# takes minutes, later calls (and fresh clones) return at once. Progress
+# goes to stderr.
 #
 # Adding a binary: one `tool k8s.io/kubernetes/<path>/<name>` line in
 # test/cluster/go.mod (then `go mod tidy` there).
@@ -19,6 +21,8 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 module="$root/test/cluster"
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 GO=${GO:-go}
+# shellcheck source=lib/bincache.sh
+. "$root/hack/lib/bincache.sh"
 
 if [ $# -eq 0 ]; then
 	echo "usage: $0 NAME... (one of: $(awk '$1 == "tool" { sub(".*/", "", $2); printf "%s ", $2 }' "$module/go.mod")e2e_node.test e2e.test)" >&2
@@ -49,11 +53,15 @@ for name in "$@"; do
 		exit 1
 	fi
 	bin="$out/$name"
+	# The version the binary reports, as the upstream release build sets it.
+	ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitTreeState=clean"
+	key=$(bincache_key "$name $pkg test=$test_binary $ldflags" "$module/go.mod" "$module/go.sum" "$module/conformance_imports.go")
+	if [ ! -x "$bin" ] && bincache_fetch "$key" "$name" "$bin"; then
+		echo "build-upstream: $name $version from the build cache" >&2
+	fi
 	if [ ! -x "$bin" ]; then
 		echo "building $name $version, first time takes ~3-5 min (cached in ${bin#"$root/"})" >&2
 		start=$(date +%s)
-		# The version the binary reports, as the upstream release build sets it.
-		ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitTreeState=clean"
 		# Build to a temporary name first, so that an interrupted build never
 		# leaves a partial binary that later calls would take as cached.
 		if [[ -n $test_binary ]]; then
@@ -66,6 +74,7 @@ for name in "$@"; do
 		fi
 		mv "$bin.tmp" "$bin"
 		echo "built $name $version in $(($(date +%s) - start))s" >&2
+		bincache_store "$key" "$name" "$bin"
 	fi
 	echo "$bin"
 done

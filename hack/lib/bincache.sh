@@ -1,0 +1,59 @@
+# shellcheck shell=bash
+# bincache.sh: a cache of the upstream binaries the test tooling builds
+# (control plane, kubelet, test suites, CoreDNS), kept outside the checkout
+# so that a fresh clone on the same machine (CI) links none of them again.
+# Like the go command's build cache it is keyed by content: the Go version,
+# the module files the binary is built from and the build's recipe (package,
+# flags). Sourced by hack/build-upstream.sh and hack/build-coredns.sh.
+#
+# The cache is $NODELET_BUILD_CACHE, else $XDG_CACHE_HOME/nodelet-build,
+# else ~/.cache/nodelet-build. Its binaries are run as whoever runs the
+# tests (root here), so it is used only when the directory is ours and
+# neither group- nor world-writable; otherwise every build is fresh.
+# NODELET_BUILD_CACHE=off turns it off.
+
+bincache_dir() {
+	local dir=${NODELET_BUILD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nodelet-build}
+	[[ $dir == off ]] && return 1
+	mkdir -p -m 0700 "$dir" 2>/dev/null || return 1
+	# Ours, not writable by anyone else: find prints it only then.
+	[[ -n $(find "$dir" -maxdepth 0 -user "$(id -u)" ! -perm /022 2>/dev/null) ]] || {
+		echo "bincache: $dir is not ours alone (owner or mode); not used" >&2
+		return 1
+	}
+	echo "$dir"
+}
+
+# bincache_key RECIPE FILE... prints the cache key of a binary built by
+# RECIPE (a string naming package and flags) from the module FILEs.
+bincache_key() {
+	local recipe=$1
+	shift
+	{
+		"${GO:-go}" env GOVERSION GOOS GOARCH
+		printf '%s\n' "$recipe"
+		cat "$@"
+	} | sha256sum | cut -c1-32
+}
+
+# bincache_fetch KEY NAME DEST copies the cached binary to DEST; it fails
+# when there is none.
+bincache_fetch() {
+	local dir src
+	dir=$(bincache_dir) || return 1
+	src="$dir/$1/$2"
+	[[ -x $src && ! -L $src && -n $(find "$src" -maxdepth 0 -user "$(id -u)" ! -perm /022 2>/dev/null) ]] || return 1
+	cp "$src" "$3.tmp" && mv "$3.tmp" "$3"
+}
+
+# bincache_store KEY NAME SRC keeps a copy of SRC (atomically: a copy is
+# renamed into place, so an interrupted store leaves nothing half-written).
+bincache_store() {
+	local dir
+	dir=$(bincache_dir) || return 0
+	mkdir -p -m 0700 "$dir/$1" &&
+		cp "$3" "$dir/$1/.$2.tmp" &&
+		chmod 0755 "$dir/$1/.$2.tmp" &&
+		mv "$dir/$1/.$2.tmp" "$dir/$1/$2" ||
+		echo "bincache: could not keep $2 in $dir (the build is not affected)" >&2
+}
