@@ -156,6 +156,43 @@ func TestStaticPodIdentity(t *testing.T) {
 	}
 }
 
+// A limit without a request becomes the request, as the API server and
+// the kubelet's decoder default it: limits alone make a Guaranteed pod.
+// The UID is the one the pod had before nodelet defaulted resources, so an
+// upgrade restarts no static pod.
+func TestStaticPodResourceDefaults(t *testing.T) {
+	const limitsOnly = goodPod + `    resources:
+      limits: {cpu: "1", memory: 32Mi}
+      requests: {memory: 16Mi}
+  initContainers:
+  - name: init
+    image: busybox:1.35
+    resources:
+      limits: {cpu: 500m}
+`
+	pods, err := Decode([]byte(limitsOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := StaticPod(pods[0], "node1", SourceFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := p.Spec.Containers[0].Resources.Requests
+	if req.Cpu().String() != "1" || req.Memory().String() != "16Mi" {
+		t.Errorf("container requests %v, want cpu 1 (its limit) and memory 16Mi (its own)", req)
+	}
+	if got := p.Spec.InitContainers[0].Resources.Requests.Cpu().String(); got != "500m" {
+		t.Errorf("init container cpu request %s, want its limit 500m", got)
+	}
+	undefaulted := pods[0].DeepCopy()
+	ApplyDefaults(undefaulted)
+	undefaulted.Namespace, undefaulted.Name, undefaulted.Spec.NodeName = v1.NamespaceDefault, "web-node1", "node1"
+	if uid, _ := staticUID(undefaulted, "node1", SourceFile); uid != p.UID {
+		t.Errorf("UID %s, want %s (the pod's hash before resource defaults)", p.UID, uid)
+	}
+}
+
 func TestDefaultPullPolicy(t *testing.T) {
 	for image, want := range map[string]v1.PullPolicy{
 		"busybox":                      v1.PullAlways,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nodelet/nodelet/internal/pipeline/apivalidation"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,6 +39,9 @@ func StaticPod(pod *v1.Pod, nodeName, source string) (*v1.Pod, error) {
 		return nil, err
 	}
 	p.UID = uid
+	// After the UID, which hashes the pod as earlier nodelets did (an
+	// upgrade restarts no static pod).
+	defaultResources(p)
 	if p.Annotations == nil {
 		p.Annotations = map[string]string{}
 	}
@@ -94,6 +98,25 @@ func ApplyDefaults(p *v1.Pod) {
 	}
 	for i := range s.Containers {
 		defaultContainer(&s.Containers[i])
+	}
+}
+
+// defaultResources sets the resources of p's containers and of p itself
+// as the API server's v1 defaults leave them (and the kubelet's decoder,
+// for a static pod): a limit without a request becomes the request, so a
+// pod with limits alone is Guaranteed, with its CPUs and memory admitted
+// and accounted. Only resources: they are no part of a container's
+// fingerprint (plan.ContainerHash), where other defaults (probe periods,
+// say) would change the fingerprints of running containers.
+func defaultResources(p *v1.Pod) {
+	d := p.DeepCopy()
+	apivalidation.DefaultPod(d)
+	p.Spec.Resources = d.Spec.Resources
+	for i := range p.Spec.InitContainers {
+		p.Spec.InitContainers[i].Resources = d.Spec.InitContainers[i].Resources
+	}
+	for i := range p.Spec.Containers {
+		p.Spec.Containers[i].Resources = d.Spec.Containers[i].Resources
 	}
 }
 
