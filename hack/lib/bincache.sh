@@ -43,14 +43,16 @@ bincache_fetch() {
 	dir=$(bincache_dir) || return 1
 	src="$dir/$1/$2"
 	[[ -x $src && ! -L $src && -n $(find "$src" -maxdepth 0 -user "$(id -u)" ! -perm /022 2>/dev/null) ]] || return 1
-	cp "$src" "$3.tmp" && mv "$3.tmp" "$3"
+	cp "$src" "$3.tmp" && mv "$3.tmp" "$3" && touch "$dir/$1"
 }
 
 # bincache_store KEY NAME SRC keeps a copy of SRC (atomically: a copy is
 # renamed into place, so an interrupted store leaves nothing half-written).
+# Keys unused for 30 days (a version since replaced) are removed.
 bincache_store() {
 	local dir
 	dir=$(bincache_dir) || return 0
+	find "$dir" -mindepth 1 -maxdepth 1 -type d -mtime +30 -exec rm -rf {} + 2>/dev/null
 	mkdir -p -m 0700 "$dir/$1" &&
 		cp "$3" "$dir/$1/.$2.tmp" &&
 		chmod 0755 "$dir/$1/.$2.tmp" &&
