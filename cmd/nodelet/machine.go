@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/user"
@@ -17,7 +19,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nodelet/nodelet/internal/node/podresources"
 	"github.com/nodelet/nodelet/internal/node/userns"
+	"github.com/nodelet/nodelet/internal/nodeconfig"
 )
 
 // machineCapacity is the node's CPUs, memory and ephemeral storage, and
@@ -171,4 +175,26 @@ func kubeletUser() *userns.KubeletUser {
 func appArmorEnabled() bool {
 	data, err := readSmallFile("/sys/module/apparmor/parameters/enabled")
 	return err == nil && strings.HasPrefix(string(data), "Y")
+}
+
+// readSwap reads the node's swap (/proc/swaps; a kernel without it has
+// none) and its swap accounting, and refuses to start with swap in use
+// when failSwapOn is set, as the kubelet.
+func readSwap(cfg *nodeconfig.Config) error {
+	b, err := readSmallFile("/proc/swaps")
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read /proc/swaps: %w", err)
+	}
+	swaps, err := podresources.ParseSwaps(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	if err := podresources.CheckFailSwapOn(swaps, cfg.FailSwapOn); err != nil {
+		return err
+	}
+	cfg.SwapCapacity = &swaps.Capacity
+	if cfg.CgroupMountDir != "" {
+		cfg.SwapController, cfg.CgroupV2 = podresources.SwapController(cfg.CgroupMountDir)
+	}
+	return nil
 }

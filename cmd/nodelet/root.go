@@ -117,6 +117,7 @@ flags given on the command line override it.`,
 	f.StringVar(&cfg.CgroupRoot, "cgroup-root", cfg.CgroupRoot, "Cgroup the QoS hierarchy kubepods is made in, as a cgroupfs path with either driver (/nodelet-a: /nodelet-a/kubepods, or nodelet_a-kubepods.slice with systemd); it must exist. Several nodelets on one host each need their own")
 	f.BoolVar(&cfg.CgroupsPerQOS, "cgroups-per-qos", cfg.CgroupsPerQOS, "Create the QoS and pod cgroups; nodelet refuses to start where it cannot (false: pods run without them)")
 	f.StringVar(&cfg.CgroupDriver, "cgroup-driver", cfg.CgroupDriver, "cgroupfs or systemd; the runtime's own, when it tells it (CRI RuntimeConfig), wins")
+	f.BoolVar(&cfg.FailSwapOn, "fail-swap-on", cfg.FailSwapOn, "Refuse to start on a node with swap (/proc/swaps); false lets memorySwap.swapBehavior decide what pods get")
 	f.Int64Var(&cfg.PodPidsLimit, "pod-max-pids", cfg.PodPidsLimit, "Most processes in a pod (cgroup v2 pids.max; -1: no limit)")
 	f.IntVar(&cfg.ReadOnlyPort, "read-only-port", cfg.ReadOnlyPort, "Port serving /healthz and /metrics without authentication (0 disables it)")
 	f.StringVar(&cfg.NodeIP, "node-ip", "", "IP reported as the pods' hostIP (default: the first non-loopback address)")
@@ -353,6 +354,9 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, conta
 	}
 	cfg.Capacity, cfg.MemoryCapacity, cfg.PidMax = capacity, mem, pidMax()
 	cfg.AppArmor = appArmorEnabled()
+	if err := readSwap(cfg); err != nil {
+		return err
+	}
 	if cfg.Allocatable, err = nodeconfig.Allocatable(capacity, cfg.SystemReserved, cfg.KubeReserved, cfg.EvictionHard); err != nil {
 		return err
 	}

@@ -230,7 +230,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	uns := userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log})
 	hooks := []podworker.Hook{
 		podhooks.PodDir{PodsDir: podsDir},
-		podhooks.Cgroup{Cgroups: cg, NodeMemoryCapacity: cfg.MemoryCapacity}, // cg is an interface: nil stays nil
+		podhooks.Cgroup{Cgroups: cg, NodeMemoryCapacity: cfg.MemoryCapacity, Swap: cfg.Swap(), Log: log}, // cg is an interface: nil stays nil
 		podhooks.Objects{Registry: registry, Objects: objs},
 		podhooks.PullSecrets{Secrets: objs, Node: nodeKeyring, Providers: p.credentials, Recorder: recorder},
 		podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, // hostUsers: false

@@ -116,6 +116,18 @@ type Config struct {
 	MemoryQoS bool
 	// MemoryThrottlingFactor is memoryThrottlingFactor, in (0, 1].
 	MemoryThrottlingFactor float64
+	// FailSwapOn refuses to start on a node with swap (failSwapOn,
+	// --fail-swap-on; true, as the kubelet's default).
+	FailSwapOn bool
+	// SwapBehavior is memorySwap.swapBehavior: NoSwap (the default) or
+	// LimitedSwap (podresources.Swap).
+	SwapBehavior string
+	// SwapCapacity is the node's swap in bytes, from /proc/swaps (read by
+	// cmd/nodelet); nil when it could not be read.
+	SwapCapacity *int64
+	// SwapController and CgroupV2 are what cmd/nodelet found of the
+	// kernel's swap accounting (podresources.SwapController).
+	SwapController, CgroupV2 bool
 	// MaxPerPodContainer dead instances are kept per container (1).
 	MaxPerPodContainer int
 	// Port serves the authenticated kubelet API over HTTPS (0 disables).
@@ -390,6 +402,7 @@ func DefaultConfig(rootDir string) Config {
 		CgroupDriver:                           "cgroupfs",
 		PodPidsLimit:                           -1,
 		MemoryThrottlingFactor:                 0.9,
+		FailSwapOn:                             true,
 		HealthzPort:                            10248,
 		Address:                                "0.0.0.0",
 		MaxPerPodContainer:                     1,
@@ -471,6 +484,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.MemoryThrottlingFactor <= 0 || cfg.MemoryThrottlingFactor > 1 {
 		return fmt.Errorf("memoryThrottlingFactor %v: want more than 0 and at most 1", cfg.MemoryThrottlingFactor)
+	}
+	if _, err := podresources.ParseSwapBehavior(cfg.SwapBehavior); err != nil {
+		return err
 	}
 	for _, ip := range cfg.ClusterDNS {
 		if _, err := netip.ParseAddr(ip); err != nil {

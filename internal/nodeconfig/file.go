@@ -164,7 +164,8 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 }
 
 // applyCgroups sets the pod cgroup settings: cgroupsPerQOS, cgroupDriver,
-// cgroupRoot, podPidsLimit, memoryThrottlingFactor, and featureGates (SetFeatureGates;
+// cgroupRoot, podPidsLimit, memoryThrottlingFactor, failSwapOn,
+// memorySwap.swapBehavior, and featureGates (SetFeatureGates;
 // a warning for each gate nodelet does not know).
 func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 	kc := &f.Config
@@ -179,6 +180,10 @@ func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 	if kc.MemoryThrottlingFactor != nil {
 		cfg.MemoryThrottlingFactor = *kc.MemoryThrottlingFactor
 	}
+	if kc.FailSwapOn != nil {
+		cfg.FailSwapOn = *kc.FailSwapOn
+	}
+	setString(&cfg.SwapBehavior, kc.MemorySwap.SwapBehavior)
 	for _, gate := range cfg.SetFeatureGates(kc.FeatureGates) {
 		warnings = append(warnings, fmt.Sprintf("%s: featureGates.%s is not implemented by nodelet and is ignored (%v)", f.Path, gate, kc.FeatureGates[gate]))
 	}
@@ -341,6 +346,7 @@ var implemented = []string{
 	"evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "volumeStatsAggPeriod", "localStorageCapacityIsolation", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "cgroupRoot", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
+	"failSwapOn", "memorySwap",
 	"userNamespaces",
 	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "imageMinimumGCAge", "imageMaximumGCAge",
 	"imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
@@ -349,9 +355,8 @@ var implemented = []string{
 
 // behaves are unimplemented boolean and string fields with the value
 // nodelet behaves as (no warning for that value, one for any other):
-// swap never stops nodelet; MemoryQoS reserves no memory (memory.min and
-// memory.low stay 0).
-var behaves = map[string]any{"failSwapOn": false, "memoryReservationPolicy": "None"}
+// MemoryQoS reserves no memory (memory.min and memory.low stay 0).
+var behaves = map[string]any{"memoryReservationPolicy": "None"}
 
 // unimplemented are the warnings for the fields the file sets that
 // nodelet does not implement, sorted. A field at its zero value ("0s",

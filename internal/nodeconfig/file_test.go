@@ -216,8 +216,8 @@ func TestFileUnimplementedFieldsWarn(t *testing.T) {
 	}{
 		{"cgroupDriver: systemd\n", ""},
 		{"cgroupDriver: cgroupfs\n", ""},
-		{"failSwapOn: true\n", "failSwapOn"},
 		{"failSwapOn: false\n", ""},
+		{"memorySwap:\n  swapBehavior: LimitedSwap\n", ""},
 		{"cgroupsPerQOS: false\n", ""},
 		{"featureGates:\n  Foo: true\n", "featureGates.Foo"},
 		{"featureGates:\n  MemoryQoS: true\n", ""},
@@ -510,5 +510,33 @@ func TestFilePullVerification(t *testing.T) {
 		if z := Configz(cfg); string(z.ImagePullCredentialsVerificationPolicy) != tc.policy || !slices.Equal(z.PreloadedImagesVerificationAllowlist, tc.allowlist) {
 			t.Errorf("%q: configz %q %q", tc.doc, z.ImagePullCredentialsVerificationPolicy, z.PreloadedImagesVerificationAllowlist)
 		}
+	}
+}
+
+// failSwapOn is the kubelet's, true by default; memorySwap.swapBehavior
+// is NoSwap or LimitedSwap, anything else refused.
+func TestFileSwapSettings(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	cfg := DefaultConfig("/var/lib/nodelet")
+	if !cfg.FailSwapOn || cfg.SwapBehavior != "" {
+		t.Errorf("defaults: failSwapOn %v, swapBehavior %q", cfg.FailSwapOn, cfg.SwapBehavior)
+	}
+	f, err := DecodeFile("c.yaml", []byte(head+"failSwapOn: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Apply(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.FailSwapOn || cfg.SwapBehavior != "LimitedSwap" {
+		t.Errorf("applied: failSwapOn %v, swapBehavior %q", cfg.FailSwapOn, cfg.SwapBehavior)
+	}
+	cfg.NodeName = "n"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("LimitedSwap: %v", err)
+	}
+	cfg.SwapBehavior = "UnlimitedSwap"
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "memorySwap.swapBehavior") {
+		t.Errorf("UnlimitedSwap: %v", err)
 	}
 }

@@ -28,6 +28,7 @@ func (cfg Config) NodeStatusOptions() nodestatus.Options {
 		NodeStatusUpdateFrequency: cfg.NodeStatusUpdateFrequency, NodeStatusReportFrequency: cfg.NodeStatusReportFrequency,
 		NodeLeaseDurationSeconds: cfg.NodeLeaseDurationSeconds,
 		Host:                     cfg.Host,
+		SwapCapacity:             cfg.SwapCapacity,
 	}
 }
 

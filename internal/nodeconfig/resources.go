@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
 	"github.com/nodelet/nodelet/internal/node/eviction"
+	"github.com/nodelet/nodelet/internal/node/podresources"
 )
 
 // DefaultEvictionHard are the kubelet's hard eviction thresholds on Linux
@@ -82,4 +83,15 @@ func Allocatable(capacity, systemReserved, kubeReserved v1.ResourceList, evictio
 		out[name] = value
 	}
 	return out, nil
+}
+
+// Swap are the swap settings of every container (memorySwap.swapBehavior,
+// validated) on this machine.
+func (cfg Config) Swap() podresources.Swap {
+	behavior, _ := podresources.ParseSwapBehavior(cfg.SwapBehavior)
+	s := podresources.Swap{Behavior: behavior, Controller: cfg.SwapController, V2: cfg.CgroupV2, MemoryCapacity: cfg.MemoryCapacity}
+	if cfg.SwapCapacity != nil {
+		s.SwapCapacity = *cfg.SwapCapacity
+	}
+	return s
 }

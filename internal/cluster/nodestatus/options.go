@@ -124,6 +124,9 @@ type Options struct {
 	KubeletVersion string
 	// Host are the machine's identity facts (ReadHostInfo).
 	Host HostInfo
+	// SwapCapacity is the node's swap in bytes (/proc/swaps), reported as
+	// status.nodeInfo.swap.capacity; nil: unknown, not reported.
+	SwapCapacity *int64
 	// DeclaredFeatures are status.declaredFeatures: the node features
 	// nodelet implements. Empty by default: declaring a feature nodelet
 	// does not implement would let the scheduler place pods that need it
@@ -245,6 +248,7 @@ type config struct {
 	maxImages         int32
 	version           string
 	host              HostInfo
+	swapCapacity      *int64
 	declaredFeatures  []string
 	leaseRenewalEvery time.Duration
 	// goos and goarch are the node's OS and architecture (runtime.GOOS
@@ -272,6 +276,7 @@ func newConfig(o Options) (*config, error) {
 		maxImages:        DefaultNodeStatusMaxImages,
 		version:          o.KubeletVersion,
 		host:             o.Host,
+		swapCapacity:     o.SwapCapacity,
 		declaredFeatures: o.DeclaredFeatures,
 		goos:             goruntime.GOOS,
 		goarch:           goruntime.GOARCH,

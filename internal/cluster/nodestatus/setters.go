@@ -2,6 +2,7 @@ package nodestatus
 
 import (
 	"fmt"
+	"k8s.io/utils/ptr"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -84,6 +85,10 @@ func (c *config) setMachineInfo(node *v1.Node, f *Facts) []Event {
 	} else {
 		st.NodeInfo.MachineID = c.host.MachineID
 		st.NodeInfo.SystemUUID = c.host.SystemUUID
+		if c.swapCapacity != nil {
+			// The kubelet's NodeSwap (GA): the swap the machine has, 0 too.
+			st.NodeInfo.Swap = &v1.NodeSwapStatus{Capacity: ptr.To(*c.swapCapacity)}
+		}
 		st.Capacity[v1.ResourceCPU] = *resource.NewMilliQuantity(int64(f.CPUs)*1000, resource.DecimalSI)
 		st.Capacity[v1.ResourceMemory] = *resource.NewQuantity(int64(f.MemoryBytes), resource.BinarySI)
 		for size, pages := range f.HugePages {

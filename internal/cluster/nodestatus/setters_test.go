@@ -458,3 +458,20 @@ func TestVolumesInUse(t *testing.T) {
 		t.Errorf("volumesInUse after the volume went = %v", gone.Status.VolumesInUse)
 	}
 }
+
+// The node's swap is reported as the kubelet's NodeSwap reports it: 0
+// included; unknown, not at all.
+func TestSwapCapacity(t *testing.T) {
+	o := testOptions()
+	node, _ := testConfig(t, o).initialNode(testFacts(t0))
+	if node.Status.NodeInfo.Swap != nil {
+		t.Errorf("swap unknown: got %+v", node.Status.NodeInfo.Swap)
+	}
+	for _, swap := range []int64{0, 4 << 30} {
+		o.SwapCapacity = &swap
+		node, _ = testConfig(t, o).initialNode(testFacts(t0))
+		if s := node.Status.NodeInfo.Swap; s == nil || s.Capacity == nil || *s.Capacity != swap {
+			t.Errorf("swap %d: got %+v", swap, s)
+		}
+	}
+}

@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -128,13 +129,19 @@ type CgroupManager interface {
 
 // Cgroup is the pod cgroup, the sandbox's parent, and every container's
 // CRI resources (podresources.ContainerResources: CPU, memory, hugepages,
-// OOM score, and the cgroup manager's Unified map). Without a cgroup
+// OOM score, the cgroup manager's Unified map, and the swap limit of
+// memorySwap.swapBehavior). Without a cgroup
 // manager (cgroupsPerQOS false) there is no pod cgroup, but containers
 // still get their resources.
 type Cgroup struct {
 	Cgroups CgroupManager // nil: no pod cgroups
 	// NodeMemoryCapacity sizes the OOM score of burstable containers.
 	NodeMemoryCapacity int64
+	// Swap is how much swap each container may use.
+	Swap podresources.Swap
+	// Log says when a container's swap share cannot be computed (it then
+	// gets none).
+	Log *slog.Logger
 }
 
 func (Cgroup) Name() string { return "pod cgroup" }
@@ -175,6 +182,9 @@ func (h containerResources) ContributeContainer(c podsetup.Container) (podsetup.
 	res := podresources.ContainerResources(c.Pod, c.Container, h.NodeMemoryCapacity)
 	if h.Cgroups != nil {
 		res.Unified = h.Cgroups.ContainerUnified(c.Pod, c.Container)
+	}
+	if err := h.Swap.ApplySwap(c.Pod, c.Container, res); err != nil && h.Log != nil {
+		h.Log.Error("no swap for the container", "pod", c.Pod.Namespace+"/"+c.Pod.Name, "container", c.Container.Name, "err", err)
 	}
 	return podsetup.Additions{Resources: res}, nil
 }

@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/node/podresources"
 	"github.com/nodelet/nodelet/internal/node/userns"
 	"github.com/nodelet/nodelet/internal/node/volume"
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
@@ -217,6 +219,18 @@ func TestHooksHandBackWhatTheySetUp(t *testing.T) {
 	add, err := cg.Apply(c)
 	if err != nil || add.Resources.GetUnified()["memory.high"] != "for-app" || add.Resources.GetOomScoreAdj() == 0 {
 		t.Errorf("cgroup's container resources %v %v", add.Resources, err)
+	}
+	// The swap limit comes after the manager's Unified map (cgroup v2:
+	// memory.swap.max; v1: memory+swap is the memory limit).
+	cg, _ = (Cgroup{Cgroups: &fakeCgroups{}, NodeMemoryCapacity: 1 << 30, Swap: podresources.Swap{Controller: true, V2: true}}).Prepare(ctx, pod)
+	if add, err := cg.Apply(c); err != nil || add.Resources.GetUnified()["memory.high"] != "for-app" || add.Resources.GetUnified()["memory.swap.max"] != "0" {
+		t.Errorf("swap on v2: %v %v", add.Resources, err)
+	}
+	limited := pod.DeepCopy()
+	limited.Spec.Containers[0].Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")}
+	cg, _ = (Cgroup{NodeMemoryCapacity: 1 << 30, Swap: podresources.Swap{Controller: true}}).Prepare(ctx, limited)
+	if add, err := cg.Apply(podsetup.Container{Pod: limited, Container: &limited.Spec.Containers[0]}); err != nil || add.Resources.GetMemorySwapLimitInBytes() != 64<<20 {
+		t.Errorf("swap on v1: %v %v", add.Resources, err)
 	}
 	bare, err := (Cgroup{NodeMemoryCapacity: 1 << 30}).Prepare(ctx, pod)
 	if err != nil || bare.CgroupParent != "" {

@@ -9,8 +9,11 @@
 // cgroupfs driver, UnifiedManager on cgroup v2 with the cgroupfs or the
 // systemd driver (kubepods.slice/kubepods-burstable.slice/...); Open picks
 // one for the host and Setup is how nodelet starts with them, refusing to
-// start where they cannot be managed. Everything but the managers, Open
-// and Setup is pure.
+// start where they cannot be managed. Swap is memorySwap.swapBehavior (the
+// kubelet's NoSwap and LimitedSwap limits, ApplySwap), ParseSwaps and
+// CheckFailSwapOn read /proc/swaps for failSwapOn and the Node's swap
+// capacity. Everything but the managers, Open, Setup and SwapController
+// is pure.
 package podresources
 
 import (
