@@ -48,9 +48,40 @@ func (s State) clone() State {
 // Static is the static policy on one machine.
 type Static struct {
 	Topology Topology
-	// Reserved are the CPUs never given exclusively (Reserved()).
+	// Reserved are the CPUs never given exclusively (NewStatic).
 	Reserved cpuset.Set
+	// SingleNUMANode is topologyManagerPolicy single-numa-node: a
+	// container's exclusive CPUs all come from one NUMA node, or the pod
+	// is refused (TopologyAffinityError).
+	SingleNUMANode bool
 }
+
+// The topology manager's policies (topologyManagerPolicy) nodelet has.
+const (
+	TopologyPolicyNone           = "none"
+	TopologyPolicySingleNUMANode = "single-numa-node"
+)
+
+// The kubelet's admission reasons of resource allocation.
+const (
+	// ReasonTopologyAffinity refuses a pod whose resources cannot be
+	// aligned as topologyManagerPolicy asks.
+	ReasonTopologyAffinity = "TopologyAffinityError"
+	// ReasonUnexpectedAdmission refuses a pod whose resources cannot be
+	// allocated (not enough CPUs).
+	ReasonUnexpectedAdmission = "UnexpectedAdmissionError"
+)
+
+// AdmissionError is an allocation refused with one of the kubelet's
+// admission reasons.
+type AdmissionError struct {
+	Reason, Message string
+}
+
+func (e *AdmissionError) Error() string { return e.Message }
+
+// errTopologyAffinity is the topology manager's refusal.
+var errTopologyAffinity = &AdmissionError{Reason: ReasonTopologyAffinity, Message: "Resources cannot be allocated with Topology locality"}
 
 // NewStatic is the static policy of topo with the reserved CPUs: the
 // explicit reservedSystemCPUs when set, else reservedMilliCPU (kubeReserved
@@ -135,6 +166,15 @@ func (p Static) Allocate(s State, pod *v1.Pod, c *v1.Container) (State, cpuset.S
 	}
 	reusable := p.reusable(s, pod, c)
 	free := s.Default.Difference(p.Reserved).Union(reusable)
+	// The topology manager asks first: without a NUMA node that has
+	// enough free CPUs there is no preferred hint.
+	if p.SingleNUMANode {
+		node, ok := p.numaNodeFor(free, n)
+		if !ok {
+			return s, cpuset.Set{}, errTopologyAffinity
+		}
+		free, reusable = free.Intersection(p.Topology.OnNUMA(node)), reusable.Intersection(p.Topology.OnNUMA(node))
+	}
 	if n > free.Size() {
 		return s, cpuset.Set{}, fmt.Errorf("not enough cpus available to satisfy request: requested=%d, available=%d", n, free.Size())
 	}
@@ -155,6 +195,19 @@ func (p Static) Allocate(s State, pod *v1.Pod, c *v1.Container) (State, cpuset.S
 	}
 	out.Assignments[pod.UID][c.Name] = cpus
 	return out, cpus, nil
+}
+
+// numaNodeFor is the NUMA node n CPUs of free are taken from under
+// single-numa-node: the lowest with enough free CPUs, as the topology
+// manager merges the CPU manager's hints (every single-node hint is
+// equally narrow; the lowest wins). None: the request cannot be aligned.
+func (p Static) numaNodeFor(free cpuset.Set, n int) (int, bool) {
+	for _, node := range p.Topology.NUMANodes() {
+		if free.Intersection(p.Topology.OnNUMA(node)).Size() >= n {
+			return node, true
+		}
+	}
+	return 0, false
 }
 
 // reusable are the CPUs of pod's init containers (not sidecars) before

@@ -6,10 +6,11 @@ package cpumanager
 //
 // Commands:
 //
-//	machine cpus=N [threads=T] [sockets=S] [reserved=LIST] [reservedMilli=M]
+//	machine cpus=N [threads=T] [sockets=S] [reserved=LIST] [reservedMilli=M] [single-numa-node]
 //	    N logical CPUs, T per core numbered as Linux does (the siblings of
 //	    CPU i are i + N/T, ...), S sockets each its own NUMA node; the
-//	    policy (NewStatic) and the initial state.
+//	    policy (NewStatic, topologyManagerPolicy single-numa-node or none)
+//	    and the initial state.
 //	pod NAME [burstable] [init=(C:CPU,...)] [sidecars=(C:CPU,...)] containers=(C:CPU,...)
 //	    a pod; Guaranteed (limits = requests, memory too) unless burstable.
 //	allocate POD CONTAINER     the container's CPUs and the state after.
@@ -17,6 +18,7 @@ package cpumanager
 //	validate [default=LIST] [POD/CONTAINER=LIST ...]   a restored state.
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -52,6 +54,9 @@ func TestStaticGolden(t *testing.T) {
 			case "allocate":
 				pod, c := lookup(t, d, pods)
 				next, cpus, err := policy.Allocate(state, pod, c)
+				if ae := (*AdmissionError)(nil); errors.As(err, &ae) {
+					return fmt.Sprintf("refused: %s: %s\n", ae.Reason, ae.Message) + render(next)
+				}
 				if err != nil {
 					return "error: " + err.Error() + "\n" + render(next)
 				}
@@ -94,8 +99,12 @@ func newMachine(d *datadriven.TestData) (Static, error) {
 	n, threads, sockets := 0, 1, 1
 	var reserved cpuset.Set
 	var milli int64
+	single := false
 	for _, arg := range d.CmdArgs {
-		v := arg.Vals[0]
+		v := ""
+		if len(arg.Vals) > 0 {
+			v = arg.Vals[0]
+		}
 		switch arg.Key {
 		case "cpus":
 			n, _ = strconv.Atoi(v)
@@ -110,9 +119,13 @@ func newMachine(d *datadriven.TestData) (Static, error) {
 			}
 		case "reservedMilli":
 			milli, _ = strconv.ParseInt(v, 10, 64)
+		case "single-numa-node":
+			single = true
 		}
 	}
-	return NewStatic(linuxTopology(n, threads, sockets), reserved, milli)
+	p, err := NewStatic(linuxTopology(n, threads, sockets), reserved, milli)
+	p.SingleNUMANode = single
+	return p, err
 }
 
 // linuxTopology numbers CPUs as Linux does on x86: the first thread of

@@ -48,32 +48,46 @@ func (t Topology) OnNUMA(n int) cpuset.Set {
 	return cpuset.New(ids...)
 }
 
-// Take chooses n CPUs of free the way the kubelet's takeByTopology
-// prefers them: whole free sockets, then whole free cores, then single
-// CPUs, each time from the socket (then core) with the fewest free CPUs
-// that still fit, lowest IDs first, so that siblings stay together and
-// whole cores stay whole for later requests.
+// Take chooses n CPUs of free the way the kubelet's packed
+// takeByTopology prefers them: whole free sockets, then whole free cores
+// of the sockets with the fewest free CPUs, then single CPUs of the cores
+// with the fewest free CPUs, lowest IDs first among equals, so that
+// siblings stay together, sockets fill up one after the other and whole
+// cores stay whole for later requests.
 func (t Topology) Take(free cpuset.Set, n int) (cpuset.Set, error) {
 	if n > free.Size() {
 		return cpuset.Set{}, fmt.Errorf("not enough cpus available to satisfy request: requested=%d, available=%d", n, free.Size())
 	}
 	var taken cpuset.Set
 	left := free
-	takeWhole := func(group func(CPU) int) {
-		for _, ids := range t.groups(group) {
+	freeIn := func(ids []int) int { return cpuset.New(ids...).Intersection(left).Size() }
+	socketOf := map[int]int{}
+	for _, c := range t {
+		socketOf[c.ID] = c.Socket
+	}
+	// Cores packed: those of the sockets with the fewest free CPUs first.
+	packed := func() [][]int {
+		cores := t.groups(func(c CPU) int { return c.Socket<<20 | c.Core })
+		free := map[int]int{}
+		for _, id := range left.List() {
+			free[socketOf[id]]++
+		}
+		slices.SortStableFunc(cores, func(a, b []int) int { return free[socketOf[a[0]]] - free[socketOf[b[0]]] })
+		return cores
+	}
+	takeWhole := func(groups [][]int) {
+		for _, ids := range groups {
 			set := cpuset.New(ids...)
 			if set.IsSubsetOf(left) && set.Size() <= n-taken.Size() {
 				taken, left = taken.Union(set), left.Difference(set)
 			}
 		}
 	}
-	takeWhole(func(c CPU) int { return c.Socket })
-	takeWhole(func(c CPU) int { return c.Socket<<20 | c.Core })
+	takeWhole(t.groups(func(c CPU) int { return c.Socket }))
+	takeWhole(packed())
 	// Single CPUs: from the cores with the fewest free CPUs first.
-	byCore := t.groups(func(c CPU) int { return c.Socket<<20 | c.Core })
-	slices.SortStableFunc(byCore, func(a, b []int) int {
-		return cpuset.New(a...).Intersection(left).Size() - cpuset.New(b...).Intersection(left).Size()
-	})
+	byCore := packed()
+	slices.SortStableFunc(byCore, func(a, b []int) int { return freeIn(a) - freeIn(b) })
 	for _, ids := range byCore {
 		for _, id := range ids {
 			if taken.Size() < n && left.Contains(id) {
