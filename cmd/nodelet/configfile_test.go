@@ -111,11 +111,11 @@ func TestConfigFileErrorsAndWarnings(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--config") {
 		t.Errorf("missing file: %v", err)
 	}
-	_, logged, err := configFrom(t, "--config", writeConfig(t, "memoryManagerPolicy: Static\ncpuManagerPolicy: static\n"))
+	_, logged, err := configFrom(t, "--config", writeConfig(t, "memoryManagerPolicy: Static\ncpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{"memoryManagerPolicy", "cpuManagerPolicy"} {
+	for _, field := range []string{"memoryManagerPolicy", "cpuManagerPolicyOptions"} {
 		if !strings.Contains(logged, "level=WARN") || !strings.Contains(logged, field+" is not implemented") {
 			t.Errorf("no warning about %s in %q", field, logged)
 		}

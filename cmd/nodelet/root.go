@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/internal/base/bounded"
 	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
 	"github.com/nodelet/nodelet/internal/managed/containerd"
+	"github.com/nodelet/nodelet/internal/node/cpumanager"
 	"github.com/nodelet/nodelet/internal/nodeconfig"
 )
 
@@ -117,6 +118,10 @@ flags given on the command line override it.`,
 	f.StringVar(&cfg.CgroupRoot, "cgroup-root", cfg.CgroupRoot, "Cgroup the QoS hierarchy kubepods is made in, as a cgroupfs path with either driver (/nodelet-a: /nodelet-a/kubepods, or nodelet_a-kubepods.slice with systemd); it must exist. Several nodelets on one host each need their own")
 	f.BoolVar(&cfg.CgroupsPerQOS, "cgroups-per-qos", cfg.CgroupsPerQOS, "Create the QoS and pod cgroups; nodelet refuses to start where it cannot (false: pods run without them)")
 	f.StringVar(&cfg.CgroupDriver, "cgroup-driver", cfg.CgroupDriver, "cgroupfs or systemd; the runtime's own, when it tells it (CRI RuntimeConfig), wins")
+	f.StringVar(&cfg.CPUManagerPolicy, "cpu-manager-policy", cfg.CPUManagerPolicy, "none, or static: CPUs of their own for the containers of Guaranteed pods with whole CPUs")
+	f.DurationVar(&cfg.CPUManagerReconcilePeriod, "cpu-manager-reconcile-period", cfg.CPUManagerReconcilePeriod, "How often running containers' cpusets are brought in line with the CPU manager")
+	f.StringVar(&cfg.ReservedSystemCPUs, "reserved-cpus", "", "CPUs (a list: 0,2-3) kept for the system and never given to a container exclusively; replaces the cpu of --system-reserved and --kube-reserved")
+	f.StringVar(&cfg.TopologyManagerPolicy, "topology-manager-policy", cfg.TopologyManagerPolicy, "none, or single-numa-node: a container's exclusive CPUs all come from one NUMA node, or its pod is refused")
 	f.BoolVar(&cfg.FailSwapOn, "fail-swap-on", cfg.FailSwapOn, "Refuse to start on a node with swap (/proc/swaps); false lets memorySwap.swapBehavior decide what pods get")
 	f.Int64Var(&cfg.PodPidsLimit, "pod-max-pids", cfg.PodPidsLimit, "Most processes in a pod (cgroup v2 pids.max; -1: no limit)")
 	f.IntVar(&cfg.ReadOnlyPort, "read-only-port", cfg.ReadOnlyPort, "Port serving /healthz and /metrics without authentication (0 disables it)")
@@ -356,6 +361,12 @@ func completeConfig(cfg *nodeconfig.Config, hostnameOverride, pauseBinary, conta
 	cfg.AppArmor = appArmorEnabled()
 	if err := readSwap(cfg); err != nil {
 		return err
+	}
+	if err := cfg.ReserveCPUs(); err != nil {
+		return err
+	}
+	if cfg.CPUTopology, err = cpumanager.ReadTopology(os.DirFS("/sys")); err != nil {
+		return fmt.Errorf("CPU topology: %w", err)
 	}
 	if cfg.Allocatable, err = nodeconfig.Allocatable(capacity, cfg.SystemReserved, cfg.KubeReserved, cfg.EvictionHard); err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cluster/csinode"
 	"github.com/nodelet/nodelet/internal/cluster/objects"
 	"github.com/nodelet/nodelet/internal/cluster/token"
+	"github.com/nodelet/nodelet/internal/node/cpumanager"
 	"github.com/nodelet/nodelet/internal/node/credprovider"
 	"github.com/nodelet/nodelet/internal/node/csi"
 	"github.com/nodelet/nodelet/internal/node/eviction"
@@ -83,6 +84,9 @@ type pipeline struct {
 	// credentials are the credential provider plugins; nil without
 	// --image-credential-provider-config.
 	credentials *credprovider.Manager
+	// cpus is the CPU manager (cpuManagerPolicy, topologyManagerPolicy).
+	cpus *cpumanager.Manager
+	rt   *cri.Client
 }
 
 // wire constructs every part over rt (and api, the API server in cluster
@@ -223,6 +227,14 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	if err != nil {
 		return nil, err
 	}
+	// The CPU manager: admission allocates, the CPUs hook hands out the
+	// cpusets, Run reconciles running containers.
+	cpuOpts := cfg.CPUManagerOptions()
+	cpuOpts.Clock, cpuOpts.Log = clk, log
+	if p.cpus, err = cpumanager.New(cpuOpts); err != nil {
+		return nil, err
+	}
+	p.rt = rt
 	podsDir := filepath.Join(cfg.RootDir, "pods")
 	// The node's image pull credentials: its docker config files, then
 	// (in order) the credential provider plugins.
@@ -231,6 +243,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	hooks := []podworker.Hook{
 		podhooks.PodDir{PodsDir: podsDir},
 		podhooks.Cgroup{Cgroups: cg, NodeMemoryCapacity: cfg.MemoryCapacity, Swap: cfg.Swap(), Log: log}, // cg is an interface: nil stays nil
+		podhooks.CPUs{Manager: p.cpus},
 		podhooks.Objects{Registry: registry, Objects: objs},
 		podhooks.PullSecrets{Secrets: objs, Node: nodeKeyring, Providers: p.credentials, Recorder: recorder},
 		podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, // hostUsers: false
@@ -406,6 +419,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		Node:         node,
 		Pressure:     p.evict.Conditions,
 		ShuttingDown: p.shutdown.ShuttingDown,
+		Allocator:    p.cpus,
 		Clock:        clk,
 		Log:          log,
 	})
@@ -467,6 +481,7 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	goRun(func() { p.gc.Run(ctx, 0, p.hk.PodActive) })
 	goRun(func() { p.images.Run(ctx) })
 	goRun(func() { p.prober.Run(ctx) })
+	goRun(func() { p.cpus.Run(ctx, p.rt) })
 	goRun(func() { p.evict.Run(ctx) })
 	goRun(func() { p.shutdown.Run(ctx, p.a.deps.NodeShutdown) })
 	if p.cluster != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
 	"github.com/nodelet/nodelet/internal/managed/containerd"
 	"github.com/nodelet/nodelet/internal/managed/registry"
+	"github.com/nodelet/nodelet/internal/node/cpumanager"
 	"github.com/nodelet/nodelet/internal/node/eviction"
 	"github.com/nodelet/nodelet/internal/node/imagegc"
 	"github.com/nodelet/nodelet/internal/node/podresources"
@@ -128,6 +129,21 @@ type Config struct {
 	// SwapController and CgroupV2 are what cmd/nodelet found of the
 	// kernel's swap accounting (podresources.SwapController).
 	SwapController, CgroupV2 bool
+	// CPUManagerPolicy is cpuManagerPolicy (--cpu-manager-policy): none
+	// or static (cpumanager).
+	CPUManagerPolicy string
+	// CPUManagerReconcilePeriod is cpuManagerReconcilePeriod (10s).
+	CPUManagerReconcilePeriod time.Duration
+	// ReservedSystemCPUs is reservedSystemCPUs (--reserved-cpus), a CPU
+	// list; it replaces the cpu of kubeReserved and systemReserved
+	// (ReserveCPUs).
+	ReservedSystemCPUs string
+	// TopologyManagerPolicy is topologyManagerPolicy
+	// (--topology-manager-policy): none or single-numa-node.
+	TopologyManagerPolicy string
+	// CPUTopology is the machine's online CPUs (read by cmd/nodelet
+	// from sysfs).
+	CPUTopology cpumanager.Topology
 	// MaxPerPodContainer dead instances are kept per container (1).
 	MaxPerPodContainer int
 	// Port serves the authenticated kubelet API over HTTPS (0 disables).
@@ -403,6 +419,9 @@ func DefaultConfig(rootDir string) Config {
 		PodPidsLimit:                           -1,
 		MemoryThrottlingFactor:                 0.9,
 		FailSwapOn:                             true,
+		CPUManagerPolicy:                       cpumanager.PolicyNone,
+		CPUManagerReconcilePeriod:              10 * time.Second,
+		TopologyManagerPolicy:                  cpumanager.TopologyPolicyNone,
 		HealthzPort:                            10248,
 		Address:                                "0.0.0.0",
 		MaxPerPodContainer:                     1,
@@ -486,6 +505,9 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("memoryThrottlingFactor %v: want more than 0 and at most 1", cfg.MemoryThrottlingFactor)
 	}
 	if _, err := podresources.ParseSwapBehavior(cfg.SwapBehavior); err != nil {
+		return err
+	}
+	if err := cfg.validateCPUManager(); err != nil {
 		return err
 	}
 	for _, ip := range cfg.ClusterDNS {

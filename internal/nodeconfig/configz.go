@@ -58,6 +58,9 @@ func Configz(cfg Config) *server.Configz {
 		c.ShutdownGracePeriodByPodPriority = append(c.ShutdownGracePeriodByPodPriority,
 			kubeletv1beta1.ShutdownGracePeriodByPodPriority{Priority: p.Priority, ShutdownGracePeriodSeconds: int64(p.GracePeriod / time.Second)})
 	}
+	c.FailSwapOn, c.MemorySwap.SwapBehavior = ptr.To(cfg.FailSwapOn), cfg.SwapBehavior
+	c.CPUManagerPolicy, c.CPUManagerReconcilePeriod = cfg.CPUManagerPolicy, metav1.Duration{Duration: cfg.CPUManagerReconcilePeriod}
+	c.ReservedSystemCPUs, c.TopologyManagerPolicy = cfg.ReservedSystemCPUs, cfg.TopologyManagerPolicy
 	configzCluster(c, cfg.ClusterConfig)
 	return c
 }

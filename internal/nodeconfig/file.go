@@ -165,7 +165,9 @@ func (f *File) Apply(cfg *Config) (warnings []string, err error) {
 
 // applyCgroups sets the pod cgroup settings: cgroupsPerQOS, cgroupDriver,
 // cgroupRoot, podPidsLimit, memoryThrottlingFactor, failSwapOn,
-// memorySwap.swapBehavior, and featureGates (SetFeatureGates;
+// memorySwap.swapBehavior, the CPU and topology managers' (cpuManagerPolicy,
+// cpuManagerReconcilePeriod, reservedSystemCPUs, topologyManagerPolicy), and
+// featureGates (SetFeatureGates;
 // a warning for each gate nodelet does not know).
 func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 	kc := &f.Config
@@ -184,6 +186,10 @@ func (f *File) applyCgroups(cfg *Config) (warnings []string) {
 		cfg.FailSwapOn = *kc.FailSwapOn
 	}
 	setString(&cfg.SwapBehavior, kc.MemorySwap.SwapBehavior)
+	setString(&cfg.CPUManagerPolicy, kc.CPUManagerPolicy)
+	setDuration(&cfg.CPUManagerReconcilePeriod, kc.CPUManagerReconcilePeriod)
+	setString(&cfg.ReservedSystemCPUs, kc.ReservedSystemCPUs)
+	setString(&cfg.TopologyManagerPolicy, kc.TopologyManagerPolicy)
 	for _, gate := range cfg.SetFeatureGates(kc.FeatureGates) {
 		warnings = append(warnings, fmt.Sprintf("%s: featureGates.%s is not implemented by nodelet and is ignored (%v)", f.Path, gate, kc.FeatureGates[gate]))
 	}
@@ -346,7 +352,7 @@ var implemented = []string{
 	"evictionPressureTransitionPeriod", "evictionMaxPodGracePeriod", "containerLogMaxSize", "containerLogMaxFiles",
 	"containerLogMonitorInterval", "volumeStatsAggPeriod", "localStorageCapacityIsolation", "systemReserved", "kubeReserved", "registerWithTaints", "registerNode",
 	"containerRuntimeEndpoint", "cgroupsPerQOS", "cgroupDriver", "cgroupRoot", "podPidsLimit", "memoryThrottlingFactor", "featureGates",
-	"failSwapOn", "memorySwap",
+	"failSwapOn", "memorySwap", "cpuManagerPolicy", "cpuManagerReconcilePeriod", "reservedSystemCPUs", "topologyManagerPolicy",
 	"userNamespaces",
 	"imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "imageMinimumGCAge", "imageMaximumGCAge",
 	"imagePullCredentialsVerificationPolicy", "preloadedImagesVerificationAllowlist",
@@ -355,8 +361,9 @@ var implemented = []string{
 
 // behaves are unimplemented boolean and string fields with the value
 // nodelet behaves as (no warning for that value, one for any other):
-// MemoryQoS reserves no memory (memory.min and memory.low stay 0).
-var behaves = map[string]any{"memoryReservationPolicy": "None"}
+// MemoryQoS reserves no memory (memory.min and memory.low stay 0); the
+// topology manager aligns each container on its own.
+var behaves = map[string]any{"memoryReservationPolicy": "None", "topologyManagerScope": "container"}
 
 // unimplemented are the warnings for the fields the file sets that
 // nodelet does not implement, sorted. A field at its zero value ("0s",

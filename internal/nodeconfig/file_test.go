@@ -540,3 +540,57 @@ func TestFileSwapSettings(t *testing.T) {
 		t.Errorf("UnlimitedSwap: %v", err)
 	}
 }
+
+// The CPU and topology managers' settings by the kubelet's names;
+// reservedSystemCPUs replaces the cpu of kubeReserved and systemReserved.
+func TestFileCPUManagerSettings(t *testing.T) {
+	head := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+	cfg := DefaultConfig("/var/lib/nodelet")
+	cfg.NodeName = "n"
+	if cfg.CPUManagerPolicy != "none" || cfg.TopologyManagerPolicy != "none" || cfg.CPUManagerReconcilePeriod != 10*time.Second {
+		t.Errorf("defaults: %q %q %v", cfg.CPUManagerPolicy, cfg.TopologyManagerPolicy, cfg.CPUManagerReconcilePeriod)
+	}
+	f, err := DecodeFile("c.yaml", []byte(head+"cpuManagerPolicy: static\ncpuManagerReconcilePeriod: 5s\nreservedSystemCPUs: \"0\"\n"+
+		"topologyManagerPolicy: single-numa-node\ntopologyManagerScope: container\nkubeReserved:\n  cpu: 500m\nsystemReserved:\n  cpu: 1500m\n  memory: 1Gi\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	warnings, err := f.Apply(&cfg)
+	if err != nil || len(warnings) != 0 {
+		t.Fatalf("apply: %v %v", warnings, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.ReserveCPUs(); err != nil {
+		t.Fatal(err)
+	}
+	o := cfg.CPUManagerOptions()
+	if o.Policy != "static" || o.TopologyPolicy != "single-numa-node" || o.ReconcilePeriod != 5*time.Second || o.ReservedSystemCPUs.String() != "0" || o.ReservedMilliCPU != 1000 {
+		t.Errorf("options %+v", o)
+	}
+	if q := cfg.SystemReserved[v1.ResourceMemory]; q.String() != "1Gi" {
+		t.Errorf("systemReserved memory %s kept?", &q)
+	}
+	if _, ok := cfg.KubeReserved[v1.ResourceCPU]; ok {
+		t.Error("kubeReserved cpu kept")
+	}
+	for _, bad := range []struct{ field, value, err string }{
+		{"cpuManagerPolicy", "dynamic", `cpuManagerPolicy "dynamic"`},
+		{"topologyManagerPolicy", "restricted", `topologyManagerPolicy "restricted"`},
+		{"reservedSystemCPUs", "x", "reservedSystemCPUs"},
+	} {
+		c := cfg
+		switch bad.field {
+		case "cpuManagerPolicy":
+			c.CPUManagerPolicy = bad.value
+		case "topologyManagerPolicy":
+			c.TopologyManagerPolicy = bad.value
+		case "reservedSystemCPUs":
+			c.ReservedSystemCPUs = bad.value
+		}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), bad.err) {
+			t.Errorf("%s %s: %v", bad.field, bad.value, err)
+		}
+	}
+}

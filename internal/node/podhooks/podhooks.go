@@ -16,18 +16,20 @@
 //     hooks and the runtime manager keep the pod's files; removed last;
 //  2. Cgroup: the pod cgroup under its QoS tier (the sandbox's parent),
 //     and every container's resources;
-//  3. Objects: the API objects the pod refers to, registered in cluster
+//  3. CPUs: the CPU manager's cpuset of every container (its own CPUs
+//     or the shared pool), given back once the pod's containers stopped;
+//  4. Objects: the API objects the pod refers to, registered in cluster
 //     mode so that they are watched before volumes and env read them,
 //     and unregistered once the volumes are gone;
-//  4. PullSecrets: the credentials the pod's images are pulled with, its
+//  5. PullSecrets: the credentials the pod's images are pulled with, its
 //     imagePullSecrets', then the node's, then the credential provider
 //     plugins' (read after Objects has registered them);
-//  5. UserNamespaces: the block of host IDs of a pod with hostUsers:
+//  6. UserNamespaces: the block of host IDs of a pod with hostUsers:
 //     false, given before its volumes and freed after they are gone (its
 //     file is in the pod directory);
-//  6. Volumes: the pod's volumes, refreshed on every sync, and every
+//  7. Volumes: the pod's volumes, refreshed on every sync, and every
 //     container's mounts of them;
-//  7. Probes: the pod's probe workers (bound to running containers by
+//  8. Probes: the pod's probe workers (bound to running containers by
 //     the status they hear of).
 package podhooks
 

@@ -41,6 +41,15 @@ type Rejector interface {
 	Reject(pod *v1.Pod, reason, message string)
 }
 
+// Allocator allocates what a new pod holds of the node's resources, as
+// the kubelet's resource-allocating admit handler (the topology manager
+// over the CPU manager): ok false refuses the pod with the kubelet's
+// reason (TopologyAffinityError, UnexpectedAdmissionError) and it holds
+// nothing.
+type Allocator interface {
+	Admit(pod *v1.Pod) (ok bool, reason, message string)
+}
+
 // Options are the loop's periods and node facts.
 type Options struct {
 	// SyncFrequency resyncs every pod (--sync-frequency, 1m).
@@ -80,6 +89,9 @@ type Deps struct {
 	// ShuttingDown, when set, says whether the node is shutting down:
 	// admission then refuses every new pod (shutdown.Manager).
 	ShuttingDown func() bool
+	// Allocator, when set, allocates a pod that admission let in
+	// (cpumanager.Manager); the pods it refuses are rejected too.
+	Allocator Allocator
 }
 
 // Inputs are the channels the loop selects over.
@@ -242,7 +254,13 @@ func (l *Loop) add(pod *v1.Pod) {
 		node.Pressure = l.deps.Pressure()
 	}
 	node.ShuttingDown = l.deps.ShuttingDown != nil && l.deps.ShuttingDown()
-	if r := admission.Admit(pod, active, node); !r.Admit {
+	r := admission.Admit(pod, active, node)
+	// Allocated last, so that a pod refused for another reason holds
+	// nothing (the kubelet allocates before its resource predicates).
+	if r.Admit && l.deps.Allocator != nil {
+		r.Admit, r.Reason, r.Message = l.deps.Allocator.Admit(pod)
+	}
+	if !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
 		l.deps.Rejector.Reject(pod, r.Reason, r.Message)

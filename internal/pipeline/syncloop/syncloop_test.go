@@ -180,3 +180,33 @@ func TestAdmissionWhileShuttingDown(t *testing.T) {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+type allocator struct{ asked []string }
+
+func (a *allocator) Admit(p *v1.Pod) (bool, string, string) {
+	a.asked = append(a.asked, p.Name)
+	if p.Name == "big" {
+		return false, "UnexpectedAdmissionError", "Allocate failed due to not enough cpus available to satisfy request: requested=2, available=1, which is unexpected"
+	}
+	return true, "", ""
+}
+
+// The CPU manager allocates the pods admission let in; one it refuses is
+// rejected with its reason and never synced.
+func TestAllocatorRefuses(t *testing.T) {
+	h := newHarness(10)
+	alloc := &allocator{}
+	h.loop.deps.Allocator = alloc
+	down := false
+	h.loop.deps.ShuttingDown = func() bool { return down }
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a"), pod("big")}} })
+	down = true
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("late")}} })
+	want := "ADD a\nreject big UnexpectedAdmissionError\nreject late NodeShutdown"
+	if got := strings.Join(h.rec.calls, "\n"); got != want {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
+	}
+	if got := strings.Join(alloc.asked, ","); got != "a,big" {
+		t.Errorf("allocator asked for %s, want a,big (not a pod admission refused)", got)
+	}
+}

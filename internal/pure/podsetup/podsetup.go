@@ -14,6 +14,7 @@ import (
 	"maps"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -105,6 +106,10 @@ type Additions struct {
 	// Annotations are added to the container's; nodelet's own
 	// (podspec.Annotation*) cannot be overridden.
 	Annotations map[string]string
+	// CpusetCpus, when set, is the cpuset the container runs on (the CPU
+	// manager's); a later contributor's replaces an earlier one's, and it
+	// goes into Resources whoever made those.
+	CpusetCpus string
 }
 
 // Contributor adds to the config of each container of a pod. An error
@@ -175,6 +180,15 @@ func (s Setup) Apply(c Container) (Additions, error) {
 			}
 			maps.Copy(out.Annotations, a.Annotations)
 		}
+		out.CpusetCpus = or(a.CpusetCpus, out.CpusetCpus)
+	}
+	if out.CpusetCpus != "" {
+		res := &runtimeapi.LinuxContainerResources{}
+		if out.Resources != nil {
+			res = proto.CloneOf(out.Resources)
+		}
+		res.CpusetCpus = out.CpusetCpus
+		out.Resources = res
 	}
 	return out, nil
 }

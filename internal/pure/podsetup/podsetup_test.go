@@ -67,3 +67,22 @@ func TestApply(t *testing.T) {
 		t.Errorf("Apply = %v, want %v", err, boom)
 	}
 }
+
+// The CPU manager's cpuset goes into the resources whoever made them,
+// without changing the contributor's; alone, it makes resources of its own.
+func TestApplyCpusetCpus(t *testing.T) {
+	res := &runtimeapi.LinuxContainerResources{CpuShares: 1024}
+	cpus := ContributorFunc(func(Container) (Additions, error) { return Additions{CpusetCpus: "1"}, nil })
+	add, err := Setup{Containers: []Contributor{cpus, mount("a", res)}}.Apply(Container{})
+	if err != nil || add.Resources.GetCpusetCpus() != "1" || add.Resources.GetCpuShares() != 1024 || res.CpusetCpus != "" {
+		t.Errorf("resources %v (contributor's %v), %v", add.Resources, res, err)
+	}
+	add, err = Setup{Containers: []Contributor{cpus}}.Apply(Container{})
+	if err != nil || add.Resources.GetCpusetCpus() != "1" {
+		t.Errorf("cpuset alone: %v %v", add.Resources, err)
+	}
+	add, _ = Setup{Containers: []Contributor{mount("a", res)}}.Apply(Container{})
+	if add.Resources != res {
+		t.Errorf("without a cpuset the resources are the contributor's")
+	}
+}
