@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -128,6 +129,9 @@ func (m *Manager) restore() error {
 		m.log.Info("CPU manager: static policy", "reserved", m.policy.Reserved.String(), "shared", s.Default.String(), "topologyManagerPolicy", m.opts.TopologyPolicy)
 	}
 	m.state = s
+	if err := os.MkdirAll(m.opts.RootDir, 0o700); err != nil { // only when missing: the root's own mode is not ours to change
+		return fmt.Errorf("CPU manager state: %w", err)
+	}
 	return writeState(m.path, m.opts.Policy, s)
 }
 

@@ -248,3 +248,14 @@ func TestReconcile(t *testing.T) {
 		t.Errorf("after the exclusive pod went: %v", rt.updates)
 	}
 }
+
+// A root directory not made yet is made (0700), as other state under it.
+func TestNewMakesRootDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	if _, err := New(Options{RootDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, StateFileName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("checkpoint %v %v", fi, err)
+	}
+}
