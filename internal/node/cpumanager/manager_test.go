@@ -259,3 +259,36 @@ func TestNewMakesRootDir(t *testing.T) {
 		t.Errorf("checkpoint %v %v", fi, err)
 	}
 }
+
+// The cost of admitting a pod with an exclusive CPU and giving it back:
+// two checkpoint writes (each fsynced) dominate.
+func BenchmarkAdmitAndRemove(b *testing.B) {
+	m, err := New(Options{Policy: PolicyStatic, RootDir: b.TempDir(), Topology: linuxTopology(64, 2, 2), ReservedSystemCPUs: cpuset.New(0, 32)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pod := guaranteed("p", "4", "100m")
+	for b.Loop() {
+		if ok, reason, msg := m.Admit(pod); !ok {
+			b.Fatal(reason, msg)
+		}
+		if err := m.RemovePod(pod.UID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The static policy's decision alone, on a 64-CPU machine.
+func BenchmarkStaticAllocate(b *testing.B) {
+	p, err := NewStatic(linuxTopology(64, 2, 2), cpuset.New(0, 32), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := p.Initial()
+	pod := guaranteed("p", "4")
+	for b.Loop() {
+		if _, _, err := p.Allocate(s, pod, &pod.Spec.Containers[0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
