@@ -45,9 +45,10 @@ type Rejector interface {
 // the kubelet's resource-allocating admit handler (the topology manager
 // over the CPU manager): ok false refuses the pod with the kubelet's
 // reason (TopologyAffinityError, UnexpectedAdmissionError) and it holds
-// nothing.
+// nothing. RemovePod gives back what a pod refused after it holds.
 type Allocator interface {
 	Admit(pod *v1.Pod) (ok bool, reason, message string)
+	RemovePod(uid types.UID) error
 }
 
 // Options are the loop's periods and node facts.
@@ -254,12 +255,7 @@ func (l *Loop) add(pod *v1.Pod) {
 		node.Pressure = l.deps.Pressure()
 	}
 	node.ShuttingDown = l.deps.ShuttingDown != nil && l.deps.ShuttingDown()
-	r := admission.Admit(pod, active, node)
-	// Allocated last, so that a pod refused for another reason holds
-	// nothing (the kubelet allocates before its resource predicates).
-	if r.Admit && l.deps.Allocator != nil {
-		r.Admit, r.Reason, r.Message = l.deps.Allocator.Admit(pod)
-	}
+	r := l.admit(pod, active, node)
 	if !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
@@ -267,6 +263,29 @@ func (l *Loop) add(pod *v1.Pod) {
 		return
 	}
 	l.sync(pod, podupdate.Add)
+}
+
+// admit runs admission around the allocation, in the kubelet's order of
+// admit handlers; a pod refused after its allocation gives it back at
+// once (the kubelet's CPU manager would keep it until its next stale
+// state clean-up).
+func (l *Loop) admit(pod *v1.Pod, active []*v1.Pod, node admission.Node) admission.Result {
+	r := admission.BeforeAllocation(pod, node)
+	if !r.Admit || l.deps.Allocator == nil {
+		if r.Admit {
+			r = admission.AfterAllocation(pod, active, node)
+		}
+		return r
+	}
+	if r.Admit, r.Reason, r.Message = l.deps.Allocator.Admit(pod); !r.Admit {
+		return r
+	}
+	if r = admission.AfterAllocation(pod, active, node); !r.Admit {
+		if err := l.deps.Allocator.RemovePod(pod.UID); err != nil {
+			l.log.Error("cannot give back a refused pod's resources", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		}
+	}
+	return r
 }
 
 // syncUID syncs a desired, admitted pod for an event found by a look at

@@ -181,7 +181,12 @@ func TestAdmissionWhileShuttingDown(t *testing.T) {
 	}
 }
 
-type allocator struct{ asked []string }
+type allocator struct{ asked, removed []string }
+
+func (a *allocator) RemovePod(uid types.UID) error {
+	a.removed = append(a.removed, string(uid))
+	return nil
+}
 
 func (a *allocator) Admit(p *v1.Pod) (bool, string, string) {
 	a.asked = append(a.asked, p.Name)
@@ -191,22 +196,32 @@ func (a *allocator) Admit(p *v1.Pod) (bool, string, string) {
 	return true, "", ""
 }
 
-// The CPU manager allocates the pods admission let in; one it refuses is
-// rejected with its reason and never synced.
+// The CPU manager allocates between admission's checks, as the kubelet's
+// admit handlers go: a pod it refuses is rejected with its reason and
+// never synced; one the node is shutting down for is never allocated; one
+// refused after allocation (too many pods) gives its allocation back.
 func TestAllocatorRefuses(t *testing.T) {
 	h := newHarness(10)
+	h.loop.opts.Node.MaxPods = 2
 	alloc := &allocator{}
 	h.loop.deps.Allocator = alloc
 	down := false
 	h.loop.deps.ShuttingDown = func() bool { return down }
-	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a"), pod("big")}} })
+	many := pod("many")
+	many.UID = "uid-many"
+	h.step(t, func() {
+		h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("a"), pod("big"), pod("b"), many}}
+	})
 	down = true
 	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{pod("late")}} })
-	want := "ADD a\nreject big UnexpectedAdmissionError\nreject late NodeShutdown"
+	want := "ADD a\nreject big UnexpectedAdmissionError\nADD b\nreject many OutOfpods\nreject late NodeShutdown"
 	if got := strings.Join(h.rec.calls, "\n"); got != want {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
 	}
-	if got := strings.Join(alloc.asked, ","); got != "a,big" {
-		t.Errorf("allocator asked for %s, want a,big (not a pod admission refused)", got)
+	if got := strings.Join(alloc.asked, ","); got != "a,big,b,many" {
+		t.Errorf("allocator asked for %s, want a,big,b,many (not a pod refused before)", got)
+	}
+	if got := strings.Join(alloc.removed, ","); got != "uid-many" {
+		t.Errorf("given back %s, want uid-many", got)
 	}
 }

@@ -54,14 +54,35 @@ type Result struct {
 }
 
 // Admit decides whether pod may join active, the pods already admitted and
-// not terminated.
+// not terminated: BeforeAllocation, then AfterAllocation, with nothing
+// allocated between them.
 func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
+	if r := BeforeAllocation(pod, node); !r.Admit {
+		return r
+	}
+	return AfterAllocation(pod, active, node)
+}
+
+// BeforeAllocation are the checks the kubelet makes before its resource
+// allocation (the topology and CPU managers' admit handler): the node
+// shutting down, its pressure conditions, forbidden sysctls.
+func BeforeAllocation(pod *v1.Pod, node Node) Result {
 	if node.ShuttingDown {
 		return Result{Reason: ReasonNodeShutdown, Message: messageNodeShutdown}
 	}
 	if r := checkPressure(pod, node.Pressure); !r.Admit {
 		return r
 	}
+	if _, err := securitycontext.Sysctls(pod); err != nil {
+		return Result{Reason: securitycontext.ReasonSysctlForbidden, Message: err.Error()}
+	}
+	return Result{Admit: true}
+}
+
+// AfterAllocation are the checks after it, the kubelet's predicates: the
+// OS, the pod count, the Node's name, labels and taints, host ports,
+// AppArmor, and the requests against allocatable.
+func AfterAllocation(pod *v1.Pod, active []*v1.Pod, node Node) Result {
 	if r := checkOS(pod); !r.Admit {
 		return r
 	}
@@ -76,9 +97,6 @@ func Admit(pod *v1.Pod, active []*v1.Pod, node Node) Result {
 	}
 	if r := checkAppArmor(pod, node.AppArmor); !r.Admit {
 		return r
-	}
-	if _, err := securitycontext.Sysctls(pod); err != nil {
-		return Result{Reason: securitycontext.ReasonSysctlForbidden, Message: err.Error()}
 	}
 	// The scheduler's order, whose first shortfall the kubelet reports.
 	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage} {

@@ -43,6 +43,10 @@ func TestAdmit(t *testing.T) {
 		{"memory", pod("a", "", "1Gi", 0), []*v1.Pod{pod("b", "", "1", 0)}, "OutOfmemory", "resource: memory"},
 		{"host port", pod("a", "", "", 8080), []*v1.Pod{pod("b", "", "", 8080)}, "NodePorts", "TCP/8080 is used by pod default/b"},
 		{"unsafe sysctl", withSysctl(pod("a", "", "", 0), "net.core.somaxconn"), nil, "SysctlForbidden", "net.core.somaxconn"},
+		// The sysctls are checked before the resource allocation, the
+		// pod count after it, as the kubelet's admit handlers go.
+		{"unsafe sysctl, too many pods", withSysctl(pod("a", "", "", 0), "net.core.somaxconn"), []*v1.Pod{pod("b", "", "", 0), pod("c", "", "", 0), pod("d", "", "", 0)},
+			"SysctlForbidden", "net.core.somaxconn"},
 		{"safe sysctl", withSysctl(pod("a", "", "", 0), "net.ipv4.tcp_syncookies"), nil, "", ""},
 		{"apparmor field", withAppArmor(pod("a", "", "", 0), true, v1.AppArmorProfileTypeRuntimeDefault), nil, "AppArmor", "AppArmor is not enabled on the host"},
 		{"apparmor annotation", withAppArmor(pod("a", "", "", 0), false, "runtime/default"), nil, "AppArmor", "AppArmor is not enabled on the host"},
