@@ -215,12 +215,13 @@ func (m *Manager) ContainerCPUs(uid types.UID, name string) string {
 	return m.state.ContainerCPUs(uid, name).String()
 }
 
-// ExclusiveCPUs are the CPUs container name of pod uid has of its own
-// (none under the none policy), for the pod-resources API's List and Get.
-func (m *Manager) ExclusiveCPUs(uid types.UID, name string) []int64 {
+// CPUsFor are the CPUs container of pod podUID has of its own (none
+// under the none policy), for the pod-resources API's List and Get
+// (podresourcesapi.CPUsProvider).
+func (m *Manager) CPUsFor(podUID, container string) []int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return ids(m.state.Assignments[uid][name])
+	return ids(m.state.Assignments[types.UID(podUID)][container])
 }
 
 // AllocatableCPUs are the CPUs that can be given exclusively (all but the

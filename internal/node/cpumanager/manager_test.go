@@ -50,8 +50,11 @@ func TestAdmitAllocatesAndRestartKeepsIt(t *testing.T) {
 	if got := m.ContainerCPUs("p1", "b"); got != "0" {
 		t.Errorf("shared %q, want 0", got)
 	}
-	if got := m.ExclusiveCPUs("p1", "a"); !slices.Equal(got, []int64{1}) {
-		t.Errorf("ExclusiveCPUs %v", got)
+	if got := m.CPUsFor("p1", "a"); !slices.Equal(got, []int64{1}) {
+		t.Errorf("CPUsFor %v", got)
+	}
+	if got := m.CPUsFor("p1", "b"); got != nil {
+		t.Errorf("CPUsFor a shared container: %v", got)
 	}
 	if got := m.AllocatableCPUs(); !slices.Equal(got, []int64{1}) {
 		t.Errorf("AllocatableCPUs %v", got)
