@@ -159,15 +159,19 @@ func (m *Manager) Allocate(pod *v1.Pod) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.state
+	s, changed := m.state, false
 	for _, list := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
-			next, _, err := m.policy.Allocate(s, pod, &list[i])
+			_, had := s.Assignments[pod.UID][list[i].Name]
+			next, cpus, err := m.policy.Allocate(s, pod, &list[i])
 			if err != nil {
 				return err
 			}
-			s = next
+			s, changed = next, changed || !had && !cpus.IsEmpty()
 		}
+	}
+	if !changed { // every sync asks again: no write then
+		return nil
 	}
 	return m.commit(s)
 }
@@ -190,6 +194,9 @@ func (m *Manager) RemovePod(uid types.UID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.state
+	if _, ok := s.Assignments[uid]; !ok {
+		return nil
+	}
 	for _, name := range slices.Sorted(maps.Keys(s.Assignments[uid])) {
 		s = m.policy.Remove(s, uid, name)
 	}

@@ -295,3 +295,36 @@ func BenchmarkStaticAllocate(b *testing.B) {
 		}
 	}
 }
+
+// Asking again for a pod's CPUs (every sync does) and giving back a pod
+// that has none write nothing.
+func TestNoWriteWithoutChange(t *testing.T) {
+	dir := t.TempDir()
+	m, err := New(twoCPUs(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := guaranteed("p", "1")
+	if err := m.Allocate(pod); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, StateFileName)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Allocate(pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RemovePod("other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("checkpoint written without a change")
+	}
+	if err := m.RemovePod("p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("checkpoint not written after a change: %v", err)
+	}
+}
