@@ -47,10 +47,13 @@ func TestCPUManagerStatic(t *testing.T) {
 	}
 	const cgroupRoot = "/nodelet-e2e-cpu"
 	makeCgroupRoot(t, cgroupRoot)
+	// Runs after nodelet stopped and before the cgroup root goes: the
+	// pods are in the shared runtime, which outlives the test.
+	t.Cleanup(func() { removePodsWithPrefix(shared.rt, "cpu-") })
 	manifests := filepath.Join(shared.work, "manifests-cpu")
 	root := filepath.Join(shared.work, "root-cpu")
-	writeManifest(t, manifests, "shared.yaml", fmt.Sprintf(sleeperPod, "shared"))
-	writeManifest(t, manifests, "excl.yaml", fmt.Sprintf(guaranteedPod, "excl", "1"))
+	writeManifest(t, manifests, "shared.yaml", fmt.Sprintf(sleeperPod, "cpu-shared"))
+	writeManifest(t, manifests, "excl.yaml", fmt.Sprintf(guaranteedPod, "cpu-excl", "1"))
 	args := []string{"--container-runtime-endpoint", shared.endpoint, "--root-dir", root,
 		"--pod-manifest-path", manifests, "--hostname-override", "e2e-cpu", "--cgroup-root", cgroupRoot,
 		"--pod-logs-dir", filepath.Join(shared.work, "logs-cpu"), "--file-check-frequency", "1s",
@@ -60,17 +63,17 @@ func TestCPUManagerStatic(t *testing.T) {
 	all := cpuset.New(allCPUs()...)
 	sharedPool := all.Difference(cpuset.New(1)).String()
 
-	waitCpus(t, "excl-e2e-cpu", "1")
-	waitCpus(t, "shared-e2e-cpu", sharedPool)
+	waitCpus(t, "cpu-excl-e2e-cpu", "1")
+	waitCpus(t, "cpu-shared-e2e-cpu", sharedPool)
 	state := readCPUState(t, root)
-	if state.PolicyName != "static" || state.DefaultCPUSet != sharedPool || state.Entries[uidOf(t, n, "excl-e2e-cpu")]["main"] != "1" {
+	if state.PolicyName != "static" || state.DefaultCPUSet != sharedPool || state.Entries[uidOf(t, n, "cpu-excl-e2e-cpu")]["main"] != "1" {
 		t.Errorf("cpu_manager_state %+v", state)
 	}
 
 	// Not enough CPUs left: the next pod is refused, nothing of it
 	// started.
-	writeManifest(t, manifests, "late.yaml", fmt.Sprintf(guaranteedPod, "late", fmt.Sprint(all.Size()-1)))
-	late := waitPod(t, n.api(t), "late-e2e-cpu", time.Minute, "refused", func(p *v1.Pod) error {
+	writeManifest(t, manifests, "late.yaml", fmt.Sprintf(guaranteedPod, "cpu-late", fmt.Sprint(all.Size()-1)))
+	late := waitPod(t, n.api(t), "cpu-late-e2e-cpu", time.Minute, "refused", func(p *v1.Pod) error {
 		if p.Status.Phase != v1.PodFailed {
 			return fmt.Errorf("phase %q", p.Status.Phase)
 		}
@@ -86,12 +89,12 @@ func TestCPUManagerStatic(t *testing.T) {
 	}
 	os.Remove(filepath.Join(manifests, "late.yaml"))
 	startNodelet(t, args...)
-	waitCpus(t, "excl-e2e-cpu", "1")
-	waitCpus(t, "shared-e2e-cpu", sharedPool)
+	waitCpus(t, "cpu-excl-e2e-cpu", "1")
+	waitCpus(t, "cpu-shared-e2e-cpu", sharedPool)
 
 	// The exclusive pod goes: its CPU goes back to the shared pool.
 	os.Remove(filepath.Join(manifests, "excl.yaml"))
-	waitCpus(t, "shared-e2e-cpu", all.String())
+	waitCpus(t, "cpu-shared-e2e-cpu", all.String())
 	eventually(t, 30*time.Second, "checkpoint without the pod", func() error {
 		if s := readCPUState(t, root); len(s.Entries) != 0 || s.DefaultCPUSet != all.String() {
 			return fmt.Errorf("cpu_manager_state %+v", s)
