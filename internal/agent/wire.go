@@ -413,6 +413,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	}, syncloop.Deps{
 		Workers:      p.workers,
 		Rejector:     p.status,
+		Recorder:     recorder,
 		Seen:         p.status,
 		Housekeeper:  p.hk,
 		SourcesReady: p.config.SourcesReady,

@@ -41,6 +41,11 @@ type Rejector interface {
 	Reject(pod *v1.Pod, reason, message string)
 }
 
+// Recorder records pod events.
+type Recorder interface {
+	Event(pod *v1.Pod, eventType, reason, message string)
+}
+
 // Allocator allocates what a new pod holds of the node's resources, as
 // the kubelet's resource-allocating admit handler (the topology manager
 // over the CPU manager): ok false refuses the pod with the kubelet's
@@ -74,6 +79,9 @@ type Deps struct {
 	Seen     Seen
 	Workers  Workers
 	Rejector Rejector
+	// Recorder, when set, gets the Warning event of an admission
+	// rejection, as the kubelet records one with the status.
+	Recorder Recorder
 	// Housekeeper runs every HousekeepingPeriod once SourcesReady.
 	Housekeeper Housekeeper
 	// SourcesReady reports whether every source has delivered once;
@@ -259,6 +267,9 @@ func (l *Loop) add(pod *v1.Pod) {
 	if !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
+		if l.deps.Recorder != nil {
+			l.deps.Recorder.Event(pod, v1.EventTypeWarning, r.Reason, r.Message)
+		}
 		l.deps.Rejector.Reject(pod, r.Reason, r.Message)
 		return
 	}

@@ -20,9 +20,10 @@ import (
 	"github.com/nodelet/nodelet/internal/pure/podupdate"
 )
 
-// recorder is the Workers and Rejector; it records what it is asked.
+// recorder is the Workers, Rejector and Recorder; it records what it is
+// asked.
 type recorder struct {
-	calls []string
+	calls, events []string
 }
 
 func (r *recorder) UpdatePod(u podworker.UpdatePodOptions) {
@@ -31,6 +32,9 @@ func (r *recorder) UpdatePod(u podworker.UpdatePodOptions) {
 func (r *recorder) IsPodActive(types.UID) bool { return true }
 func (r *recorder) Reject(pod *v1.Pod, reason, _ string) {
 	r.calls = append(r.calls, "reject "+pod.Name+" "+reason)
+}
+func (r *recorder) Event(pod *v1.Pod, eventType, reason, _ string) {
+	r.events = append(r.events, eventType+" "+pod.Name+" "+reason)
 }
 
 func pod(name string) *v1.Pod {
@@ -55,7 +59,7 @@ func newHarness(maxPods int) *harness {
 	h := &harness{rec: &recorder{}, config: make(chan podconfig.PodUpdate, 1), pleg: make(chan pleg.Event, 1),
 		probes: make(chan types.UID, 1), all: make(chan struct{}, 1), resync: make(chan time.Time, 1), hk: make(chan time.Time, 1)}
 	h.loop = New(Options{Node: admission.Node{MaxPods: maxPods}}, Deps{
-		Workers: h.rec, Rejector: h.rec, Housekeeper: h, SourcesReady: func() bool { return h.ready },
+		Workers: h.rec, Rejector: h.rec, Recorder: h.rec, Housekeeper: h, SourcesReady: func() bool { return h.ready },
 		Clock: clocktesting.NewFakeClock(time.Unix(0, 0)), Log: slog.New(slog.DiscardHandler),
 	})
 	return h
@@ -97,6 +101,10 @@ func TestLoopDispatches(t *testing.T) {
 	}
 	if got := strings.Join(h.rec.calls, "\n"); got != strings.Join(want, "\n") {
 		t.Errorf("calls:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+	// The rejection's Warning event, as the kubelet's rejectPod records.
+	if got := strings.Join(h.rec.events, "\n"); got != "Warning c OutOfpods" {
+		t.Errorf("events:\n%s\nwant the rejection's", got)
 	}
 }
 
