@@ -283,6 +283,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		RuntimeClasses:   classes,
 		PodStartDuration: m.PodStartDuration,
 		PodStartStages:   m,
+		Starts:           m,
 		RuntimeFeatures:  cri.NewHandlerFeatures(rt, clk, log),
 		Network:          cri.NewNetworkState(rt, clk, log),
 		PullRecords:      pullRecords,

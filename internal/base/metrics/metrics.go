@@ -466,3 +466,24 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 	}
 	return c
 }
+
+// CountPodStart counts a sandbox start (a podruntime.StartCounter):
+// kubelet_started_pods_total, and kubelet_started_pods_errors_total when
+// it failed.
+func (m *Metrics) CountPodStart(failed bool) {
+	m.StartedPods.Inc()
+	if failed {
+		m.StartedPodsErrors.Inc()
+	}
+}
+
+// CountContainerStart counts a container start (a podruntime.StartCounter):
+// kubelet_started_containers_total{container_type}, and
+// kubelet_started_containers_errors_total{container_type,code} when code,
+// the kubelet's error code, is not "".
+func (m *Metrics) CountContainerStart(containerType, code string) {
+	m.StartedContainers.WithLabelValues(containerType).Inc()
+	if code != "" {
+		m.StartedContainersErrors.WithLabelValues(containerType, code).Inc()
+	}
+}

@@ -69,6 +69,16 @@ type StageObserver interface {
 	ObservePodStartStage(stage string, took time.Duration)
 }
 
+// StartCounter counts every sandbox and container start and its failure
+// (metrics.Metrics: kubelet_started_pods_total, kubelet_started_containers_total
+// and their _errors_total). code is "" for a start that worked, else the
+// kubelet's error code (the waiting reason: ErrImagePull,
+// CreateContainerError, RunContainerError, ... or PostStartHookError).
+type StartCounter interface {
+	CountPodStart(failed bool)
+	CountContainerStart(containerType, code string)
+}
+
 // Recorder records pod events with the kubelet's reasons.
 type Recorder interface {
 	Event(pod *v1.Pod, eventType, reason, message string)
@@ -90,6 +100,8 @@ type Deps struct {
 	// PodStartStages, when set, observes once per pod the stages of its
 	// start (the metrics.PodStartStage* names).
 	PodStartStages StageObserver
+	// Starts, when set, counts the sandbox and container starts.
+	Starts StartCounter
 	// Services, when set (cluster mode), are what the service environment
 	// variables come from.
 	Services Services
@@ -180,6 +192,7 @@ type Manager struct {
 	recorder Recorder
 	podStart Observer
 	stages   StageObserver
+	starts   StartCounter
 	services Services
 	features RuntimeFeatures
 	// runtimeClasses resolves runtimeClassName; nil standalone.
@@ -236,6 +249,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		recorder:       recorder,
 		podStart:       deps.PodStartDuration,
 		stages:         deps.PodStartStages,
+		starts:         deps.Starts,
 		services:       deps.Services,
 		features:       deps.RuntimeFeatures,
 		runtimeClasses: deps.RuntimeClasses,

@@ -2,6 +2,7 @@ package podruntime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -172,5 +173,55 @@ func TestStartupStagesObservedOnce(t *testing.T) {
 	}
 	if len(stages) != len(want) {
 		t.Errorf("stages %v, want %d", stages, len(want))
+	}
+}
+
+// startCounts records what a StartCounter is told.
+type startCounts []string
+
+func (c *startCounts) CountPodStart(failed bool) {
+	*c = append(*c, fmt.Sprintf("pod failed=%v", failed))
+}
+
+func (c *startCounts) CountContainerStart(containerType, code string) {
+	*c = append(*c, containerType+" "+code)
+}
+
+// Every sandbox and container start is counted, as the kubelet's SyncPod
+// counts them (kubelet_started_*_total), with its error code when it
+// fails: here the init container's image cannot be pulled, so nothing
+// after it starts; once it can, the init container and then both
+// containers start.
+func TestStartsCounted(t *testing.T) {
+	f := newFixture(t)
+	var counts startCounts
+	f.m.starts = &counts
+	pod := testPod()
+	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "busybox:1.35", ImagePullPolicy: v1.PullIfNotPresent}}
+	f.is.InjectError("PullImage", errors.New("not found"))
+	if _, err := f.m.syncPod(t.Context(), podworker.SyncRequest{Pod: pod}); err == nil {
+		t.Fatal("the first sync started the init container without its image")
+	}
+	want := "pod failed=false\ninit_container ErrImagePull"
+	if got := strings.Join(counts, "\n"); got != want {
+		t.Errorf("first sync counted:\n%s\nwant:\n%s", got, want)
+	}
+	counts = nil
+	f.clock.Step(time.Minute) // past the pull back-off
+	if _, err := f.m.syncPod(t.Context(), podworker.SyncRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	// The init container exits 0; the next sync starts the containers.
+	f.clock.Step(time.Second)
+	init := containerByName(f, "init")
+	f.rs.Lock()
+	init.State, init.FinishedAt, init.ExitCode = runtimeapi.ContainerState_CONTAINER_EXITED, f.clock.Now().UnixNano(), 0
+	f.rs.Unlock()
+	if _, err := f.m.syncPod(t.Context(), podworker.SyncRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	want = "init_container \ncontainer \ncontainer "
+	if got := strings.Join(counts, "\n"); got != want {
+		t.Errorf("later syncs counted:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -259,6 +260,9 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 			return m.sandboxFailed(pod, err, fmt.Errorf("create sandbox of pod %s/%s: %w", pod.Namespace, pod.Name, err))
 		}
 		sandboxID = id
+		if m.starts != nil {
+			m.starts.CountPodStart(false)
+		}
 		if handler != "" {
 			log.Info("sandbox created", "sandboxID", id, "attempt", actions.Attempt, "runtimeHandler", handler)
 		} else {
@@ -288,6 +292,7 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	run := func(a startArgs) error {
 		waiting, err := m.startContainer(ctx, a, log)
+		m.countContainerStart(a, waiting, err)
 		if waiting != nil {
 			failures = append(failures, startFailure{container: a.c.Name, waiting: *waiting})
 		}
@@ -339,6 +344,9 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 // containers waiting with the kubelet's reason and the cause as message,
 // so that the pod's status says why nothing runs.
 func (m *Manager) sandboxFailed(pod *v1.Pod, cause, ret error) ([]startFailure, error) {
+	if m.starts != nil {
+		m.starts.CountPodStart(true)
+	}
 	msg := fmt.Sprintf("Failed to create pod sandbox: %v", cause)
 	m.recorder.Event(pod, v1.EventTypeWarning, "FailedCreatePodSandBox", msg)
 	reason := status.ReasonContainerCreating
@@ -386,6 +394,32 @@ func targetID(obs *observed.PodStatus, sandboxID string, ec *v1.EphemeralContain
 		}
 	}
 	return "", fmt.Errorf("unable to find target container %s", ec.TargetContainerName)
+}
+
+// countContainerStart counts a start of a.c as the kubelet's SyncPod
+// does: every try, and its failure with the kubelet's error code.
+func (m *Manager) countContainerStart(a startArgs, waiting *plan.Waiting, err error) {
+	if m.starts == nil {
+		return
+	}
+	kind := metrics.ContainerTypeContainer
+	switch {
+	case a.ephemeral:
+		kind = metrics.ContainerTypeEphemeral
+	case slices.ContainsFunc(a.pod.Spec.InitContainers, func(c v1.Container) bool { return c.Name == a.c.Name }):
+		kind = metrics.ContainerTypeInit
+	}
+	code := ""
+	var hook postStartError
+	switch {
+	case waiting != nil:
+		code = waiting.Reason
+	case errors.As(err, &hook):
+		code = "PostStartHookError"
+	case err != nil:
+		code = "Unknown" // nodelet stopping in the middle, say
+	}
+	m.starts.CountContainerStart(kind, code)
 }
 
 // startContainer pulls, creates and starts one container, then runs its
@@ -456,10 +490,17 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 	m.linkLegacyLog(pod, c.Name, id, cfg.LogPath, log)
 	log.Info("container started", "container", c.Name, "containerID", id, "restartCount", a.s.RestartCount, "reason", a.s.Reason)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
-		return nil, m.postStart(ctx, a, id, log)
+		if err := m.postStart(ctx, a, id, log); err != nil {
+			return nil, postStartError{err}
+		}
 	}
 	return nil, nil
 }
+
+// postStartError is a failed postStart hook.
+type postStartError struct{ error }
+
+func (e postStartError) Unwrap() error { return e.error }
 
 // postStart runs the hook; on failure the container is killed with the
 // kubelet's FailedPostStartHook event and restarts per policy.
