@@ -23,8 +23,11 @@ type imagePuller struct {
 	sem   chan struct{} // counting semaphore: capacity is the pull limit
 	clock clock.Clock
 
-	// backoff is each image's pull history since its last success: the
-	// facts plan.ImageDecision decides from.
+	// backoff is the pull history since the last success of each image
+	// of each pod (backOffKey), as the kubelet keys its image back-off: the
+	// facts plan.ImageDecision decides from. One pod's failing pulls do
+	// not hold back another pod's pull of the same image (with other
+	// credentials, say).
 	mu      sync.Mutex
 	backoff map[string]plan.PullBackOff
 
@@ -74,7 +77,7 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 	var present *bool
 	var local *runtimeapi.Image
 	for {
-		step, w := plan.ImageDecision(c, present, p.history(c.Image), p.clock.Now())
+		step, w := plan.ImageDecision(c, present, p.history(backOffKey(sandboxCfg, c.Image)), p.clock.Now())
 		switch step {
 		case plan.UseLocal:
 			verified, mayUse := p.mayUse(ctx, c, local, creds)
@@ -135,10 +138,12 @@ func (p *imagePuller) pull(ctx context.Context, c *v1.Container, spec *runtimeap
 			return image{}, err
 		}
 		w := pullFailure(c.Image, err)
-		p.backoff[c.Image] = p.backoff[c.Image].Failed(p.clock.Now(), w.Message)
+		key, now := backOffKey(sandboxCfg, c.Image), p.clock.Now()
+		p.backoff[key] = p.backoff[key].Failed(now, w.Message)
+		p.forgetOldBackOffs(now)
 		return image{}, &pullError{waiting: w, event: fmt.Sprintf("Failed to pull image %q: %v", c.Image, err)}
 	}
-	delete(p.backoff, c.Image)
+	delete(p.backoff, backOffKey(sandboxCfg, c.Image))
 	return image{ref: ref, pulled: true, cred: cred, status: pulled, took: done.Sub(started), waited: done.Sub(queued), size: pulled.GetSize()}, nil
 }
 
@@ -193,10 +198,27 @@ type aggregateError struct {
 func (e *aggregateError) Error() string   { return e.msg }
 func (e *aggregateError) Unwrap() []error { return e.errs }
 
-func (p *imagePuller) history(image string) plan.PullBackOff {
+func (p *imagePuller) history(key string) plan.PullBackOff {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.backoff[image]
+	return p.backoff[key]
+}
+
+// backOffKey is the key of an image's pull history for the pod of
+// sandboxCfg: its UID and the image, as the kubelet's "<uid>_<image>".
+func backOffKey(sandboxCfg *runtimeapi.PodSandboxConfig, image string) string {
+	return sandboxCfg.GetMetadata().GetUid() + "_" + image
+}
+
+// forgetOldBackOffs drops the histories whose back-off ended more than
+// twice the longest back-off ago (the kubelet's back-off GC): pods that
+// are gone leave nothing behind for long. Called with p.mu held.
+func (p *imagePuller) forgetOldBackOffs(now time.Time) {
+	for key, b := range p.backoff {
+		if now.Sub(b.Until) > 2*plan.PullBackOffMax {
+			delete(p.backoff, key)
+		}
+	}
 }
 
 // The CRI's error names (k8s.io/cri-api/pkg/errors) a runtime may start a

@@ -153,3 +153,24 @@ func TestPullFailure(t *testing.T) {
 		}
 	}
 }
+
+// A pod's pull history goes once its back-off ended long ago (twice the
+// longest back-off), so pods that are gone leave nothing behind.
+func TestPullBackOffsForgotten(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(0, 0))
+	p := newImagePuller(&authRegistry{}, 1, clk)
+	c := &v1.Container{Name: "c", Image: "example.com/private:v1"}
+	sandbox := func(uid string) *runtimeapi.PodSandboxConfig {
+		return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Uid: uid}}
+	}
+	if _, err := p.pull(t.Context(), c, &runtimeapi.ImageSpec{Image: c.Image}, sandbox("gone"), nil); err == nil {
+		t.Fatal("pull worked")
+	}
+	clk.Step(2*plan.PullBackOffMax + plan.PullBackOffInitial + time.Second)
+	if _, err := p.pull(t.Context(), c, &runtimeapi.ImageSpec{Image: c.Image}, sandbox("new"), nil); err == nil {
+		t.Fatal("pull worked")
+	}
+	if _, ok := p.backoff["gone_"+c.Image]; ok || len(p.backoff) != 1 {
+		t.Errorf("histories %v: want the new pod's alone", p.backoff)
+	}
+}
