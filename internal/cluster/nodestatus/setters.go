@@ -85,8 +85,9 @@ func (c *config) setMachineInfo(node *v1.Node, f *Facts) []Event {
 	} else {
 		st.NodeInfo.MachineID = c.host.MachineID
 		st.NodeInfo.SystemUUID = c.host.SystemUUID
-		if c.swapCapacity != nil {
-			// The kubelet's NodeSwap (GA): the swap the machine has, 0 too.
+		if c.swapCapacity != nil && *c.swapCapacity != 0 {
+			// The kubelet's NodeSwap (GA): the swap the machine has, when
+			// it has some (the API server refuses a capacity of 0).
 			st.NodeInfo.Swap = &v1.NodeSwapStatus{Capacity: ptr.To(*c.swapCapacity)}
 		}
 		st.Capacity[v1.ResourceCPU] = *resource.NewMilliQuantity(int64(f.CPUs)*1000, resource.DecimalSI)

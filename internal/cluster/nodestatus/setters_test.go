@@ -459,19 +459,24 @@ func TestVolumesInUse(t *testing.T) {
 	}
 }
 
-// The node's swap is reported as the kubelet's NodeSwap reports it: 0
-// included; unknown, not at all.
+// The node's swap is reported as the kubelet's NodeSwap reports it: only
+// when there is some (the API server refuses a capacity of 0: "must be
+// greater than zero"); none or unknown, not at all.
 func TestSwapCapacity(t *testing.T) {
 	o := testOptions()
 	node, _ := testConfig(t, o).initialNode(testFacts(t0))
 	if node.Status.NodeInfo.Swap != nil {
 		t.Errorf("swap unknown: got %+v", node.Status.NodeInfo.Swap)
 	}
-	for _, swap := range []int64{0, 4 << 30} {
-		o.SwapCapacity = &swap
-		node, _ = testConfig(t, o).initialNode(testFacts(t0))
-		if s := node.Status.NodeInfo.Swap; s == nil || s.Capacity == nil || *s.Capacity != swap {
-			t.Errorf("swap %d: got %+v", swap, s)
-		}
+	none := int64(0)
+	o.SwapCapacity = &none
+	if node, _ = testConfig(t, o).initialNode(testFacts(t0)); node.Status.NodeInfo.Swap != nil {
+		t.Errorf("no swap: got %+v, want none reported", node.Status.NodeInfo.Swap)
+	}
+	some := int64(4 << 30)
+	o.SwapCapacity = &some
+	node, _ = testConfig(t, o).initialNode(testFacts(t0))
+	if s := node.Status.NodeInfo.Swap; s == nil || s.Capacity == nil || *s.Capacity != some {
+		t.Errorf("swap %d: got %+v", some, s)
 	}
 }
