@@ -42,6 +42,7 @@ func (h deviceHook) Prepare(_ context.Context, pod *v1.Pod) (podsetup.Setup, err
 		return podsetup.Additions{
 			Mounts:      []*runtimeapi.Mount{{ContainerPath: "/run/device/" + c.Container.Name, HostPath: file, Readonly: true}},
 			Devices:     []*runtimeapi.Device{{ContainerPath: "/dev/test0", HostPath: "/dev/null", Permissions: "rw"}},
+			Env:         []*runtimeapi.KeyValue{{Key: "TEST_DEVICE", Value: []byte("test0")}},
 			Annotations: map[string]string{"test.nodelet.io/device": "test0", podspec.AnnotationRestartCount: "7"},
 		}, nil
 	}
@@ -71,7 +72,7 @@ func (r *createdRuntime) CreateContainer(ctx context.Context, sandboxID string, 
 
 // A new per-pod resource is a new hook, not a change to the runtime
 // manager: the pod workers carry what it sets up to the runtime manager,
-// which puts its mounts, devices and annotations into every container's
+// which puts its mounts, devices, env and annotations into every container's
 // config (nodelet's own annotations win), and its Cleanup runs once the
 // pod is gone.
 func TestNewHookContributesToEveryContainer(t *testing.T) {
@@ -115,6 +116,11 @@ func TestNewHookContributesToEveryContainer(t *testing.T) {
 		}
 		if d := cfg.GetDevices(); len(d) != 1 || d[0].ContainerPath != "/dev/test0" {
 			t.Errorf("%s: devices %v, want the hook's", name, d)
+		}
+		// The kubelet's order: a device plugin's variables first, so the
+		// pod's own env wins over one of the same name.
+		if e := cfg.GetEnvs(); len(e) == 0 || e[0].Key != "TEST_DEVICE" || string(e[0].Value) != "test0" {
+			t.Errorf("%s: envs %v, want the hook's first", name, e)
 		}
 		if a := cfg.GetAnnotations(); a["test.nodelet.io/device"] != "test0" || a[podspec.AnnotationRestartCount] != "0" {
 			t.Errorf("%s: annotations %v, want the hook's beside nodelet's own", name, a)

@@ -144,6 +144,7 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		extras.mounts = append(extras.mounts, add.Mounts...)
 		extras.resources = add.Resources
 		extras.devices, extras.cdiDevices, extras.annotations = add.Devices, add.CDIDevices, add.Annotations
+		extras.env = append(add.Env, extras.env...)
 	}
 	if hosts, ok, err := m.hostsFile(pod, c, facts.PodIPs, setup.PodDir); err != nil {
 		return containerExtras{}, err

@@ -103,6 +103,11 @@ type Additions struct {
 	// Devices and CDIDevices are added after the earlier contributors'.
 	Devices    []*runtimeapi.Device
 	CDIDevices []*runtimeapi.CDIDevice
+	// Env are variables set before the container's own environment (the
+	// kubelet puts a device plugin's first, so that the pod's env wins
+	// over a variable of the same name); added after the earlier
+	// contributors'.
+	Env []*runtimeapi.KeyValue
 	// Annotations are added to the container's; nodelet's own
 	// (podspec.Annotation*) cannot be overridden.
 	Annotations map[string]string
@@ -174,6 +179,7 @@ func (s Setup) Apply(c Container) (Additions, error) {
 		}
 		out.Devices = append(out.Devices, a.Devices...)
 		out.CDIDevices = append(out.CDIDevices, a.CDIDevices...)
+		out.Env = append(out.Env, a.Env...)
 		if len(a.Annotations) > 0 {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
