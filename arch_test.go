@@ -215,12 +215,16 @@ func namedRules() []rule {
 				"os", "net", "log", "log/slog", "k8s.io/klog"),
 		},
 		{
-			// The node's two gRPC peers: the runtime (CRI) and the storage
-			// drivers (CSI, and the plugin registration protocol); the test
-			// CSI driver serves the latter.
-			Name: "2: only cri and csi import google.golang.org/grpc",
+			// The node's gRPC peers: the runtime (CRI), the storage drivers
+			// (CSI, and the plugin registration protocol; the test CSI
+			// driver serves the latter) and the device plugins (v1beta1:
+			// the device manager serves their registration and calls
+			// them). These are the kubelet's own gRPC protocols; no other
+			// package talks gRPC.
+			Name: "2: only cri, csi and devicemanager import google.golang.org/grpc",
 			From: func(p string) bool {
-				return strings.HasPrefix(p, module) && !is(internal("pipeline/cri"), internal("node/csi"), module+"/test/csihostpath")(p)
+				return strings.HasPrefix(p, module) && !is(internal("pipeline/cri"), internal("node/csi"), internal("node/devicemanager"),
+					module+"/test/csihostpath")(p)
 			},
 			Forbidden: grpc,
 		},

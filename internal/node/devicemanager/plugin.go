@@ -1,0 +1,194 @@
+package devicemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// Bounds of the conversation with plugins.
+const (
+	// maxMessage bounds every message nodelet reads from a plugin.
+	maxMessage = 4 << 20
+	// maxDevices bounds the devices of one resource.
+	maxDevices = 4096
+	// callTimeout bounds Allocate and GetPreferredAllocation.
+	callTimeout = 30 * time.Second
+	// preStartTimeout is the kubelet's for PreStartContainer.
+	preStartTimeout = pluginapi.KubeletPreStartContainerRPCTimeoutInSecs * time.Second
+)
+
+// plugin is the connection to one registered device plugin.
+type plugin struct {
+	resource string
+	conn     *grpc.ClientConn
+	client   pluginapi.DevicePluginClient
+	opts     *pluginapi.DevicePluginOptions
+	// stop ends the plugin's ListAndWatch.
+	stop context.CancelFunc
+}
+
+func dial(socket string) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("unix://"+socket,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)))
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", socket, err)
+	}
+	return conn, nil
+}
+
+// registration is the Registration service on kubelet.sock.
+type registration struct {
+	pluginapi.UnimplementedRegistrationServer
+	m *Manager
+	// ctx is Run's: the plugins' streams live as long as the manager.
+	ctx context.Context
+}
+
+// Register validates a plugin's registration as the kubelet does and
+// connects to it; the answer does not wait for the connection.
+func (r *registration) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	if err := validate(req); err != nil {
+		r.m.log.Warn("device plugin registration refused", "resource", req.GetResourceName(), "err", err)
+		return nil, err
+	}
+	r.m.log.Info("device plugin registered", "resource", req.ResourceName, "endpoint", req.Endpoint)
+	go r.m.connect(r.ctx, req)
+	return &pluginapi.Empty{}, nil
+}
+
+func validate(req *pluginapi.RegisterRequest) error {
+	if !slices.Contains(pluginapi.SupportedVersions[:], req.GetVersion()) {
+		return fmt.Errorf("requested API version %q is not supported by kubelet. Supported versions are %q",
+			req.GetVersion(), pluginapi.SupportedVersions)
+	}
+	if !IsExtendedResourceName(req.GetResourceName()) {
+		return fmt.Errorf("the ResourceName %q is invalid", req.GetResourceName())
+	}
+	// The plugin's socket is a name in the device plugin directory.
+	if e := req.GetEndpoint(); e == "" || e != filepath.Base(e) || e == "." || e == ".." || e == SocketName {
+		return fmt.Errorf("invalid name of device plugin socket: %q", e)
+	}
+	return nil
+}
+
+// connect makes the plugin the resource's (replacing an earlier one) and
+// follows its ListAndWatch until it ends.
+func (m *Manager) connect(ctx context.Context, req *pluginapi.RegisterRequest) {
+	conn, err := dial(filepath.Join(m.opts.Dir, req.Endpoint))
+	if err != nil {
+		m.log.Error("device plugin", "resource", req.ResourceName, "err", err)
+		return
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	p := &plugin{resource: req.ResourceName, conn: conn, client: pluginapi.NewDevicePluginClient(conn), opts: req.Options, stop: stop}
+	if p.opts == nil {
+		p.opts = &pluginapi.DevicePluginOptions{}
+	}
+	stream, err := p.client.ListAndWatch(ctx, &pluginapi.Empty{})
+	if err != nil {
+		m.log.Error("device plugin ListAndWatch", "resource", p.resource, "err", err)
+		_ = conn.Close()
+		return
+	}
+	m.attach(p)
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				m.log.Warn("device plugin stream ended", "resource", p.resource, "err", err)
+			}
+			break
+		}
+		m.update(p, resp.GetDevices())
+	}
+	m.detach(p)
+	_ = conn.Close()
+}
+
+// attach makes p its resource's plugin, stopping the one before.
+func (m *Manager) attach(p *plugin) {
+	m.mu.Lock()
+	r := m.resources[p.resource]
+	if r == nil {
+		r = &resourceState{devices: map[string]*pluginapi.Device{}}
+		m.resources[p.resource] = r
+	}
+	old := r.plugin
+	r.plugin, r.stoppedAt = p, time.Time{}
+	delete(m.removed, p.resource)
+	m.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	m.changed()
+}
+
+// update records the devices a plugin listed. A list longer than
+// maxDevices is cut there.
+func (m *Manager) update(p *plugin, devices []*pluginapi.Device) {
+	if len(devices) > maxDevices {
+		m.log.Warn("device plugin lists too many devices; the rest are ignored", "resource", p.resource, "devices", len(devices), "max", maxDevices)
+		devices = devices[:maxDevices]
+	}
+	m.mu.Lock()
+	r := m.resources[p.resource]
+	if r == nil || r.plugin != p {
+		m.mu.Unlock()
+		return
+	}
+	r.order, r.devices = nil, make(map[string]*pluginapi.Device, len(devices))
+	for _, d := range devices {
+		if _, dup := r.devices[d.GetID()]; dup || d.GetID() == "" {
+			continue
+		}
+		r.order = append(r.order, d.GetID())
+		r.devices[d.GetID()] = d
+	}
+	err := m.checkpointLocked()
+	m.mu.Unlock()
+	if err != nil {
+		m.log.Error("device checkpoint", "err", err)
+	}
+	m.changed()
+}
+
+// detach marks p's resource as without plugin (every device unhealthy),
+// unless another plugin has replaced p.
+func (m *Manager) detach(p *plugin) {
+	m.mu.Lock()
+	r := m.resources[p.resource]
+	current := r != nil && r.plugin == p
+	if current {
+		r.plugin, r.stoppedAt = nil, m.deps.Clock.Now()
+	}
+	m.mu.Unlock()
+	if current {
+		m.log.Warn("device plugin gone; its devices are unhealthy", "resource", p.resource)
+		m.changed()
+	}
+}
+
+func (m *Manager) disconnectAll() {
+	m.mu.Lock()
+	var ps []*plugin
+	for _, r := range m.resources {
+		if r.plugin != nil {
+			ps = append(ps, r.plugin)
+		}
+	}
+	m.mu.Unlock()
+	for _, p := range ps {
+		p.stop()
+	}
+}
