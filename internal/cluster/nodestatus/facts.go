@@ -53,6 +53,12 @@ type Facts struct {
 	// VolumesInUse are the attachable volumes mounted on the node,
 	// sorted; nil when nobody reports them (the field is left alone).
 	VolumesInUse []v1.UniqueVolumeName
+
+	// DeviceCapacity and DeviceAllocatable are the device plugins'
+	// resources: every device, and the healthy ones (zero for a resource
+	// whose plugin has been gone past the grace period, so the Node
+	// still shows it was one).
+	DeviceCapacity, DeviceAllocatable v1.ResourceList
 }
 
 // Image is one image of the runtime.

@@ -105,6 +105,9 @@ func (m *Manager) gather(ctx context.Context) *Facts {
 	if m.volumesInUse != nil {
 		f.VolumesInUse = m.volumesInUse()
 	}
+	if m.devices != nil {
+		f.DeviceCapacity, f.DeviceAllocatable = m.devices()
+	}
 	return f
 }
 

@@ -70,6 +70,7 @@ type Manager struct {
 	pressureOf  func() (memory, disk, pid bool)
 	// volumesInUse lists the attachable volumes in use; nil: none told.
 	volumesInUse func() []v1.UniqueVolumeName
+	devices      func() (capacity, allocatable v1.ResourceList)
 	shutdown     func() error
 	events       EventRecorder
 	podCIDRs     PodCIDRs
@@ -151,6 +152,7 @@ func New(client kubernetes.Interface, o Options, d Deps) (*Manager, error) {
 		plegHealthy:  d.PLEGHealthy,
 		pressureOf:   d.Pressure,
 		volumesInUse: d.VolumesInUse,
+		devices:      d.Devices,
 		shutdown:     d.ShutdownStatus,
 		events:       d.Events,
 		podCIDRs:     d.PodCIDRs,

@@ -201,6 +201,10 @@ type Deps struct {
 	// the attach/detach controller does not detach them; nil: the field
 	// is left as it is.
 	VolumesInUse func() []v1.UniqueVolumeName
+	// Devices are the device plugins' resources (devicemanager.Manager.
+	// Capacity): every device in capacity, the healthy ones in
+	// allocatable, zero for a resource whose plugin is gone; nil: none.
+	Devices func() (capacity, allocatable v1.ResourceList)
 	// Events receives the kubelet's node events (NodeReady,
 	// NodeHasSufficientMemory, Rebooted, ...); nil: none.
 	Events EventRecorder

@@ -109,6 +109,9 @@ func (c *config) setMachineInfo(node *v1.Node, f *Facts) []Event {
 			st.Capacity[v1.ResourceEphemeralStorage] = *resource.NewQuantity(int64(f.RootFsBytes), resource.BinarySI)
 		}
 	}
+	for k, v := range f.DeviceCapacity {
+		st.Capacity[k] = v.DeepCopy()
+	}
 
 	if st.Allocatable == nil {
 		st.Allocatable = v1.ResourceList{}
@@ -131,6 +134,10 @@ func (c *config) setMachineInfo(node *v1.Node, f *Facts) []Event {
 			value.Set(0)
 		}
 		st.Allocatable[k] = value
+	}
+	// A device plugin resource's allocatable is its healthy devices.
+	for k, v := range f.DeviceAllocatable {
+		st.Allocatable[k] = v.DeepCopy()
 	}
 	// Huge pages are memory nobody else can have.
 	for k, v := range st.Capacity {

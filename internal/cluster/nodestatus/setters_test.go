@@ -480,3 +480,27 @@ func TestSwapCapacity(t *testing.T) {
 		t.Errorf("swap %d: got %+v", some, s)
 	}
 }
+
+// The device plugins' resources are capacity (every device) and
+// allocatable (the healthy ones), as the kubelet's MachineInfo setter puts
+// them; a removed plugin's resource stays at zero.
+func TestDevicePluginResources(t *testing.T) {
+	c := testConfig(t, testOptions())
+	f := testFacts(t0)
+	f.DeviceCapacity = v1.ResourceList{"example.com/gpu": resource.MustParse("2"), "example.com/gone": resource.MustParse("0")}
+	f.DeviceAllocatable = v1.ResourceList{"example.com/gpu": resource.MustParse("1"), "example.com/gone": resource.MustParse("0")}
+	node, _ := c.initialNode(f)
+	for name, want := range map[v1.ResourceName][2]int64{"example.com/gpu": {2, 1}, "example.com/gone": {0, 0}} {
+		capacity, alloc := node.Status.Capacity[name], node.Status.Allocatable[name]
+		if _, ok := node.Status.Capacity[name]; !ok || capacity.Value() != want[0] || alloc.Value() != want[1] {
+			t.Errorf("%s: capacity %s allocatable %s, want %d and %d", name, &capacity, &alloc, want[0], want[1])
+		}
+	}
+	f = testFacts(t0.Add(time.Minute))
+	f.DeviceCapacity = v1.ResourceList{"example.com/gpu": resource.MustParse("2")}
+	f.DeviceAllocatable = v1.ResourceList{"example.com/gpu": resource.MustParse("0")}
+	next, changed, _ := c.updateNode(node, f)
+	if q := next.Status.Allocatable["example.com/gpu"]; !changed || q.Value() != 0 {
+		t.Errorf("after the plugin died: allocatable gpu %s, changed %v; want 0, true", &q, changed)
+	}
+}
