@@ -9,9 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodelet/nodelet/internal/node/eviction"
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // The setters: pure functions that fill a Node's status from Facts and
@@ -117,7 +117,7 @@ func (c *config) setMachineInfo(node *v1.Node, f *Facts) []Event {
 		st.Allocatable = v1.ResourceList{}
 	}
 	for k := range st.Allocatable {
-		if _, ok := st.Capacity[k]; !ok && isExtendedResource(k) {
+		if _, ok := st.Capacity[k]; !ok && podspec.IsExtendedResourceName(k) {
 			delete(st.Allocatable, k)
 		}
 	}
@@ -157,17 +157,6 @@ func (c *config) setMachineInfo(node *v1.Node, f *Facts) []Event {
 // form (hugepages-2Mi, hugepages-1Gi).
 func hugePageResource(sizeBytes uint64) v1.ResourceName {
 	return v1.ResourceName(v1.ResourceHugePagesPrefix + resource.NewQuantity(int64(sizeBytes), resource.BinarySI).String())
-}
-
-// isExtendedResource: a resource outside the kubernetes.io namespace
-// that can be a quota name (the kubelet's IsExtendedResourceName).
-func isExtendedResource(name v1.ResourceName) bool {
-	s := string(name)
-	if !strings.Contains(s, "/") || strings.Contains(s, v1.ResourceDefaultNamespacePrefix) ||
-		strings.HasPrefix(s, v1.DefaultResourceRequestsPrefix) {
-		return false
-	}
-	return len(validation.IsQualifiedName(v1.DefaultResourceRequestsPrefix+s)) == 0
 }
 
 // setVersionInfo: kernel, OS image, runtime and kubelet versions. The

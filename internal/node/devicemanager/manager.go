@@ -10,14 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/validation"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
 )
@@ -223,15 +221,4 @@ func (m *Manager) Resources() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Sorted(maps.Keys(m.resources))
-}
-
-// IsExtendedResourceName is the kubelet's test of an extended resource
-// name (v1helper.IsExtendedResourceName): not a native resource (one
-// without a domain, or in kubernetes.io), not a quota "requests." name,
-// and a qualified name once prefixed with "requests.".
-func IsExtendedResourceName(name string) bool {
-	if !strings.Contains(name, "/") || strings.Contains(name, "kubernetes.io/") || strings.HasPrefix(name, "requests.") {
-		return false
-	}
-	return len(validation.IsQualifiedName("requests."+name)) == 0
 }

@@ -252,14 +252,3 @@ func TestRegistrationRefused(t *testing.T) {
 		}
 	}
 }
-
-func TestIsExtendedResourceName(t *testing.T) {
-	for name, want := range map[string]bool{
-		"example.com/gpu": true, "nvidia.com/gpu": true, "cpu": false, "kubernetes.io/x": false,
-		"requests.example.com/x": false, "example.com/": false, "hugepages-2Mi": false,
-	} {
-		if got := IsExtendedResourceName(name); got != want {
-			t.Errorf("%s: %v, want %v", name, got, want)
-		}
-	}
-}

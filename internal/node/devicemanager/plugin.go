@@ -11,7 +11,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/nodelet/nodelet/internal/pure/podspec"
 )
 
 // Bounds of the conversation with plugins.
@@ -71,7 +74,7 @@ func validate(req *pluginapi.RegisterRequest) error {
 		return fmt.Errorf("requested API version %q is not supported by kubelet. Supported versions are %q",
 			req.GetVersion(), pluginapi.SupportedVersions)
 	}
-	if !IsExtendedResourceName(req.GetResourceName()) {
+	if !podspec.IsExtendedResourceName(v1.ResourceName(req.GetResourceName())) {
 		return fmt.Errorf("the ResourceName %q is invalid", req.GetResourceName())
 	}
 	// The plugin's socket is a name in the device plugin directory.
