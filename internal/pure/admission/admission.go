@@ -9,6 +9,7 @@ package admission
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -23,9 +24,11 @@ import (
 type Node struct {
 	// MaxPods is --max-pods (110).
 	MaxPods int
-	// Allocatable CPU, memory and ephemeral storage. A resource missing
-	// here is not checked (ephemeral storage when the root directory's
-	// filesystem could not be read).
+	// Allocatable CPU, memory, ephemeral storage and extended resources
+	// (the device plugins'). A resource missing here is not checked
+	// (ephemeral storage when the root directory's filesystem could not
+	// be read; an extended resource no plugin serves, which the kubelet
+	// removes from the pod's requests before its check).
 	Allocatable v1.ResourceList
 	// AppArmor: the host enforces AppArmor profiles.
 	AppArmor bool
@@ -98,8 +101,9 @@ func AfterAllocation(pod *v1.Pod, active []*v1.Pod, node Node) Result {
 	if r := checkAppArmor(pod, node.AppArmor); !r.Admit {
 		return r
 	}
-	// The scheduler's order, whose first shortfall the kubelet reports.
-	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage} {
+	// The scheduler's order, whose first shortfall the kubelet reports:
+	// CPU, memory, ephemeral storage, then the scalar resources.
+	for _, name := range append([]v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory, v1.ResourceEphemeralStorage}, extendedRequests(pod)...) {
 		capacity, ok := node.Allocatable[name]
 		if !ok {
 			continue
@@ -120,6 +124,23 @@ func AfterAllocation(pod *v1.Pod, active []*v1.Pod, node Node) Result {
 		}
 	}
 	return Result{Admit: true}
+}
+
+// extendedRequests are the extended resources the pod's containers
+// request, sorted.
+func extendedRequests(pod *v1.Pod) []v1.ResourceName {
+	var out []v1.ResourceName
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			for name := range cs[i].Resources.Requests {
+				if podspec.IsExtendedResourceName(name) && !slices.Contains(out, name) {
+					out = append(out, name)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func insufficient(res string, requested, used, capacity int64) Result {

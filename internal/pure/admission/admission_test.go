@@ -376,3 +376,45 @@ func TestPodLimit(t *testing.T) {
 		t.Errorf("pod-level memory limit: %s %v, want 2Gi", q.String(), ok)
 	}
 }
+
+// Extended resources (the device plugins') are counted like CPU against
+// allocatable, with the kubelet's OutOf<resource> reason; one the node
+// does not have at all is not checked, as the kubelet drops it from the
+// pod's requests before the check.
+func TestAdmitExtendedResources(t *testing.T) {
+	withGPU := func(p *v1.Pod, n string) *v1.Pod {
+		p.Spec.Containers[0].Resources.Requests["example.com/gpu"] = resource.MustParse(n)
+		p.Spec.Containers[0].Resources.Limits = v1.ResourceList{"example.com/gpu": resource.MustParse(n)}
+		return p
+	}
+	node := Node{Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("2"), "example.com/gpu": resource.MustParse("2")}}
+	for _, tc := range []struct {
+		name   string
+		pod    *v1.Pod
+		active []*v1.Pod
+		node   Node
+		reason string
+		msg    string
+	}{
+		{"fits", withGPU(pod("a", "", "", 0), "1"), []*v1.Pod{withGPU(pod("b", "", "", 0), "1")}, node, "", ""},
+		{"too many", withGPU(pod("a", "", "", 0), "2"), []*v1.Pod{withGPU(pod("b", "", "", 0), "1")}, node,
+			"OutOfexample.com/gpu", "Node didn't have enough resource: example.com/gpu, requested: 2, used: 1, capacity: 2"},
+		{"none healthy", withGPU(pod("a", "", "", 0), "1"), nil, Node{Allocatable: v1.ResourceList{"example.com/gpu": resource.MustParse("0")}},
+			"OutOfexample.com/gpu", "requested: 1, used: 0, capacity: 0"},
+		{"cpu first", withGPU(pod("a", "3", "", 0), "3"), nil, node, "OutOfcpu", ""},
+		{"unknown to the node", withGPU(pod("a", "", "", 0), "5"), nil, Node{}, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Admit(tc.pod, tc.active, tc.node)
+			if tc.reason == "" {
+				if !r.Admit {
+					t.Fatalf("rejected: %+v", r)
+				}
+				return
+			}
+			if r.Admit || r.Reason != tc.reason || !strings.Contains(r.Message, tc.msg) {
+				t.Fatalf("got %+v, want reason %s message containing %q", r, tc.reason, tc.msg)
+			}
+		})
+	}
+}
