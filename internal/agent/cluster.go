@@ -162,6 +162,7 @@ func (a *Agent) wireCluster(c *clusterParts, p *pipeline, n clusterNotifications
 		Changed:         n.nodeChanged,
 		PodCIDRs:        p.podCIDR,
 		VolumesInUse:    p.csiVolumes.VolumesInUse,
+		Devices:         p.devices.Capacity,
 		OnLeaseFailure:  status.Stale,
 		Events:          recorder,
 		Registerer:      reg,

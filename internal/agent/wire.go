@@ -22,6 +22,7 @@ import (
 	"github.com/nodelet/nodelet/internal/node/cpumanager"
 	"github.com/nodelet/nodelet/internal/node/credprovider"
 	"github.com/nodelet/nodelet/internal/node/csi"
+	"github.com/nodelet/nodelet/internal/node/devicemanager"
 	"github.com/nodelet/nodelet/internal/node/eviction"
 	"github.com/nodelet/nodelet/internal/node/gc"
 	"github.com/nodelet/nodelet/internal/node/imagegc"
@@ -30,6 +31,7 @@ import (
 	"github.com/nodelet/nodelet/internal/node/podcidr"
 	"github.com/nodelet/nodelet/internal/node/podhooks"
 	"github.com/nodelet/nodelet/internal/node/podresources"
+	"github.com/nodelet/nodelet/internal/node/podresourcesapi"
 	"github.com/nodelet/nodelet/internal/node/pulledimages"
 	"github.com/nodelet/nodelet/internal/node/shutdown"
 	"github.com/nodelet/nodelet/internal/node/userns"
@@ -75,6 +77,10 @@ type pipeline struct {
 	// podCIDR hands the pod CIDRs to the runtime: the Node's (node
 	// status applies them), standalone --pod-cidr at start.
 	podCIDR *podcidr.Manager
+	// devices is the device plugin manager; podResources the
+	// pod-resources API over it.
+	devices      *devicemanager.Manager
+	podResources *podresourcesapi.Server
 	// csiPlugins registers the CSI drivers of <root-dir>/plugins_registry.
 	csiPlugins *csi.Watcher
 	// csiVolumes publishes CSI volumes and gathers their stats.
@@ -239,6 +245,10 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	// The node's image pull credentials: its docker config files, then
 	// (in order) the credential provider plugins.
 	nodeKeyring := nodecreds.New(nodecreds.DefaultOptions(cfg.RootDir), clk, log)
+	// Device plugins register on <root-dir>/device-plugins; what a node
+	// status says follows their devices at once.
+	p.devices = devicemanager.New(devicemanager.Options{Dir: filepath.Join(cfg.RootDir, "device-plugins")},
+		devicemanager.Deps{Clock: clk, Log: log, Changed: nodeChanged.Kick})
 	uns := userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log})
 	hooks := []podworker.Hook{
 		podhooks.PodDir{PodsDir: podsDir},
@@ -248,6 +258,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		podhooks.PullSecrets{Secrets: objs, Node: nodeKeyring, Providers: p.credentials, Recorder: recorder},
 		podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, // hostUsers: false
 		podhooks.Volumes{Volumes: volumes, Recorder: recorder},
+		p.devices,
 		podhooks.Probes{Prober: p.prober},
 	}
 	resources := housekeeping.Holders(hooks)
@@ -426,6 +437,10 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		Log:          log,
 	})
 
+	// The pod-resources API, for monitoring agents.
+	p.podResources = podresourcesapi.New(podresourcesapi.Options{Dir: filepath.Join(cfg.RootDir, "pod-resources")},
+		podresourcesapi.Deps{Pods: p.hk, Providers: podresourcesapi.Providers{Devices: p.devices}, Log: log})
+
 	// The kubelet API.
 	relist := p.pleg
 	health := []server.HealthCheck{{Name: "pleg", Check: func() error { _, err := relist.Healthy(); return err }}}
@@ -474,6 +489,16 @@ func (p *pipeline) run(ctx context.Context, fatal func(error)) {
 	goRun(func() {
 		if err := p.csiPlugins.Run(ctx); err != nil {
 			p.a.deps.Log.Error("CSI plugin registration stopped", "err", err)
+		}
+	})
+	goRun(func() {
+		if err := p.devices.Run(ctx); err != nil {
+			p.a.deps.Log.Error("device plugin registration stopped", "err", err)
+		}
+	})
+	goRun(func() {
+		if err := p.podResources.Run(ctx); err != nil {
+			p.a.deps.Log.Error("pod-resources API stopped", "err", err)
 		}
 	})
 	goRun(func() { p.csiVolumes.RunStats(ctx, p.a.deps.Clock) })

@@ -16,11 +16,7 @@ import (
 // and costs no call. The error is the kubelet's (the admission refuses the
 // pod with UnexpectedAdmissionError).
 func (m *Manager) Allocate(ctx context.Context, pod *v1.Pod) error {
-	select {
-	case <-m.loaded:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	m.loadOnce.Do(m.load)
 	reuse := map[string][]string{}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
@@ -177,6 +173,7 @@ func allocateRPC(ctx context.Context, p *plugin, devices []string) (*pluginapi.C
 
 // Release forgets every allocation of the pod, freeing its devices.
 func (m *Manager) Release(podUID string) error {
+	m.loadOnce.Do(m.load)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.allocs.removePod(podUID) {

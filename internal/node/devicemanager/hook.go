@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -104,4 +105,23 @@ func merge(held []allocation) podsetup.Additions {
 		out.Annotations = annotations
 	}
 	return out
+}
+
+// Holding is the pods that hold devices, so that housekeeping frees the
+// devices of a pod that went away while nodelet was down (the kubelet's
+// UpdateAllocatedDevices).
+func (m *Manager) Holding() ([]types.UID, error) {
+	m.loadOnce.Do(m.load)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[types.UID]bool{}
+	var out []types.UID
+	for k := range m.allocs {
+		if uid := types.UID(k.podUID); !seen[uid] {
+			seen[uid] = true
+			out = append(out, uid)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

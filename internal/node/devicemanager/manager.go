@@ -52,9 +52,10 @@ type Manager struct {
 	opts Options
 	deps Deps
 	log  *slog.Logger
-	// loaded is closed once the checkpoint has been read: no allocation
-	// is made before.
-	loaded chan struct{}
+	// loadOnce reads the checkpoint back, at the first use of the
+	// manager (Run, an allocation, a question), so that nothing is
+	// answered from before it, whether Run has started or not.
+	loadOnce sync.Once
 
 	mu        sync.Mutex
 	resources map[string]*resourceState
@@ -98,7 +99,7 @@ func New(opts Options, deps Deps) *Manager {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{opts: opts, deps: deps, log: deps.Log.With("component", "devicemanager"), loaded: make(chan struct{}),
+	return &Manager{opts: opts, deps: deps, log: deps.Log.With("component", "devicemanager"),
 		resources: map[string]*resourceState{}, removed: map[string]bool{}, allocs: allocations{}}
 }
 
@@ -107,10 +108,10 @@ func (m *Manager) checkpointPath() string { return filepath.Join(m.opts.Dir, Che
 // Run reads the checkpoint back, serves the registration socket until ctx
 // ends, then disconnects every plugin.
 func (m *Manager) Run(ctx context.Context) error {
+	m.loadOnce.Do(m.load)
 	if err := os.MkdirAll(m.opts.Dir, 0o750); err != nil {
 		return fmt.Errorf("device plugin directory: %w", err)
 	}
-	m.load()
 	sock := filepath.Join(m.opts.Dir, SocketName)
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale registration socket: %w", err)
@@ -142,7 +143,6 @@ func (m *Manager) Run(ctx context.Context) error {
 // the grace period ends. A checkpoint that cannot be read is logged and
 // left for the next write to replace, as the kubelet continues.
 func (m *Manager) load() {
-	defer close(m.loaded)
 	allocs, registered, err := readCheckpoint(m.checkpointPath())
 	if err != nil {
 		m.log.Error("device allocations of an earlier run are lost", "err", err)
@@ -188,6 +188,7 @@ func (m *Manager) changed() {
 // removed: it is reported at zero from then on, as the kubelet zeroes a
 // removed resource in the Node.
 func (m *Manager) Capacity() (capacity, allocatable v1.ResourceList) {
+	m.loadOnce.Do(m.load)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.deps.Clock.Now()

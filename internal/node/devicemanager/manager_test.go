@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -101,6 +102,9 @@ func TestAllocateAndContribute(t *testing.T) {
 	err = h.m.Allocate(context.Background(), podWith("uid-3", map[string]int64{res: 1}))
 	if err == nil || err.Error() != "requested number of devices unavailable for example.com/fake. Requested: 1, Available: 0" {
 		t.Fatalf("a third pod: %v, want the kubelet's error", err)
+	}
+	if got, _ := h.m.Holding(); !slices.Equal(got, []types.UID{"uid-1", "uid-2"}) {
+		t.Errorf("Holding = %v", got)
 	}
 	// Cleanup of the first pod frees d1 for the third.
 	if err := h.m.Cleanup(context.Background(), pod); err != nil {

@@ -11,6 +11,7 @@ import (
 // resource and NUMA node, the devices (a device without topology is in an
 // entry without).
 func (m *Manager) DevicesFor(podUID, container string) []*podresourcesapi.ContainerDevices {
+	m.loadOnce.Do(m.load)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*podresourcesapi.ContainerDevices
@@ -27,6 +28,7 @@ func (m *Manager) DevicesFor(podUID, container string) []*podresourcesapi.Contai
 // AllocatableDevices is every device plugins report (healthy or not), for
 // the pod-resources API's GetAllocatableResources, by resource name.
 func (m *Manager) AllocatableDevices() []*podresourcesapi.ContainerDevices {
+	m.loadOnce.Do(m.load)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*podresourcesapi.ContainerDevices
