@@ -26,6 +26,12 @@ type fakePlugin struct {
 	resource string
 	devices  chan []*pluginapi.Device
 	prefer   []string
+	// opts are what GetDevicePluginOptions answers; optsErr fails it.
+	opts    *pluginapi.DevicePluginOptions
+	optsErr error
+	// listed counts the ListAndWatch calls; srvErr fails them.
+	listed int
+	srvErr error
 
 	mu        sync.Mutex
 	allocated [][]string
@@ -34,7 +40,23 @@ type fakePlugin struct {
 	srv *grpc.Server
 }
 
+func (p *fakePlugin) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	if p.optsErr != nil {
+		return nil, p.optsErr
+	}
+	if p.opts == nil {
+		return &pluginapi.DevicePluginOptions{}, nil
+	}
+	return p.opts, nil
+}
+
 func (p *fakePlugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	p.mu.Lock()
+	p.listed++
+	p.mu.Unlock()
+	if p.srvErr != nil {
+		return p.srvErr
+	}
 	for {
 		select {
 		case ds := <-p.devices:

@@ -2,6 +2,7 @@ package devicemanager
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,8 +29,10 @@ func startWithPlugin(t *testing.T, dir string, clk *clocktesting.FakeClock, opts
 	t.Helper()
 	h := startManager(t, dir, clk)
 	p := servePlugin(t, dir, res, "fake.sock")
+	p.opts = opts
 	p.devices <- devices(health)
-	if err := register(dir, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "fake.sock", ResourceName: res, Options: opts}); err != nil {
+	// The options that count are those GetDevicePluginOptions answers.
+	if err := register(dir, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "fake.sock", ResourceName: res}); err != nil {
 		t.Fatalf("Register: %v", err)
 	}
 	var healthy int64
@@ -254,5 +257,61 @@ func TestRegistrationRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Register(%v) = %v, want %q", tc.req, err, tc.want)
 		}
+	}
+}
+
+// A plugin whose GetDevicePluginOptions fails is refused with the
+// kubelet's error and never asked for its devices; the node does not
+// get its resource.
+func TestGetDevicePluginOptionsFails(t *testing.T) {
+	dir := t.TempDir()
+	h := startManager(t, dir, newClock())
+	p := servePlugin(t, dir, res, "fake.sock")
+	p.optsErr = errors.New("GetDevicePluginOptions failed")
+	err := register(dir, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "fake.sock", ResourceName: res})
+	if err == nil || !strings.Contains(err.Error(), "failed to get device plugin options") || !strings.Contains(err.Error(), "GetDevicePluginOptions failed") {
+		t.Fatalf("Register = %v", err)
+	}
+	p.mu.Lock()
+	listed := p.listed
+	p.mu.Unlock()
+	if listed != 0 {
+		t.Errorf("ListAndWatch called %d times", listed)
+	}
+	if c, _ := h.m.Capacity(); len(c) != 0 {
+		t.Errorf("capacity %v, want none", c)
+	}
+}
+
+// A plugin whose ListAndWatch fails at once gives the node its resource
+// with no device at all, and is not asked again.
+func TestListAndWatchFailsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	h := startManager(t, dir, newClock())
+	p := servePlugin(t, dir, res, "fake.sock")
+	p.srvErr = errors.New("ListAndWatch failed")
+	if err := register(dir, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: "fake.sock", ResourceName: res}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(t, res, 0, 0)
+	deadline := time.After(failsafe)
+	for {
+		h.m.mu.Lock()
+		r := h.m.resources[res]
+		gone := r != nil && r.plugin == nil
+		h.m.mu.Unlock()
+		if gone {
+			break
+		}
+		select {
+		case <-h.changed:
+		case <-deadline:
+			t.Fatal("the failed stream did not end the plugin")
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.listed != 1 {
+		t.Errorf("ListAndWatch called %d times, want once", p.listed)
 	}
 }

@@ -23,6 +23,8 @@ const (
 	maxMessage = 4 << 20
 	// maxDevices bounds the devices of one resource.
 	maxDevices = 4096
+	// optionsTimeout bounds the registration's GetDevicePluginOptions.
+	optionsTimeout = 10 * time.Second
 	// callTimeout bounds Allocate and GetPreferredAllocation.
 	callTimeout = 30 * time.Second
 	// preStartTimeout is the kubelet's for PreStartContainer.
@@ -57,15 +59,18 @@ type registration struct {
 	ctx context.Context
 }
 
-// Register validates a plugin's registration as the kubelet does and
-// connects to it; the answer does not wait for the connection.
-func (r *registration) Register(_ context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
-	if err := validate(req); err != nil {
+// Register validates a plugin's registration as the kubelet does,
+// connects to the plugin and asks its options (a failure there is the
+// registration's error, and the plugin is not used); its ListAndWatch is
+// followed from then on, without the answer waiting for it.
+func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	p, err := r.m.connect(ctx, req)
+	if err != nil {
 		r.m.log.Warn("device plugin registration refused", "resource", req.GetResourceName(), "err", err)
 		return nil, err
 	}
 	r.m.log.Info("device plugin registered", "resource", req.ResourceName, "endpoint", req.Endpoint)
-	go r.m.connect(r.ctx, req)
+	go r.m.follow(r.ctx, p)
 	return &pluginapi.Empty{}, nil
 }
 
@@ -84,27 +89,47 @@ func validate(req *pluginapi.RegisterRequest) error {
 	return nil
 }
 
-// connect makes the plugin the resource's (replacing an earlier one) and
-// follows its ListAndWatch until it ends.
-func (m *Manager) connect(ctx context.Context, req *pluginapi.RegisterRequest) {
+// connect validates req, dials the plugin and asks its options, as the
+// kubelet's PluginConnected does: the options the plugin answers are the
+// ones used, not those of the registration.
+func (m *Manager) connect(ctx context.Context, req *pluginapi.RegisterRequest) (*plugin, error) {
+	if err := validate(req); err != nil {
+		return nil, err
+	}
 	conn, err := dial(filepath.Join(m.opts.Dir, req.Endpoint))
 	if err != nil {
-		m.log.Error("device plugin", "resource", req.ResourceName, "err", err)
-		return
+		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, optionsTimeout)
+	defer cancel()
+	opts, err := pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("failed to get device plugin options: %w", err)
+	}
+	return &plugin{resource: req.ResourceName, conn: conn, client: pluginapi.NewDevicePluginClient(conn), opts: opts}, nil
+}
+
+// follow makes p its resource's plugin (replacing an earlier one) and
+// follows its ListAndWatch until it ends; the kubelet does not call it
+// again: the plugin registers again if it wants to.
+func (m *Manager) follow(ctx context.Context, p *plugin) {
+	conn := p.conn
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	p := &plugin{resource: req.ResourceName, conn: conn, client: pluginapi.NewDevicePluginClient(conn), opts: req.Options, stop: stop}
-	if p.opts == nil {
-		p.opts = &pluginapi.DevicePluginOptions{}
-	}
+	p.stop = stop
+	// The resource is the node's from now on, without devices until the
+	// plugin lists them.
+	m.attach(p)
+	defer func() {
+		m.detach(p)
+		_ = conn.Close()
+	}()
 	stream, err := p.client.ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
 		m.log.Error("device plugin ListAndWatch", "resource", p.resource, "err", err)
-		_ = conn.Close()
 		return
 	}
-	m.attach(p)
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -115,8 +140,6 @@ func (m *Manager) connect(ctx context.Context, req *pluginapi.RegisterRequest) {
 		}
 		m.update(p, resp.GetDevices())
 	}
-	m.detach(p)
-	_ = conn.Close()
 }
 
 // attach makes p its resource's plugin, stopping the one before.
