@@ -31,6 +31,10 @@ tool k8s.io/kubernetes/test/images/agnhost
 // nonewprivs: the nnp program of the nonewprivs test image (test/conformance/images).
 tool k8s.io/kubernetes/test/images/nonewprivs
 
+// sample-device-plugin: upstream's test device plugin (two devices of
+// example.com/resource), run by the device plugin e2e tests.
+tool k8s.io/kubernetes/test/images/sample-device-plugin
+
 // ginkgo: the CLI that runs the suites' specs in parallel processes.
 tool github.com/onsi/ginkgo/v2/ginkgo
 
