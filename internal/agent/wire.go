@@ -248,7 +248,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	// Device plugins register on <root-dir>/device-plugins; what a node
 	// status says follows their devices at once.
 	p.devices = devicemanager.New(devicemanager.Options{Dir: filepath.Join(cfg.RootDir, "device-plugins")},
-		devicemanager.Deps{Clock: clk, Log: log, Changed: nodeChanged.Kick})
+		devicemanager.Deps{Clock: clk, Log: log, Metrics: reg, Changed: nodeChanged.Kick})
 	uns := userns.New(cfg.UserNamespaceOptions(), userns.Deps{Runtime: rt, Log: log})
 	hooks := []podworker.Hook{
 		podhooks.PodDir{PodsDir: podsDir},

@@ -115,7 +115,9 @@ func (m *Manager) allocateResource(ctx context.Context, pod *v1.Pod, container, 
 	if err != nil {
 		return err
 	}
+	began := m.deps.Clock.Now()
 	resp, err := allocateRPC(ctx, p, devices)
+	m.allocDuration.WithLabelValues(name).Observe(m.deps.Clock.Since(began).Seconds())
 	if err != nil {
 		return err
 	}

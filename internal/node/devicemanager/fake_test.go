@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
@@ -137,12 +138,13 @@ type harness struct {
 	clk     *clocktesting.FakeClock
 	changed chan struct{}
 	stop    func()
+	reg     *prometheus.Registry
 }
 
 func startManager(t *testing.T, dir string, clk *clocktesting.FakeClock) *harness {
 	t.Helper()
-	h := &harness{dir: dir, clk: clk, changed: make(chan struct{}, 1)}
-	h.m = New(Options{Dir: dir}, Deps{Clock: clk, Changed: func() {
+	h := &harness{dir: dir, clk: clk, changed: make(chan struct{}, 1), reg: prometheus.NewRegistry()}
+	h.m = New(Options{Dir: dir}, Deps{Clock: clk, Metrics: h.reg, Changed: func() {
 		select {
 		case h.changed <- struct{}{}:
 		default:

@@ -13,11 +13,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/base/metrics"
 )
 
 // The kubelet's names and periods.
@@ -40,6 +43,8 @@ type Options struct {
 type Deps struct {
 	Clock clock.Clock
 	Log   *slog.Logger
+	// Metrics gets the kubelet's device plugin metrics; nil: none.
+	Metrics prometheus.Registerer
 	// Changed, when set, is called (without the manager's lock) when a
 	// resource's devices or health changed, so that the node status is
 	// sent again soon.
@@ -63,6 +68,9 @@ type Manager struct {
 	// period: reported with zero capacity until one registers again.
 	removed map[string]bool
 	allocs  allocations
+
+	registrations *prometheus.CounterVec
+	allocDuration *prometheus.HistogramVec
 }
 
 // resourceState is one resource: its devices as its plugin last listed
@@ -100,7 +108,17 @@ func New(opts Options, deps Deps) *Manager {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Manager{opts: opts, deps: deps, log: deps.Log.With("component", "devicemanager"),
-		resources: map[string]*resourceState{}, removed: map[string]bool{}, allocs: allocations{}}
+		resources: map[string]*resourceState{}, removed: map[string]bool{}, allocs: allocations{},
+		registrations: metrics.Register(deps.Metrics, prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kubelet_device_plugin_registration_total",
+			Help: "Cumulative number of device plugin registrations. Broken down by resource name.",
+		}, []string{"resource_name"})),
+		allocDuration: metrics.Register(deps.Metrics, prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kubelet_device_plugin_alloc_duration_seconds",
+			Help:    "Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"resource_name"})),
+	}
 }
 
 func (m *Manager) checkpointPath() string { return filepath.Join(m.opts.Dir, CheckpointFile) }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -89,6 +90,16 @@ func TestAllocateAndContribute(t *testing.T) {
 	}
 	if _, pre := p.calls(); !slices.EqualFunc(pre, [][]string{{"d1"}}, slices.Equal) {
 		t.Errorf("PreStartContainer calls %v, want [[d1]]", pre)
+	}
+	if err := testutil.GatherAndCompare(h.reg, strings.NewReader(`
+# HELP kubelet_device_plugin_registration_total Cumulative number of device plugin registrations. Broken down by resource name.
+# TYPE kubelet_device_plugin_registration_total counter
+kubelet_device_plugin_registration_total{resource_name="example.com/fake"} 1
+`), "kubelet_device_plugin_registration_total"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(h.reg, "kubelet_device_plugin_alloc_duration_seconds"); n != 1 {
+		t.Errorf("%d alloc duration series, want 1", n)
 	}
 
 	// Preparing again (every sync does) allocates nothing new.

@@ -64,6 +64,8 @@ type registration struct {
 // registration's error, and the plugin is not used); its ListAndWatch is
 // followed from then on, without the answer waiting for it.
 func (r *registration) Register(ctx context.Context, req *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	// The kubelet counts every request, refused or not.
+	r.m.registrations.WithLabelValues(req.GetResourceName()).Inc()
 	p, err := r.m.connect(ctx, req)
 	if err != nil {
 		r.m.log.Warn("device plugin registration refused", "resource", req.GetResourceName(), "err", err)
