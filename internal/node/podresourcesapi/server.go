@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -91,13 +92,17 @@ type Deps struct {
 	Pods      Pods
 	Providers Providers
 	Log       *slog.Logger
+	// Metrics gets the kubelet's pod-resources endpoint counters; nil:
+	// none.
+	Metrics prometheus.Registerer
 }
 
 // Server is the pod-resources API. Construct with New; Run serves it.
 type Server struct {
 	podresourcesapi.UnimplementedPodResourcesListerServer
-	opts Options
-	deps Deps
+	opts    Options
+	deps    Deps
+	metrics serverMetrics
 }
 
 // New returns a Server; it starts nothing.
@@ -105,7 +110,7 @@ func New(opts Options, deps Deps) *Server {
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{opts: opts, deps: deps}
+	return &Server{opts: opts, deps: deps, metrics: newServerMetrics(deps.Metrics)}
 }
 
 // Run serves the socket until ctx ends.
@@ -149,6 +154,8 @@ func (s *Server) Run(ctx context.Context) error {
 
 // List is the resources of every active pod.
 func (s *Server) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	s.metrics.total.Inc()
+	s.metrics.list.Inc()
 	pods := s.deps.Pods.ActivePods()
 	out := &podresourcesapi.ListPodResourcesResponse{PodResources: make([]*podresourcesapi.PodResources, 0, len(pods))}
 	for _, pod := range pods {
@@ -159,16 +166,21 @@ func (s *Server) List(context.Context, *podresourcesapi.ListPodResourcesRequest)
 
 // Get is the resources of one active pod.
 func (s *Server) Get(_ context.Context, req *podresourcesapi.GetPodResourcesRequest) (*podresourcesapi.GetPodResourcesResponse, error) {
+	s.metrics.total.Inc()
+	s.metrics.get.Inc()
 	for _, pod := range s.deps.Pods.ActivePods() {
 		if pod.Namespace == req.GetPodNamespace() && pod.Name == req.GetPodName() {
 			return &podresourcesapi.GetPodResourcesResponse{PodResources: s.podResources(pod)}, nil
 		}
 	}
+	s.metrics.getErrors.Inc()
 	return nil, fmt.Errorf("pod %s in namespace %s not found", req.GetPodName(), req.GetPodNamespace())
 }
 
 // GetAllocatableResources is what the node has, free or not.
 func (s *Server) GetAllocatableResources(context.Context, *podresourcesapi.AllocatableResourcesRequest) (*podresourcesapi.AllocatableResourcesResponse, error) {
+	s.metrics.total.Inc()
+	s.metrics.allocatable.Inc()
 	p := s.deps.Providers
 	out := &podresourcesapi.AllocatableResourcesResponse{}
 	if p.Devices != nil {

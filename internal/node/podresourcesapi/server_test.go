@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -80,7 +82,8 @@ func call(t *testing.T) context.Context {
 // (not a plain init container) with what every provider says it holds.
 func TestListAndGet(t *testing.T) {
 	pod := testPod()
-	client, dir := serve(t, Deps{Pods: pods{pod}, Providers: Providers{
+	reg := prometheus.NewRegistry()
+	client, dir := serve(t, Deps{Pods: pods{pod}, Metrics: reg, Providers: Providers{
 		Devices: devices{"uid-1/app": {{ResourceName: "example.com/r", DeviceIds: []string{"d1"},
 			Topology: &podresourcesapi.TopologyInfo{Nodes: []*podresourcesapi.NUMANode{{ID: 0}}}}}},
 		CPUs:    cpus{"uid-1/sidecar": {2}},
@@ -106,6 +109,19 @@ func TestListAndGet(t *testing.T) {
 	_, err = client.Get(call(t), &podresourcesapi.GetPodResourcesRequest{PodName: "p", PodNamespace: "other"})
 	if err == nil || !strings.Contains(err.Error(), "pod p in namespace other not found") {
 		t.Errorf("Get of a missing pod: %v", err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP kubelet_pod_resources_endpoint_errors_get Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_errors_get counter
+kubelet_pod_resources_endpoint_errors_get{server_api_version="v1"} 1
+# HELP kubelet_pod_resources_endpoint_requests_get Number of requests to the PodResource Get endpoint. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_requests_get counter
+kubelet_pod_resources_endpoint_requests_get{server_api_version="v1"} 2
+# HELP kubelet_pod_resources_endpoint_requests_total Cumulative number of requests to the PodResource endpoint. Broken down by server api version.
+# TYPE kubelet_pod_resources_endpoint_requests_total counter
+kubelet_pod_resources_endpoint_requests_total{server_api_version="v1"} 3
+`), "kubelet_pod_resources_endpoint_errors_get", "kubelet_pod_resources_endpoint_requests_get", "kubelet_pod_resources_endpoint_requests_total"); err != nil {
+		t.Error(err)
 	}
 	fi, err := os.Stat(filepath.Join(dir, SocketName))
 	if err != nil || fi.Mode().Perm() != 0o600 {
