@@ -138,6 +138,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", sock, err)
 	}
+	// Plugins run as root (privileged pods); nobody else registers.
+	if err := os.Chmod(sock, 0o600); err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("registration socket: %w", err)
+	}
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage))
 	pluginapi.RegisterRegistrationServer(srv, &registration{m: m, ctx: ctx})
 	errc := make(chan error, 1) // Serve's one result

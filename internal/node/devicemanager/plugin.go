@@ -21,8 +21,10 @@ import (
 const (
 	// maxMessage bounds every message nodelet reads from a plugin.
 	maxMessage = 4 << 20
-	// maxDevices bounds the devices of one resource.
-	maxDevices = 4096
+	// maxDevices bounds the devices of one resource, maxResources the
+	// resources plugins may register.
+	maxDevices   = 4096
+	maxResources = 256
 	// optionsTimeout bounds the registration's GetDevicePluginOptions.
 	optionsTimeout = 10 * time.Second
 	// callTimeout bounds Allocate and GetPreferredAllocation.
@@ -97,6 +99,13 @@ func validate(req *pluginapi.RegisterRequest) error {
 func (m *Manager) connect(ctx context.Context, req *pluginapi.RegisterRequest) (*plugin, error) {
 	if err := validate(req); err != nil {
 		return nil, err
+	}
+	m.mu.Lock()
+	_, known := m.resources[req.ResourceName]
+	full := !known && len(m.resources) >= maxResources
+	m.mu.Unlock()
+	if full {
+		return nil, fmt.Errorf("too many device plugin resources (%d): %q refused", maxResources, req.ResourceName)
 	}
 	conn, err := dial(filepath.Join(m.opts.Dir, req.Endpoint))
 	if err != nil {
