@@ -326,3 +326,21 @@ func TestListAndWatchFailsAtOnce(t *testing.T) {
 		t.Errorf("ListAndWatch called %d times, want once", p.listed)
 	}
 }
+
+// A device the plugin reports unhealthy leaves allocatable, not
+// capacity, and comes back when it is healthy again (the kubelet's
+// Device Plugin Failures specs).
+func TestDeviceHealthChanges(t *testing.T) {
+	h, p := startWithPlugin(t, t.TempDir(), newClock(), nil, map[string]string{"d0": pluginapi.Healthy, "d1": pluginapi.Healthy})
+	p.devices <- devices(map[string]string{"d0": pluginapi.Healthy, "d1": pluginapi.Unhealthy})
+	h.waitFor(t, res, 2, 1)
+	err := h.m.Allocate(context.Background(), podWith("uid-1", map[string]int64{res: 2}))
+	if err == nil || !strings.Contains(err.Error(), "Requested: 2, Available: 1") {
+		t.Errorf("two devices with one healthy: %v", err)
+	}
+	p.devices <- devices(map[string]string{"d0": pluginapi.Healthy, "d1": pluginapi.Healthy})
+	h.waitFor(t, res, 2, 2)
+	if fi, err := os.Stat(filepath.Join(h.dir, SocketName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("registration socket %v, %v: want mode 0600", fi, err)
+	}
+}
