@@ -105,7 +105,7 @@ func (p *fakePlugin) calls() (allocated, preStarts [][]string) {
 }
 
 // servePlugin serves a fake plugin for resource on endpoint in dir.
-func servePlugin(t *testing.T, dir, resource, endpoint string) *fakePlugin {
+func servePlugin(t testing.TB, dir, resource, endpoint string) *fakePlugin {
 	t.Helper()
 	lis, err := net.Listen("unix", filepath.Join(dir, endpoint))
 	if err != nil {
@@ -141,7 +141,7 @@ type harness struct {
 	reg     *prometheus.Registry
 }
 
-func startManager(t *testing.T, dir string, clk *clocktesting.FakeClock) *harness {
+func startManager(t testing.TB, dir string, clk *clocktesting.FakeClock) *harness {
 	t.Helper()
 	h := &harness{dir: dir, clk: clk, changed: make(chan struct{}, 1), reg: prometheus.NewRegistry()}
 	h.m = New(Options{Dir: dir}, Deps{Clock: clk, Metrics: h.reg, Changed: func() {
