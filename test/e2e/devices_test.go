@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +18,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/base/testutil"
 )
@@ -49,7 +53,7 @@ func samplePluginBin(t *testing.T) string {
 // tmpfs on /var/lib, so nothing of the host's /var/lib is touched or seen),
 // so that several nodelets on this machine never meet each other's
 // plugins.
-func startSamplePlugin(t *testing.T, rootDir string) *exec.Cmd {
+func startSamplePlugin(t *testing.T, rootDir string) (stop func()) {
 	t.Helper()
 	dir := filepath.Join(rootDir, "device-plugins")
 	eventually(t, 30*time.Second, "the registration socket", func() error {
@@ -66,7 +70,8 @@ mount --bind "$1" /var/lib/kubelet/device-plugins && exec "$2"`
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	// unshare and sh exec the plugin: the process started is the plugin.
+	stop = sync.OnceFunc(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
@@ -74,11 +79,14 @@ mount --bind "$1" /var/lib/kubelet/device-plugins && exec "$2"`
 			_ = cmd.Process.Kill()
 			<-done
 		}
+	})
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			t.Logf("sample device plugin output:\n%s", out.String())
 		}
 	})
-	return cmd
+	return stop
 }
 
 // podResources asks the nodelet's pod-resources API, as a monitoring agent
@@ -199,5 +207,68 @@ func TestDevicePluginAllocation(t *testing.T) {
 	}
 	if got := len(instances(t, "dev-e2e", "main")); got != 1 {
 		t.Errorf("%d instances of the device pod's container after the restart, want 1", got)
+	}
+}
+
+// nodeDevices is the Node's capacity and allocatable of sampleResource
+// (-1: absent).
+func nodeDevices(ctx context.Context, cp *controlPlane, node string) (capacity, allocatable int64, err error) {
+	n, err := cp.Admin.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return 0, 0, err
+	}
+	capacity, allocatable = -1, -1
+	if q, ok := n.Status.Capacity[sampleResource]; ok {
+		capacity = q.Value()
+	}
+	if q, ok := n.Status.Allocatable[sampleResource]; ok {
+		allocatable = q.Value()
+	}
+	return capacity, allocatable, nil
+}
+
+// In cluster mode the plugin's devices are the Node's capacity and
+// allocatable, the scheduler places a pod asking for one on the node and
+// it runs; when the plugin dies, allocatable drops to zero while capacity
+// stays, and the running pod keeps running.
+func TestClusterDevicePlugin(t *testing.T) {
+	cp := startCluster(t)
+	cp.logsOnFailure(t)
+	const node = "devices-a"
+	n := joinNode(t, cp, node)
+	stop := startSamplePlugin(t, n.rootDir)
+	c := cp.Admin
+	ctx := clusterContext(t, 10*time.Minute)
+	want := func(wantCap, wantAlloc int64) func() error {
+		return func() error {
+			capacity, alloc, err := nodeDevices(ctx, cp, node)
+			if err != nil {
+				return err
+			}
+			if capacity != wantCap || alloc != wantAlloc {
+				return fmt.Errorf("capacity %d allocatable %d, want %d and %d", capacity, alloc, wantCap, wantAlloc)
+			}
+			return nil
+		}
+	}
+	eventually(t, 2*time.Minute, "the Node's devices", want(2, 2))
+
+	const ns = "devices-test"
+	clusterNamespace(t, c, ns)
+	ct := shellContainer("main", "ls /tmp/Dev-*")
+	ct.Resources.Limits = v1.ResourceList{sampleResource: resource.MustParse("1")}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: ns, Labels: map[string]string{"app": "gpu"}},
+		Spec: v1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](1), Containers: []v1.Container{ct},
+			NodeSelector: map[string]string{"kubernetes.io/hostname": node}}}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodsReady(t, c, ns, "app=gpu", 1, 2*time.Minute)
+
+	stop()
+	eventually(t, 2*time.Minute, "allocatable zero once the plugin is gone", want(2, 0))
+	got, err := c.CoreV1().Pods(ns).Get(ctx, "gpu", metav1.GetOptions{})
+	if err != nil || got.Status.Phase != v1.PodRunning {
+		t.Errorf("the pod after the plugin died: %v, %v; want Running", got.Status.Phase, err)
 	}
 }
