@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -342,5 +343,33 @@ func TestDeviceHealthChanges(t *testing.T) {
 	h.waitFor(t, res, 2, 2)
 	if fi, err := os.Stat(filepath.Join(h.dir, SocketName)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("registration socket %v, %v: want mode 0600", fi, err)
+	}
+}
+
+// Admission counts against the healthy devices, raised to the devices
+// pods hold (the kubelet's sanitizeNodeAllocatable): a pod given the one
+// healthy device, beside a pod whose device went unhealthy, fits.
+func TestAdmissionAllocatable(t *testing.T) {
+	h, p := startWithPlugin(t, t.TempDir(), newClock(), nil, map[string]string{"d0": pluginapi.Healthy, "d1": pluginapi.Healthy})
+	ctx := context.Background()
+	if err := h.m.Allocate(ctx, podWith("uid-1", map[string]int64{res: 1})); err != nil {
+		t.Fatal(err)
+	}
+	held, _ := p.calls()
+	healthy := map[string]string{"d0": pluginapi.Healthy, "d1": pluginapi.Healthy}
+	healthy[held[0][0]] = pluginapi.Unhealthy
+	p.devices <- devices(healthy)
+	h.waitFor(t, res, 2, 1)
+	if got := h.m.AdmissionAllocatable()[res]; got.Value() != 1 {
+		t.Errorf("admission's allocatable %s with one device held, one healthy: want 1", got.String())
+	}
+	if err := h.m.Allocate(ctx, podWith("uid-2", map[string]int64{res: 1})); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.m.AdmissionAllocatable()[res]; got.Value() != 2 {
+		t.Errorf("admission's allocatable %s with two devices held, one healthy: want 2", got.String())
+	}
+	if _, a := h.m.Capacity(); a.Name(res, resource.DecimalSI).Value() != 1 {
+		t.Errorf("the Node's allocatable %v, want the one healthy device", a)
 	}
 }
