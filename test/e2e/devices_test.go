@@ -48,11 +48,8 @@ func samplePluginBin(t *testing.T) string {
 
 // startSamplePlugin runs the sample device plugin for the nodelet of
 // rootDir. The plugin knows only the kubelet's fixed directory
-// /var/lib/kubelet/device-plugins: it runs in a mount namespace of its own
-// where that directory is the nodelet's <root-dir>/device-plugins (over a
-// tmpfs on /var/lib, so nothing of the host's /var/lib is touched or seen),
-// so that several nodelets on this machine never meet each other's
-// plugins.
+// /var/lib/kubelet/device-plugins: it runs where that directory is the
+// nodelet's <root-dir>/device-plugins (inDevicePluginDir).
 func startSamplePlugin(t *testing.T, rootDir string) (stop func()) {
 	t.Helper()
 	dir := filepath.Join(rootDir, "device-plugins")
@@ -60,9 +57,7 @@ func startSamplePlugin(t *testing.T, rootDir string) (stop func()) {
 		_, err := os.Stat(filepath.Join(dir, "kubelet.sock"))
 		return err
 	})
-	script := `mount -t tmpfs -o mode=0755 tmpfs /var/lib && mkdir -p /var/lib/kubelet/device-plugins &&
-mount --bind "$1" /var/lib/kubelet/device-plugins && exec "$2"`
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", dir, samplePluginBin(t))
+	cmd := inDevicePluginDir(dir, samplePluginBin(t))
 	out := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -70,7 +65,6 @@ mount --bind "$1" /var/lib/kubelet/device-plugins && exec "$2"`
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	// unshare and sh exec the plugin: the process started is the plugin.
 	stop = sync.OnceFunc(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -87,6 +81,21 @@ mount --bind "$1" /var/lib/kubelet/device-plugins && exec "$2"`
 		}
 	})
 	return stop
+}
+
+// inDevicePluginDir runs argv in a mount namespace of its own where
+// upstream's fixed device plugin directory, /var/lib/kubelet/device-plugins
+// (pluginapi.DevicePluginPath, which upstream's plugins and the kubelet
+// know), is dir, an agent's <root-dir>/device-plugins. The directory is
+// mounted over a tmpfs on /var/lib, so that nothing of the host's /var/lib
+// is touched or seen, and the mounts end with the namespace's last
+// process: several agents on this machine never meet each other's
+// plugins, and nothing is left to clean up. unshare and sh exec argv: the
+// process started is argv's.
+func inDevicePluginDir(dir string, argv ...string) *exec.Cmd {
+	const script = `mount -t tmpfs -o mode=0755 tmpfs /var/lib && mkdir -p /var/lib/kubelet/device-plugins &&
+mount --bind "$1" /var/lib/kubelet/device-plugins && shift && exec "$@"`
+	return exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", dir}, argv...)...)
 }
 
 // podResources asks the nodelet's pod-resources API, as a monitoring agent
@@ -171,6 +180,16 @@ func TestDevicePluginAllocation(t *testing.T) {
 	writeManifest(t, dir, "dev.yaml", fmt.Sprintf(devicePod, "dev", sampleResource, 1))
 	waitContainerRunning(t, 2*time.Minute, "dev-e2e", "main")
 	t.Logf("a pod with one device ran %v after its manifest was written", time.Since(start))
+	// The device allocation's share of that start: the plugin's Allocate
+	// as nodelet timed it (the kubelet's metric).
+	api := n.api(t)
+	calls, err := api.metric("/metrics", "kubelet_device_plugin_alloc_duration_seconds_count", map[string]string{"resource_name": sampleResource})
+	if err != nil || calls != 1 {
+		t.Errorf("kubelet_device_plugin_alloc_duration_seconds_count %v (%v), want one Allocate", calls, err)
+	}
+	if took, err := api.metric("/metrics", "kubelet_device_plugin_alloc_duration_seconds_sum", map[string]string{"resource_name": sampleResource}); err == nil {
+		t.Logf("the pod's device allocation (Allocate over the plugin's socket): %v", time.Duration(took*float64(time.Second)))
+	}
 	c, err := runningContainer(ctx, shared.rt, "dev-e2e", "main")
 	if err != nil {
 		t.Fatal(err)
@@ -193,13 +212,13 @@ func TestDevicePluginAllocation(t *testing.T) {
 
 	// One device is left: a pod asking for two is refused at admission.
 	writeManifest(t, dir, "two.yaml", fmt.Sprintf(devicePod, "two", sampleResource, 2))
-	waitPod(t, n.api(t), "two-e2e", time.Minute, "refused", hasPhase(v1.PodFailed, "UnexpectedAdmissionError"))
+	waitPod(t, api, "two-e2e", time.Minute, "refused", hasPhase(v1.PodFailed, "UnexpectedAdmissionError"))
 
 	// A restarted nodelet keeps the running pod's container and device.
 	if err := n.stop(t); err != nil {
 		t.Fatalf("nodelet exit: %v", err)
 	}
-	api := startNodelet(t, args...).api(t)
+	api = startNodelet(t, args...).api(t)
 	waitPod(t, api, "dev-e2e", time.Minute, "adopted", runsContainer("main", c.Id))
 	after, err := devicesOf(ctx, pr, "dev-e2e", "main")
 	if err != nil || !slices.Equal(after, ids) {
