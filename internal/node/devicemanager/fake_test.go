@@ -2,7 +2,9 @@ package devicemanager
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -107,7 +109,7 @@ func (p *fakePlugin) calls() (allocated, preStarts [][]string) {
 // servePlugin serves a fake plugin for resource on endpoint in dir.
 func servePlugin(t testing.TB, dir, resource, endpoint string) *fakePlugin {
 	t.Helper()
-	lis, err := net.Listen("unix", filepath.Join(dir, endpoint))
+	lis, err := listenIn(dir, endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,6 +118,27 @@ func servePlugin(t testing.TB, dir, resource, endpoint string) *fakePlugin {
 	go func() { _ = p.srv.Serve(lis) }()
 	t.Cleanup(p.srv.Stop)
 	return p
+}
+
+// listenIn listens on the unix socket name in dir, as a plugin does
+// (through dir's descriptor when the path is too long for a socket
+// address; the socket is then not unlinked by a path that names another
+// file once the descriptor is closed).
+func listenIn(dir, name string) (net.Listener, error) {
+	if path := filepath.Join(dir, name); len(path) <= maxSocketPath {
+		return net.Listen("unix", path)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	lis, err := net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", d.Fd(), name))
+	if err != nil {
+		return nil, err
+	}
+	lis.(*net.UnixListener).SetUnlinkOnClose(false)
+	return lis, nil
 }
 
 // register registers with the manager's socket in dir as a plugin does.

@@ -373,3 +373,29 @@ func TestAdmissionAllocatable(t *testing.T) {
 		t.Errorf("the Node's allocatable %v, want the one healthy device", a)
 	}
 }
+
+// A plugin's socket whose path in a deep --root-dir is too long for a
+// socket address (upstream's test plugin names its socket after the test
+// namespace) is still reached, through the directory's descriptor.
+func TestLongPluginSocketPath(t *testing.T) {
+	dir := t.TempDir()
+	// kubelet.sock still fits a socket address; the plugin's does not.
+	dir = filepath.Join(dir, strings.Repeat("d", maxSocketPath-len(dir)-len("/"+SocketName)-2))
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	const endpoint = "test-device-plugin-device-plugin-failures-502.sock"
+	if len(filepath.Join(dir, endpoint)) <= maxSocketPath {
+		t.Fatalf("%s fits a socket address", filepath.Join(dir, endpoint))
+	}
+	h := startManager(t, dir, newClock())
+	p := servePlugin(t, dir, res, endpoint)
+	p.devices <- devices(map[string]string{"d0": pluginapi.Healthy})
+	if err := register(dir, &pluginapi.RegisterRequest{Version: pluginapi.Version, Endpoint: endpoint, ResourceName: res}); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	h.waitFor(t, res, 1, 1)
+	if err := h.m.Allocate(context.Background(), podWith("uid-1", map[string]int64{res: 1})); err != nil {
+		t.Errorf("Allocate over the long socket path: %v", err)
+	}
+}

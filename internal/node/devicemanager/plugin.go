@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -41,16 +40,6 @@ type plugin struct {
 	opts     *pluginapi.DevicePluginOptions
 	// stop ends the plugin's ListAndWatch.
 	stop context.CancelFunc
-}
-
-func dial(socket string) (*grpc.ClientConn, error) {
-	conn, err := grpc.NewClient("unix://"+socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)))
-	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", socket, err)
-	}
-	return conn, nil
 }
 
 // registration is the Registration service on kubelet.sock.
@@ -107,7 +96,7 @@ func (m *Manager) connect(ctx context.Context, req *pluginapi.RegisterRequest) (
 	if full {
 		return nil, fmt.Errorf("too many device plugin resources (%d): %q refused", maxResources, req.ResourceName)
 	}
-	conn, err := dial(filepath.Join(m.opts.Dir, req.Endpoint))
+	conn, err := dial(m.opts.Dir, req.Endpoint)
 	if err != nil {
 		return nil, err
 	}
