@@ -72,6 +72,12 @@ type conformanceSuite struct {
 	// files restricts the specs to source files (ginkgo --focus-file);
 	// empty: all.
 	files string
+	// devicePluginFiles are the source files (a ginkgo --focus-file
+	// pattern) whose specs run a device plugin inside the suite's process
+	// at upstream's fixed /var/lib/kubelet/device-plugins (the kubelet's
+	// whatever its --root-dir): they run apart, where that directory is
+	// the agent's (devicePluginDir).
+	devicePluginFiles string
 	// addons: the cluster runs hack/cluster.sh's add-ons for the agent's
 	// node (kube-proxy, CoreDNS, the API relay behind the kubernetes
 	// Service).
@@ -95,7 +101,8 @@ func (s conformanceSuite) labelFilter() string {
 
 var conformanceSuites = []conformanceSuite{
 	{
-		name: "e2e_node",
+		name:              "e2e_node",
+		devicePluginFiles: "/test/e2e_node/device_plugin_failures_test.go",
 		args: func(r *conformanceRun) []string {
 			return []string{
 				"--start-services=false", "--prepull-images=false",
@@ -463,8 +470,10 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 	suiteBin := bins.suite(s.bin())
 	// pass runs ginkgo over one selection (its filters: filter) and counts
 	// what it selected (a dry run with the filters alone) and how each
-	// spec ended; its files' names start with prefix.
-	pass := func(prefix string, filter []string) (selectedTexts map[string]bool) {
+	// spec ended; its files' names start with prefix. With plugins set,
+	// the run sees that directory at upstream's fixed device plugin
+	// directory (inDevicePluginDir).
+	pass := func(prefix string, filter []string, plugins string) (selectedTexts map[string]bool) {
 		if s.files != "" {
 			filter = append(filter, "--focus-file="+s.files)
 		}
@@ -476,6 +485,9 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 			args = append(args, suiteBin, "--")
 			args = append(args, s.args(r)...)
 			cmd := exec.Command(bins.ginkgo, args...)
+			if plugins != "" {
+				cmd = inDevicePluginDir(plugins, append([]string{bins.ginkgo}, args...)...)
+			}
 			cmd.Dir = out // e2e_node.test writes its kubelet config files to its working directory
 			cmd.Env = append(os.Environ(), "KUBECONFIG="+cp.AdminKubeconfig)
 			return cmd
@@ -551,7 +563,19 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 			focus = append(focus, "--focus="+f)
 		}
 	}
-	inSelection := pass("", append([]string{"--label-filter=" + s.labelFilter()}, focus...))
+	selection := slices.Clip(append([]string{"--label-filter=" + s.labelFilter()}, focus...))
+	first := selection
+	if s.devicePluginFiles != "" {
+		first = append(selection, "--skip-file="+s.devicePluginFiles)
+	}
+	inSelection := pass("", first, "")
+	if s.devicePluginFiles != "" {
+		// Those specs apart, where the agent's registration socket is at
+		// the fixed path their plugin dials.
+		for text := range pass("devices-", append(selection, "--focus-file="+s.devicePluginFiles), devicePluginDir(agent, r.agentRoot)) {
+			inSelection[text] = true
+		}
+	}
 	// Beside it, test/conformance/features.txt's specs whatever their
 	// labels (those only asks for), but for those the selection ran.
 	var extra []string
@@ -561,13 +585,26 @@ func runConformance(t *testing.T, bins conformanceBinaries, s conformanceSuite, 
 		}
 	}
 	if len(extra) > 0 {
-		pass("features-", extra)
+		pass("features-", extra, "")
 	}
 	res.wall = time.Since(begin)
 	if err := writeConformanceRun(out, res); err != nil {
 		t.Error(err)
 	}
 	return res
+}
+
+// devicePluginDir is where the specs of a suite's devicePluginFiles find
+// the agent's device plugin registration socket: nodelet's is in its
+// --root-dir, so they run where /var/lib/kubelet/device-plugins is
+// <root-dir>/device-plugins; the kubelet's is at that fixed path of the
+// host whatever its --root-dir (its device manager knows no other), so
+// they run beside it ("": no mount namespace).
+func devicePluginDir(agent, root string) string {
+	if agent == "kubelet" {
+		return ""
+	}
+	return filepath.Join(root, "device-plugins")
 }
 
 // conformanceAddonsUp brings up a control plane with hack/cluster.sh's
