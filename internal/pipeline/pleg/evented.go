@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -94,9 +93,8 @@ func (g *Generic) RunEvented(ctx context.Context, w Watcher, slowPeriod time.Dur
 		return
 	}
 	kick := make(chan struct{}, 1) // one pending relist request is enough
-	var streaming atomic.Bool
 	watching := make(chan struct{})
-	go func() { defer close(watching); g.watch(ctx, w, kick, &streaming, slowPeriod) }()
+	go func() { defer close(watching); g.watch(ctx, w, kick, slowPeriod) }()
 	defer func() { <-watching }() // the stream goroutine does not outlive Run
 
 	ticker := g.clk.NewTicker(g.period)
@@ -113,7 +111,7 @@ func (g *Generic) RunEvented(ctx context.Context, w Watcher, slowPeriod time.Dur
 			case <-kick:
 				waiting = false
 			case <-ticker.C():
-				waiting = !relistOnTick(streaming.Load(), g.clk.Since(lastRelist), slowPeriod)
+				waiting = !relistOnTick(g.streaming.Load(), g.clk.Since(lastRelist), slowPeriod)
 			}
 		}
 	}
@@ -121,7 +119,7 @@ func (g *Generic) RunEvented(ctx context.Context, w Watcher, slowPeriod time.Dur
 
 // watch keeps the event stream open, re-opening it with back-off after
 // failures, and gives up for good when the runtime has none.
-func (g *Generic) watch(ctx context.Context, w Watcher, kick chan<- struct{}, streaming *atomic.Bool, slowPeriod time.Duration) {
+func (g *Generic) watch(ctx context.Context, w Watcher, kick chan<- struct{}, slowPeriod time.Duration) {
 	relistNow := func() {
 		select {
 		case kick <- struct{}{}:
@@ -134,7 +132,7 @@ func (g *Generic) watch(ctx context.Context, w Watcher, kick chan<- struct{}, st
 		var upAt time.Time // set by connected, read after Watch returned
 		err := w.Watch(ctx, func() {
 			upAt = g.clk.Now()
-			streaming.Store(true)
+			g.streaming.Store(true)
 			g.observeStream(func(m StreamMetrics) { m.ObserveEventStreamConnected(); m.SetEventedPLEG(true) })
 			if wasUp {
 				g.log.Info("container event stream is back; relisting only as a safety net", "period", slowPeriod)
@@ -156,7 +154,7 @@ func (g *Generic) watch(ctx context.Context, w Watcher, kick chan<- struct{}, st
 		if err == nil {
 			err = errStreamClosed
 		}
-		up := streaming.Swap(false)
+		up := g.streaming.Swap(false)
 		g.observeStream(func(m StreamMetrics) { m.ObserveEventStreamError(); m.SetEventedPLEG(false) })
 		if up && g.clk.Since(upAt) >= watchRetryMax {
 			retry = watchRetryMin

@@ -22,6 +22,12 @@ const (
 	// RelistThreshold is how old the last successful relist may be before
 	// Healthy reports a failure (the kubelet's genericPlegRelistThreshold).
 	RelistThreshold = 3 * time.Minute
+	// EventedRelistThreshold replaces RelistThreshold while the runtime's
+	// event stream is open (the kubelet's eventedPlegRelistThreshold):
+	// then relists come with events, or every slow period as a safety
+	// net, so on a node where nothing happens the last relist is up to
+	// that period old.
+	EventedRelistThreshold = 10 * time.Minute
 	// eventCapacity is the Events buffer (the kubelet's plegChannelCapacity).
 	eventCapacity = 1000
 )
@@ -68,6 +74,8 @@ type Generic struct {
 	// lastRelist is the start time of the last successful relist, nil
 	// before the first.
 	lastRelist atomic.Pointer[time.Time]
+	// streaming: RunEvented follows the runtime's open event stream.
+	streaming atomic.Bool
 }
 
 // Option changes a Generic built by New.
@@ -183,14 +191,19 @@ func (g *Generic) LastRelist() time.Time {
 	return time.Time{}
 }
 
-// Healthy reports whether a relist succeeded within RelistThreshold.
+// Healthy reports whether a relist succeeded within RelistThreshold, or
+// EventedRelistThreshold while the event stream is open.
 func (g *Generic) Healthy() (bool, error) {
 	last := g.LastRelist()
 	if last.IsZero() {
 		return false, errors.New("pleg has yet to be successful")
 	}
-	if elapsed := g.clk.Since(last); elapsed > RelistThreshold {
-		return false, fmt.Errorf("pleg was last seen active %v ago; threshold is %v", elapsed, RelistThreshold)
+	threshold := RelistThreshold
+	if g.streaming.Load() {
+		threshold = EventedRelistThreshold
+	}
+	if elapsed := g.clk.Since(last); elapsed > threshold {
+		return false, fmt.Errorf("pleg was last seen active %v ago; threshold is %v", elapsed, threshold)
 	}
 	return true, nil
 }

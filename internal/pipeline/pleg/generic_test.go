@@ -200,6 +200,33 @@ func TestHealthy(t *testing.T) {
 	}
 }
 
+// While the runtime's event stream is open, relists come with events or
+// every slow period (5 minutes) as a safety net: a node where nothing
+// happens stays healthy up to the kubelet's evented threshold, 10
+// minutes; once the stream is gone, the 3 minutes of relisting apply.
+func TestHealthyWhileStreaming(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := &fakeLister{}
+	l.set(snapshot(), nil)
+	g := New(l, time.Second, clk, testLogger(t))
+	mustRelist(t, g)
+	g.streaming.Store(true)
+	clk.Step(5*time.Minute + time.Second)
+	if ok, err := g.Healthy(); !ok || err != nil {
+		t.Errorf("Healthy 5m1s after the last relist, the stream open = %v, %v; want true", ok, err)
+	}
+	clk.Step(5 * time.Minute)
+	if ok, err := g.Healthy(); ok || err == nil || !strings.Contains(err.Error(), "threshold is 10m0s") {
+		t.Errorf("Healthy 10m1s after the last relist, the stream open = %v, %v; want false past 10m0s", ok, err)
+	}
+	mustRelist(t, g)
+	g.streaming.Store(false)
+	clk.Step(3*time.Minute + time.Second)
+	if ok, err := g.Healthy(); ok || err == nil || !strings.Contains(err.Error(), "threshold is 3m0s") {
+		t.Errorf("Healthy 3m1s after the last relist, no stream = %v, %v; want false past 3m0s", ok, err)
+	}
+}
+
 func TestEventsFullDropsAndCounts(t *testing.T) {
 	l := &fakeLister{}
 	l.set(snapshot(podOf("a", ctr("c1", running), ctr("c2", running), ctr("c3", running))), nil)
