@@ -432,14 +432,16 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		Node:         node,
 		Pressure:     p.evict.Conditions,
 		ShuttingDown: p.shutdown.ShuttingDown,
-		Allocator:    p.cpus,
-		Clock:        clk,
-		Log:          log,
+		// The kubelet's order of providers: devices, then CPUs.
+		Allocators:          []syncloop.Allocator{p.devices, p.cpus},
+		ExtendedAllocatable: p.devices.AdmissionAllocatable,
+		Clock:               clk,
+		Log:                 log,
 	})
 
 	// The pod-resources API, for monitoring agents.
 	p.podResources = podresourcesapi.New(podresourcesapi.Options{Dir: filepath.Join(cfg.RootDir, "pod-resources")},
-		podresourcesapi.Deps{Pods: p.hk, Providers: podresourcesapi.Providers{Devices: p.devices}, Log: log, Metrics: reg})
+		podresourcesapi.Deps{Pods: p.hk, Providers: podresourcesapi.Providers{Devices: p.devices, CPUs: p.cpus}, Log: log, Metrics: reg})
 
 	// The kubelet API.
 	relist := p.pleg

@@ -139,7 +139,8 @@ func (m *Manager) restore() error {
 // containers first), as the kubelet's resource-allocating admit handler:
 // a pod that cannot have them is refused with the kubelet's reason
 // (TopologyAffinityError, UnexpectedAdmissionError) and holds nothing.
-func (m *Manager) Admit(pod *v1.Pod) (ok bool, reason, message string) {
+// It calls nobody: ctx is the admission's, which the device manager needs.
+func (m *Manager) Admit(_ context.Context, pod *v1.Pod) (ok bool, reason, message string) {
 	err := m.Allocate(pod)
 	if err == nil {
 		return true, "", ""

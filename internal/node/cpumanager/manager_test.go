@@ -41,7 +41,7 @@ func TestAdmitAllocatesAndRestartKeepsIt(t *testing.T) {
 	if got := m.ContainerCPUs("p1", "a"); got != "0-1" {
 		t.Errorf("before: shared pool %q, want 0-1", got)
 	}
-	if ok, reason, msg := m.Admit(guaranteed("p1", "1", "100m")); !ok {
+	if ok, reason, msg := m.Admit(t.Context(), guaranteed("p1", "1", "100m")); !ok {
 		t.Fatalf("refused: %s %s", reason, msg)
 	}
 	if got := m.ContainerCPUs("p1", "a"); got != "1" {
@@ -60,7 +60,7 @@ func TestAdmitAllocatesAndRestartKeepsIt(t *testing.T) {
 		t.Errorf("AllocatableCPUs %v", got)
 	}
 	// A second pod finds no CPU: the kubelet's reason, nothing held.
-	ok, reason, msg := m.Admit(guaranteed("p2", "1"))
+	ok, reason, msg := m.Admit(t.Context(), guaranteed("p2", "1"))
 	if ok || reason != ReasonUnexpectedAdmission || msg != "Allocate failed due to not enough cpus available to satisfy request: requested=1, available=0, which is unexpected" {
 		t.Errorf("second pod: %v %q %q", ok, reason, msg)
 	}
@@ -81,7 +81,7 @@ func TestAdmitAllocatesAndRestartKeepsIt(t *testing.T) {
 	if err := m2.RemovePod("p1"); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, _ := m2.Admit(guaranteed("p2", "1")); !ok || m2.ContainerCPUs("p2", "a") != "1" {
+	if ok, _, _ := m2.Admit(t.Context(), guaranteed("p2", "1")); !ok || m2.ContainerCPUs("p2", "a") != "1" {
 		t.Errorf("after the first pod went: %v %q", ok, m2.ContainerCPUs("p2", "a"))
 	}
 }
@@ -92,7 +92,7 @@ func TestAdmitRollsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, _ := m.Admit(guaranteed("p", "2", "2")); ok {
+	if ok, _, _ := m.Admit(t.Context(), guaranteed("p", "2", "2")); ok {
 		t.Fatal("admitted 4 CPUs of 3")
 	}
 	if got := m.ContainerCPUs("other", "x"); got != "0-3" || len(m.Pods()) != 0 {
@@ -107,11 +107,11 @@ func TestSingleNUMANodeRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ok, reason, msg := m.Admit(guaranteed("p", "3"))
+	ok, reason, msg := m.Admit(t.Context(), guaranteed("p", "3"))
 	if ok || reason != "TopologyAffinityError" || msg != "Resources cannot be allocated with Topology locality" {
 		t.Errorf("3 CPUs over 2 NUMA nodes: %v %q %q", ok, reason, msg)
 	}
-	if ok, _, _ := m.Admit(guaranteed("q", "2")); !ok || m.ContainerCPUs("q", "a") != "2-3" {
+	if ok, _, _ := m.Admit(t.Context(), guaranteed("q", "2")); !ok || m.ContainerCPUs("q", "a") != "2-3" {
 		t.Errorf("2 CPUs of node 1: %v %q", ok, m.ContainerCPUs("q", "a"))
 	}
 }
@@ -184,7 +184,7 @@ func TestNonePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, _, _ := m.Admit(guaranteed("p", "64")); !ok || m.ContainerCPUs("p", "a") != "" || m.AllocatableCPUs() != nil {
+	if ok, _, _ := m.Admit(t.Context(), guaranteed("p", "64")); !ok || m.ContainerCPUs("p", "a") != "" || m.AllocatableCPUs() != nil {
 		t.Errorf("none policy: %v %q", ok, m.ContainerCPUs("p", "a"))
 	}
 }
@@ -224,7 +224,7 @@ func TestReconcile(t *testing.T) {
 	if rt.updates["c1"] != "0-1" || len(rt.updates) != 1 {
 		t.Fatalf("first pass %v", rt.updates)
 	}
-	if ok, _, _ := m.Admit(guaranteed("p", "1")); !ok {
+	if ok, _, _ := m.Admit(t.Context(), guaranteed("p", "1")); !ok {
 		t.Fatal("refused")
 	}
 	rt.containers = append(rt.containers, running("c2", "p", "a"))
@@ -272,7 +272,7 @@ func BenchmarkAdmitAndRemove(b *testing.B) {
 	}
 	pod := guaranteed("p", "4", "100m")
 	for b.Loop() {
-		if ok, reason, msg := m.Admit(pod); !ok {
+		if ok, reason, msg := m.Admit(b.Context(), pod); !ok {
 			b.Fatal(reason, msg)
 		}
 		if err := m.RemovePod(pod.UID); err != nil {

@@ -399,3 +399,28 @@ func TestLongPluginSocketPath(t *testing.T) {
 		t.Errorf("Allocate over the long socket path: %v", err)
 	}
 }
+
+// As an admission allocator the manager refuses a pod it cannot give
+// devices with the kubelet's reason and message, and RemovePod frees what
+// a pod admitted here holds.
+func TestAdmitAndRemovePod(t *testing.T) {
+	h, _ := startWithPlugin(t, t.TempDir(), newClock(), nil, map[string]string{"d0": pluginapi.Healthy, "d1": pluginapi.Unhealthy})
+	ctx := context.Background()
+	ok, reason, message := h.m.Admit(ctx, podWith("uid-1", map[string]int64{res: 2}))
+	if ok || reason != ReasonUnexpectedAdmissionError ||
+		message != "Allocate failed due to requested number of devices unavailable for example.com/fake. Requested: 2, Available: 1, which is unexpected" {
+		t.Errorf("Admit of two devices with one healthy: %v %q %q", ok, reason, message)
+	}
+	if ok, reason, message := h.m.Admit(ctx, podWith("uid-2", map[string]int64{res: 1})); !ok {
+		t.Fatalf("Admit of one device: %q %q", reason, message)
+	}
+	if ok, _, _ := h.m.Admit(ctx, podWith("uid-3", map[string]int64{res: 1})); ok {
+		t.Error("admitted a pod to a device another pod holds")
+	}
+	if err := h.m.RemovePod("uid-2"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, reason, message := h.m.Admit(ctx, podWith("uid-3", map[string]int64{res: 1})); !ok {
+		t.Errorf("Admit after the holder was removed: %q %q", reason, message)
+	}
+}

@@ -7,6 +7,7 @@ package syncloop
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -46,13 +47,14 @@ type Recorder interface {
 	Event(pod *v1.Pod, eventType, reason, message string)
 }
 
-// Allocator allocates what a new pod holds of the node's resources, as
-// the kubelet's resource-allocating admit handler (the topology manager
-// over the CPU manager): ok false refuses the pod with the kubelet's
-// reason (TopologyAffinityError, UnexpectedAdmissionError) and it holds
-// nothing. RemovePod gives back what a pod refused after it holds.
+// Allocator allocates what a new pod holds of one kind of the node's
+// resources, as a provider under the kubelet's resource-allocating admit
+// handler (the topology manager over the device, CPU and memory
+// managers): ok false refuses the pod with the kubelet's reason
+// (TopologyAffinityError, UnexpectedAdmissionError). RemovePod gives back
+// what a refused pod holds, also what a refusing allocator gave part-way.
 type Allocator interface {
-	Admit(pod *v1.Pod) (ok bool, reason, message string)
+	Admit(ctx context.Context, pod *v1.Pod) (ok bool, reason, message string)
 	RemovePod(uid types.UID) error
 }
 
@@ -98,9 +100,16 @@ type Deps struct {
 	// ShuttingDown, when set, says whether the node is shutting down:
 	// admission then refuses every new pod (shutdown.Manager).
 	ShuttingDown func() bool
-	// Allocator, when set, allocates a pod that admission let in
-	// (cpumanager.Manager); the pods it refuses are rejected too.
-	Allocator Allocator
+	// Allocators allocate a pod that admission's first checks let in, in
+	// the kubelet's order of providers (devicemanager.Manager, then
+	// cpumanager.Manager); a pod one of them refuses is rejected with its
+	// reason.
+	Allocators []Allocator
+	// ExtendedAllocatable, when set, is what the pods' extended resources
+	// are counted against once the pod is allocated (the device manager's
+	// AdmissionAllocatable, as the kubelet's predicate counts them against
+	// the Node's allocatable its device manager sanitised).
+	ExtendedAllocatable func() v1.ResourceList
 }
 
 // Inputs are the channels the loop selects over.
@@ -158,7 +167,7 @@ func (l *Loop) iterate(ctx context.Context, in Inputs, resync, housekeeping <-ch
 			l.log.Error("config update channel closed; sync loop exits")
 			return false
 		}
-		l.handleConfig(u)
+		l.handleConfig(ctx, u)
 	case e := <-in.PLEG:
 		if l.news(e) {
 			l.syncUID(e.PodUID, e.ObservedAt)
@@ -211,11 +220,11 @@ func (l *Loop) syncAll(reason podupdate.Reason) {
 	}
 }
 
-func (l *Loop) handleConfig(u podconfig.PodUpdate) {
+func (l *Loop) handleConfig(ctx context.Context, u podconfig.PodUpdate) {
 	switch u.Op {
 	case podupdate.Add:
 		for _, pod := range u.Pods {
-			l.add(pod)
+			l.add(ctx, pod)
 		}
 	case podupdate.Update:
 		for _, pod := range u.Pods {
@@ -247,7 +256,7 @@ func (l *Loop) handleConfig(u podconfig.PodUpdate) {
 
 // add admits a new pod against the pods already admitted, as the kubelet's
 // HandlePodAdditions does, and dispatches it.
-func (l *Loop) add(pod *v1.Pod) {
+func (l *Loop) add(ctx context.Context, pod *v1.Pod) {
 	l.pods[pod.UID] = pod
 	var active []*v1.Pod
 	for uid, p := range l.pods {
@@ -263,7 +272,7 @@ func (l *Loop) add(pod *v1.Pod) {
 		node.Pressure = l.deps.Pressure()
 	}
 	node.ShuttingDown = l.deps.ShuttingDown != nil && l.deps.ShuttingDown()
-	r := l.admit(pod, active, node)
+	r := l.admit(ctx, pod, active, node)
 	if !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
@@ -276,27 +285,46 @@ func (l *Loop) add(pod *v1.Pod) {
 	l.sync(pod, podupdate.Add)
 }
 
-// admit runs admission around the allocation, in the kubelet's order of
-// admit handlers; a pod refused after its allocation gives it back at
-// once (the kubelet's CPU manager would keep it until its next stale
-// state clean-up).
-func (l *Loop) admit(pod *v1.Pod, active []*v1.Pod, node admission.Node) admission.Result {
-	r := admission.BeforeAllocation(pod, node)
-	if !r.Admit || l.deps.Allocator == nil {
-		if r.Admit {
-			r = admission.AfterAllocation(pod, active, node)
+// admit runs admission around the allocations, in the kubelet's order of
+// admit handlers: the checks before, each allocator in turn, the
+// predicates after. A pod refused on the way gives back at once what the
+// allocators gave it (the kubelet's managers would keep it until their
+// next clean-up of stale state).
+func (l *Loop) admit(ctx context.Context, pod *v1.Pod, active []*v1.Pod, node admission.Node) admission.Result {
+	if r := admission.BeforeAllocation(pod, node); !r.Admit {
+		return r
+	}
+	for i, a := range l.deps.Allocators {
+		if ok, reason, message := a.Admit(ctx, pod); !ok {
+			l.giveBack(pod, l.deps.Allocators[:i+1])
+			return admission.Result{Reason: reason, Message: message}
 		}
-		return r
 	}
-	if r.Admit, r.Reason, r.Message = l.deps.Allocator.Admit(pod); !r.Admit {
-		return r
+	if l.deps.ExtendedAllocatable != nil {
+		node.Allocatable = withResources(node.Allocatable, l.deps.ExtendedAllocatable())
 	}
-	if r = admission.AfterAllocation(pod, active, node); !r.Admit {
-		if err := l.deps.Allocator.RemovePod(pod.UID); err != nil {
+	r := admission.AfterAllocation(pod, active, node)
+	if !r.Admit {
+		l.giveBack(pod, l.deps.Allocators)
+	}
+	return r
+}
+
+// giveBack has allocators free what they hold for a refused pod.
+func (l *Loop) giveBack(pod *v1.Pod, allocators []Allocator) {
+	for _, a := range allocators {
+		if err := a.RemovePod(pod.UID); err != nil {
 			l.log.Error("cannot give back a refused pod's resources", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 		}
 	}
-	return r
+}
+
+// withResources is base with extra's resources added (a copy).
+func withResources(base, extra v1.ResourceList) v1.ResourceList {
+	out := make(v1.ResourceList, len(base)+len(extra))
+	maps.Copy(out, base)
+	maps.Copy(out, extra)
+	return out
 }
 
 // syncUID syncs a desired, admitted pod for an event found by a look at

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -189,16 +191,28 @@ func TestAdmissionWhileShuttingDown(t *testing.T) {
 	}
 }
 
-type allocator struct{ asked, removed []string }
+// allocator refuses the pod named refuse; calls, when set, is told every
+// call, after name.
+type allocator struct {
+	name, refuse   string
+	asked, removed []string
+	calls          *[]string
+}
 
 func (a *allocator) RemovePod(uid types.UID) error {
 	a.removed = append(a.removed, string(uid))
+	if a.calls != nil {
+		*a.calls = append(*a.calls, a.name+" remove "+string(uid))
+	}
 	return nil
 }
 
-func (a *allocator) Admit(p *v1.Pod) (bool, string, string) {
+func (a *allocator) Admit(_ context.Context, p *v1.Pod) (bool, string, string) {
 	a.asked = append(a.asked, p.Name)
-	if p.Name == "big" {
+	if a.calls != nil {
+		*a.calls = append(*a.calls, a.name+" admit "+p.Name)
+	}
+	if p.Name == a.refuse {
 		return false, "UnexpectedAdmissionError", "Allocate failed due to not enough cpus available to satisfy request: requested=2, available=1, which is unexpected"
 	}
 	return true, "", ""
@@ -211,8 +225,8 @@ func (a *allocator) Admit(p *v1.Pod) (bool, string, string) {
 func TestAllocatorRefuses(t *testing.T) {
 	h := newHarness(10)
 	h.loop.opts.Node.MaxPods = 2
-	alloc := &allocator{}
-	h.loop.deps.Allocator = alloc
+	alloc := &allocator{refuse: "big"}
+	h.loop.deps.Allocators = []Allocator{alloc}
 	down := false
 	h.loop.deps.ShuttingDown = func() bool { return down }
 	many := pod("many")
@@ -229,7 +243,44 @@ func TestAllocatorRefuses(t *testing.T) {
 	if got := strings.Join(alloc.asked, ","); got != "a,big,b,many" {
 		t.Errorf("allocator asked for %s, want a,big,b,many (not a pod refused before)", got)
 	}
-	if got := strings.Join(alloc.removed, ","); got != "uid-many" {
-		t.Errorf("given back %s, want uid-many", got)
+	if got := strings.Join(alloc.removed, ","); got != "uid-big,uid-many" {
+		t.Errorf("given back %s, want uid-big (what it gave part-way), uid-many", got)
+	}
+}
+
+// The allocators go in their order (the kubelet's: devices, then CPUs);
+// one that refuses stops the rest, and it and those before it give back
+// what they gave. After them the pod's extended resources are counted
+// against what ExtendedAllocatable says (the healthy devices, never fewer
+// than pods hold), with the kubelet's OutOf<resource>; a pod so refused
+// gives back everything.
+func TestAllocatorsInOrder(t *testing.T) {
+	gpus := func(p *v1.Pod, n string) *v1.Pod {
+		p.Spec.Containers[0].Resources.Requests = v1.ResourceList{"example.com/gpu": resource.MustParse(n)}
+		return p
+	}
+	h := newHarness(10)
+	var calls []string
+	devices := &allocator{name: "devices", refuse: "nodevice", calls: &calls}
+	cpus := &allocator{name: "cpus", refuse: "nocpu", calls: &calls}
+	h.loop.deps.Allocators = []Allocator{devices, cpus}
+	h.loop.deps.ExtendedAllocatable = func() v1.ResourceList {
+		return v1.ResourceList{"example.com/gpu": resource.MustParse("2")}
+	}
+	h.step(t, func() {
+		h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{gpus(pod("a"), "1"), pod("nodevice"), pod("nocpu"), gpus(pod("big"), "2")}}
+	})
+	want := "ADD a\nreject nodevice UnexpectedAdmissionError\nreject nocpu UnexpectedAdmissionError\nreject big OutOfexample.com/gpu"
+	if got := strings.Join(h.rec.calls, "\n"); got != want {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
+	}
+	wantCalls := []string{
+		"devices admit a", "cpus admit a",
+		"devices admit nodevice", "devices remove uid-nodevice",
+		"devices admit nocpu", "cpus admit nocpu", "devices remove uid-nocpu", "cpus remove uid-nocpu",
+		"devices admit big", "cpus admit big", "devices remove uid-big", "cpus remove uid-big",
+	}
+	if !slices.Equal(calls, wantCalls) {
+		t.Errorf("allocator calls:\n%s\nwant:\n%s", strings.Join(calls, "\n"), strings.Join(wantCalls, "\n"))
 	}
 }
