@@ -9,8 +9,10 @@ import (
 // Resources are one container's CPU and memory as the runtime is given
 // them: CPU in milliCPU, memory in bytes, 0 for unset.
 type Resources struct {
-	CPURequest, CPULimit int64
-	MemRequest, MemLimit int64
+	CPURequest int64 `json:"cpuRequest,omitempty"`
+	CPULimit   int64 `json:"cpuLimit,omitempty"`
+	MemRequest int64 `json:"memoryRequest,omitempty"`
+	MemLimit   int64 `json:"memoryLimit,omitempty"`
 }
 
 // ResourcesOf reads r (limits missing from r stay 0; requests are as
