@@ -192,6 +192,9 @@ func (m *Manager) containerDetails(ctx context.Context, c *runtimeapi.Container)
 	oc.FinishedAt = nanos(s.GetFinishedAt())
 	oc.ExitCode = s.GetExitCode()
 	oc.Reason, oc.Message = s.GetReason(), s.GetMessage()
+	if l := s.GetResources().GetLinux(); l != nil {
+		oc.Resources = &observed.Resources{CPUShares: l.CpuShares, CPUQuota: l.CpuQuota, CPUPeriod: l.CpuPeriod, MemoryLimit: l.MemoryLimitInBytes}
+	}
 	if oc.State == observed.ContainerExited {
 		uid := types.UID(c.Labels[podspec.LabelPodUID])
 		oc.Message = withTerminationMessage(oc.Message, m.terminationMessage(ctx, uid, oc.Name, c.Annotations, s))

@@ -74,3 +74,31 @@ func TestObserveAsksStatusOncePerObject(t *testing.T) {
 		t.Errorf("app after it stopped: %+v", c)
 	}
 }
+
+// TestObserveReadsResources: what the runtime reports a container runs
+// with (ContainerStatus.resources.linux) is observed, for the status's
+// containerStatuses[].resources.
+func TestObserveReadsResources(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	pod := testPod()
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	app := containerByName(f, "app")
+	f.rs.Lock()
+	app.State = runtimeapi.ContainerState_CONTAINER_EXITED // asked about again
+	app.Resources = &runtimeapi.ContainerResources{Linux: &runtimeapi.LinuxContainerResources{
+		CpuShares: 102, CpuQuota: 20000, CpuPeriod: 100000, MemoryLimitInBytes: 128 << 20,
+	}}
+	f.rs.Unlock()
+	got, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := got.Newest("app")
+	want := observed.Resources{CPUShares: 102, CPUQuota: 20000, CPUPeriod: 100000, MemoryLimit: 128 << 20}
+	if c == nil || c.Resources == nil || *c.Resources != want {
+		t.Fatalf("app: %+v, want resources %+v", c, want)
+	}
+}

@@ -95,6 +95,17 @@ type Container struct {
 	// GracePeriod recorded at creation, used when nodelet must kill a
 	// container whose pod spec it no longer has.
 	GracePeriod time.Duration
+	// Resources are what the runtime reports the container runs with
+	// (ContainerStatus.resources.linux); nil when it reports none.
+	Resources *Resources
+}
+
+// Resources are a container's CPU and memory as the runtime reports them:
+// cpu.shares, the CFS quota and period (quota -1: none) and the memory
+// limit in bytes; 0 for not reported.
+type Resources struct {
+	CPUShares, CPUQuota, CPUPeriod int64
+	MemoryLimit                    int64
 }
 
 // Newest returns the newest instance of the named container, or nil.

@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/internal/pure/observed"
 	"github.com/nodelet/nodelet/internal/pure/plan"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 // Reasons nodelet reports, as the kubelet spells them.
@@ -110,6 +111,21 @@ type Facts struct {
 	// recursive read-only mounts: the containers' volumeMounts statuses
 	// are resolved with it (podspec.VolumeMountStatuses).
 	RecursiveReadOnlyMounts bool
+	// Resources are what the node allocated to the pod and actuated
+	// (in-place resize). When set, every container with a runtime
+	// instance reports resources and allocatedResources, which is what
+	// the API server checks before it accepts a resize; nil reports
+	// neither, and the API server refuses to resize the pod.
+	Resources *Resources
+	// ResizeConditions are PodResizePending and PodResizeInProgress as
+	// they stand (resize.Conditions.List), appended as they are.
+	ResizeConditions []v1.PodCondition
+}
+
+// Resources are a pod's allocation and what its containers were given.
+type Resources struct {
+	Allocation resize.Allocation
+	Actuated   map[string]resize.Resources
 }
 
 // Generate computes the pod's API status from f.
@@ -231,6 +247,10 @@ func Generate(f Facts) v1.PodStatus {
 				c.LastTransitionTime = old.LastTransitionTime
 			}
 		}
+	}
+
+	for _, c := range f.ResizeConditions {
+		s.Conditions = append(s.Conditions, *c.DeepCopy())
 	}
 
 	if f.HostIP != "" {
@@ -394,6 +414,7 @@ func (g *generator) containerStatuses(specs []v1.Container, previous []v1.Contai
 			mounts := st.VolumeMounts // a terminated container's stay as they were
 			st = g.convert(spec, instances[0], prev)
 			st.VolumeMounts = mounts
+			g.resources(spec, &st, instances[0], prev)
 			if len(instances) > 1 {
 				st.LastTerminationState = g.convert(spec, instances[1], prev).State
 			}
@@ -445,6 +466,26 @@ func (g *generator) ephemeralStatuses(previous []v1.ContainerStatus) []v1.Contai
 		return strings.Compare(a.Name, b.Name)
 	})
 	return out
+}
+
+// resources sets a container status's resources and allocatedResources,
+// as the kubelet's convertToAPIContainerStatuses, when the pod's
+// allocation is known.
+func (g *generator) resources(spec *v1.Container, st *v1.ContainerStatus, c *observed.Container, prev *v1.ContainerStatus) {
+	r := g.f.Resources
+	if r == nil {
+		return
+	}
+	alloc, ok := r.Allocation.Containers[spec.Name]
+	if !ok {
+		alloc = spec.Resources
+	}
+	var actuated *resize.Resources
+	if a, ok := r.Actuated[spec.Name]; ok {
+		actuated = &a
+	}
+	st.Resources = resize.StatusResources(alloc, c, actuated, prev, st.ContainerID)
+	st.AllocatedResources = alloc.DeepCopy().Requests
 }
 
 // convert turns one runtime instance into a container status.
