@@ -52,3 +52,17 @@ func TestConditions(t *testing.T) {
 		t.Errorf("Failed without a resize in progress: generation %d, want 7", f.InProgress.ObservedGeneration)
 	}
 }
+
+func TestEventMessages(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Generation: 3}, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c1"}}}}
+	for got, want := range map[string]string{
+		resize.StartedMessage(pod):                                  `Pod resize started: {"containers":[{"name":"c1","resources":{}}],"generation":3}`,
+		resize.PendingMessage(pod, v1.PodReasonDeferred, "no room"): `Pod resize Deferred: {"containers":[{"name":"c1","resources":{}}],"generation":3,"error":"no room"}`,
+		resize.ErrorMessage(pod, "boom"):                            `Pod resize error: {"containers":[{"name":"c1","resources":{}}],"generation":3,"error":"boom"}`,
+		resize.CompletedMessage(pod):                                `Pod resize completed: {"containers":[{"name":"c1","resources":{}}],"generation":3}`,
+	} {
+		if got != want {
+			t.Errorf("got  %s\nwant %s", got, want)
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package allocation
+
+import (
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	"github.com/nodelet/nodelet/internal/pure/resize"
+	"github.com/nodelet/nodelet/internal/pure/status"
+)
+
+// Recorder records an event about a pod (events.Recorder).
+type Recorder interface {
+	Event(pod *v1.Pod, eventType, reason, message string)
+}
+
+// Manager is the kubelet's allocation manager over a Store: it records
+// what an admitted pod is allocated, decides each resize asked for
+// (resize.Admit), keeps the pod's resize conditions and records the
+// kubelet's resize events. Every stage after the sync loop sees a pod
+// with its allocated resources (Allocated), never the desired ones.
+type Manager struct {
+	store  *Store
+	clock  clock.PassiveClock
+	events Recorder
+
+	mu         sync.Mutex
+	conditions map[types.UID]resize.Conditions
+}
+
+// NewManager manages allocations in store.
+func NewManager(store *Store, clk clock.PassiveClock, events Recorder) *Manager {
+	return &Manager{store: store, clock: clk, events: events, conditions: map[types.UID]resize.Conditions{}}
+}
+
+// Admitted records the allocation of a pod admission let in: its spec as
+// it stands, unless the pod already has one (a restarted nodelet keeps
+// what it had allocated, and a resize pending then stays pending).
+func (m *Manager) Admitted(pod *v1.Pod) error {
+	return m.store.Update(pod.UID, func(r Record, ok bool) (Record, error) {
+		if ok {
+			return r, nil
+		}
+		return Record{Allocated: resize.AllocationOf(pod)}, nil
+	})
+}
+
+// Allocated is pod with its allocated resources (pod itself without an
+// allocation).
+func (m *Manager) Allocated(pod *v1.Pod) *v1.Pod {
+	r, ok := m.store.Get(pod.UID)
+	if !ok {
+		return pod
+	}
+	out, _ := resize.Allocate(pod, r.Allocated)
+	return out
+}
+
+// Resize decides the resize pod asks for against others (the other active
+// pods, as their sources have them) and node, as the kubelet's
+// handlePodResourcesResize: an accepted resize becomes the allocation
+// (PodResizePending goes, PodResizeInProgress starts at the pod's
+// generation, a ResizeStarted event), a pending one sets PodResizePending
+// (an event when its reason or generation changed), none clears it. It
+// returns the pod as allocated after the decision.
+func (m *Manager) Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node) (*v1.Pod, error) {
+	r, ok := m.store.Get(pod.UID)
+	if !ok {
+		return pod, nil
+	}
+	allocated := make([]*v1.Pod, 0, len(others))
+	for _, o := range others {
+		if o.UID != pod.UID {
+			allocated = append(allocated, m.Allocated(o))
+		}
+	}
+	d := resize.Admit(pod, r.Allocated, allocated, node)
+	now := metav1.NewTime(m.clock.Now())
+	switch d.Verdict {
+	case resize.Unchanged:
+		m.update(pod.UID, func(c resize.Conditions) resize.Conditions { return c.ClearPending() })
+		return m.Allocated(pod), nil
+	case resize.Accepted:
+		err := m.store.Update(pod.UID, func(r Record, _ bool) (Record, error) {
+			r.Allocated = resize.AllocationOf(pod)
+			return r, nil
+		})
+		if err != nil {
+			return m.Allocated(pod), fmt.Errorf("record the resize of %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		m.update(pod.UID, func(c resize.Conditions) resize.Conditions { return c.Start(pod.Generation, now) })
+		m.events.Event(pod, v1.EventTypeNormal, resize.EventResizeStarted, resize.StartedMessage(pod))
+		return pod, nil
+	}
+	var changed bool
+	m.update(pod.UID, func(c resize.Conditions) resize.Conditions {
+		c, changed = c.SetPending(d.Verdict.String(), d.Message, pod.Generation, now)
+		return c
+	})
+	if changed {
+		reason := resize.EventResizeDeferred
+		if d.Verdict == resize.Infeasible {
+			reason = resize.EventResizeInfeasible
+		}
+		m.events.Event(pod, v1.EventTypeWarning, reason, resize.PendingMessage(pod, d.Verdict.String(), d.Message))
+	}
+	return m.Allocated(pod), nil
+}
+
+// Actuated records what container of pod uid was given (at its creation,
+// or by UpdateContainerResources).
+func (m *Manager) Actuated(uid types.UID, container string, res resize.Resources) error {
+	return m.store.Update(uid, func(r Record, _ bool) (Record, error) {
+		if r.Actuated == nil {
+			r.Actuated = map[string]resize.Resources{}
+		}
+		r.Actuated[container] = res
+		return r, nil
+	})
+}
+
+// Failed records an actuation error on PodResizeInProgress and a
+// ResizeError event.
+func (m *Manager) Failed(pod *v1.Pod, err error) {
+	now := metav1.NewTime(m.clock.Now())
+	m.update(pod.UID, func(c resize.Conditions) resize.Conditions { return c.Failed(err.Error(), pod.Generation, now) })
+	m.events.Event(pod, v1.EventTypeWarning, resize.EventResizeError, resize.ErrorMessage(pod, err.Error()))
+}
+
+// Done records that everything allocated is actuated: PodResizeInProgress
+// goes, with a ResizeCompleted event if it was there.
+func (m *Manager) Done(pod *v1.Pod) {
+	var was bool
+	m.update(pod.UID, func(c resize.Conditions) resize.Conditions {
+		was = c.InProgress != nil
+		return c.Done()
+	})
+	if was {
+		m.events.Event(pod, v1.EventTypeNormal, resize.EventResizeCompleted, resize.CompletedMessage(pod))
+	}
+}
+
+// Status is what the pod's status reports of its allocation (nil without
+// one) and its resize conditions.
+func (m *Manager) Status(uid types.UID) (*status.Resources, []v1.PodCondition) {
+	m.mu.Lock()
+	conds := m.conditions[uid].List()
+	m.mu.Unlock()
+	r, ok := m.store.Get(uid)
+	if !ok {
+		return nil, conds
+	}
+	return &status.Resources{Allocation: r.Allocated, Actuated: r.Actuated}, conds
+}
+
+// Forget drops everything of pods keep says no to (terminated, or no
+// longer known): the kubelet's RemovePod and RemoveOrphanedPods.
+func (m *Manager) Forget(keep func(types.UID) bool) error {
+	m.mu.Lock()
+	for uid := range m.conditions {
+		if !keep(uid) {
+			delete(m.conditions, uid)
+		}
+	}
+	m.mu.Unlock()
+	return m.store.Retain(keep)
+}
+
+func (m *Manager) update(uid types.UID, fn func(resize.Conditions) resize.Conditions) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := fn(m.conditions[uid])
+	if c.Pending == nil && c.InProgress == nil {
+		delete(m.conditions, uid)
+		return
+	}
+	m.conditions[uid] = c
+}

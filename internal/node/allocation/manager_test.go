@@ -1,0 +1,204 @@
+package allocation_test
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodelet/nodelet/internal/node/allocation"
+	"github.com/nodelet/nodelet/internal/pure/admission"
+	"github.com/nodelet/nodelet/internal/pure/resize"
+)
+
+type recorded struct{ kind, reason, message string }
+
+type fakeRecorder struct{ events []recorded }
+
+func (f *fakeRecorder) Event(_ *v1.Pod, kind, reason, message string) {
+	f.events = append(f.events, recorded{kind, reason, message})
+}
+
+func (f *fakeRecorder) take() string {
+	var out []string
+	for _, e := range f.events {
+		out = append(out, e.kind+" "+e.reason)
+	}
+	f.events = nil
+	return strings.Join(out, ",")
+}
+
+func podWithCPU(uid types.UID, cpu string, generation int64) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: string(uid), Namespace: "ns", UID: uid, Generation: generation},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c1", Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)},
+		}}}},
+	}
+}
+
+func cpuRequest(p *v1.Pod) string {
+	q := p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU]
+	return q.String()
+}
+
+func TestManagerResize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), allocation.FileName)
+	store, err := allocation.Open(path, logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	rec := &fakeRecorder{}
+	m := allocation.NewManager(store, clk, rec)
+	node := resize.Node{Admission: admission.Node{MaxPods: 110, Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}}}
+
+	pod := podWithCPU("a", "200m", 1)
+	other := podWithCPU("b", "600m", 1)
+	for _, p := range []*v1.Pod{pod, other} {
+		if err := m.Admitted(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// 500m does not fit beside b's 600m: Deferred, allocation unchanged.
+	want := podWithCPU("a", "500m", 2)
+	got, err := m.Resize(want, []*v1.Pod{other, want}, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpuRequest(got) != "200m" {
+		t.Errorf("deferred resize: allocated cpu %s, want 200m", cpuRequest(got))
+	}
+	if ev := rec.take(); ev != "Warning ResizeDeferred" {
+		t.Errorf("events %q, want one ResizeDeferred", ev)
+	}
+	res, conds := m.Status("a")
+	if len(conds) != 1 || conds[0].Type != v1.PodResizePending || conds[0].Reason != v1.PodReasonDeferred ||
+		conds[0].ObservedGeneration != 2 || !strings.Contains(conds[0].Message, "Node didn't have enough resource: cpu") {
+		t.Errorf("conditions %+v, want PodResizePending Deferred at generation 2", conds)
+	}
+	if q := res.Allocation.Containers["c1"].Requests[v1.ResourceCPU]; q.String() != "200m" {
+		t.Errorf("status allocation cpu %s, want 200m", q.String())
+	}
+	// Tried again unchanged: no second event.
+	if _, err := m.Resize(want, []*v1.Pod{other}, node); err != nil {
+		t.Fatal(err)
+	}
+	if ev := rec.take(); ev != "" {
+		t.Errorf("retry with nothing new recorded %q", ev)
+	}
+
+	// b shrinks (its own resize accepted): a's now fits.
+	smaller := podWithCPU("b", "100m", 2)
+	if _, err := m.Resize(smaller, []*v1.Pod{pod}, node); err != nil {
+		t.Fatal(err)
+	}
+	rec.take()
+	got, err = m.Resize(want, []*v1.Pod{other}, node) // the source still has b's old spec: its allocation counts
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpuRequest(got) != "500m" || cpuRequest(m.Allocated(want)) != "500m" {
+		t.Errorf("accepted resize: allocated cpu %s, want 500m", cpuRequest(got))
+	}
+	if ev := rec.take(); ev != "Normal ResizeStarted" {
+		t.Errorf("events %q, want ResizeStarted", ev)
+	}
+	_, conds = m.Status("a")
+	if len(conds) != 1 || conds[0].Type != v1.PodResizeInProgress || conds[0].ObservedGeneration != 2 {
+		t.Errorf("conditions %+v, want only PodResizeInProgress at generation 2", conds)
+	}
+
+	m.Failed(want, errors.New("cannot decrease memory limits: ..."))
+	_, conds = m.Status("a")
+	if len(conds) != 1 || conds[0].Reason != v1.PodReasonError {
+		t.Errorf("after Failed: %+v, want InProgress with reason Error", conds)
+	}
+	if err := m.Actuated("a", "c1", resize.Resources{CPURequest: 500}); err != nil {
+		t.Fatal(err)
+	}
+	m.Done(want)
+	if ev := rec.take(); ev != "Warning ResizeError,Normal ResizeCompleted" {
+		t.Errorf("events %q, want ResizeError then ResizeCompleted", ev)
+	}
+	if _, conds = m.Status("a"); len(conds) != 0 {
+		t.Errorf("after Done: %+v, want none", conds)
+	}
+	m.Done(want)
+	if ev := rec.take(); ev != "" {
+		t.Errorf("Done with nothing in progress recorded %q", ev)
+	}
+
+	// nodelet restarts: the allocation is still the accepted one, and
+	// Admitted does not replace it with a spec that asks for more.
+	again, err := allocation.Open(path, logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := allocation.NewManager(again, clk, rec)
+	asking := podWithCPU("a", "900m", 3)
+	if err := m2.Admitted(asking); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpuRequest(m2.Allocated(asking)); got != "500m" {
+		t.Errorf("after a restart: allocated cpu %s, want 500m", got)
+	}
+	res, _ = m2.Status("a")
+	if res == nil || res.Actuated["c1"].CPURequest != 500 {
+		t.Errorf("after a restart: actuated %+v, want c1 at 500m", res)
+	}
+
+	if err := m2.Forget(func(uid types.UID) bool { return uid != "a" }); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := m2.Status("a"); res != nil {
+		t.Errorf("after Forget: %+v, want no allocation", res)
+	}
+	if got := cpuRequest(m2.Allocated(asking)); got != "900m" {
+		t.Errorf("a pod without an allocation is as given: %s", got)
+	}
+}
+
+func TestManagerInfeasible(t *testing.T) {
+	store, err := allocation.Open(filepath.Join(t.TempDir(), allocation.FileName), logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &fakeRecorder{}
+	m := allocation.NewManager(store, clocktesting.NewFakePassiveClock(time.Now()), rec)
+	pod := podWithCPU("a", "200m", 1)
+	if err := m.Admitted(pod); err != nil {
+		t.Fatal(err)
+	}
+	node := resize.Node{
+		Admission: admission.Node{MaxPods: 110, Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}},
+		Swaps:     func(*v1.Pod, *v1.Container) bool { return true },
+	}
+	want := podWithCPU("a", "200m", 2)
+	want.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = resource.MustParse("64Mi")
+	if _, err := m.Resize(want, nil, node); err != nil {
+		t.Fatal(err)
+	}
+	if ev := rec.take(); ev != "Warning ResizeInfeasible" {
+		t.Errorf("events %q, want ResizeInfeasible", ev)
+	}
+	_, conds := m.Status("a")
+	if len(conds) != 1 || conds[0].Reason != v1.PodReasonInfeasible {
+		t.Errorf("conditions %+v, want PodResizePending Infeasible", conds)
+	}
+	// Reverted to the allocation: the pending condition goes.
+	if _, err := m.Resize(pod, nil, node); err != nil {
+		t.Fatal(err)
+	}
+	if _, conds := m.Status("a"); len(conds) != 0 {
+		t.Errorf("after a revert: %+v, want none", conds)
+	}
+}
