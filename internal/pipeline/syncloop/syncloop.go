@@ -19,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pure/admission"
 	"github.com/nodelet/nodelet/internal/pure/podupdate"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 // Workers are what the loop hands pods to: the pod workers.
@@ -66,6 +67,23 @@ type Options struct {
 	HousekeepingPeriod time.Duration
 	// Node is what admission checks against.
 	Node admission.Node
+	// Resize is what an in-place resize is checked against beside Node
+	// (cgroup version, CPU and memory manager policies, swap); its
+	// Admission is filled in as for a new pod.
+	Resize resize.Node
+}
+
+// Allocations keep what each admitted pod is allocated and decide in-place
+// resizes (allocation.Manager).
+type Allocations interface {
+	// Admitted records the allocation of a pod admission let in (kept
+	// when it has one already).
+	Admitted(pod *v1.Pod) error
+	// Allocated is pod with its allocated resources.
+	Allocated(pod *v1.Pod) *v1.Pod
+	// Resize decides the resize pod asks for against the other active
+	// pods and returns pod as allocated after it.
+	Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node) (*v1.Pod, error)
 }
 
 // Seen tells what the last status of a pod was computed from: whether
@@ -110,6 +128,12 @@ type Deps struct {
 	// AdmissionAllocatable, as the kubelet's predicate counts them against
 	// the Node's allocatable its device manager sanitised).
 	ExtendedAllocatable func() v1.ResourceList
+	// Allocations, when set, makes the pods the workers get carry their
+	// allocated resources, admits new pods against the others'
+	// allocations, and decides the resize a changed pod asks for, as the
+	// kubelet's allocation manager. Without it, pods go as their sources
+	// have them.
+	Allocations Allocations
 }
 
 // Inputs are the channels the loop selects over.
@@ -209,7 +233,58 @@ func (l *Loop) news(e pleg.Event) bool {
 }
 
 func (l *Loop) sync(pod *v1.Pod, reason podupdate.Reason) {
-	l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: reason, Pod: pod})
+	l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: reason, Pod: l.allocated(pod)})
+}
+
+// allocated is pod with its allocated resources (pod without an
+// Allocations).
+func (l *Loop) allocated(pod *v1.Pod) *v1.Pod {
+	if l.deps.Allocations == nil {
+		return pod
+	}
+	return l.deps.Allocations.Allocated(pod)
+}
+
+// update dispatches a changed pod; with Allocations, the resize it may
+// ask for is decided first (the kubelet's handlePodResourcesResize, which
+// runs before every sync).
+func (l *Loop) update(pod *v1.Pod) {
+	if l.deps.Allocations == nil {
+		l.sync(pod, podupdate.Update)
+		return
+	}
+	node := l.opts.Resize
+	node.Admission = l.node()
+	allocated, err := l.deps.Allocations.Resize(pod, l.active(pod.UID), node)
+	if err != nil {
+		l.log.Error("resize not recorded", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+	l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Update, Pod: allocated})
+}
+
+// active are the admitted pods with a live worker but uid, as their
+// sources have them.
+func (l *Loop) active(uid types.UID) []*v1.Pod {
+	var out []*v1.Pod
+	for id, p := range l.pods {
+		if id != uid && !l.rejected[id] && l.deps.Workers.IsPodActive(id) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// node is what admission checks against now.
+func (l *Loop) node() admission.Node {
+	node := l.opts.Node
+	if l.deps.Node != nil {
+		node.Object = l.deps.Node()
+	}
+	if l.deps.Pressure != nil {
+		node.Pressure = l.deps.Pressure()
+	}
+	node.ShuttingDown = l.deps.ShuttingDown != nil && l.deps.ShuttingDown()
+	return node
 }
 
 func (l *Loop) syncAll(reason podupdate.Reason) {
@@ -230,14 +305,14 @@ func (l *Loop) handleConfig(ctx context.Context, u podconfig.PodUpdate) {
 		for _, pod := range u.Pods {
 			l.pods[pod.UID] = pod
 			if !l.rejected[pod.UID] {
-				l.sync(pod, podupdate.Update)
+				l.update(pod)
 			}
 		}
 	case podupdate.Remove, podupdate.Delete:
 		for _, pod := range u.Pods {
 			delete(l.pods, pod.UID)
 			delete(l.rejected, pod.UID)
-			l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: u.Op, Pod: pod,
+			l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: u.Op, Pod: l.allocated(pod),
 				KillPodOptions: &podworker.KillPodOptions{Reason: "removed from its source"}})
 		}
 	case podupdate.Reconcile:
@@ -255,24 +330,20 @@ func (l *Loop) handleConfig(ctx context.Context, u podconfig.PodUpdate) {
 }
 
 // add admits a new pod against the pods already admitted, as the kubelet's
-// HandlePodAdditions does, and dispatches it.
+// HandlePodAdditions does, and dispatches it. With Allocations, a pod
+// and the others are admitted with their allocated resources (after a
+// restart, what was allocated before is the truth), and the allocation of
+// a pod let in is recorded.
 func (l *Loop) add(ctx context.Context, pod *v1.Pod) {
 	l.pods[pod.UID] = pod
-	var active []*v1.Pod
-	for uid, p := range l.pods {
-		if uid != pod.UID && !l.rejected[uid] && l.deps.Workers.IsPodActive(uid) {
-			active = append(active, p)
+	active := l.active(pod.UID)
+	candidate := l.allocated(pod)
+	if l.deps.Allocations != nil {
+		for i, p := range active {
+			active[i] = l.deps.Allocations.Allocated(p)
 		}
 	}
-	node := l.opts.Node
-	if l.deps.Node != nil {
-		node.Object = l.deps.Node()
-	}
-	if l.deps.Pressure != nil {
-		node.Pressure = l.deps.Pressure()
-	}
-	node.ShuttingDown = l.deps.ShuttingDown != nil && l.deps.ShuttingDown()
-	r := l.admit(ctx, pod, active, node)
+	r := l.admit(ctx, candidate, active, l.node())
 	if !r.Admit {
 		l.rejected[pod.UID] = true
 		l.log.Warn("pod rejected by admission", "pod", pod.Namespace+"/"+pod.Name, "reason", r.Reason, "message", r.Message)
@@ -281,6 +352,12 @@ func (l *Loop) add(ctx context.Context, pod *v1.Pod) {
 		}
 		l.deps.Rejector.Reject(pod, r.Reason, r.Message)
 		return
+	}
+	if l.deps.Allocations != nil {
+		if err := l.deps.Allocations.Admitted(candidate); err != nil {
+			// As the kubelet: the pod runs; its allocation is its spec.
+			l.log.Error("allocation not recorded", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		}
 	}
 	l.sync(pod, podupdate.Add)
 }
@@ -331,7 +408,7 @@ func withResources(base, extra v1.ResourceList) v1.ResourceList {
 // the runtime that began at observedAt (zero: unknown).
 func (l *Loop) syncUID(uid types.UID, observedAt time.Time) {
 	if pod, ok := l.pods[uid]; ok && !l.rejected[uid] {
-		l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Event, Pod: pod, ObservedAt: observedAt})
+		l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Event, Pod: l.allocated(pod), ObservedAt: observedAt})
 	}
 }
 
