@@ -56,6 +56,7 @@ import (
 	"github.com/nodelet/nodelet/internal/pure/envvars"
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 // PodDir is the pod's directory, <PodsDir>/<uid>: created (0750) before
@@ -127,6 +128,10 @@ type CgroupManager interface {
 	// ContainerUnified is the CRI Unified map (cgroup v2 files) of a
 	// container, MemoryQoS's memory.high among them; nil for none.
 	ContainerUnified(pod *v1.Pod, c *v1.Container) map[string]string
+	// PodCgroupNow and SetPodCgroup read and write the values of the
+	// pod's cgroup an in-place resize changes.
+	PodCgroupNow(pod *v1.Pod) (resize.PodCgroup, error)
+	SetPodCgroup(pod *v1.Pod, s resize.Step) error
 }
 
 // Cgroup is the pod cgroup, the sandbox's parent, and every container's
@@ -158,7 +163,24 @@ func (h Cgroup) Prepare(_ context.Context, pod *v1.Pod) (podsetup.Setup, error) 
 		return podsetup.Setup{}, err
 	}
 	setup.CgroupParent = parent
+	setup.PodCgroup = podCgroup{h.Cgroups, pod}
 	return setup, nil
+}
+
+// podCgroup is the pod's cgroup as a resize reads and writes it.
+type podCgroup struct {
+	m   CgroupManager
+	pod *v1.Pod
+}
+
+func (p podCgroup) Now() (resize.PodCgroup, error) { return p.m.PodCgroupNow(p.pod) }
+func (p podCgroup) Set(s resize.Step) error        { return p.m.SetPodCgroup(p.pod, s) }
+
+// Want is podresources.PodConfig of the pod: no quota is 0 (the current
+// one stays), no memory limit 0.
+func (p podCgroup) Want() resize.PodCgroup {
+	c := podresources.PodConfig(p.pod)
+	return resize.PodCgroup{CPUShares: c.CPUShares, CPUQuota: c.CPUQuota, MemoryLimit: c.MemoryLimit}
 }
 
 // Cleanup removes the cgroup from whichever QoS tier holds it: an orphan's

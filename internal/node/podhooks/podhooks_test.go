@@ -15,6 +15,7 @@ import (
 	"github.com/nodelet/nodelet/internal/node/userns"
 	"github.com/nodelet/nodelet/internal/node/volume"
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 type fakeVolumes struct {
@@ -39,7 +40,10 @@ func (e *events) Event(_ *v1.Pod, eventType, reason, message string) {
 	*e = append(*e, eventType+" "+reason+" "+message)
 }
 
-type fakeCgroups struct{ removed []string }
+type fakeCgroups struct {
+	removed []string
+	set     []resize.Step
+}
 
 func (f *fakeCgroups) EnsurePod(*v1.Pod) (string, error) { return "/kubepods/podx", nil }
 func (f *fakeCgroups) RemovePod(uid types.UID, qos v1.PodQOSClass) error {
@@ -47,6 +51,13 @@ func (f *fakeCgroups) RemovePod(uid types.UID, qos v1.PodQOSClass) error {
 	return nil
 }
 func (f *fakeCgroups) Pods() ([]types.UID, error) { return nil, nil }
+func (f *fakeCgroups) PodCgroupNow(*v1.Pod) (resize.PodCgroup, error) {
+	return resize.PodCgroup{CPUShares: 2, CPUQuota: -1}, nil
+}
+func (f *fakeCgroups) SetPodCgroup(_ *v1.Pod, s resize.Step) error {
+	f.set = append(f.set, s)
+	return nil
+}
 func (f *fakeCgroups) ContainerUnified(_ *v1.Pod, c *v1.Container) map[string]string {
 	return map[string]string{"memory.high": "for-" + c.Name}
 }
@@ -220,6 +231,23 @@ func TestHooksHandBackWhatTheySetUp(t *testing.T) {
 	if err != nil || add.Resources.GetUnified()["memory.high"] != "for-app" || add.Resources.GetOomScoreAdj() == 0 {
 		t.Errorf("cgroup's container resources %v %v", add.Resources, err)
 	}
+	// The pod cgroup as a resize sees it: read and written through the
+	// manager, wanted as podresources.PodConfig (a BestEffort pod: 2
+	// shares, no quota, no memory limit).
+	if cg.PodCgroup == nil {
+		t.Fatal("cgroup: no PodCgroup handed back")
+	}
+	if now, err := cg.PodCgroup.Now(); err != nil || now.CPUShares != 2 {
+		t.Errorf("PodCgroup.Now = %+v %v", now, err)
+	}
+	if want := cg.PodCgroup.Want(); want != (resize.PodCgroup{CPUShares: podresources.MinShares}) {
+		t.Errorf("PodCgroup.Want = %+v, want only the minimum shares", want)
+	}
+	fc := &fakeCgroups{}
+	cg2, _ := (Cgroup{Cgroups: fc}).Prepare(ctx, pod)
+	if err := cg2.PodCgroup.Set(resize.Step{Kind: resize.SetPodCPUShares, Value: 512}); err != nil || len(fc.set) != 1 || fc.set[0].Value != 512 {
+		t.Errorf("PodCgroup.Set: %v, manager got %+v", err, fc.set)
+	}
 	// The swap limit comes after the manager's Unified map (cgroup v2:
 	// memory.swap.max; v1: memory+swap is the memory limit).
 	cg, _ = (Cgroup{Cgroups: &fakeCgroups{}, NodeMemoryCapacity: 1 << 30, Swap: podresources.Swap{Controller: true, V2: true}}).Prepare(ctx, pod)
@@ -233,7 +261,7 @@ func TestHooksHandBackWhatTheySetUp(t *testing.T) {
 		t.Errorf("swap on v1: %v %v", add.Resources, err)
 	}
 	bare, err := (Cgroup{NodeMemoryCapacity: 1 << 30}).Prepare(ctx, pod)
-	if err != nil || bare.CgroupParent != "" {
+	if err != nil || bare.CgroupParent != "" || bare.PodCgroup != nil {
 		t.Fatalf("cgroup without a manager: %+v %v", bare, err)
 	}
 	if add, err := bare.Apply(c); err != nil || add.Resources == nil || add.Resources.Unified != nil {

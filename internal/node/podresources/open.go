@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodelet/nodelet/internal/base/cgroupmount"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 // Cgroups is a pod cgroup manager: Manager on cgroup v1, UnifiedManager
@@ -22,6 +23,10 @@ type Cgroups interface {
 	// ContainerUnified is the CRI Unified map of a container (cgroup v2
 	// only, nil on v1).
 	ContainerUnified(pod *v1.Pod, c *v1.Container) map[string]string
+	// PodCgroupNow and SetPodCgroup read and write the values of a pod's
+	// cgroup an in-place resize changes.
+	PodCgroupNow(pod *v1.Pod) (resize.PodCgroup, error)
+	SetPodCgroup(pod *v1.Pod, s resize.Step) error
 }
 
 // Options choose and configure the pod cgroup manager.

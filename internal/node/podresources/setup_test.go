@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 type fakeRuntimeConfig struct {
@@ -39,6 +40,8 @@ func (fakeManager) CgroupParent(*v1.Pod) string                               { 
 func (fakeManager) RemovePod(types.UID, v1.PodQOSClass) error                 { return nil }
 func (fakeManager) Pods() ([]types.UID, error)                                { return nil, nil }
 func (fakeManager) ContainerUnified(*v1.Pod, *v1.Container) map[string]string { return nil }
+func (fakeManager) PodCgroupNow(*v1.Pod) (resize.PodCgroup, error)            { return resize.PodCgroup{}, nil }
+func (fakeManager) SetPodCgroup(*v1.Pod, resize.Step) error                   { return nil }
 
 func linuxDriver(d runtimeapi.CgroupDriver) *runtimeapi.RuntimeConfigResponse {
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d}}

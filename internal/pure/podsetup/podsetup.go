@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodelet/nodelet/internal/pure/envvars"
 	"github.com/nodelet/nodelet/internal/pure/pullcreds"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 // Setup is what the hooks set up for one pod. The zero value is a pod no
@@ -57,6 +58,21 @@ type Setup struct {
 	// Containers contribute, in order, to the config of every container
 	// the pod starts.
 	Containers []Contributor
+	// PodCgroup resizes the pod's cgroup in place, in the order an
+	// in-place resize plans (resize.Compute); nil: the pod has no cgroup
+	// of its own (cgroupsPerQOS false), and a resize changes only its
+	// containers.
+	PodCgroup PodCgroup
+}
+
+// PodCgroup is one pod's cgroup as an in-place resize sees it.
+type PodCgroup interface {
+	// Now reads the values a resize changes, as they are.
+	Now() (resize.PodCgroup, error)
+	// Want is what the pod's (allocated) resources make them.
+	Want() resize.PodCgroup
+	// Set writes one pod cgroup step of a resize plan.
+	Set(resize.Step) error
 }
 
 // Check is a condition the runtime must meet before the pod's sandbox is
@@ -150,6 +166,9 @@ func Merge(setups ...Setup) Setup {
 		}
 		if s.PullCredentials != nil {
 			out.PullCredentials = s.PullCredentials
+		}
+		if s.PodCgroup != nil {
+			out.PodCgroup = s.PodCgroup
 		}
 		out.SandboxChecks = append(out.SandboxChecks, s.SandboxChecks...)
 		out.Containers = append(out.Containers, s.Containers...)

@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/pure/pullcreds"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 // mount contributes one mount named name, resources when given, and an
@@ -35,22 +36,28 @@ func TestMerge(t *testing.T) {
 	creds := pullcreds.Union{}
 	got := Merge(
 		Setup{PodDir: "/pods/u", Containers: []Contributor{mount("a", nil)}},
-		Setup{CgroupParent: "kubepods-podu.slice", PullCredentials: creds},
+		Setup{CgroupParent: "kubepods-podu.slice", PullCredentials: creds, PodCgroup: fakePodCgroup{}},
 		Setup{UserNamespace: ns, SandboxChecks: []Check{check}, Containers: []Contributor{mount("b", nil)}},
 		Setup{},
 	)
 	if got.PodDir != "/pods/u" || got.CgroupParent != "kubepods-podu.slice" || got.UserNamespace != ns || len(got.SandboxChecks) != 1 ||
-		got.PullCredentials == nil {
+		got.PullCredentials == nil || got.PodCgroup == nil {
 		t.Errorf("merged %+v", got)
 	}
 	add, err := got.Apply(Container{})
 	if err != nil || !slices.Equal(paths(add.Mounts), []string{"a", "b"}) || add.Annotations["by"] != "b" {
 		t.Errorf("applied %+v %v", add, err)
 	}
-	if zero := Merge(); zero.PodDir != "" || zero.Containers != nil || zero.Probes != nil || zero.PullCredentials != nil {
+	if zero := Merge(); zero.PodDir != "" || zero.Containers != nil || zero.Probes != nil || zero.PullCredentials != nil || zero.PodCgroup != nil {
 		t.Errorf("Merge() = %+v, want the zero value", zero)
 	}
 }
+
+type fakePodCgroup struct{}
+
+func (fakePodCgroup) Now() (resize.PodCgroup, error) { return resize.PodCgroup{}, nil }
+func (fakePodCgroup) Want() resize.PodCgroup         { return resize.PodCgroup{} }
+func (fakePodCgroup) Set(resize.Step) error          { return nil }
 
 // Apply: a later contributor's resources replace an earlier one's, and
 // the first error is the container's.
