@@ -2,6 +2,7 @@ package allocation_test
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -190,4 +191,32 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
+}
+
+// BenchmarkStoreUpdate is the cost of recording one pod's allocation with
+// 110 pods (--max-pods) of two containers held: the whole file is
+// rewritten and fsynced each time.
+func BenchmarkStoreUpdate(b *testing.B) {
+	path := filepath.Join(b.TempDir(), allocation.FileName)
+	s, err := allocation.Open(path, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := record("250m")
+	r.Allocated.Containers["c2"] = r.Allocated.Containers["c1"]
+	for i := 0; i < 110; i++ {
+		if err := s.Update(types.UID(fmt.Sprintf("pod-%03d", i)), func(allocation.Record, bool) (allocation.Record, error) { return r, nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := s.Update("pod-000", func(allocation.Record, bool) (allocation.Record, error) { return r, nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if st, err := os.Stat(path); err == nil {
+		b.ReportMetric(float64(st.Size()), "file-bytes")
+	}
 }
