@@ -100,9 +100,6 @@ type Manager struct {
 	// burstable is the CPU request, in milliCPU, of every Burstable pod
 	// ensured and not removed: the burstable tier's cpu.shares is their sum.
 	burstable map[types.UID]int64
-	// applied is what EnsurePod last wrote for each pod it ensured and
-	// RemovePod has not removed.
-	applied map[types.UID]appliedConfig
 }
 
 // burstableKnown tells whether the burstable tier's shares already count
@@ -116,12 +113,6 @@ func (m *Manager) burstableKnown(pod *v1.Pod, qos v1.PodQOSClass) bool {
 	return ok && cpu == reqs.cpu
 }
 
-// appliedConfig is a pod cgroup's tier and the values written to it.
-type appliedConfig struct {
-	qos v1.PodQOSClass
-	cfg PodCgroupConfig
-}
-
 // NewManager manages the QoS and pod cgroups in cgroupRoot (nil: the
 // root cgroup) of the v1 hierarchies mounted under mountDir
 // ("/sys/fs/cgroup": mountDir/cpu, mountDir/memory...). On a cgroup v2
@@ -130,8 +121,7 @@ func NewManager(mountDir string, cgroupRoot CgroupRoot, log *slog.Logger) *Manag
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{root: mountDir, log: log, cgroupRoot: cgroupRoot.rel(), top: cgroupRoot.top(), burstable: map[types.UID]int64{},
-		applied: map[types.UID]appliedConfig{}}
+	m := &Manager{root: mountDir, log: log, cgroupRoot: cgroupRoot.rel(), top: cgroupRoot.top(), burstable: map[types.UID]int64{}}
 	if _, err := os.Stat(filepath.Join(mountDir, fileControllers)); err == nil || cgroupmount.IsCgroup2(mountDir) {
 		m.err = fmt.Errorf("%w (found at %s)", ErrCgroupV2, mountDir)
 		log.Error("pod cgroups unavailable", "root", mountDir, "err", m.err)
@@ -250,6 +240,12 @@ func (m *Manager) checkRoot() error {
 // cpu.cfs_period_us and cpu.cfs_quota_us, memory.limit_in_bytes. It returns
 // the cgroup parent for the pod's sandbox ("/kubepods/burstable/pod<uid>").
 // It is idempotent; it runs EnsureQoS first if needed.
+//
+// A pod cgroup that exists in every hierarchy is left as it is, as the
+// kubelet's EnsureExists leaves it: its values change only by an in-place
+// resize (SetPodCgroup, in the order the resize plans), never back to
+// what pod says (a resize not yet actuated, or one whose memory decrease
+// was refused, must not be written here out of order or unchecked).
 func (m *Manager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error) {
 	if err := checkUID(pod.UID); err != nil {
 		return "", err
@@ -274,34 +270,14 @@ func (m *Manager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error) {
 	}
 	cfg := PodConfig(pod)
 	parent := cgroupfsName(m.top, qos, pod.UID)
-	if !created && m.applied[pod.UID] == (appliedConfig{qos, cfg}) && m.burstableKnown(pod, qos) {
+	if !created && m.burstableKnown(pod, qos) {
 		// Every sync of every pod comes here (with 100 idle pods, 100 a
-		// minute): what this nodelet wrote is still there, as the kubelet
-		// takes an existing pod cgroup to be right.
+		// minute).
 		return parent, nil
 	}
-	delete(m.applied, pod.UID)
-	for _, h := range m.hierarchies {
-		if err := mkdirs(h, rel); err != nil {
+	if created {
+		if err := m.createLocked(rel, cfg); err != nil {
 			return "", err
-		}
-	}
-	if err := m.writeCPU(rel, fileCPUShares, cfg.CPUShares); err != nil {
-		return "", err
-	}
-	if cfg.CPUQuota > 0 {
-		if err := m.writeCPU(rel, fileCFSPeriod, cfg.CPUPeriod); err != nil {
-			return "", err
-		}
-		if err := m.writeCPU(rel, fileCFSQuota, cfg.CPUQuota); err != nil {
-			return "", err
-		}
-	}
-	if cfg.MemoryLimit > 0 {
-		for _, h := range m.with(fileMemoryLimit) {
-			if err := writeValue(filepath.Join(h.path, rel, fileMemoryLimit), cfg.MemoryLimit); err != nil {
-				return "", err
-			}
 		}
 	}
 	if qos == v1.PodQOSBurstable {
@@ -313,12 +289,40 @@ func (m *Manager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error) {
 			}
 		}
 	}
-	m.applied[pod.UID] = appliedConfig{qos, cfg}
 	if created {
 		m.log.Info("created pod cgroup", "pod", podRef(pod), "cgroup", parent,
 			"cpuShares", cfg.CPUShares, "cpuQuota", cfg.CPUQuota, "memoryLimit", cfg.MemoryLimit)
 	}
 	return parent, nil
+}
+
+// createLocked makes pod cgroup rel in every hierarchy missing it and
+// writes cfg to it.
+func (m *Manager) createLocked(rel string, cfg PodCgroupConfig) error {
+	for _, h := range m.hierarchies {
+		if err := mkdirs(h, rel); err != nil {
+			return err
+		}
+	}
+	if err := m.writeCPU(rel, fileCPUShares, cfg.CPUShares); err != nil {
+		return err
+	}
+	if cfg.CPUQuota > 0 {
+		if err := m.writeCPU(rel, fileCFSPeriod, cfg.CPUPeriod); err != nil {
+			return err
+		}
+		if err := m.writeCPU(rel, fileCFSQuota, cfg.CPUQuota); err != nil {
+			return err
+		}
+	}
+	if cfg.MemoryLimit > 0 {
+		for _, h := range m.with(fileMemoryLimit) {
+			if err := writeValue(filepath.Join(h.path, rel, fileMemoryLimit), cfg.MemoryLimit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // CgroupParent is the cgroup parent of the pod's sandbox, as EnsurePod
@@ -367,7 +371,6 @@ func (m *Manager) RemovePod(podUID types.UID, qos v1.PodQOSClass) error {
 			return fmt.Errorf("remove pod cgroup %s: %w", d, err)
 		}
 	}
-	delete(m.applied, podUID)
 	if _, ok := m.burstable[podUID]; ok {
 		delete(m.burstable, podUID)
 		if err := m.updateBurstableLocked(); err != nil {

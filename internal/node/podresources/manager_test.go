@@ -536,10 +536,11 @@ func TestManagerRealCgroupV1(t *testing.T) {
 	}
 }
 
-// TestManagerEnsurePodWritesOnlyChanges: ensuring a pod whose cgroup this
-// manager already wrote, unchanged, writes nothing (a value changed behind
-// its back stays so, as under the kubelet); new limits are written, and a
-// cgroup removed behind its back is made again.
+// TestManagerEnsurePodWritesOnlyChanges: ensuring a pod whose cgroup
+// exists writes none of its values (a value changed behind its back stays
+// so, as under the kubelet), even when the pod's resources changed: a
+// resized pod's cgroup is written by SetPodCgroup alone. A cgroup removed
+// behind its back is made again, with the pod's values.
 func TestManagerEnsurePodWritesOnlyChanges(t *testing.T) {
 	root := fakeTree(t)
 	m := NewManager(root, nil, nil)
@@ -562,8 +563,8 @@ func TestManagerEnsurePodWritesOnlyChanges(t *testing.T) {
 	if _, err := m.EnsurePod(resized); err != nil {
 		t.Fatal(err)
 	}
-	if got := read(t, shares); got != "1024" {
-		t.Fatalf("new requests: cpu.shares = %s, want 1024", got)
+	if got := read(t, shares); got != "7" {
+		t.Fatalf("resized pod ensured: cpu.shares rewritten to %s", got)
 	}
 	if err := os.RemoveAll(filepath.Join(root, "memory", parent)); err != nil {
 		t.Fatal(err)

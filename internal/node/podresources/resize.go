@@ -81,8 +81,6 @@ func (m *Manager) SetPodCgroup(pod *v1.Pod, s resize.Step) error {
 	if _, err := m.readV1(rel, fileCPUShares); err != nil {
 		return err
 	}
-	// What EnsurePod last wrote no longer holds.
-	delete(m.applied, pod.UID)
 	switch s.Kind {
 	case resize.SetPodCPUShares:
 		return m.writeCPU(rel, fileCPUShares, s.Value)

@@ -60,6 +60,15 @@ func TestManagerResizePodCgroup(t *testing.T) {
 			t.Errorf("%s = %s, want %s", file, v, want)
 		}
 	}
+	// The next sync ensures the pod cgroup again, with the pod as it was:
+	// the resized values stay (the allocated resources are the truth,
+	// written by SetPodCgroup alone).
+	if _, err := m.EnsurePod(pod); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.PodCgroupNow(pod); got != (resize.PodCgroup{CPUShares: 204, CPUQuota: 40000, MemoryLimit: 256 << 20}) {
+		t.Errorf("after EnsurePod of the pod as it was: %+v, want the resized values", got)
+	}
 	if err := m.SetPodCgroup(pod, resize.Step{Kind: resize.SetPodCPUQuota, Value: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +133,12 @@ func TestUnifiedResizePodCgroup(t *testing.T) {
 		if v := read2(t, f, file); v != want {
 			t.Errorf("%s = %s, want %s", file, v, want)
 		}
+	}
+	if _, err := m.EnsurePod(pod); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.PodCgroupNow(pod); got != (resize.PodCgroup{CPUShares: WeightToShares(79), CPUQuota: 40000, MemoryLimit: 256 << 20}) {
+		t.Errorf("after EnsurePod of the pod as it was: %+v, want the resized values", got)
 	}
 	must(t, m.SetPodCgroup(pod, resize.Step{Kind: resize.SetPodCPUQuota, Value: -1}))
 	must(t, m.SetPodCgroup(pod, resize.Step{Kind: resize.SetPodMemoryLimit, Value: 0}))

@@ -312,13 +312,19 @@ func (m *UnifiedManager) EnsurePod(pod *v1.Pod) (cgroupParent string, err error)
 	if err != nil {
 		return "", err
 	}
-	for _, f := range [][2]string{
-		{fileCPUWeight, strconv.FormatInt(cfg.CPUWeight, 10)},
-		{fileCPUMax, cfg.CPUMax},
-		{fileMemoryMax, orMax(cfg.MemoryMax)},
-		{fileMemoryHigh, orMax(cfg.MemoryHigh)},
-		{filePidsMax, orMax(cfg.PidsMax)},
-	} {
+	files := [][2]string{{filePidsMax, orMax(cfg.PidsMax)}}
+	if created {
+		// An existing pod cgroup keeps its CPU and memory values, as the
+		// kubelet's EnsureExists keeps them: they change only by an
+		// in-place resize (SetPodCgroup), in the order it plans.
+		files = append([][2]string{
+			{fileCPUWeight, strconv.FormatInt(cfg.CPUWeight, 10)},
+			{fileCPUMax, cfg.CPUMax},
+			{fileMemoryMax, orMax(cfg.MemoryMax)},
+			{fileMemoryHigh, orMax(cfg.MemoryHigh)},
+		}, files...)
+	}
+	for _, f := range files {
 		if err := m.set(rel, f[0], f[1]); err != nil {
 			return "", err
 		}
