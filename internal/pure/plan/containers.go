@@ -13,7 +13,8 @@ import (
 // newest instance of each (in any sandbox):
 //
 //	none             start
-//	running          kill and restart if its spec changed (any policy);
+//	running          kill and restart if its spec changed or a resize
+//	                 requires it (any policy);
 //	                 kill if a liveness or startup probe failed, restart
 //	                 unless its restartPolicy (else the pod's) is Never;
 //	                 else keep
@@ -65,6 +66,11 @@ func (p *planner) planRunning(idx int, inst *observed.Container) (keep, pending 
 	if specChanged(inst.Hash, ContainerHash(c)) {
 		p.killChanged(c, inst)
 		p.start(appContainer, idx, "definition changed")
+		return 0, 1
+	}
+	if msg, ok := p.in.ResizeRestarts[inst.ID]; ok {
+		p.kill(inst, ReasonResize, msg, p.podGrace())
+		p.start(appContainer, idx, "resize requires restart")
 		return 0, 1
 	}
 	f, failed := p.in.LivenessFailed[inst.ID]

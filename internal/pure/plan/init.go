@@ -126,6 +126,11 @@ func (p *planner) planSidecar(idx int, inst *observed.Container, settled bool) b
 			p.start(initContainer, idx, "sidecar definition changed")
 			return false
 		}
+		if msg, ok := p.in.ResizeRestarts[inst.ID]; ok {
+			p.kill(inst, ReasonResize, msg, p.podGrace())
+			p.start(initContainer, idx, "sidecar resize requires restart")
+			return false
+		}
 		if f, failed := p.in.LivenessFailed[inst.ID]; failed {
 			p.probeKill(c, inst, f, true)
 			p.start(initContainer, idx, "sidecar "+probeName(f)+" probe failed")

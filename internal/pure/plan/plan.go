@@ -247,7 +247,13 @@ func (k kind) String() string {
 func (p *planner) start(k kind, idx int, why string) bool {
 	c := p.spec(k, idx)
 	prev := p.newest(c.Name)
+	// A new spec, or new resources a resize restarts it for, start the
+	// back-off afresh: neither is a crash.
 	fresh := prev != nil && specChanged(prev.Hash, ContainerHash(c))
+	if prev != nil && prev.State == observed.ContainerRunning {
+		_, resized := p.in.ResizeRestarts[prev.ID]
+		fresh = fresh || resized
+	}
 	r := nextInstance(prev, p.in.Now, fresh)
 	if !r.until.IsZero() {
 		msg := backoffMessage(p.pod, c.Name, r.delay)

@@ -18,6 +18,7 @@ package plan_test
 //	container NAME running|exited|created|unknown [code=N] [restarts=N]
 //	    [step=N] [ran=DURATION] [finished=DURATION] [sandbox=ID]
 //	    [hash=ok|old|changed|none] [liveness=failure] [startup=failure|success]
+//	    [resize-restart]
 //
 // sidecars are init containers with restartPolicy Always; startup and
 // liveness give containers those probes, probegrace their probe-level
@@ -32,7 +33,8 @@ package plan_test
 // it ran (default 1h), finished how long ago it exited (default 1h). hash=ok
 // (the default) is the current fingerprint of the spec, old one of an older
 // HashVersion, changed a different one of the current version, none "".
-// The pod has IPs when a sandbox is ready and no sandbox line says noip.
+// resize-restart puts the container in ResizeRestarts (an in-place
+// resize requires its restart). The pod has IPs when a sandbox is ready and no sandbox line says noip.
 //
 // deadline is activeDeadlineSeconds, started how long ago the pod's status
 // startTime is.
@@ -333,6 +335,12 @@ func addContainer(in *plan.Input, a args, created time.Time, seen map[string]int
 		in.LivenessFailed[c.ID] = plan.ProbeFailure{Probe: plan.ProbeLiveness, Message: "exec probe exited 1"}
 	default:
 		return fmt.Errorf("liveness=%s", a.KV["liveness"])
+	}
+	if a.Has("resize-restart") {
+		if in.ResizeRestarts == nil {
+			in.ResizeRestarts = map[string]string{}
+		}
+		in.ResizeRestarts[c.ID] = "Container " + name + " resize requires restart"
 	}
 	switch a.KV["startup"] {
 	case "":

@@ -20,6 +20,9 @@ const (
 	// ReasonPodCompleted: no container of the pod runs or will be restarted;
 	// what still runs (sidecars) is stopped with the sandbox.
 	ReasonPodCompleted = "PodCompleted"
+	// ReasonResize: an in-place resize of the container requires its
+	// restart (Input.ResizeRestarts).
+	ReasonResize = "Resize"
 )
 
 // Failure.Reason values (and, for DeadlineExceeded, Kill.Reason).

@@ -28,6 +28,12 @@ type Input struct {
 	// counts from it); nil before the pod's first status (it starts now)
 	// and once it finished.
 	StartTime *time.Time
+	// ResizeRestarts are the running containers, by ID, that an in-place
+	// resize restarts (resizePolicy RestartContainer), with the message
+	// of their kill: each is killed and started again in this sync,
+	// whatever the restart policy, as the kubelet's
+	// computePodResizeAction has it.
+	ResizeRestarts map[string]string
 }
 
 // ProbeFailure says which probe failed and why.
