@@ -132,6 +132,7 @@ type CgroupManager interface {
 	// pod's cgroup an in-place resize changes.
 	PodCgroupNow(pod *v1.Pod) (resize.PodCgroup, error)
 	SetPodCgroup(pod *v1.Pod, s resize.Step) error
+	PodMemoryUsage(pod *v1.Pod) (uint64, error)
 }
 
 // Cgroup is the pod cgroup, the sandbox's parent, and every container's
@@ -154,7 +155,7 @@ type Cgroup struct {
 func (Cgroup) Name() string { return "pod cgroup" }
 
 func (h Cgroup) Prepare(_ context.Context, pod *v1.Pod) (podsetup.Setup, error) {
-	setup := podsetup.Setup{Containers: []podsetup.Contributor{containerResources(h)}}
+	setup := podsetup.Setup{Containers: []podsetup.Contributor{containerResources(h)}, ContainerResources: containerResources(h).of}
 	if h.Cgroups == nil {
 		return setup, nil
 	}
@@ -175,6 +176,7 @@ type podCgroup struct {
 
 func (p podCgroup) Now() (resize.PodCgroup, error) { return p.m.PodCgroupNow(p.pod) }
 func (p podCgroup) Set(s resize.Step) error        { return p.m.SetPodCgroup(p.pod, s) }
+func (p podCgroup) MemoryUsage() (uint64, error)   { return p.m.PodMemoryUsage(p.pod) }
 
 // Want is podresources.PodConfig of the pod: no quota is 0 (the current
 // one stays), no memory limit 0.
@@ -203,14 +205,20 @@ func (h Cgroup) Holding() ([]types.UID, error) {
 type containerResources Cgroup
 
 func (h containerResources) ContributeContainer(c podsetup.Container) (podsetup.Additions, error) {
-	res := podresources.ContainerResources(c.Pod, c.Container, h.NodeMemoryCapacity)
+	return podsetup.Additions{Resources: h.of(c.Pod, c.Container)}, nil
+}
+
+// of is c's CRI resources: the same at its creation and in an in-place
+// resize (podsetup.Setup.ContainerResources).
+func (h containerResources) of(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerResources {
+	res := podresources.ContainerResources(pod, c, h.NodeMemoryCapacity)
 	if h.Cgroups != nil {
-		res.Unified = h.Cgroups.ContainerUnified(c.Pod, c.Container)
+		res.Unified = h.Cgroups.ContainerUnified(pod, c)
 	}
-	if err := h.Swap.ApplySwap(c.Pod, c.Container, res); err != nil && h.Log != nil {
-		h.Log.Error("no swap for the container", "pod", c.Pod.Namespace+"/"+c.Pod.Name, "container", c.Container.Name, "err", err)
+	if err := h.Swap.ApplySwap(pod, c, res); err != nil && h.Log != nil {
+		h.Log.Error("no swap for the container", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "err", err)
 	}
-	return podsetup.Additions{Resources: res}, nil
+	return res
 }
 
 // ObjectRegistry is what the Objects hook needs of objects.Watcher.

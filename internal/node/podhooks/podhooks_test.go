@@ -54,6 +54,7 @@ func (f *fakeCgroups) Pods() ([]types.UID, error) { return nil, nil }
 func (f *fakeCgroups) PodCgroupNow(*v1.Pod) (resize.PodCgroup, error) {
 	return resize.PodCgroup{CPUShares: 2, CPUQuota: -1}, nil
 }
+func (f *fakeCgroups) PodMemoryUsage(*v1.Pod) (uint64, error) { return 7, nil }
 func (f *fakeCgroups) SetPodCgroup(_ *v1.Pod, s resize.Step) error {
 	f.set = append(f.set, s)
 	return nil
@@ -234,8 +235,14 @@ func TestHooksHandBackWhatTheySetUp(t *testing.T) {
 	// The pod cgroup as a resize sees it: read and written through the
 	// manager, wanted as podresources.PodConfig (a BestEffort pod: 2
 	// shares, no quota, no memory limit).
-	if cg.PodCgroup == nil {
-		t.Fatal("cgroup: no PodCgroup handed back")
+	if cg.PodCgroup == nil || cg.ContainerResources == nil {
+		t.Fatal("cgroup: no PodCgroup or ContainerResources handed back")
+	}
+	if r := cg.ContainerResources(pod, c.Container); r.GetUnified()["memory.high"] != "for-app" || r.GetOomScoreAdj() != add.Resources.GetOomScoreAdj() {
+		t.Errorf("ContainerResources = %v, want what the container's creation gets (%v)", r, add.Resources)
+	}
+	if u, err := cg.PodCgroup.MemoryUsage(); err != nil || u != 7 {
+		t.Errorf("PodCgroup.MemoryUsage = %d, %v", u, err)
 	}
 	if now, err := cg.PodCgroup.Now(); err != nil || now.CPUShares != 2 {
 		t.Errorf("PodCgroup.Now = %+v %v", now, err)

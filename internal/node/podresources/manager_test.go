@@ -25,7 +25,7 @@ func fakeTree(t *testing.T) string {
 		"cpu":     {"cpu.shares": "1024", "cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "-1"},
 		"cpuacct": {"cpuacct.usage": "0"},
 		"cpuset":  {"cpuset.cpus": "0-3", "cpuset.mems": "0"},
-		"memory":  {"memory.limit_in_bytes": "9223372036854771712"},
+		"memory":  {"memory.limit_in_bytes": "9223372036854771712", "memory.usage_in_bytes": "0"},
 		"pids":    {"pids.max": "max"},
 		"systemd": {},
 	}

@@ -27,6 +27,9 @@ type Cgroups interface {
 	// cgroup an in-place resize changes.
 	PodCgroupNow(pod *v1.Pod) (resize.PodCgroup, error)
 	SetPodCgroup(pod *v1.Pod, s resize.Step) error
+	// PodMemoryUsage is the pod cgroup's memory usage in bytes, what a
+	// resize's memory limit decrease is checked against.
+	PodMemoryUsage(pod *v1.Pod) (uint64, error)
 }
 
 // Options choose and configure the pod cgroup manager.

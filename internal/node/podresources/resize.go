@@ -19,6 +19,12 @@ import (
 // 9223372036854771712; any value this large is no limit).
 const unlimitedV1 = int64(1) << 62
 
+// The memory usage files: cgroup v1's and cgroup v2's.
+const (
+	fileMemoryUsage   = "memory.usage_in_bytes"
+	fileMemoryCurrent = "memory.current"
+)
+
 // ErrNoPodCgroup is what reading or resizing a pod whose cgroup does not
 // exist fails with (errors.Is).
 var ErrNoPodCgroup = errors.New("pod cgroup does not exist")
@@ -45,6 +51,20 @@ func (m *Manager) PodCgroupNow(pod *v1.Pod) (resize.PodCgroup, error) {
 		out.MemoryLimit = 0
 	}
 	return out, nil
+}
+
+// PodMemoryUsage is the pod cgroup's memory.usage_in_bytes.
+func (m *Manager) PodMemoryUsage(pod *v1.Pod) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, err := m.readV1(podDir(m.top, podspec.QOSClass(pod), pod.UID), fileMemoryUsage)
+	if err != nil {
+		return 0, err
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("read %s of pod %s: negative", fileMemoryUsage, pod.UID)
+	}
+	return uint64(v), nil
 }
 
 // readV1 reads an integer interface file of cgroup rel from the first
@@ -149,6 +169,21 @@ func (m *UnifiedManager) PodCgroupNow(pod *v1.Pod) (resize.PodCgroup, error) {
 		}
 	}
 	return out, nil
+}
+
+// PodMemoryUsage is the pod cgroup's memory.current.
+func (m *UnifiedManager) PodMemoryUsage(pod *v1.Pod) (uint64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.read(m.layout.podDir(podspec.QOSClass(pod), pod.UID), fileMemoryCurrent)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", fileMemoryCurrent, err)
+	}
+	return v, nil
 }
 
 func (m *UnifiedManager) read(rel, file string) (string, error) {

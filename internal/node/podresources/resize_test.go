@@ -76,6 +76,10 @@ func TestManagerResizePodCgroup(t *testing.T) {
 	if got.CPUQuota != -1 {
 		t.Errorf("quota after removing it = %d, want -1", got.CPUQuota)
 	}
+	write(t, filepath.Join(root, "memory", dir, "memory.usage_in_bytes"), "5242880")
+	if u, err := m.PodMemoryUsage(pod); err != nil || u != 5<<20 {
+		t.Errorf("PodMemoryUsage = %d, %v, want 5Mi", u, err)
+	}
 	// No limit reads as 0, as the planner takes it.
 	write(t, filepath.Join(root, "memory", dir, "memory.limit_in_bytes"), "9223372036854771712")
 	if got, _ = m.PodCgroupNow(pod); got.MemoryLimit != 0 {
@@ -145,6 +149,12 @@ func TestUnifiedResizePodCgroup(t *testing.T) {
 	got, _ = m.PodCgroupNow(pod)
 	if got.CPUQuota != -1 || got.MemoryLimit != 0 {
 		t.Errorf("after removing the limits: %+v, want quota -1 and memory 0", got)
+	}
+	f.mu.Lock()
+	f.nodes[dir].values["memory.current"] = "4096" // the kernel's to write
+	f.mu.Unlock()
+	if u, err := m.PodMemoryUsage(pod); err != nil || u != 4096 {
+		t.Errorf("PodMemoryUsage = %d, %v, want 4096", u, err)
 	}
 	if v := read2(t, f, dir+"/cpu.max"); v != "max 100000" {
 		t.Errorf("cpu.max = %s, want max 100000", v)

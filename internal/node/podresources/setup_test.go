@@ -42,6 +42,7 @@ func (fakeManager) Pods() ([]types.UID, error)                                { 
 func (fakeManager) ContainerUnified(*v1.Pod, *v1.Container) map[string]string { return nil }
 func (fakeManager) PodCgroupNow(*v1.Pod) (resize.PodCgroup, error)            { return resize.PodCgroup{}, nil }
 func (fakeManager) SetPodCgroup(*v1.Pod, resize.Step) error                   { return nil }
+func (fakeManager) PodMemoryUsage(*v1.Pod) (uint64, error)                    { return 0, nil }
 
 func linuxDriver(d runtimeapi.CgroupDriver) *runtimeapi.RuntimeConfigResponse {
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d}}

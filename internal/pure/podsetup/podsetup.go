@@ -63,6 +63,12 @@ type Setup struct {
 	// of its own (cgroupsPerQOS false), and a resize changes only its
 	// containers.
 	PodCgroup PodCgroup
+	// ContainerResources, when set, are the CRI Linux resources container
+	// c of pod gets (the ones its creation gets from the contributors):
+	// what an in-place resize sends with UpdateContainerResources, c's
+	// resources being the ones to give. Without it a resize changes
+	// nothing in place.
+	ContainerResources func(pod *v1.Pod, c *v1.Container) *runtimeapi.LinuxContainerResources
 }
 
 // PodCgroup is one pod's cgroup as an in-place resize sees it.
@@ -73,6 +79,9 @@ type PodCgroup interface {
 	Want() resize.PodCgroup
 	// Set writes one pod cgroup step of a resize plan.
 	Set(resize.Step) error
+	// MemoryUsage is the pod's memory usage in bytes, what a memory
+	// limit decrease is checked against (resize.CheckMemoryDecrease).
+	MemoryUsage() (uint64, error)
 }
 
 // Check is a condition the runtime must meet before the pod's sandbox is
@@ -169,6 +178,9 @@ func Merge(setups ...Setup) Setup {
 		}
 		if s.PodCgroup != nil {
 			out.PodCgroup = s.PodCgroup
+		}
+		if s.ContainerResources != nil {
+			out.ContainerResources = s.ContainerResources
 		}
 		out.SandboxChecks = append(out.SandboxChecks, s.SandboxChecks...)
 		out.Containers = append(out.Containers, s.Containers...)

@@ -58,6 +58,7 @@ type fakePodCgroup struct{}
 func (fakePodCgroup) Now() (resize.PodCgroup, error) { return resize.PodCgroup{}, nil }
 func (fakePodCgroup) Want() resize.PodCgroup         { return resize.PodCgroup{} }
 func (fakePodCgroup) Set(resize.Step) error          { return nil }
+func (fakePodCgroup) MemoryUsage() (uint64, error)   { return 0, nil }
 
 // Apply: a later contributor's resources replace an earlier one's, and
 // the first error is the container's.
