@@ -43,6 +43,8 @@ type Runtime interface {
 	ContainerStatus(ctx context.Context, id string) (*runtimeapi.ContainerStatusResponse, error)
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int32, err error)
 	ImageStatus(ctx context.Context, image *runtimeapi.ImageSpec) (*runtimeapi.ImageStatusResponse, error)
+	UpdateContainerResources(ctx context.Context, id string, res *runtimeapi.ContainerResources) error
+	ContainerStats(ctx context.Context, id string) (*runtimeapi.ContainerStats, error)
 	PullImage(ctx context.Context, image *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
 }
 
@@ -123,6 +125,14 @@ type Deps struct {
 	// ImageVolumes, when set, tells whether the runtime mounts image
 	// volumes (cri.ImageVolumes); without it they are left to the runtime.
 	ImageVolumes ImageVolumeSupport
+	// Resizes, when set (allocation.Manager), make in-place resizes of
+	// running containers: what each container is given is recorded, and a
+	// change of a running pod's (allocated) resources is actuated in place
+	// or by a restart, as its resizePolicy says; its status then reports
+	// containerStatuses[].resources and allocatedResources and the resize
+	// conditions. Without it a change of resources does nothing to
+	// running containers and the status reports neither.
+	Resizes Resizes
 }
 
 // Network is the runtime's pod network readiness (cri.NetworkState).
@@ -202,6 +212,8 @@ type Manager struct {
 	// imageVolumes says whether the runtime mounts image volumes; nil:
 	// not asked.
 	imageVolumes ImageVolumeSupport
+	// resizes records in-place resizes; nil: none are made.
+	resizes Resizes
 
 	pulls *imagePuller
 	// sandboxes is a counting semaphore over RunPodSandbox; nil: no bound.
@@ -256,6 +268,7 @@ func New(rt Runtime, opts Options, deps Deps) *Manager {
 		network:        deps.Network,
 		pulls:          newImagePuller(rt, opts.MaxParallelImagePulls, clk).withRecords(deps.PullRecords, log),
 		imageVolumes:   deps.ImageVolumes,
+		resizes:        deps.Resizes,
 		sandboxes: func() chan struct{} {
 			if opts.MaxParallelSandboxes <= 0 {
 				return nil

@@ -86,7 +86,8 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 // runtime's status calls told that cannot change while the lists show the
 // same objects in the same state. A ready sandbox's IPs are set before it
 // is ready and kept until it is removed; a running container's start time,
-// image and empty exit details stay until it stops, which the list shows.
+// image and empty exit details stay until it stops, which the list shows
+// (its resources too, until a resize changes them: observedFacts.forget).
 // Resyncs of idle pods then cost the two list calls, not also a status
 // call per sandbox and container (with 100 pods, 200 of nodelet's CRI calls
 // a minute).
@@ -121,6 +122,20 @@ func (o *observedFacts) set(uid types.UID, f podFacts) {
 		o.pods = map[types.UID]podFacts{}
 	}
 	o.pods[uid] = f
+}
+
+// forget drops what is kept of one running container of pod uid: its
+// resources changed in place (UpdateContainerResources), and the next
+// look asks the runtime what it now runs with.
+func (o *observedFacts) forget(uid types.UID, containerID string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if f, ok := o.pods[uid]; ok {
+		// A new map: a copy handed out by get stays as it was.
+		f.containers = maps.Clone(f.containers)
+		delete(f.containers, containerID)
+		o.pods[uid] = f
+	}
 }
 
 // ListPods is the PLEG's relist: every pod nodelet owns, from two list

@@ -76,9 +76,14 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	}
 	m.stage(start, metrics.PodStartStageObserve, t1.Sub(t0))
 	m.initContainersDone(pod, start, obs)
+	var rz *resizing
+	if req.Unprepared == nil {
+		rz = m.planResize(pod, obs, req.Setup, log)
+	}
 	actions := plan.Compute(plan.Input{
 		Pod: pod, Status: obs, Now: t1, StartTime: m.startTime(pod),
 		LivenessFailed: livenessFailures(probes, obs), StartupDone: startupDone(pod, probes, obs),
+		ResizeRestarts: rz.restartsOrNil(),
 	})
 	m.stage(start, metrics.PodStartStagePlan, m.clock.Since(t1))
 	if actions.Failure.Reason == plan.ReasonDeadlineExceeded {
@@ -108,8 +113,8 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
 		}
 	}
-	failures, execErr := m.execute(ctx, pod, obs, actions, start, req.Setup, req.Unprepared, log)
-	if changesRuntime(actions) {
+	failures, execErr := m.execute(ctx, pod, obs, actions, start, req.Setup, req.Unprepared, rz, log)
+	if changesRuntime(actions) || rz.updatedAny() {
 		again := m.clock.Now()
 		if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
 			obs, observedAt = fresh, again
@@ -123,6 +128,9 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 			// reason of its own: the container's status says why.
 			failed = &status.Rejection{}
 		}
+	}
+	if !actions.KillPod {
+		m.finishResize(pod, obs, rz)
 	}
 	st := m.publish(ctx, pod, probes, obs, waitingOf(actions.Waiting, failures), failed, false)
 	if st.Phase == v1.PodRunning && !start.started.IsZero() {
@@ -190,9 +198,11 @@ func waitingOf(planned map[string]plan.Waiting, failures []startFailure) map[str
 // execute carries out actions with what the pod's hooks set up and
 // returns the containers that could not start, with the kubelet's
 // reasons, beside the error. With unprepared set it only stops what must
-// stop.
+// stop. An in-place resize (rz, nil for none) is actuated after the kills
+// and before anything starts, in the sandbox that stays, as the kubelet's
+// SyncPod; its error is rz.err and holds nothing else back.
 func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions,
-	start *startup, setup podsetup.Setup, unprepared error, log *slog.Logger) ([]startFailure, error) {
+	start *startup, setup podsetup.Setup, unprepared error, rz *resizing, log *slog.Logger) ([]startFailure, error) {
 	// Step 1-2: kills.
 	if err := m.killContainers(ctx, pod, firstIP(obs), actions.ContainersToKill, log); err != nil {
 		return nil, err
@@ -209,6 +219,12 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	// is and is retried.
 	if unprepared != nil {
 		return nil, unprepared
+	}
+	if rz != nil && rz.err == nil && !actions.CreateSandbox {
+		if err := m.actuate(ctx, pod, rz, setup, log); err != nil {
+			log.Warn("resize not actuated", "err", err)
+			rz.err = err
+		}
 	}
 	// Step 3: sandbox.
 	userNS, err := podUserNamespace(pod, setup)
@@ -481,6 +497,9 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 		return &w, fmt.Errorf("create container %q: %w", c.Name, err)
 	}
 	m.recorder.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
+	if !a.ephemeral {
+		m.recordCreated(pod, c, log)
+	}
 	if err := m.rt.StartContainer(ctx, id); err != nil {
 		w := plan.Waiting{Reason: "RunContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
@@ -612,11 +631,15 @@ func (m *Manager) publish(ctx context.Context, pod *v1.Pod, probes podsetup.Prob
 	if p, ok := m.status.Get(pod.UID); ok {
 		prev = &p
 	}
-	st := status.Generate(status.Facts{
+	facts := status.Facts{
 		Pod: pod, Observed: obs, Waiting: waiting, Ready: ready, Started: started,
 		HostIP: m.opts.HostIP, Now: m.clock.Now(), Previous: prev, Failed: failed, ByNode: m.status.StoppedByNode(pod.UID),
 		RuntimeName: m.opts.RuntimeName, Terminal: terminal, RecursiveReadOnlyMounts: m.supportsRRO(ctx, pod),
-	})
+	}
+	if m.resizes != nil {
+		facts.Resources, facts.ResizeConditions = m.resizes.Status(pod.UID)
+	}
+	st := status.Generate(facts)
 	if st.Phase == v1.PodRunning && (prev == nil || prev.Phase != v1.PodRunning) {
 		m.observeStart(pod)
 	}
