@@ -483,11 +483,13 @@ func (s *Syncer) forget(uid types.UID, e *entry) {
 	}
 }
 
-// ownedConditions are the pod conditions the node sets; the others (set
-// by controllers, the scheduler, readiness gates) are kept as the API has
-// them.
+// ownedConditions are the pod conditions the node sets (the kubelet's
+// PodConditionsByKubelet); the others (set by controllers, the scheduler,
+// readiness gates) are kept as the API has them. The resize conditions
+// are among them: one the node no longer reports goes from the API.
 var ownedConditions = []v1.PodConditionType{
 	v1.PodScheduled, v1.PodReady, v1.PodInitialized, v1.ContainersReady, v1.PodReadyToStartContainers,
+	v1.PodResizePending, v1.PodResizeInProgress,
 }
 
 // Merge is the status to send: st, the node's, over old, the API's, with

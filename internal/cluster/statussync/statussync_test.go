@@ -264,6 +264,27 @@ func TestTerminalPhaseRules(t *testing.T) {
 	}
 }
 
+// The resize conditions are the node's: sent as it has them, and gone
+// from the API once it no longer reports them.
+func TestResizeConditionsOwned(t *testing.T) {
+	pending := v1.PodCondition{Type: v1.PodResizePending, Status: v1.ConditionTrue, Reason: v1.PodReasonDeferred}
+	inProgress := v1.PodCondition{Type: v1.PodResizeInProgress, Status: v1.ConditionTrue}
+	old := running(true)
+	old.Conditions = append(old.Conditions, pending)
+	st := running(true)
+	st.Conditions = append(st.Conditions, inProgress)
+	got := Merge(old, st, true)
+	var types []v1.PodConditionType
+	for _, c := range got.Conditions {
+		if c.Type == v1.PodResizePending || c.Type == v1.PodResizeInProgress {
+			types = append(types, c.Type)
+		}
+	}
+	if !slices.Equal(types, []v1.PodConditionType{v1.PodResizeInProgress}) {
+		t.Errorf("resize conditions sent: %v, want only the node's PodResizeInProgress", types)
+	}
+}
+
 // The DisruptionTarget condition: the API's (an eviction through the
 // API, the taint manager) stays; the node's own (it evicted the pod, or
 // shut it down) goes out with the terminal phase once nothing runs, as
