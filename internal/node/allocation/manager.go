@@ -2,13 +2,19 @@ package allocation
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/nodelet/nodelet/internal/pipeline/syncloop"
 	"github.com/nodelet/nodelet/internal/pure/resize"
 	"github.com/nodelet/nodelet/internal/pure/status"
 )
@@ -24,17 +30,26 @@ type Recorder interface {
 // kubelet's resize events. Every stage after the sync loop sees a pod
 // with its allocated resources (Allocated), never the desired ones.
 type Manager struct {
-	store  *Store
-	clock  clock.PassiveClock
-	events Recorder
+	store   *Store
+	clock   clock.PassiveClock
+	events  Recorder
+	metrics *resizeMetrics
 
 	mu         sync.Mutex
 	conditions map[types.UID]resize.Conditions
+	// desired is what each pod last asked for (its source's resources),
+	// what the next request's kubelet_container_requested_resizes_total
+	// operations are counted from.
+	desired map[types.UID]resize.Allocation
 }
 
-// NewManager manages allocations in store.
-func NewManager(store *Store, clk clock.PassiveClock, events Recorder) *Manager {
-	return &Manager{store: store, clock: clk, events: events, conditions: map[types.UID]resize.Conditions{}}
+// NewManager manages allocations in store; the kubelet's resize metrics
+// go to reg (nil: none).
+func NewManager(store *Store, clk clock.PassiveClock, events Recorder, reg prometheus.Registerer) *Manager {
+	m := &Manager{store: store, clock: clk, events: events,
+		conditions: map[types.UID]resize.Conditions{}, desired: map[types.UID]resize.Allocation{}}
+	m.metrics = newResizeMetrics(reg, m.counts)
+	return m
 }
 
 // Admitted records the allocation of a pod admission let in: its spec as
@@ -67,10 +82,19 @@ func (m *Manager) Allocated(pod *v1.Pod) *v1.Pod {
 // generation, a ResizeStarted event), a pending one sets PodResizePending
 // (an event when its reason or generation changed), none clears it. It
 // returns the pod as allocated after the decision.
-func (m *Manager) Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node) (*v1.Pod, error) {
+//
+// trigger is what made the decision come now (syncloop.Retry*): a
+// deferred resize accepted counts under it in
+// kubelet_pod_deferred_accepted_resizes_total. A pod's own update
+// (pod_updated) counts the changes it asks for in
+// kubelet_container_requested_resizes_total.
+func (m *Manager) Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node, trigger string) (*v1.Pod, error) {
 	r, ok := m.store.Get(pod.UID)
 	if !ok {
 		return pod, nil
+	}
+	if trigger == syncloop.RetryPodUpdated {
+		m.requested(pod, r.Allocated)
 	}
 	allocated := make([]*v1.Pod, 0, len(others))
 	for _, o := range others {
@@ -92,7 +116,14 @@ func (m *Manager) Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node) (*v1.P
 		if err != nil {
 			return m.Allocated(pod), fmt.Errorf("record the resize of %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		m.update(pod.UID, func(c resize.Conditions) resize.Conditions { return c.Start(pod.Generation, now) })
+		var wasDeferred bool
+		m.update(pod.UID, func(c resize.Conditions) resize.Conditions {
+			wasDeferred = c.Pending != nil && c.Pending.Reason == v1.PodReasonDeferred
+			return c.Start(pod.Generation, now)
+		})
+		if wasDeferred {
+			m.metrics.deferredAccepted.WithLabelValues(trigger).Inc()
+		}
 		m.events.Event(pod, v1.EventTypeNormal, resize.EventResizeStarted, resize.StartedMessage(pod))
 		return pod, nil
 	}
@@ -105,6 +136,7 @@ func (m *Manager) Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node) (*v1.P
 		reason := resize.EventResizeDeferred
 		if d.Verdict == resize.Infeasible {
 			reason = resize.EventResizeInfeasible
+			m.metrics.infeasible.WithLabelValues(d.Detail).Inc()
 		}
 		m.events.Event(pod, v1.EventTypeWarning, reason, resize.PendingMessage(pod, d.Verdict.String(), d.Message))
 	}
@@ -166,8 +198,70 @@ func (m *Manager) Forget(keep func(types.UID) bool) error {
 			delete(m.conditions, uid)
 		}
 	}
+	for uid := range m.desired {
+		if !keep(uid) {
+			delete(m.desired, uid)
+		}
+	}
 	m.mu.Unlock()
 	return m.store.Retain(keep)
+}
+
+// Deferred are the pods whose resize is pending as Deferred, sorted: the
+// ones a retry may now accept (syncloop.Allocator).
+func (m *Manager) Deferred() []types.UID {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []types.UID
+	for uid, c := range m.conditions {
+		if c.Pending != nil && c.Pending.Reason == v1.PodReasonDeferred {
+			out = append(out, uid)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Actuation observes one actuation of a resize, as the kubelet's
+// kubelet_pod_resize_duration_milliseconds{success} does.
+func (m *Manager) Actuation(took time.Duration, err error) {
+	m.metrics.duration.WithLabelValues(strconv.FormatBool(err == nil)).Observe(float64(took) / float64(time.Millisecond))
+}
+
+// requested counts the changes pod asks for, container by container,
+// against what it asked for last (after a restart: its allocation).
+func (m *Manager) requested(pod *v1.Pod, allocated resize.Allocation) {
+	want := resize.AllocationOf(pod)
+	m.mu.Lock()
+	prev, ok := m.desired[pod.UID]
+	m.desired[pod.UID] = want
+	m.mu.Unlock()
+	if !ok {
+		prev = allocated
+	}
+	for _, op := range resize.Operations(prev, want) {
+		m.metrics.requested.WithLabelValues(op.Resource, op.Requirement, op.Operation).Inc()
+	}
+}
+
+// counts are the pods with a pending resize by reason (deferred,
+// infeasible) and those with one in progress.
+func (m *Manager) counts() (deferred, infeasible, inProgress int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range m.conditions {
+		switch {
+		case c.Pending == nil:
+		case c.Pending.Reason == v1.PodReasonInfeasible:
+			infeasible++
+		default:
+			deferred++
+		}
+		if c.InProgress != nil {
+			inProgress++
+		}
+	}
+	return deferred, infeasible, inProgress
 }
 
 func (m *Manager) update(uid types.UID, fn func(resize.Conditions) resize.Conditions) {

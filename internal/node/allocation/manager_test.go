@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/node/allocation"
+	"github.com/nodelet/nodelet/internal/pipeline/syncloop"
 	"github.com/nodelet/nodelet/internal/pure/admission"
 	"github.com/nodelet/nodelet/internal/pure/resize"
 )
@@ -57,7 +60,7 @@ func TestManagerResize(t *testing.T) {
 	}
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	rec := &fakeRecorder{}
-	m := allocation.NewManager(store, clk, rec)
+	m := allocation.NewManager(store, clk, rec, nil)
 	node := resize.Node{Admission: admission.Node{MaxPods: 110, Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}}}
 
 	pod := podWithCPU("a", "200m", 1)
@@ -70,7 +73,7 @@ func TestManagerResize(t *testing.T) {
 
 	// 500m does not fit beside b's 600m: Deferred, allocation unchanged.
 	want := podWithCPU("a", "500m", 2)
-	got, err := m.Resize(want, []*v1.Pod{other, want}, node)
+	got, err := m.Resize(want, []*v1.Pod{other, want}, node, syncloop.RetryPodUpdated)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +92,7 @@ func TestManagerResize(t *testing.T) {
 		t.Errorf("status allocation cpu %s, want 200m", q.String())
 	}
 	// Tried again unchanged: no second event.
-	if _, err := m.Resize(want, []*v1.Pod{other}, node); err != nil {
+	if _, err := m.Resize(want, []*v1.Pod{other}, node, syncloop.RetryPodUpdated); err != nil {
 		t.Fatal(err)
 	}
 	if ev := rec.take(); ev != "" {
@@ -98,11 +101,11 @@ func TestManagerResize(t *testing.T) {
 
 	// b shrinks (its own resize accepted): a's now fits.
 	smaller := podWithCPU("b", "100m", 2)
-	if _, err := m.Resize(smaller, []*v1.Pod{pod}, node); err != nil {
+	if _, err := m.Resize(smaller, []*v1.Pod{pod}, node, syncloop.RetryPodUpdated); err != nil {
 		t.Fatal(err)
 	}
 	rec.take()
-	got, err = m.Resize(want, []*v1.Pod{other}, node) // the source still has b's old spec: its allocation counts
+	got, err = m.Resize(want, []*v1.Pod{other}, node, syncloop.RetryPodUpdated) // the source still has b's old spec: its allocation counts
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +146,7 @@ func TestManagerResize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2 := allocation.NewManager(again, clk, rec)
+	m2 := allocation.NewManager(again, clk, rec, nil)
 	asking := podWithCPU("a", "900m", 3)
 	if err := m2.Admitted(asking); err != nil {
 		t.Fatal(err)
@@ -173,7 +176,7 @@ func TestManagerInfeasible(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &fakeRecorder{}
-	m := allocation.NewManager(store, clocktesting.NewFakePassiveClock(time.Now()), rec)
+	m := allocation.NewManager(store, clocktesting.NewFakePassiveClock(time.Now()), rec, nil)
 	pod := podWithCPU("a", "200m", 1)
 	if err := m.Admitted(pod); err != nil {
 		t.Fatal(err)
@@ -184,7 +187,7 @@ func TestManagerInfeasible(t *testing.T) {
 	}
 	want := podWithCPU("a", "200m", 2)
 	want.Spec.Containers[0].Resources.Requests[v1.ResourceMemory] = resource.MustParse("64Mi")
-	if _, err := m.Resize(want, nil, node); err != nil {
+	if _, err := m.Resize(want, nil, node, syncloop.RetryPodUpdated); err != nil {
 		t.Fatal(err)
 	}
 	if ev := rec.take(); ev != "Warning ResizeInfeasible" {
@@ -195,10 +198,78 @@ func TestManagerInfeasible(t *testing.T) {
 		t.Errorf("conditions %+v, want PodResizePending Infeasible", conds)
 	}
 	// Reverted to the allocation: the pending condition goes.
-	if _, err := m.Resize(pod, nil, node); err != nil {
+	if _, err := m.Resize(pod, nil, node, syncloop.RetryPodUpdated); err != nil {
 		t.Fatal(err)
 	}
 	if _, conds := m.Status("a"); len(conds) != 0 {
 		t.Errorf("after a revert: %+v, want none", conds)
+	}
+}
+
+// The kubelet's resize metrics: requests counted per container change on
+// the pod's own update only, pending and in-progress resizes as they
+// stand, a deferred resize accepted under its retry trigger, the
+// actuation's duration.
+func TestManagerMetrics(t *testing.T) {
+	store, err := allocation.Open(filepath.Join(t.TempDir(), allocation.FileName), logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	m := allocation.NewManager(store, clocktesting.NewFakePassiveClock(time.Now()), &fakeRecorder{}, reg)
+	node := resize.Node{Admission: admission.Node{MaxPods: 110, Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1")}}}
+	a, b := podWithCPU("a", "200m", 1), podWithCPU("b", "600m", 1)
+	for _, p := range []*v1.Pod{a, b} {
+		if err := m.Admitted(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := podWithCPU("a", "500m", 2)
+	if _, err := m.Resize(want, []*v1.Pod{b}, node, syncloop.RetryPodUpdated); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Deferred(); len(got) != 1 || got[0] != "a" {
+		t.Errorf("Deferred = %v, want [a]", got)
+	}
+	expect := func(text string, names ...string) {
+		t.Helper()
+		if err := promtestutil.GatherAndCompare(reg, strings.NewReader(text), names...); err != nil {
+			t.Error(err)
+		}
+	}
+	expect(`
+# HELP kubelet_pod_pending_resizes Number of pending resizes for pods, broken down by reason (deferred or infeasible)
+# TYPE kubelet_pod_pending_resizes gauge
+kubelet_pod_pending_resizes{reason="deferred"} 1
+# HELP kubelet_pod_in_progress_resizes Number of in-progress resizes for pods
+# TYPE kubelet_pod_in_progress_resizes gauge
+kubelet_pod_in_progress_resizes 0
+`, "kubelet_pod_pending_resizes", "kubelet_pod_in_progress_resizes")
+
+	// b shrinks; the retry accepts a's resize.
+	if _, err := m.Resize(podWithCPU("b", "100m", 2), []*v1.Pod{a}, node, syncloop.RetryPodUpdated); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Resize(want, []*v1.Pod{b}, node, syncloop.RetryPeriodic); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Deferred(); len(got) != 0 {
+		t.Errorf("Deferred after the retry = %v", got)
+	}
+	m.Actuation(1500*time.Millisecond, nil)
+	expect(`
+# HELP kubelet_container_requested_resizes_total Number of requested resizes, counted at the container level. Different resources on the same container are counted separately. The 'requirement' label refers to 'memory' or 'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.
+# TYPE kubelet_container_requested_resizes_total counter
+kubelet_container_requested_resizes_total{operation="decrease",requirement="requests",resource="cpu"} 1
+kubelet_container_requested_resizes_total{operation="increase",requirement="requests",resource="cpu"} 1
+# HELP kubelet_pod_deferred_accepted_resizes_total Cumulative number of resizes that were accepted after being deferred, broken down by the retry trigger
+# TYPE kubelet_pod_deferred_accepted_resizes_total counter
+kubelet_pod_deferred_accepted_resizes_total{retry_trigger="periodic_retry"} 1
+# HELP kubelet_pod_in_progress_resizes Number of in-progress resizes for pods
+# TYPE kubelet_pod_in_progress_resizes gauge
+kubelet_pod_in_progress_resizes 2
+`, "kubelet_container_requested_resizes_total", "kubelet_pod_deferred_accepted_resizes_total", "kubelet_pod_in_progress_resizes", "kubelet_pod_pending_resizes")
+	if n := promtestutil.CollectAndCount(reg, "kubelet_pod_resize_duration_milliseconds"); n != 1 {
+		t.Errorf("resize duration series: %d, want 1", n)
 	}
 }

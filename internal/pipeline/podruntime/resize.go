@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -32,6 +33,9 @@ type Resizes interface {
 	// allocated to its running containers is actuated.
 	Failed(pod *v1.Pod, err error)
 	Done(pod *v1.Pod)
+	// Actuation observes how long one actuation of a resize took and
+	// whether it succeeded (kubelet_pod_resize_duration_milliseconds).
+	Actuation(took time.Duration, err error)
 }
 
 // resizing is one sync's in-place resize of a pod: the plan, and the

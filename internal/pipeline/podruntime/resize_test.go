@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -87,11 +88,12 @@ func (p *fakePodCgroup) Set(s resize.Step) error {
 
 // fakeResizes is allocation.Manager in memory.
 type fakeResizes struct {
-	mu       sync.Mutex
-	actuated map[string]resize.Resources
-	failed   []string
-	done     int
-	conds    []v1.PodCondition
+	mu         sync.Mutex
+	actuated   map[string]resize.Resources
+	failed     []string
+	done       int
+	conds      []v1.PodCondition
+	actuations []bool
 }
 
 func (r *fakeResizes) Status(types.UID) (*status.Resources, []v1.PodCondition) {
@@ -115,6 +117,12 @@ func (r *fakeResizes) Failed(_ *v1.Pod, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.failed = append(r.failed, err.Error())
+}
+
+func (r *fakeResizes) Actuation(_ time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.actuations = append(r.actuations, err == nil)
 }
 
 func (r *fakeResizes) Done(*v1.Pod) {
@@ -213,8 +221,8 @@ func TestResizeInPlace(t *testing.T) {
 	if got := rf.resizes.actuated["app"]; got != grown {
 		t.Errorf("recorded %+v, want %+v", got, grown)
 	}
-	if rf.resizes.done == 0 || len(rf.resizes.failed) > 0 {
-		t.Errorf("done %d, failed %v", rf.resizes.done, rf.resizes.failed)
+	if rf.resizes.done == 0 || len(rf.resizes.failed) > 0 || len(rf.resizes.actuations) != 1 || !rf.resizes.actuations[0] {
+		t.Errorf("done %d, failed %v, actuations %v", rf.resizes.done, rf.resizes.failed, rf.resizes.actuations)
 	}
 	if st.ContainerStatuses[0].Resources == nil || st.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("status after the resize: %+v", st.ContainerStatuses[0])

@@ -220,8 +220,11 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	if unprepared != nil {
 		return nil, unprepared
 	}
-	if rz != nil && rz.err == nil && !actions.CreateSandbox {
-		if err := m.actuate(ctx, pod, rz, setup, log); err != nil {
+	if rz != nil && rz.err == nil && !actions.CreateSandbox && !rz.plan.Empty() {
+		began := m.clock.Now()
+		err := m.actuate(ctx, pod, rz, setup, log)
+		m.resizes.Actuation(m.clock.Since(began), err)
+		if err != nil {
 			log.Warn("resize not actuated", "err", err)
 			rz.err = err
 		}

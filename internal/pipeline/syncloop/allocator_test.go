@@ -3,6 +3,7 @@ package syncloop
 import (
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -18,9 +19,10 @@ import (
 // fakeAllocator allocates CPU requests by pod UID and accepts every resize
 // up to limit (milliCPU), recording what it is asked.
 type fakeAllocator struct {
-	cpu   map[types.UID]string
-	limit int64
-	calls []string
+	cpu      map[types.UID]string
+	limit    int64
+	calls    []string
+	deferred []types.UID
 }
 
 func (f *fakeAllocator) Admitted(pod *v1.Pod) error {
@@ -39,13 +41,15 @@ func (f *fakeAllocator) Allocated(pod *v1.Pod) *v1.Pod {
 	return withCPU(pod, cpu)
 }
 
-func (f *fakeAllocator) Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node) (*v1.Pod, error) {
+func (f *fakeAllocator) Deferred() []types.UID { return f.deferred }
+
+func (f *fakeAllocator) Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node, trigger string) (*v1.Pod, error) {
 	var names []string
 	for _, o := range others {
 		names = append(names, o.Name)
 	}
 	f.calls = append(f.calls, "resize "+pod.Name+" "+cpuOf(pod)+" others="+strings.Join(names, ",")+
-		" maxPods="+resource.NewQuantity(int64(node.Admission.MaxPods), resource.DecimalSI).String())
+		" maxPods="+resource.NewQuantity(int64(node.Admission.MaxPods), resource.DecimalSI).String()+" "+trigger)
 	q := pod.Spec.Containers[0].Resources.Requests[v1.ResourceCPU]
 	if q.MilliValue() <= f.limit {
 		f.cpu[pod.UID] = cpuOf(pod)
@@ -99,8 +103,50 @@ func TestAllocatorShapesWhatWorkersGet(t *testing.T) {
 	if got := strings.Join(workers.calls, "\n"); got != wantWorkers {
 		t.Errorf("workers got:\n%s\nwant:\n%s", got, wantWorkers)
 	}
-	wantAlloc := "admitted b 500m\nadmitted a 400m\nresize a 600m others=b maxPods=10\nresize a 800m others=b maxPods=10"
+	// After the restart a's source still asks 900m: decided, not
+	// accepted (the fake accepts up to 600m).
+	wantAlloc := "admitted b 500m\nresize b 500m others= maxPods=10 pod_updated\nadmitted a 400m\nresize a 900m others=b maxPods=10 pod_updated\n" +
+		"resize a 600m others=b maxPods=10 pod_updated\nresize a 800m others=b maxPods=10 pod_updated"
 	if got := strings.Join(alloc.calls, "\n"); got != wantAlloc {
 		t.Errorf("allocator asked:\n%s\nwant:\n%s", got, wantAlloc)
+	}
+}
+
+// A deferred resize is decided again at each housekeeping round, as the
+// kubelet's RetryPendingResizes: after a pod was removed with
+// pods_removed, else periodic_retry; once accepted the worker gets the
+// new allocation.
+func TestDeferredResizesRetried(t *testing.T) {
+	h := newHarness(10)
+	workers := &cpuWorkers{}
+	h.loop.deps.Workers = workers
+	alloc := &fakeAllocator{cpu: map[types.UID]string{}, limit: 600}
+	h.loop.deps.Allocations = alloc
+	a, b := withCPU(pod("a"), "500m"), withCPU(pod("b"), "500m")
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Add, Pods: []*v1.Pod{a, b}} })
+	h.step(t, func() {
+		h.config <- podconfig.PodUpdate{Op: podupdate.Update, Pods: []*v1.Pod{withCPU(pod("a"), "800m")}}
+	})
+	alloc.deferred = []types.UID{"uid-a"}
+	h.step(t, func() { h.hk <- time.Time{} }) // still does not fit
+	alloc.limit = 1000
+	h.step(t, func() { h.config <- podconfig.PodUpdate{Op: podupdate.Delete, Pods: []*v1.Pod{b}} })
+	h.step(t, func() { h.hk <- time.Time{} })
+	alloc.deferred = nil
+	h.step(t, func() { h.hk <- time.Time{} })
+
+	wantAlloc := strings.Join([]string{
+		"admitted a 500m", "resize a 500m others= maxPods=10 pod_updated", "admitted b 500m", "resize b 500m others=a maxPods=10 pod_updated",
+		"resize a 800m others=b maxPods=10 pod_updated",
+		"resize a 800m others=b maxPods=10 periodic_retry",
+		"resize a 800m others= maxPods=10 pods_removed",
+	}, "\n")
+	if got := strings.Join(alloc.calls, "\n"); got != wantAlloc {
+		t.Errorf("allocator asked:\n%s\nwant:\n%s", got, wantAlloc)
+	}
+	// The retry that still defers syncs nothing.
+	wantWorkers := "ADD a 500m\nADD b 500m\nUPDATE a 500m\nDELETE b 500m\nUPDATE a 800m"
+	if got := strings.Join(workers.calls, "\n"); got != wantWorkers {
+		t.Errorf("workers got:\n%s\nwant:\n%s", got, wantWorkers)
 	}
 }

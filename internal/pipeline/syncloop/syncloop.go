@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
@@ -82,9 +83,25 @@ type Allocations interface {
 	// Allocated is pod with its allocated resources.
 	Allocated(pod *v1.Pod) *v1.Pod
 	// Resize decides the resize pod asks for against the other active
-	// pods and returns pod as allocated after it.
-	Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node) (*v1.Pod, error)
+	// pods and returns pod as allocated after it; trigger says what made
+	// it decide now (a Retry* constant for a deferred resize decided
+	// again, RetryPodUpdated for the pod's own update).
+	Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node, trigger string) (*v1.Pod, error)
+	// Deferred are the pods whose resize is pending as Deferred: decided
+	// again when resources may have freed up.
+	Deferred() []types.UID
 }
+
+// What makes the loop decide a resize again, as the kubelet's
+// kubelet_pod_deferred_accepted_resizes_total{retry_trigger} names it.
+const (
+	// RetryPodUpdated: the pod itself changed (the first decision too).
+	RetryPodUpdated = "pod_updated"
+	// RetryPodsRemoved: pods were removed since the last retry.
+	RetryPodsRemoved = "pods_removed"
+	// RetryPeriodic: the housekeeping round's retry.
+	RetryPeriodic = "periodic_retry"
+)
 
 // Seen tells what the last status of a pod was computed from: whether
 // the runtime object id (a sandbox or container) was in it, and running.
@@ -157,6 +174,8 @@ type Loop struct {
 
 	pods     map[types.UID]*v1.Pod // desired pods by UID (admitted or not)
 	rejected map[types.UID]bool
+	// removed: pods were removed since deferred resizes were last retried.
+	removed bool
 }
 
 // New returns a loop. It starts nothing.
@@ -206,6 +225,7 @@ func (l *Loop) iterate(ctx context.Context, in Inputs, resync, housekeeping <-ch
 		if l.deps.SourcesReady == nil || l.deps.SourcesReady() {
 			l.deps.Housekeeper.Housekeep(ctx, l.desired())
 		}
+		l.retryDeferred()
 	}
 	return true
 }
@@ -253,9 +273,48 @@ func (l *Loop) update(pod *v1.Pod) {
 		l.sync(pod, podupdate.Update)
 		return
 	}
+	l.resize(pod, RetryPodUpdated)
+}
+
+// retryDeferred decides every deferred resize again, as the kubelet's
+// RetryPendingResizes: the pods whose resize is now accepted are synced
+// with their new allocation. A housekeeping round runs it, so a resize
+// deferred for want of resources goes through soon after a pod that held
+// them is gone.
+func (l *Loop) retryDeferred() {
+	if l.deps.Allocations == nil {
+		return
+	}
+	trigger := RetryPeriodic
+	if l.removed {
+		trigger = RetryPodsRemoved
+	}
+	l.removed = false
+	for _, uid := range l.deps.Allocations.Deferred() {
+		pod, ok := l.pods[uid]
+		if !ok || l.rejected[uid] || !l.deps.Workers.IsPodActive(uid) {
+			continue
+		}
+		before := resize.AllocationOf(l.deps.Allocations.Allocated(pod))
+		node := l.opts.Resize
+		node.Admission = l.node()
+		allocated, err := l.deps.Allocations.Resize(pod, l.active(uid), node, trigger)
+		if err != nil {
+			l.log.Error("resize not recorded", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		}
+		// Still deferred: the worker has the pod as it is allocated.
+		if !apiequality.Semantic.DeepEqual(before, resize.AllocationOf(allocated)) {
+			l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Update, Pod: allocated})
+		}
+	}
+}
+
+// resize decides pod's resize and hands the pod, as allocated after it,
+// to its worker.
+func (l *Loop) resize(pod *v1.Pod, trigger string) {
 	node := l.opts.Resize
 	node.Admission = l.node()
-	allocated, err := l.deps.Allocations.Resize(pod, l.active(pod.UID), node)
+	allocated, err := l.deps.Allocations.Resize(pod, l.active(pod.UID), node, trigger)
 	if err != nil {
 		l.log.Error("resize not recorded", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
@@ -309,6 +368,7 @@ func (l *Loop) handleConfig(ctx context.Context, u podconfig.PodUpdate) {
 			}
 		}
 	case podupdate.Remove, podupdate.Delete:
+		l.removed = true
 		for _, pod := range u.Pods {
 			delete(l.pods, pod.UID)
 			delete(l.rejected, pod.UID)
@@ -353,13 +413,23 @@ func (l *Loop) add(ctx context.Context, pod *v1.Pod) {
 		l.deps.Rejector.Reject(pod, r.Reason, r.Message)
 		return
 	}
-	if l.deps.Allocations != nil {
-		if err := l.deps.Allocations.Admitted(candidate); err != nil {
-			// As the kubelet: the pod runs; its allocation is its spec.
-			l.log.Error("allocation not recorded", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-		}
+	if l.deps.Allocations == nil {
+		l.sync(pod, podupdate.Add)
+		return
 	}
-	l.sync(pod, podupdate.Add)
+	if err := l.deps.Allocations.Admitted(candidate); err != nil {
+		// As the kubelet: the pod runs; its allocation is its spec.
+		l.log.Error("allocation not recorded", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+	// A pod whose source asks for other resources than it was allocated
+	// before a restart has a resize to decide; a new pod has none.
+	node := l.opts.Resize
+	node.Admission = l.node()
+	allocated, err := l.deps.Allocations.Resize(pod, l.active(pod.UID), node, RetryPodUpdated)
+	if err != nil {
+		l.log.Error("resize not recorded", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+	l.deps.Workers.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Add, Pod: allocated})
 }
 
 // admit runs admission around the allocations, in the kubelet's order of

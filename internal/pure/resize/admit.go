@@ -134,6 +134,9 @@ func (v Verdict) String() string {
 type Decision struct {
 	Verdict Verdict
 	Message string
+	// Detail is an Infeasible verdict's reason_detail label of
+	// kubelet_pod_infeasible_resizes_total.
+	Detail string
 }
 
 // Node is what a resize is admitted against.
@@ -171,8 +174,8 @@ func Admit(desired *v1.Pod, allocated Allocation, others []*v1.Pod, node Node) D
 	if !changed {
 		return Decision{Verdict: Unchanged}
 	}
-	if msg := infeasible(desired, current, allocated, node); msg != "" {
-		return Decision{Verdict: Infeasible, Message: msg}
+	if msg, detail := infeasible(desired, current, allocated, node); msg != "" {
+		return Decision{Verdict: Infeasible, Message: msg, Detail: detail}
 	}
 	rest := make([]*v1.Pod, 0, len(others))
 	for _, p := range others {
@@ -190,22 +193,22 @@ func Admit(desired *v1.Pod, allocated Allocation, others []*v1.Pod, node Node) D
 // feature gates: pod-level resize (beta) and init container resize (GA)
 // on, memory-backed volume resize (alpha) and the exclusive CPU and memory
 // resizes (alpha) off.
-func infeasible(desired, current *v1.Pod, allocated Allocation, node Node) string {
+func infeasible(desired, current *v1.Pod, allocated Allocation, node Node) (msg, detail string) {
 	if swapResize(desired, current, node.Swaps) {
-		return msgSwap
+		return msgSwap, "swap_limitation"
 	}
 	if memoryVolumeResized(desired, current) {
-		return msgMemoryVolumesGate
+		return msgMemoryVolumesGate, "feature_gate_off"
 	}
 	if podspec.QOSClass(desired) == v1.PodQOSGuaranteed {
 		if node.CPUManagerStatic && requestChanged(desired, allocated, v1.ResourceCPU) {
-			return msgCPUManagerStatic
+			return msgCPUManagerStatic, "guaranteed_pod_cpu_manager_static_policy"
 		}
 		if node.MemoryManagerStatic && requestChanged(desired, allocated, v1.ResourceMemory) {
-			return msgMemManagerStatic
+			return msgMemManagerStatic, "guaranteed_pod_memory_manager_static_policy"
 		}
 	}
-	return ""
+	return "", ""
 }
 
 // swapResize: a container's memory request changes in place (its memory

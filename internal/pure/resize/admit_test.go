@@ -96,7 +96,7 @@ func TestAdmit(t *testing.T) {
 			node: func(n *resize.Node) {
 				n.Swaps = func(*v1.Pod, *v1.Container) bool { return true }
 			},
-			want: resize.Decision{Verdict: resize.Infeasible, Message: "In-place resize of containers with swap is not supported."},
+			want: resize.Decision{Verdict: resize.Infeasible, Message: "In-place resize of containers with swap is not supported.", Detail: "swap_limitation"},
 		},
 		{
 			name: "a swapping container restarted for memory is fine",
@@ -123,7 +123,7 @@ func TestAdmit(t *testing.T) {
 				q := resource.MustParse("10Mi")
 				p.Spec.Volumes = []v1.Volume{{Name: "m", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory, SizeLimit: &q}}}}
 			},
-			want: resize.Decision{Verdict: resize.Infeasible, Message: "Memory-backed emptyDir volume resize is disabled"},
+			want: resize.Decision{Verdict: resize.Infeasible, Message: "Memory-backed emptyDir volume resize is disabled", Detail: "feature_gate_off"},
 		},
 		{
 			name: "a Guaranteed pod's CPU under the static CPU manager",
@@ -132,7 +132,7 @@ func TestAdmit(t *testing.T) {
 			},
 			alloc: guaranteed,
 			node:  func(n *resize.Node) { n.CPUManagerStatic = true },
-			want:  resize.Decision{Verdict: resize.Infeasible, Message: `Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"`},
+			want:  resize.Decision{Verdict: resize.Infeasible, Message: `Resize is infeasible for Guaranteed Pods alongside CPU Manager policy "static"`, Detail: "guaranteed_pod_cpu_manager_static_policy"},
 		},
 		{
 			name: "a Guaranteed pod's memory under the static CPU manager is fine",
@@ -150,7 +150,7 @@ func TestAdmit(t *testing.T) {
 			},
 			alloc: guaranteed,
 			node:  func(n *resize.Node) { n.MemoryManagerStatic = true },
-			want:  resize.Decision{Verdict: resize.Infeasible, Message: `Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"`},
+			want:  resize.Decision{Verdict: resize.Infeasible, Message: `Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static"`, Detail: "guaranteed_pod_memory_manager_static_policy"},
 		},
 		{
 			name:    "the node shutting down defers",
