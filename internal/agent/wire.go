@@ -19,6 +19,7 @@ import (
 	"github.com/nodelet/nodelet/internal/cluster/csinode"
 	"github.com/nodelet/nodelet/internal/cluster/objects"
 	"github.com/nodelet/nodelet/internal/cluster/token"
+	"github.com/nodelet/nodelet/internal/node/allocation"
 	"github.com/nodelet/nodelet/internal/node/cpumanager"
 	"github.com/nodelet/nodelet/internal/node/credprovider"
 	"github.com/nodelet/nodelet/internal/node/csi"
@@ -271,6 +272,14 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		return nil, err
 	}
 
+	// What each pod is allocated and was given (in-place resize), kept in
+	// <root-dir>/allocated_pods_state across restarts.
+	allocations, err := allocation.Open(filepath.Join(cfg.RootDir, allocation.FileName), log)
+	if err != nil {
+		return nil, err
+	}
+	allocator := allocation.NewManager(allocations, clk, recorder, reg)
+
 	// 5. The runtime manager, and 4. the pod workers over it.
 	runtime := podruntime.New(rt, podruntime.Options{
 		PodLogsDir:           cfg.PodLogsDir,
@@ -299,6 +308,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		Network:          cri.NewNetworkState(rt, clk, log),
 		PullRecords:      pullRecords,
 		ImageVolumes:     cri.NewImageVolumes(rt, clk, log),
+		Resizes:          allocator,
 	})
 	// The sync loop resyncs every pod each SyncFrequency; the workers' own
 	// resync is only a slow safety net, so pods are not synced twice.
@@ -337,12 +347,13 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	}
 	// 3. Housekeeping, which eviction asks which pods are active.
 	p.hk = housekeeping.New(housekeeping.Deps{
-		Sources:   p.config,
-		Workers:   p.workers,
-		Runtime:   runtime,
-		Statuses:  p.status,
-		Resources: resources,
-		Log:       log,
+		Sources:     p.config,
+		Workers:     p.workers,
+		Runtime:     runtime,
+		Statuses:    p.status,
+		Resources:   resources,
+		Allocations: allocator,
+		Log:         log,
 	})
 
 	// Beside: eviction under pressure, the graceful node shutdown, the
@@ -435,6 +446,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		// The kubelet's order of providers: devices, then CPUs.
 		Allocators:          []syncloop.Allocator{p.devices, p.cpus},
 		ExtendedAllocatable: p.devices.AdmissionAllocatable,
+		Allocations:         allocator,
 		Clock:               clk,
 		Log:                 log,
 	})

@@ -83,14 +83,26 @@ type Sources interface {
 	Pods() []*v1.Pod
 }
 
-// Deps are the housekeeper's collaborators; all are required.
+// Allocations are what the node allocated to each pod
+// (allocation.Manager).
+type Allocations interface {
+	// Forget drops the allocation of every pod keep says no to.
+	Forget(keep func(types.UID) bool) error
+}
+
+// Deps are the housekeeper's collaborators; all but Allocations are
+// required.
 type Deps struct {
 	Sources   Sources
 	Workers   Workers
 	Runtime   Runtime
 	Statuses  Statuses
 	Resources []Resource
-	Log       *slog.Logger
+	// Allocations, when set, lose the pods no source wants and no worker
+	// may still run, as the kubelet's RemoveOrphanedPods (a pod that
+	// comes back is admitted again).
+	Allocations Allocations
+	Log         *slog.Logger
 }
 
 // Housekeeper runs housekeeping rounds. Construct with New.
@@ -131,7 +143,13 @@ func (h *Housekeeper) Housekeep(ctx context.Context, desired map[types.UID]*v1.P
 		h.deps.Log.Info("starting pod again: it was created again while it stopped", "pod", pod.Namespace+"/"+pod.Name, "podUID", uid)
 		w.UpdatePod(podworker.UpdatePodOptions{Reason: podupdate.Add, Pod: pod})
 	}
-	h.deps.Statuses.RemoveOrphans(func(uid types.UID) bool { return want[uid] || w.CouldHaveRunningContainers(uid) })
+	keep := func(uid types.UID) bool { return want[uid] || w.CouldHaveRunningContainers(uid) }
+	h.deps.Statuses.RemoveOrphans(keep)
+	if h.deps.Allocations != nil {
+		if err := h.deps.Allocations.Forget(keep); err != nil {
+			h.deps.Log.Error("housekeeping: forget the allocations of gone pods", "err", err)
+		}
+	}
 	inRuntime, err := h.deps.Runtime.RunningPods(ctx)
 	if err != nil {
 		h.deps.Log.Error("housekeeping: list pods in the runtime", "err", err)

@@ -60,6 +60,16 @@ func (s *fakeStatuses) RemoveOrphans(keep func(types.UID) bool) {
 	}
 }
 
+// fakeAllocations keeps the allocations keep says yes to.
+type fakeAllocations struct{ kept map[types.UID]bool }
+
+func (a *fakeAllocations) Forget(keep func(types.UID) bool) error {
+	for uid := range a.kept {
+		a.kept[uid] = keep(uid)
+	}
+	return nil
+}
+
 type fakeResource struct {
 	held    []types.UID
 	cleaned []types.UID
@@ -91,10 +101,14 @@ func TestHousekeep(t *testing.T) {
 	}}
 	st := &fakeStatuses{kept: map[types.UID]bool{"wanted": true, "terminating": true, "gone": true}}
 	res := &fakeResource{held: []types.UID{"wanted", "terminating", "orphan", "exited", "prepared-before-restart"}}
-	h := New(Deps{Sources: nil, Workers: w, Runtime: rt, Statuses: st, Resources: []Resource{res}, Log: slog.New(slog.DiscardHandler)})
+	alloc := &fakeAllocations{kept: map[types.UID]bool{"wanted": true, "terminating": true, "gone": true}}
+	h := New(Deps{Sources: nil, Workers: w, Runtime: rt, Statuses: st, Resources: []Resource{res}, Allocations: alloc, Log: slog.New(slog.DiscardHandler)})
 	h.Housekeep(t.Context(), map[types.UID]*v1.Pod{"wanted": {}})
 	h.Wait()
 
+	if !alloc.kept["wanted"] || !alloc.kept["terminating"] || alloc.kept["gone"] {
+		t.Errorf("allocations kept %v; want wanted and terminating, not gone", alloc.kept)
+	}
 	if !w.synced["wanted"] || len(w.synced) != 1 {
 		t.Errorf("SyncKnownPods(%v), want only the wanted pod", w.synced)
 	}
