@@ -13,6 +13,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -51,11 +52,12 @@ func (r resizeValues) patch() []byte {
 //     the status is printed;
 //   - resizePolicy RestartContainer for memory: the container is
 //     restarted with the new limit;
-//   - more CPU than the node has at all: PodResizePending Deferred with
-//     the kubelet v1.37's message (the predicate's; v1.37 has no
-//     Infeasible for capacity), nothing changed; reverting clears it;
-//   - a resize deferred for want of CPU that another pod holds goes
-//     through once that pod is deleted (the retry of deferred resizes);
+//   - more CPU than the node has at all: the API server refuses it (v1.37
+//     checks the Node's allocatable), nothing changes;
+//   - a resize deferred for want of CPU that another pod holds
+//     (PodResizePending Deferred, with the predicate's message, as the
+//     kubelet v1.37) goes through once that pod is deleted (the retry of
+//     deferred resizes);
 //   - nodelet restarted: the resized pod is neither restarted nor
 //     resized back (the allocation checkpoint).
 func TestClusterInPlaceResize(t *testing.T) {
@@ -164,37 +166,26 @@ func TestClusterInPlaceResize(t *testing.T) {
 		checkCgroups(t, p, r2)
 	})
 
-	t.Run("BeyondCapacity", func(t *testing.T) {
+	t.Run("BeyondAllocatable", func(t *testing.T) {
+		// v1.37's API server refuses a resize beyond the Node's
+		// allocatable itself (the kubelet v1.37.2 has no Infeasible for
+		// capacity either): the node sees nothing.
 		start := resizeValues{"100m", "200m", "64Mi", "128Mi"}
 		p := create(t, "huge", start)
-		id := p.Status.ContainerStatuses[0].ContainerID
-		patch(t, "huge", resizeValues{"100", "100", "64Mi", "128Mi"})
-		var cond *v1.PodCondition
-		eventually(t, time.Minute, "PodResizePending on pod huge", func() error {
-			got, err := c.CoreV1().Pods(ns).Get(ctx, "huge", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cond = findCondition(got, v1.PodResizePending)
-			if cond == nil {
-				return fmt.Errorf("no PodResizePending: %+v", got.Status.Conditions)
-			}
-			p = got
-			return nil
-		})
-		if cond.Reason != v1.PodReasonDeferred || !strings.HasPrefix(cond.Message, "Node didn't have enough resource: cpu, requested: 100000, used: ") ||
-			cond.ObservedGeneration != p.Generation {
-			t.Errorf("PodResizePending %s %q at generation %d (pod's %d); want Deferred with the predicate's message",
-				cond.Reason, cond.Message, cond.ObservedGeneration, p.Generation)
+		_, err := c.CoreV1().Pods(ns).Patch(ctx, "huge", types.StrategicMergePatchType,
+			resizeValues{"100", "100", "64Mi", "128Mi"}.patch(), metav1.PatchOptions{}, "resize")
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "node didn't have enough allocatable resources: cpu, requested: 100000") {
+			t.Fatalf("resize beyond allocatable: %v, want the API server's refusal", err)
 		}
-		if err := statusReports(p, start.requirements()); err != nil {
-			t.Errorf("a deferred resize changed the status: %v", err)
+		time.Sleep(3 * time.Second)
+		got, err := c.CoreV1().Pods(ns).Get(ctx, "huge", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-		checkCgroups(t, p, start)
-		p = resized(t, "huge", start, patch(t, "huge", start))
-		if p.Status.ContainerStatuses[0].ContainerID != id {
-			t.Error("container replaced")
+		if err := statusReports(got, start.requirements()); err != nil || got.Status.ContainerStatuses[0].ContainerID != p.Status.ContainerStatuses[0].ContainerID {
+			t.Errorf("after a refused resize: %v", err)
 		}
+		checkCgroups(t, got, start)
 	})
 
 	t.Run("DeferredUntilFreed", func(t *testing.T) {
@@ -224,16 +215,24 @@ func TestClusterInPlaceResize(t *testing.T) {
 		create(t, "small", resizeValues{"100m", "200m", "32Mi", "64Mi"})
 		r := resizeValues{"400m", "500m", "32Mi", "64Mi"}
 		patch(t, "small", r)
+		var cond *v1.PodCondition
+		var generation int64
 		eventually(t, time.Minute, "small's resize Deferred", func() error {
 			got, err := c.CoreV1().Pods(ns).Get(ctx, "small", metav1.GetOptions{})
 			if err != nil {
 				return err
 			}
-			if cond := findCondition(got, v1.PodResizePending); cond == nil || cond.Reason != v1.PodReasonDeferred {
+			if cond = findCondition(got, v1.PodResizePending); cond == nil {
 				return fmt.Errorf("conditions %+v", got.Status.Conditions)
 			}
+			generation = got.Generation
 			return nil
 		})
+		if cond.Reason != v1.PodReasonDeferred || cond.ObservedGeneration != generation ||
+			!strings.HasPrefix(cond.Message, "Node didn't have enough resource: cpu, requested: 400, used: ") {
+			t.Errorf("PodResizePending %s %q at generation %d (pod's %d); want Deferred with the predicate's message",
+				cond.Reason, cond.Message, cond.ObservedGeneration, generation)
+		}
 		deleted := time.Now()
 		if err := c.CoreV1().Pods(ns).Delete(ctx, "hog", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 			t.Fatal(err)
