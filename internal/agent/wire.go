@@ -428,6 +428,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	// 3. The sync loop.
 	p.loop = syncloop.New(syncloop.Options{
 		SyncFrequency: cfg.SyncFrequency,
+		Resize:        cfg.ResizeNode(),
 		Node: admission.Node{
 			MaxPods:     cfg.MaxPods,
 			Allocatable: cfg.Allocatable,

@@ -9,8 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodelet/nodelet/internal/cluster/nodestatus"
+	"github.com/nodelet/nodelet/internal/node/cpumanager"
 	"github.com/nodelet/nodelet/internal/node/eviction"
 	"github.com/nodelet/nodelet/internal/node/podresources"
+	"github.com/nodelet/nodelet/internal/pure/resize"
 )
 
 // DefaultEvictionHard are the kubelet's hard eviction thresholds on Linux
@@ -83,6 +85,17 @@ func Allocatable(capacity, systemReserved, kubeReserved v1.ResourceList, evictio
 		out[name] = value
 	}
 	return out, nil
+}
+
+// ResizeNode is what an in-place resize is checked against beside
+// admission: the CPU manager's static policy and the containers that may
+// swap (their memory resizes are infeasible, as the kubelet's).
+func (cfg Config) ResizeNode() resize.Node {
+	return resize.Node{
+		CgroupV1:         !cfg.CgroupV2,
+		CPUManagerStatic: cfg.CPUManagerPolicy == cpumanager.PolicyStatic,
+		Swaps:            cfg.Swap().Swaps,
+	}
 }
 
 // Swap are the swap settings of every container (memorySwap.swapBehavior,

@@ -206,3 +206,22 @@ func TestKubepodsLimits(t *testing.T) {
 		t.Errorf("no capacity known: %+v, want no limits", got)
 	}
 }
+
+// ResizeNode: the static CPU manager policy and the swap settings reach
+// the resize checks (a Burstable container with LimitedSwap on cgroup v2
+// swaps; with NoSwap none does).
+func TestResizeNode(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
+		Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   v1.ResourceList{v1.ResourceMemory: resource.MustParse("128Mi")},
+	}}}}}
+	cfg := Config{CPUManagerPolicy: "static", CgroupV2: true, SwapController: true, SwapBehavior: string(podresources.LimitedSwap), MemoryCapacity: 1 << 30}
+	n := cfg.ResizeNode()
+	if !n.CPUManagerStatic || n.CgroupV1 || n.Swaps == nil || !n.Swaps(pod, &pod.Spec.Containers[0]) {
+		t.Errorf("static, LimitedSwap on v2: %+v, swaps %v", n, n.Swaps != nil && n.Swaps(pod, &pod.Spec.Containers[0]))
+	}
+	n = Config{CPUManagerPolicy: "none"}.ResizeNode()
+	if n.CPUManagerStatic || !n.CgroupV1 || n.Swaps(pod, &pod.Spec.Containers[0]) {
+		t.Errorf("none, NoSwap on v1: %+v", n)
+	}
+}

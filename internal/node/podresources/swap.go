@@ -55,6 +55,13 @@ type Swap struct {
 	MemoryCapacity, SwapCapacity int64
 }
 
+// Swaps tells whether container c of pod may swap (a behaviour other
+// than NoSwap): an in-place resize of its memory request is then
+// infeasible (resize.Node.Swaps).
+func (s Swap) Swaps(pod *v1.Pod, c *v1.Container) bool {
+	return s.ContainerSwapBehavior(pod, c) != NoSwap
+}
+
 // ContainerSwapBehavior is the kubelet's GetContainerSwapBehavior: the
 // behaviour container c of pod gets. LimitedSwap only applies on cgroup
 // v2 with the swap controller, to a container of a Burstable pod that is
