@@ -56,6 +56,9 @@ func NewManager(store *Store, clk clock.PassiveClock, events Recorder, reg prome
 // it stands, unless the pod already has one (a restarted nodelet keeps
 // what it had allocated, and a resize pending then stays pending).
 func (m *Manager) Admitted(pod *v1.Pod) error {
+	if _, ok := m.store.Get(pod.UID); ok {
+		return nil // nothing to write (each write is fsynced)
+	}
 	return m.store.Update(pod.UID, func(r Record, ok bool) (Record, error) {
 		if ok {
 			return r, nil
@@ -146,6 +149,11 @@ func (m *Manager) Resize(pod *v1.Pod, others []*v1.Pod, node resize.Node, trigge
 // Actuated records what container of pod uid was given (at its creation,
 // or by UpdateContainerResources).
 func (m *Manager) Actuated(uid types.UID, container string, res resize.Resources) error {
+	if r, ok := m.store.Get(uid); ok {
+		if cur, ok := r.Actuated[container]; ok && cur == res {
+			return nil // a container started again as it was: nothing to write
+		}
+	}
 	return m.store.Update(uid, func(r Record, _ bool) (Record, error) {
 		if r.Actuated == nil {
 			r.Actuated = map[string]resize.Resources{}

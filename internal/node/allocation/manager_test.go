@@ -2,6 +2,7 @@ package allocation_test
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -271,5 +272,47 @@ kubelet_pod_in_progress_resizes 2
 `, "kubelet_container_requested_resizes_total", "kubelet_pod_deferred_accepted_resizes_total", "kubelet_pod_in_progress_resizes", "kubelet_pod_pending_resizes")
 	if n := promtestutil.CollectAndCount(reg, "kubelet_pod_resize_duration_milliseconds"); n != 1 {
 		t.Errorf("resize duration series: %d, want 1", n)
+	}
+}
+
+// Nothing is written when nothing changes: a pod admitted again (a
+// restart) or a container started again with what it had (every write is
+// an fsynced rename, which would make a new file).
+func TestManagerWritesOnlyChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), allocation.FileName)
+	store, err := allocation.Open(path, logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := allocation.NewManager(store, clocktesting.NewFakePassiveClock(time.Now()), &fakeRecorder{}, nil)
+	pod := podWithCPU("a", "200m", 1)
+	if err := m.Admitted(pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Actuated("a", "c1", resize.Resources{CPURequest: 200}); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Admitted(podWithCPU("a", "500m", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Actuated("a", "c1", resize.Resources{CPURequest: 200}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("the checkpoint was written again with nothing changed")
+	}
+	if err := m.Actuated("a", "c1", resize.Resources{CPURequest: 500}); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.Stat(path); os.SameFile(before, now) {
+		t.Error("a change was not written")
 	}
 }
