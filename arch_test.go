@@ -218,13 +218,14 @@ func namedRules() []rule {
 			// The node's gRPC peers: the runtime (CRI), the storage drivers
 			// (CSI, and the plugin registration protocol; the test CSI
 			// driver serves the latter), the device plugins (v1beta1: the
-			// device manager serves their registration and calls them) and
-			// monitoring agents (the pod-resources API). These are the
-			// kubelet's own gRPC protocols; no other package talks gRPC.
-			Name: "2: only cri, csi, devicemanager and podresourcesapi import google.golang.org/grpc",
+			// device manager serves their registration and calls them), the
+			// DRA drivers and monitoring agents (the pod-resources API).
+			// These are the kubelet's own gRPC protocols; no other package
+			// talks gRPC.
+			Name: "2: only cri, csi, devicemanager, dra and podresourcesapi import google.golang.org/grpc",
 			From: func(p string) bool {
 				return strings.HasPrefix(p, module) && !is(internal("pipeline/cri"), internal("node/csi"), internal("node/devicemanager"),
-					internal("node/podresourcesapi"), module+"/test/csihostpath")(p)
+					internal("node/dra"), internal("node/podresourcesapi"), module+"/test/csihostpath")(p)
 			},
 			Forbidden: grpc,
 		},
