@@ -40,8 +40,28 @@ type socketID struct {
 // plugin is a registration socket whose driver is registered.
 type plugin struct {
 	ID       socketID
+	Type     string // registerapi.CSIPlugin, or the type of a Handler
 	Name     string
 	Endpoint string
+}
+
+// Handler registers the plugins of one other type than CSI that announce
+// themselves in the same directory (the kubelet's plugin watcher
+// dispatches by type the same way): DRAPlugin, say.
+type Handler interface {
+	// RegisterPlugin validates and records the plugin; an error is the
+	// plugin's registration status.
+	RegisterPlugin(ctx context.Context, name, endpoint string, versions []string) error
+	// DeregisterPlugin drops it once its registration socket is gone.
+	DeregisterPlugin(name, endpoint string)
+}
+
+// WatcherOption configures a Watcher at construction.
+type WatcherOption func(*Watcher)
+
+// WithHandler has the watcher hand the registrations of pluginType to h.
+func WithHandler(pluginType string, h Handler) WatcherOption {
+	return func(w *Watcher) { w.handlers[pluginType] = h }
 }
 
 // Watcher registers and deregisters the CSI drivers whose registration
@@ -52,6 +72,7 @@ type Watcher struct {
 	driversDir string
 	registry   *Registry
 	listener   Listener
+	handlers   map[string]Handler // by plugin type, besides CSI
 	clock      clock.WithTicker
 	log        *slog.Logger
 	// timeout bounds each registration call (infoTimeout).
@@ -63,13 +84,19 @@ type Watcher struct {
 }
 
 // NewWatcher returns a watcher of <rootDir>/plugins_registry that records
-// drivers in registry and tells listener (nil: nobody). It starts nothing.
-func NewWatcher(rootDir string, registry *Registry, listener Listener, clk clock.WithTicker, log *slog.Logger) *Watcher {
-	return &Watcher{
+// CSI drivers in registry and tells listener (nil: nobody), and hands
+// plugins of other types to their handlers (WithHandler). It starts
+// nothing.
+func NewWatcher(rootDir string, registry *Registry, listener Listener, clk clock.WithTicker, log *slog.Logger, opts ...WatcherOption) *Watcher {
+	w := &Watcher{
 		dir: filepath.Join(rootDir, "plugins_registry"), driversDir: filepath.Join(rootDir, "plugins"),
-		registry: registry, listener: listener, clock: clk, log: log, timeout: infoTimeout,
+		registry: registry, listener: listener, handlers: map[string]Handler{}, clock: clk, log: log, timeout: infoTimeout,
 		plugins: map[string]plugin{}, failed: map[string]socketID{},
 	}
+	for _, o := range opts {
+		o(w)
+	}
+	return w
 }
 
 // Run creates the directory (0750), and <root-dir>/plugins where drivers
@@ -235,12 +262,22 @@ func (w *Watcher) register(ctx context.Context, id socketID) {
 	w.plugins[id.Path] = pl
 	delete(w.failed, id.Path)
 	w.mu.Unlock()
-	w.log.Info("Registered CSI driver", "driver", pl.Name, "endpoint", pl.Endpoint, "socket", id.Path)
+	w.log.Info("Registered plugin", "type", pl.Type, "name", pl.Name, "endpoint", pl.Endpoint, "socket", id.Path)
 }
 
 // registerPlugin validates what GetInfo said and registers the driver (the
 // kubelet's ValidatePlugin and RegisterPlugin of the CSI plugin).
 func (w *Watcher) registerPlugin(ctx context.Context, id socketID, info *registerapi.PluginInfo) (plugin, error) {
+	if h, ok := w.handlers[info.GetType()]; ok && info.GetType() != registerapi.CSIPlugin {
+		endpoint := info.GetEndpoint()
+		if endpoint == "" {
+			endpoint = id.Path
+		}
+		if err := h.RegisterPlugin(ctx, info.GetName(), endpoint, info.GetSupportedVersions()); err != nil {
+			return plugin{}, err
+		}
+		return plugin{ID: id, Type: info.GetType(), Name: info.GetName(), Endpoint: endpoint}, nil
+	}
 	if info.GetType() != registerapi.CSIPlugin {
 		return plugin{}, fmt.Errorf("plugin type %q is not supported by nodelet", info.GetType())
 	}
@@ -285,7 +322,7 @@ func (w *Watcher) registerPlugin(ctx context.Context, id socketID, info *registe
 			return plugin{}, fmt.Errorf("updating the node's information for CSI driver %s: %w", name, err)
 		}
 	}
-	return plugin{ID: id, Name: name, Endpoint: endpoint}, nil
+	return plugin{ID: id, Type: registerapi.CSIPlugin, Name: name, Endpoint: endpoint}, nil
 }
 
 // registrationFailed logs a failure once per socket file.
@@ -306,7 +343,15 @@ func (w *Watcher) deregister(ctx context.Context, path string) {
 	delete(w.plugins, path)
 	delete(w.failed, path)
 	w.mu.Unlock()
-	if !ok || !w.registry.remove(pl.Name, pl.Endpoint) {
+	if !ok {
+		return
+	}
+	if h, other := w.handlers[pl.Type]; other && pl.Type != registerapi.CSIPlugin {
+		h.DeregisterPlugin(pl.Name, pl.Endpoint)
+		w.log.Info("Deregistered plugin", "type", pl.Type, "name", pl.Name, "socket", path)
+		return
+	}
+	if !w.registry.remove(pl.Name, pl.Endpoint) {
 		return
 	}
 	w.log.Info("Deregistered CSI driver", "driver", pl.Name, "socket", path)

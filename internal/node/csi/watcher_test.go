@@ -2,12 +2,14 @@ package csi
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,5 +235,86 @@ func TestWatcherRun(t *testing.T) {
 	}
 	if got := l.take(); !slices.Equal(got, []string{"registered late", "deregistered late"}) {
 		t.Errorf("listener heard %q", got)
+	}
+}
+
+// recordingHandler is a Handler of another plugin type.
+type recordingHandler struct {
+	mu     sync.Mutex
+	events []string
+	refuse string
+}
+
+func (h *recordingHandler) RegisterPlugin(_ context.Context, name, endpoint string, versions []string) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refuse != "" {
+		return errors.New(h.refuse)
+	}
+	h.events = append(h.events, "register "+name+" "+filepath.Base(endpoint)+" "+strings.Join(versions, ","))
+	return nil
+}
+
+func (h *recordingHandler) DeregisterPlugin(name, endpoint string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, "deregister "+name+" "+filepath.Base(endpoint))
+}
+
+func (h *recordingHandler) take() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.events
+	h.events = nil
+	return out
+}
+
+// A DRAPlugin registration goes to its handler, not to the CSI registry,
+// and its socket going away deregisters it there.
+func TestRegistrationOtherTypeHandler(t *testing.T) {
+	root := shortDir(t)
+	h := &recordingHandler{}
+	l := &listener{}
+	reg := NewRegistry()
+	w := NewWatcher(root, reg, l, testclock.NewFakeClock(time.Unix(0, 0)), testLog(t), WithHandler(registerapi.DRAPlugin, h))
+	f := startFake(t, filepath.Join(root, "plugins_registry"), "gpu.example.com", func(f *fakeDriver) {
+		f.pluginTy = registerapi.DRAPlugin
+		f.versions = []string{"v1.DRAPlugin"}
+	})
+	csiDrv := startFake(t, filepath.Join(root, "plugins_registry"), "fake.csi.test")
+
+	w.Sync(t.Context())
+	if got := h.take(); !slices.Equal(got, []string{"register gpu.example.com gpu.example.com.sock v1.DRAPlugin"}) {
+		t.Errorf("handler heard %q", got)
+	}
+	if names := reg.Names(); !slices.Equal(names, []string{"fake.csi.test"}) {
+		t.Errorf("CSI registry = %q", names)
+	}
+	if len(f.notified) != 1 || !f.notified[0].PluginRegistered {
+		t.Errorf("DRA plugin was told %+v", f.notified)
+	}
+	if err := os.Remove(f.socket); err != nil {
+		t.Fatal(err)
+	}
+	w.Sync(t.Context())
+	if got := h.take(); !slices.Equal(got, []string{"deregister gpu.example.com gpu.example.com.sock"}) {
+		t.Errorf("handler heard %q", got)
+	}
+	if _, err := reg.Driver(csiDrv.name); err != nil {
+		t.Errorf("the CSI driver went with the DRA plugin: %v", err)
+	}
+	if got := l.take(); !slices.Equal(got, []string{"registered fake.csi.test"}) {
+		t.Errorf("CSI listener heard %q", got)
+	}
+}
+
+func TestRegistrationOtherTypeRefused(t *testing.T) {
+	root := shortDir(t)
+	h := &recordingHandler{refuse: "none of services supported"}
+	w := NewWatcher(root, NewRegistry(), nil, testclock.NewFakeClock(time.Unix(0, 0)), testLog(t), WithHandler(registerapi.DRAPlugin, h))
+	f := startFake(t, filepath.Join(root, "plugins_registry"), "gpu.example.com", func(f *fakeDriver) { f.pluginTy = registerapi.DRAPlugin })
+	w.Sync(t.Context())
+	if len(f.notified) != 1 || f.notified[0].PluginRegistered || f.notified[0].Error != "none of services supported" {
+		t.Errorf("plugin was told %+v", f.notified)
 	}
 }
