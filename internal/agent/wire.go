@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nodelet/nodelet/internal/base/events"
 	"github.com/nodelet/nodelet/internal/base/logs"
@@ -24,6 +25,7 @@ import (
 	"github.com/nodelet/nodelet/internal/node/credprovider"
 	"github.com/nodelet/nodelet/internal/node/csi"
 	"github.com/nodelet/nodelet/internal/node/devicemanager"
+	"github.com/nodelet/nodelet/internal/node/dra"
 	"github.com/nodelet/nodelet/internal/node/eviction"
 	"github.com/nodelet/nodelet/internal/node/gc"
 	"github.com/nodelet/nodelet/internal/node/imagegc"
@@ -186,6 +188,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	var registry podhooks.ObjectRegistry  // cluster mode: the objects a pod refers to are watched before its volumes are set up
 	var csiAPI csi.API                    // cluster mode: CSIDriver and VolumeAttachment objects
 	var csiListener csi.Listener          // cluster mode: the CSINode object and the Node's labels
+	var resourceClaims dra.Claims         // cluster mode: standalone, a pod with resource claims does not start
 	if cl != nil {
 		csiAPI = csinode.Objects{Kube: api.kube}
 		csiListener = csinode.New(api.kube, cfg.NodeName)
@@ -197,6 +200,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		tokens := token.New(api.kube.CoreV1(), clk, log)
 		volumeOpts = append(volumeOpts, volume.WithTokens(tokens))
 		volumeOpts = append(volumeOpts, volume.WithClaims(claims.New(api.kube.CoreV1())))
+		resourceClaims = claims.NewResourceClaims(api.kube.ResourceV1())
 		credentialDeps.Tokens, credentialDeps.ServiceAccounts = tokens, token.NewServiceAccounts(api.kube.CoreV1())
 	}
 	if a.credentialProviders != nil {
@@ -204,7 +208,13 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	}
 	downward := envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}
 	csiDrivers := csi.NewRegistry()
-	p.csiPlugins = csi.NewWatcher(cfg.RootDir, csiDrivers, csiListener, clk, log)
+	// DRA drivers register in the same directory as CSI drivers.
+	draDrivers := dra.NewPlugins()
+	p.csiPlugins = csi.NewWatcher(cfg.RootDir, csiDrivers, csiListener, clk, log, csi.WithHandler(registerapi.DRAPlugin, draDrivers))
+	dynamicResources, err := dra.NewManager(cfg.RootDir, draDrivers, resourceClaims, recorder, log)
+	if err != nil {
+		return nil, err
+	}
 	p.csiVolumes = csi.NewMounter(cfg.RootDir, cfg.NodeName, csiDrivers, csiAPI, objs, log)
 	volumeOpts = append(volumeOpts, volume.WithCSI(p.csiVolumes))
 	volumes := volume.New(cfg.RootDir, objs, downward, log, volumeOpts...)
@@ -260,6 +270,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		podhooks.UserNamespaces{Manager: uns, Recorder: recorder}, // hostUsers: false
 		podhooks.Volumes{Volumes: volumes, Recorder: recorder},
 		p.devices,
+		dynamicResources, // resource claims: prepared by their DRA drivers, CDI devices
 		podhooks.Probes{Prober: p.prober},
 	}
 	resources := housekeeping.Holders(hooks)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -29,5 +30,17 @@ func TestGetter(t *testing.T) {
 	}
 	if _, err := g.PersistentVolume(t.Context(), "nope"); !apierrors.IsNotFound(err) || err.Error() != `persistentvolumes "nope" not found` {
 		t.Fatalf("missing volume: %v", err)
+	}
+}
+
+func TestResourceClaims(t *testing.T) {
+	client := fake.NewClientset(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gpu", UID: "u1"}})
+	r := NewResourceClaims(client.ResourceV1())
+	c, err := r.ResourceClaim(t.Context(), "ns", "gpu")
+	if err != nil || c.UID != "u1" {
+		t.Fatalf("ResourceClaim = %v, %v", c, err)
+	}
+	if _, err := r.ResourceClaim(t.Context(), "other", "gpu"); !apierrors.IsNotFound(err) || err.Error() != `resourceclaims.resource.k8s.io "gpu" not found` {
+		t.Fatalf("missing claim: %v", err)
 	}
 }
