@@ -131,6 +131,11 @@ func (c Config) BridgeConfPath() string { return filepath.Join(c.ConfDir(), Brid
 // nodelet did not write (or that someone edited) is never replaced.
 func (c Config) bridgeRecord() string { return filepath.Join(c.Dir, "cni-bridge.json") }
 
+// CDISpecDir is the only directory containerd 2.x reads CDI specs from
+// (<Dir>/cdi): where the node's DRA drivers and device plugins must write
+// them. containerd 1.x gets no CDI.
+func (c Config) CDISpecDir() string { return filepath.Join(c.Dir, "cdi") }
+
 func (c Config) certsDir() string    { return filepath.Join(c.Dir, "certs.d") }
 func (c Config) ipamDataDir() string { return filepath.Join(c.Dir, "cni", "ipam") }
 
@@ -227,8 +232,11 @@ version = 3
   # this every sandbox fails in runc.
   restrict_oom_score_adj = true
   enable_selinux = false
-  # No CDI devices: their specs would come from the host's /etc/cdi.
-  enable_cdi = false
+  # CDI devices (DRA drivers, device plugins) from this instance's own
+  # directory only, never the host's /etc/cdi or /var/run/cdi: drivers of
+  # this node write their specs there.
+  enable_cdi = true
+  cdi_spec_dirs = ["{{.CDISpecDir}}"]
 
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
@@ -357,6 +365,7 @@ func renderConfigTOML(c Config) ([]byte, error) {
 		"SandboxImage": c.SandboxImage,
 		"CNIConfDir":   c.ConfDir(),
 		"CertsDir":     c.certsDir(),
+		"CDISpecDir":   c.CDISpecDir(),
 	}
 	for i, d := range c.CNIBinDirs {
 		strs[fmt.Sprintf("CNIBinDirs[%d]", i)] = d // for the check below
