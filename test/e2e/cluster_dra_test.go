@@ -1,0 +1,237 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+)
+
+// draDriverName is upstream's test driver's default name.
+const draDriverName = "test-driver.cdi.k8s.io"
+
+// draDriverProc is upstream's DRA test driver (test/e2e/dra/test-driver,
+// built from the k8s.io/kubernetes module of test/cluster) running as the
+// kubelet plugin of one node.
+type draDriverProc struct {
+	bin, rootDir, cdiDir, node, kubeconfig string
+	log                                    *os.File
+	cmd                                    *exec.Cmd
+	done                                   chan struct{}
+}
+
+// startDRADriver builds and runs the test driver for node: it registers
+// in <rootDir>/plugins_registry, publishes two devices in a ResourceSlice
+// of the node with the admin's credentials, and writes its CDI specs
+// where the tests' containerd reads them.
+func startDRADriver(t *testing.T, cp *controlPlane, rootDir, node string) *draDriverProc {
+	t.Helper()
+	dir := filepath.Join(shared.work, "dra-"+node)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	d := &draDriverProc{bin: filepath.Join(dir, "dra-test-driver"), rootDir: rootDir, node: node,
+		cdiDir: shared.containerd.Config().CDISpecDir(), kubeconfig: cp.AdminKubeconfig}
+	if err := goBuild(filepath.Join(shared.repoRoot, "test", "cluster"), d.bin, "k8s.io/kubernetes/test/e2e/dra/test-driver", false); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.Create(filepath.Join(dir, "driver.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.log = log
+	d.start(t)
+	t.Cleanup(func() {
+		d.stop(t)
+		log.Close()
+		if t.Failed() {
+			t.Logf("DRA test driver log (last 40 lines):\n%s", tail(log.Name(), 40))
+		}
+	})
+	return d
+}
+
+func (d *draDriverProc) start(t *testing.T) {
+	t.Helper()
+	d.cmd = exec.Command(d.bin, "--kubeconfig", d.kubeconfig, "-v", "5", "kubelet-plugin",
+		"--node-name", d.node, "--num-devices", "2", "--cdi-dir", d.cdiDir,
+		"--plugin-registration-path", filepath.Join(d.rootDir, "plugins_registry"),
+		"--datadir", filepath.Join(d.rootDir, "plugins"))
+	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.done = make(chan struct{})
+	go func() { d.cmd.Wait(); close(d.done) }()
+}
+
+// stop sends SIGTERM (the driver removes its sockets) and waits.
+func (d *draDriverProc) stop(t *testing.T) {
+	select {
+	case <-d.done:
+		return
+	default:
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.done
+		t.Errorf("the DRA test driver did not exit within 30s of SIGTERM")
+	}
+}
+
+// cdiSpecs lists the driver's CDI spec files of claim uid.
+func (d *draDriverProc) cdiSpecs(uid string) []string {
+	m, _ := filepath.Glob(filepath.Join(d.cdiDir, draDriverName+"-"+uid+"-*.json"))
+	return m
+}
+
+// A pod with a ResourceClaim from a template, on a nodelet node with
+// upstream's DRA test driver: the driver registers through the plugin
+// watcher, the scheduler allocates one of its devices, nodelet prepares
+// the claim (NodePrepareResources) before the sandbox and the container
+// that names the claim gets the CDI device's environment from the
+// runtime, the one that does not gets nothing; the claim is checkpointed;
+// deleting the pod unprepares it (the driver removes its CDI spec). With
+// the driver gone, a new pod stays pending with the kubelet's
+// FailedPrepareDynamicResources event and starts once the driver is back.
+func TestClusterDRA(t *testing.T) {
+	cp := startCluster(t)
+	cp.logsOnFailure(t)
+	const node = "dra-a"
+	n := joinNode(t, cp, node)
+	drv := startDRADriver(t, cp, n.rootDir, node)
+	c := cp.Admin
+	ctx := clusterContext(t, 10*time.Minute)
+
+	eventually(t, 2*time.Minute, "the driver's ResourceSlice of "+node, func() error {
+		slices, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, s := range slices.Items {
+			if s.Spec.Driver == draDriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) == 2 {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d slices, none of %s with 2 devices", len(slices.Items), node)
+	})
+
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "dra-e2e"}, Spec: resourceapi.DeviceClassSpec{
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + draDriverName + `"`}}}}}
+	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
+	const ns = "dra-test"
+	clusterNamespace(t, c, ns)
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one-device", Namespace: ns},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "my-device", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class.Name}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: draDriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"a":"b"}`)}}}}},
+		}}}}
+	if _, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	draPod := func(name string) *v1.Pod {
+		with := shellContainer("with", `echo "user_a=$user_a"`)
+		with.Resources.Claims = []v1.ResourceClaim{{Name: "dev"}}
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+			Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To[int64](2),
+				ResourceClaims: []v1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: ptr.To(tmpl.Name)}},
+				Containers:     []v1.Container{with, shellContainer("without", `echo "user_a=$user_a"`)}}}
+	}
+
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, draPod("gpu"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := waitPodsReady(t, c, ns, "app=gpu", 1, 3*time.Minute)[0]
+	claimName := claimOf(t, &pod)
+	claim, err := c.ResourceV1().ResourceClaims(ns).Get(ctx, claimName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for container, want := range map[string]string{"with": "user_a=b", "without": "user_a="} {
+		eventually(t, time.Minute, "the env of "+container, func() error {
+			out, err := c.CoreV1().Pods(ns).GetLogs(pod.Name, &v1.PodLogOptions{Container: container}).DoRaw(ctx)
+			if err != nil || strings.TrimSpace(string(out)) != want {
+				return fmt.Errorf("%q, %v; want %q", out, err, want)
+			}
+			return nil
+		})
+	}
+	if specs := drv.cdiSpecs(string(claim.UID)); len(specs) != 1 {
+		t.Errorf("CDI specs of the claim: %q", specs)
+	}
+	state, err := os.ReadFile(filepath.Join(n.rootDir, "dra_manager_state"))
+	if err != nil || !strings.Contains(string(state), claimName) || !strings.Contains(string(state), string(pod.UID)) {
+		t.Errorf("dra_manager_state %q, %v: want the claim and the pod", state, err)
+	}
+
+	// Deleting the pod unprepares the claim.
+	if err := c.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the claim unprepared", func() error {
+		if specs := drv.cdiSpecs(string(claim.UID)); len(specs) != 0 {
+			return fmt.Errorf("CDI specs still there: %q", specs)
+		}
+		state, err := os.ReadFile(filepath.Join(n.rootDir, "dra_manager_state"))
+		if err != nil || strings.Contains(string(state), claimName) {
+			return fmt.Errorf("dra_manager_state %q, %v", state, err)
+		}
+		return nil
+	})
+
+	// Without the driver: pending, with the kubelet's event; then it
+	// starts once the driver registers again.
+	drv.stop(t)
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, draPod("late"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "FailedPrepareDynamicResources on pod late", func() error {
+		evs, err := c.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=late,reason=FailedPrepareDynamicResources"})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, "Failed to prepare dynamic resources: ") && strings.Contains(e.Message, "DRA driver "+draDriverName+" is not registered") {
+				return nil
+			}
+		}
+		return fmt.Errorf("events %+v", evs.Items)
+	})
+	drv.start(t)
+	waitPodsReady(t, c, ns, "app=late", 1, 3*time.Minute)
+}
+
+// claimOf is the name of the ResourceClaim made for the pod's claim "dev".
+func claimOf(t *testing.T, pod *v1.Pod) string {
+	t.Helper()
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.Name == "dev" && s.ResourceClaimName != nil {
+			return *s.ResourceClaimName
+		}
+	}
+	t.Fatalf("pod %s has no claim in its status: %+v", pod.Name, pod.Status.ResourceClaimStatuses)
+	return ""
+}
