@@ -57,8 +57,11 @@ type ClaimInfo struct {
 	// DriverState is, per driver of the claim's allocation, what it
 	// prepared: empty until its NodePrepareResources answered.
 	DriverState map[string]DriverState
-	// Prepared is not written: after a restart every claim is prepared
-	// again (drivers are idempotent), as the kubelet does.
+	// Prepared is not written: it is read back as whether every driver
+	// had answered (its Devices are not null), so that a restarted nodelet
+	// neither asks the API server and the drivers again for pods that
+	// run (the kubelet prepares only before a new sandbox) nor trusts a
+	// claim whose preparation a crash interrupted.
 	Prepared bool `json:"-"`
 }
 
@@ -123,6 +126,7 @@ func decodeState(b []byte) (map[string]ClaimInfo, error) {
 		if c.DriverState == nil {
 			c.DriverState = map[string]DriverState{}
 		}
+		c.Prepared = answered(c)
 		out[key(c.Namespace, c.ClaimName)] = c
 	}
 	return out, nil
@@ -154,4 +158,17 @@ func writeState(path string, claims map[string]ClaimInfo) error {
 		return fmt.Errorf("write DRA state: %w", err)
 	}
 	return nil
+}
+
+// answered: every driver of the claim recorded its answer.
+func answered(c ClaimInfo) bool {
+	if len(c.DriverState) == 0 {
+		return false
+	}
+	for _, d := range c.DriverState {
+		if d.Devices == nil {
+			return false
+		}
+	}
+	return true
 }

@@ -90,8 +90,8 @@ func TestPrepareCleanupAndRestart(t *testing.T) {
 		t.Errorf("second Prepare: %d API reads (want %d), prepare calls %q", f.api.gets, gets, prep)
 	}
 
-	// After a restart the claim is known (held for the pod) and
-	// prepared again at the next sync, as the kubelet does.
+	// After a restart the claim is known (held for the pod) and its
+	// devices too: the running pod's next sync asks nobody.
 	m2 := f.restart(t)
 	if held, _ := m2.Holding(); !slices.Equal(held, []types.UID{pod.UID}) {
 		t.Errorf("Holding after restart = %v", held)
@@ -107,7 +107,7 @@ func TestPrepareCleanupAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	prep, unprep := f.drv.calls()
-	if !slices.Equal(prep, []string{"c1", "c1"}) || !slices.Equal(unprep, []string{"c1"}) {
+	if !slices.Equal(prep, []string{"c1"}) || !slices.Equal(unprep, []string{"c1"}) || f.api.gets != gets {
 		t.Errorf("driver calls: prepare %q, unprepare %q", prep, unprep)
 	}
 	if held, _ := f.restart(t).Holding(); len(held) != 0 {
@@ -320,5 +320,30 @@ func TestRegisterPlugin(t *testing.T) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A claim whose preparation did not finish (the driver failed, or
+// nodelet crashed before it answered) is prepared again after a restart.
+func TestInterruptedPrepareIsRetriedAfterRestart(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	pod := podUsing("p", "c")
+	f.api.add(allocated("c", f.drv.name, pod))
+	f.drv.claimErr["c"] = "not yet"
+	if _, err := f.m.Prepare(ctx, pod); err == nil {
+		t.Fatal("Prepare succeeded with a failing driver")
+	}
+	delete(f.drv.claimErr, "c")
+	m2 := f.restart(t)
+	s, err := m2.Prepare(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cdiOf(t, s, pod, 0); !slices.Equal(got, []string{"vendor.com/dev=c"}) {
+		t.Errorf("CDI devices = %q", got)
+	}
+	if prep, _ := f.drv.calls(); !slices.Equal(prep, []string{"c", "c"}) {
+		t.Errorf("prepare calls %q", prep)
 	}
 }
