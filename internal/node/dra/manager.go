@@ -356,6 +356,7 @@ func (m *Manager) replace(next map[string]ClaimInfo) error {
 type ClaimDevice struct {
 	ClaimName, ClaimNamespace string
 	Driver, Pool, Device      string
+	ShareID                   *types.UID // for a device shared by several allocations
 	CDIDeviceIDs              []string
 }
 
@@ -381,7 +382,7 @@ func (m *Manager) ContainerClaims(pod *v1.Pod, c *v1.Container) ([]ClaimDevice, 
 					continue
 				}
 				out = append(out, ClaimDevice{ClaimName: name, ClaimNamespace: pod.Namespace, Driver: d,
-					Pool: dev.PoolName, Device: dev.DeviceName, CDIDeviceIDs: slices.Clone(dev.CDIDeviceIDs)})
+					Pool: dev.PoolName, Device: dev.DeviceName, ShareID: dev.ShareID, CDIDeviceIDs: slices.Clone(dev.CDIDeviceIDs)})
 			}
 		}
 	}

@@ -347,3 +347,23 @@ func TestInterruptedPrepareIsRetriedAfterRestart(t *testing.T) {
 		t.Errorf("prepare calls %q", prep)
 	}
 }
+
+func TestDynamicResourcesFor(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	pod := podUsing("p", "a", "b")
+	f.api.add(allocated("a", f.drv.name, pod))
+	f.api.add(allocated("b", f.drv.name, pod))
+	if _, err := f.m.Prepare(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	got := f.m.DynamicResourcesFor(pod, &pod.Spec.Containers[0])
+	if len(got) != 2 || got[0].ClaimName != "a" || got[1].ClaimName != "b" || got[0].ClaimNamespace != "ns" ||
+		len(got[0].ClaimResources) != 1 || got[0].ClaimResources[0].DriverName != f.drv.name || got[0].ClaimResources[0].DeviceName != "dev-a" ||
+		len(got[0].ClaimResources[0].CdiDevices) != 1 || got[0].ClaimResources[0].CdiDevices[0].Name != "vendor.com/dev=a" {
+		t.Errorf("DynamicResourcesFor(app) = %v", got)
+	}
+	if got := f.m.DynamicResourcesFor(pod, &pod.Spec.Containers[1]); len(got) != 0 {
+		t.Errorf("DynamicResourcesFor(side) = %v", got)
+	}
+}
