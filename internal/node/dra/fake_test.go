@@ -35,7 +35,7 @@ type fakeDriver struct {
 	devices map[string][]*drapb.Device
 }
 
-func startFakeDriver(t *testing.T, dir, name string) *fakeDriver {
+func startFakeDriver(t testing.TB, dir, name string) *fakeDriver {
 	t.Helper()
 	f := &fakeDriver{name: name, socket: filepath.Join(dir, name+".sock"), claimErr: map[string]string{}, devices: map[string][]*drapb.Device{}}
 	l, err := net.Listen("unix", f.socket)
@@ -123,7 +123,7 @@ func (r *fakeRecorder) Event(_ *v1.Pod, typ, reason, msg string) {
 }
 
 // shortDir is a temporary directory short enough for unix sockets.
-func shortDir(t *testing.T) string {
+func shortDir(t testing.TB) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "dra")
 	if err != nil {
