@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 )
 
 // fakeDriver is a DRA driver on a unix socket: it prepares each claim
@@ -37,13 +38,25 @@ type fakeDriver struct {
 
 func startFakeDriver(t testing.TB, dir, name string) *fakeDriver {
 	t.Helper()
+	return startFakeDriverServing(t, dir, name, true)
+}
+
+// startFakeDriverServing is startFakeDriver, serving v1 only when v1.
+func startFakeDriverServing(t testing.TB, dir, name string, v1 bool) *fakeDriver {
+	t.Helper()
 	f := &fakeDriver{name: name, socket: filepath.Join(dir, name+".sock"), claimErr: map[string]string{}, devices: map[string][]*drapb.Device{}}
 	l, err := net.Listen("unix", f.socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	drapb.RegisterDRAPluginServer(srv, f)
+	// Both services, as upstream's kubeletplugin helper serves them (or
+	// v1beta1 only, as an older driver); the v1beta1 one converts to the
+	// same methods.
+	if v1 {
+		drapb.RegisterDRAPluginServer(srv, f)
+	}
+	drapbv1beta1.RegisterDRAPluginServer(srv, drapbv1beta1.V1ServerWrapper{DRAPluginServer: f})
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
 	return f

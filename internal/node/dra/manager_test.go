@@ -290,7 +290,8 @@ func TestRegisterPlugin(t *testing.T) {
 	}{
 		{"v1", "d.example.com", "/s.sock", []string{"v1.DRAPlugin"}, ""},
 		{"v1 among others", "d.example.com", "/s.sock", []string{"v1beta1.DRAPlugin", "v1.DRAPlugin"}, ""},
-		{"v1beta1 only", "d.example.com", "/s.sock", []string{"v1beta1.DRAPlugin"}, "none of services supported by the plugin"},
+		{"v1beta1 only", "d.example.com", "/s.sock", []string{"v1beta1.DRAPlugin"}, ""},
+		{"unknown only", "d.example.com", "/s.sock", []string{"v1alpha4.Node", "v2.DRAPlugin"}, "none of services supported by the plugin"},
 		{"no versions", "d.example.com", "/s.sock", nil, "empty list of supported gRPC services"},
 		{"bad name", "a/b", "/s.sock", []string{"v1.DRAPlugin"}, `invalid DRA driver name "a/b"`},
 		{"relative endpoint", "d.example.com", "s.sock", []string{"v1.DRAPlugin"}, "is not an absolute path"},
@@ -365,5 +366,34 @@ func TestDynamicResourcesFor(t *testing.T) {
 	}
 	if got := f.m.DynamicResourcesFor(pod, &pod.Spec.Containers[1]); len(got) != 0 {
 		t.Errorf("DynamicResourcesFor(side) = %v", got)
+	}
+}
+
+// A driver that serves only v1beta1 is asked through v1beta1, its
+// messages converted.
+func TestV1beta1Driver(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.drv = startFakeDriverServing(t, f.root, "old.example.com", false)
+	if err := f.plugins.RegisterPlugin(ctx, f.drv.name, f.drv.socket, []string{"v1beta1.DRAPlugin"}); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := f.plugins.driver(f.drv.name); d.service != "v1beta1.DRAPlugin" {
+		t.Fatalf("service %q, want the plugin's first that nodelet speaks", d.service)
+	}
+	pod := podUsing("p", "c")
+	f.api.add(allocated("c", f.drv.name, pod))
+	s, err := f.m.Prepare(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cdiOf(t, s, pod, 0); !slices.Equal(got, []string{"vendor.com/dev=c"}) {
+		t.Errorf("CDI devices = %q", got)
+	}
+	if err := f.m.Cleanup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if prep, unprep := f.drv.calls(); len(prep) != 1 || len(unprep) != 1 {
+		t.Errorf("calls %q %q", prep, unprep)
 	}
 }

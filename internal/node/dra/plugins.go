@@ -13,7 +13,18 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 )
+
+// services are the DRAPlugin gRPC services nodelet speaks, as the kubelet
+// v1.37: v1, and v1beta1 through the conversion of its messages.
+var services = []string{drapb.DRAPluginService, drapbv1beta1.DRAPluginService}
+
+// driver is one registration: where the driver listens and which
+// service it is asked through.
+type driver struct {
+	endpoint, service string
+}
 
 // callTimeout bounds each call to a driver, the kubelet's default.
 const callTimeout = 45 * time.Second
@@ -27,18 +38,19 @@ const maxMessage = 4 << 20
 // DRAPlugin (RegisterPlugin, DeregisterPlugin).
 type Plugins struct {
 	mu      sync.RWMutex
-	drivers map[string]string // name → endpoint
+	drivers map[string]driver // by name
 	timeout time.Duration
 }
 
 // NewPlugins returns an empty set of drivers.
 func NewPlugins() *Plugins {
-	return &Plugins{drivers: map[string]string{}, timeout: callTimeout}
+	return &Plugins{drivers: map[string]driver{}, timeout: callTimeout}
 }
 
 // RegisterPlugin records a driver that registered at endpoint and
-// speaks one of versions, which must include the v1 DRAPlugin service
-// (the kubelet's ValidatePlugin and RegisterPlugin).
+// speaks one of versions: the first of them that nodelet speaks (v1 or
+// v1beta1 DRAPlugin) is used, as the kubelet's ValidatePlugin and
+// RegisterPlugin choose.
 func (p *Plugins) RegisterPlugin(_ context.Context, name, endpoint string, versions []string) error {
 	if name == "" || len(name) > 253 || strings.ContainsAny(name, "/\x00 ") {
 		return fmt.Errorf("invalid DRA driver name %q", name)
@@ -49,13 +61,14 @@ func (p *Plugins) RegisterPlugin(_ context.Context, name, endpoint string, versi
 	if len(versions) == 0 {
 		return fmt.Errorf("invalid supported gRPC versions of DRA driver plugin %s at endpoint %s: empty list of supported gRPC services (aka supported versions)", name, endpoint)
 	}
-	if !slices.Contains(versions, drapb.DRAPluginService) {
+	i := slices.IndexFunc(versions, func(v string) bool { return slices.Contains(services, v) })
+	if i < 0 {
 		return fmt.Errorf("invalid supported gRPC versions of DRA driver plugin %s at endpoint %s: none of services supported by the plugin (%q) are supported by nodelet (%q)",
-			name, endpoint, versions, []string{drapb.DRAPluginService})
+			name, endpoint, versions, services)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.drivers[name] = endpoint
+	p.drivers[name] = driver{endpoint: endpoint, service: versions[i]}
 	return nil
 }
 
@@ -64,7 +77,7 @@ func (p *Plugins) RegisterPlugin(_ context.Context, name, endpoint string, versi
 func (p *Plugins) DeregisterPlugin(name, endpoint string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.drivers[name] == endpoint {
+	if p.drivers[name].endpoint == endpoint {
 		delete(p.drivers, name)
 	}
 }
@@ -72,16 +85,21 @@ func (p *Plugins) DeregisterPlugin(name, endpoint string) {
 // endpoint is the socket of the registered driver name; the error is the
 // kubelet's words when there is none.
 func (p *Plugins) endpoint(name string) (string, error) {
+	d, err := p.driver(name)
+	return d.endpoint, err
+}
+
+func (p *Plugins) driver(name string) (driver, error) {
 	if name == "" {
-		return "", errors.New("DRA driver name is empty")
+		return driver{}, errors.New("DRA driver name is empty")
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	ep, ok := p.drivers[name]
+	d, ok := p.drivers[name]
 	if !ok {
-		return "", fmt.Errorf("DRA driver %s is not registered", name)
+		return driver{}, fmt.Errorf("DRA driver %s is not registered", name)
 	}
-	return ep, nil
+	return d, nil
 }
 
 // prepare calls the driver's NodePrepareResources with claims.
@@ -110,21 +128,26 @@ func (p *Plugins) unprepare(ctx context.Context, driver string, claims []*drapb.
 	return resp, nil
 }
 
-// call connects to the driver for one call, bounded by the timeout.
-func (p *Plugins) call(ctx context.Context, driver string, f func(context.Context, drapb.DRAPluginClient) error) error {
-	ep, err := p.endpoint(driver)
+// call connects to the driver for one call, bounded by the timeout; a
+// v1beta1 driver's messages are converted.
+func (p *Plugins) call(ctx context.Context, name string, f func(context.Context, drapb.DRAPluginClient) error) error {
+	d, err := p.driver(name)
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient("unix://"+ep,
+	conn, err := grpc.NewClient("unix://"+d.endpoint,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)),
 	)
 	if err != nil {
-		return fmt.Errorf("connecting to DRA driver %s at %s: %w", driver, ep, err)
+		return fmt.Errorf("connecting to DRA driver %s at %s: %w", name, d.endpoint, err)
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	return f(ctx, drapb.NewDRAPluginClient(conn))
+	var client drapb.DRAPluginClient = drapb.NewDRAPluginClient(conn)
+	if d.service == drapbv1beta1.DRAPluginService {
+		client = drapbv1beta1.V1Beta1ClientWrapper{DRAPluginClient: drapbv1beta1.NewDRAPluginClient(conn)}
+	}
+	return f(ctx, client)
 }
