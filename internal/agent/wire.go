@@ -209,9 +209,10 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	downward := envvars.Downward{NodeName: cfg.NodeName, HostIP: cfg.NodeIP, Allocatable: cfg.Allocatable}
 	csiDrivers := csi.NewRegistry()
 	// DRA drivers register in the same directory as CSI drivers.
-	draDrivers := dra.NewPlugins()
+	draDrivers := dra.NewPlugins(clk, reg)
 	p.csiPlugins = csi.NewWatcher(cfg.RootDir, csiDrivers, csiListener, clk, log, csi.WithHandler(registerapi.DRAPlugin, draDrivers))
-	dynamicResources, err := dra.NewManager(cfg.RootDir, draDrivers, resourceClaims, recorder, log)
+	dynamicResources, err := dra.NewManager(cfg.RootDir, dra.Deps{Plugins: draDrivers, Claims: resourceClaims,
+		Recorder: recorder, Log: log, Clock: clk, Metrics: reg})
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/clock"
 )
 
 // BenchmarkPrepareCleanup is one pod's claim prepared (an API read, one
@@ -17,13 +18,13 @@ import (
 // start and its end cost.
 func BenchmarkPrepareCleanup(b *testing.B) {
 	root := b.TempDir()
-	plugins := NewPlugins()
+	plugins := NewPlugins(clock.RealClock{}, nil)
 	drv := startFakeDriver(b, shortDir(b), "gpu.example.com")
 	if err := plugins.RegisterPlugin(context.Background(), drv.name, drv.socket, []string{drapb.DRAPluginService}); err != nil {
 		b.Fatal(err)
 	}
 	api := &fakeClaims{claims: map[string]*resourceapi.ResourceClaim{}}
-	m, err := NewManager(root, plugins, api, &fakeRecorder{}, slog.New(slog.DiscardHandler))
+	m, err := NewManager(root, Deps{Plugins: plugins, Claims: api, Recorder: &fakeRecorder{}, Log: slog.New(slog.DiscardHandler), Clock: clock.RealClock{}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,13 +8,17 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
 )
@@ -33,15 +37,33 @@ type Recorder interface {
 // server to read them from.
 var ErrNoAPIServer = errors.New("resource claims need cluster mode (--kubeconfig): there is no API server to read them from")
 
+// Deps are the manager's collaborators.
+type Deps struct {
+	// Plugins are the registered drivers (required).
+	Plugins *Plugins
+	// Claims reads ResourceClaims; nil standalone, where a pod with
+	// resource claims fails to start.
+	Claims   Claims
+	Recorder Recorder
+	Log      *slog.Logger
+	Clock    clock.PassiveClock
+	// Metrics registers the kubelet's dra_operations_duration_seconds;
+	// nil: not registered.
+	Metrics prometheus.Registerer
+}
+
 // Manager prepares the ResourceClaims of pods with their DRA drivers and
 // hands their CDI devices to the containers that use them. It is the pod
 // workers' hook "dynamic resources"; Prepare and Cleanup of different pods
-// run one at a time (a claim may be shared between pods).
+// run one at a time (a claim may be shared between pods), so a driver
+// that does not answer holds the others up to its call timeout.
 type Manager struct {
 	plugins  *Plugins
 	claims   Claims // nil: standalone
 	recorder Recorder
 	log      *slog.Logger
+	clock    clock.PassiveClock
+	metrics  *opMetrics
 	path     string
 
 	// op serialises Prepare and Cleanup; mu guards state for readers
@@ -53,14 +75,15 @@ type Manager struct {
 
 // NewManager reads the checkpoint in rootDir back; a checkpoint that
 // cannot be read is an error (claims prepared by an earlier run would be
-// leaked otherwise), as the kubelet's. claims is nil standalone.
-func NewManager(rootDir string, plugins *Plugins, claims Claims, recorder Recorder, log *slog.Logger) (*Manager, error) {
+// leaked otherwise), as the kubelet's.
+func NewManager(rootDir string, deps Deps) (*Manager, error) {
 	path := filepath.Join(rootDir, StateFile)
 	st, err := readState(path)
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{plugins: plugins, claims: claims, recorder: recorder, log: log, path: path, state: st}, nil
+	return &Manager{plugins: deps.Plugins, claims: deps.Claims, recorder: deps.Recorder, log: deps.Log, clock: deps.Clock,
+		metrics: newMetrics(deps.Metrics), path: path, state: st}, nil
 }
 
 func (*Manager) Name() string { return "dynamic resources" }
@@ -74,7 +97,9 @@ func (m *Manager) Prepare(ctx context.Context, pod *v1.Pod) (podsetup.Setup, err
 	}
 	claims, err := podClaims(pod)
 	if err == nil {
+		start := m.clock.Now()
 		err = m.prepare(ctx, pod, claims)
+		m.observe("PrepareResources", start, err)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -255,6 +280,33 @@ func findClaim(claims []*drapb.Claim, uid string) *drapb.Claim {
 func (m *Manager) Cleanup(ctx context.Context, pod *v1.Pod) error {
 	m.op.Lock()
 	defer m.op.Unlock()
+	if !m.holds(pod.UID) {
+		return nil
+	}
+	start := m.clock.Now()
+	err := m.unprepare(ctx, pod)
+	m.observe("UnprepareResources", start, err)
+	return err
+}
+
+// holds: a claim records the pod.
+func (m *Manager) holds(uid types.UID) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, info := range m.state {
+		if _, ok := info.PodUIDs[string(uid)]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Manager) observe(op string, start time.Time, err error) {
+	m.metrics.operations.WithLabelValues(op, strconv.FormatBool(err != nil)).Observe(m.clock.Since(start).Seconds())
+}
+
+// unprepare is Cleanup of a pod that a claim records.
+func (m *Manager) unprepare(ctx context.Context, pod *v1.Pod) error {
 	uid := string(pod.UID)
 	m.mu.RLock()
 	next := maps.Clone(m.state)

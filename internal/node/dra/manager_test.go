@@ -2,21 +2,27 @@ package dra
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	"k8s.io/utils/clock"
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
 )
 
 type fixture struct {
+	reg     *prometheus.Registry
 	root    string
 	plugins *Plugins
 	api     *fakeClaims
@@ -27,9 +33,10 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{root: shortDir(t), plugins: NewPlugins(), api: &fakeClaims{claims: map[string]*resourceapi.ResourceClaim{}}, rec: &fakeRecorder{}}
+	reg := prometheus.NewRegistry()
+	f := &fixture{reg: reg, root: shortDir(t), plugins: NewPlugins(testclock.NewFakePassiveClock(time.Unix(0, 0)), reg), api: &fakeClaims{claims: map[string]*resourceapi.ResourceClaim{}}, rec: &fakeRecorder{}}
 	f.drv = startFakeDriver(t, f.root, "gpu.example.com")
-	if err := f.plugins.RegisterPlugin(context.Background(), f.drv.name, f.drv.socket, []string{"v1beta1.DRAPlugin", drapb.DRAPluginService}); err != nil {
+	if err := f.plugins.RegisterPlugin(context.Background(), f.drv.name, f.drv.socket, []string{drapb.DRAPluginService, "v1beta1.DRAPlugin"}); err != nil {
 		t.Fatal(err)
 	}
 	f.m = f.restart(t)
@@ -40,7 +47,8 @@ func newFixture(t *testing.T) *fixture {
 // nodelet restart.
 func (f *fixture) restart(t *testing.T) *Manager {
 	t.Helper()
-	m, err := NewManager(f.root, f.plugins, f.api, f.rec, testLog(t))
+	m, err := NewManager(f.root, Deps{Plugins: f.plugins, Claims: f.api, Recorder: f.rec, Log: testLog(t),
+		Clock: testclock.NewFakePassiveClock(time.Unix(0, 0)), Metrics: f.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +285,7 @@ func TestCorruptCheckpointStopsTheManager(t *testing.T) {
 	if err := os.WriteFile(path, []byte(strings.Replace(string(b), "uid-c", "uid-x", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewManager(f.root, f.plugins, f.api, f.rec, testLog(t)); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+	if _, err := NewManager(f.root, Deps{Plugins: f.plugins, Claims: f.api, Recorder: f.rec, Log: testLog(t), Clock: clock.RealClock{}}); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
 		t.Fatalf("NewManager on a corrupt checkpoint = %v", err)
 	}
 }
@@ -298,7 +306,7 @@ func TestRegisterPlugin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := NewPlugins()
+			p := NewPlugins(clock.RealClock{}, nil)
 			err := p.RegisterPlugin(context.Background(), tt.driver, tt.endpoint, tt.versions)
 			if tt.want == "" {
 				if err != nil {
@@ -396,4 +404,67 @@ func TestV1beta1Driver(t *testing.T) {
 	if prep, unprep := f.drv.calls(); len(prep) != 1 || len(unprep) != 1 {
 		t.Errorf("calls %q %q", prep, unprep)
 	}
+}
+
+// The kubelet's DRA metrics: one operation per Prepare that had work and
+// per Cleanup of a pod that held a claim, by outcome; one gRPC
+// observation per driver call, by method and code.
+func TestMetrics(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	pod := podUsing("p", "c")
+	if _, err := f.m.Prepare(ctx, pod); err == nil {
+		t.Fatal("Prepare without the claim succeeded")
+	}
+	f.api.add(allocated("c", f.drv.name, pod))
+	for range 2 {
+		if _, err := f.m.Prepare(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.m.Cleanup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.Cleanup(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	wantOps := map[string]uint64{
+		"is_error=false,operation_name=PrepareResources":   2,
+		"is_error=true,operation_name=PrepareResources":    1,
+		"is_error=false,operation_name=UnprepareResources": 1,
+	}
+	if got := histogramCounts(t, f.reg, "dra_operations_duration_seconds"); !maps.Equal(got, wantOps) {
+		t.Errorf("dra_operations_duration_seconds counts = %v, want %v", got, wantOps)
+	}
+	wantGRPC := map[string]uint64{
+		"driver_name=gpu.example.com,grpc_status_code=OK,method_name=/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources":   1,
+		"driver_name=gpu.example.com,grpc_status_code=OK,method_name=/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources": 1,
+	}
+	if got := histogramCounts(t, f.reg, "dra_grpc_operations_duration_seconds"); !maps.Equal(got, wantGRPC) {
+		t.Errorf("dra_grpc_operations_duration_seconds counts = %v, want %v", got, wantGRPC)
+	}
+}
+
+// histogramCounts are the sample counts of the histogram name, by its
+// labels ("k=v,k=v", in name order).
+func histogramCounts(t *testing.T, reg *prometheus.Registry, name string) map[string]uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out[strings.Join(labels, ",")] = m.GetHistogram().GetSampleCount()
+		}
+	}
+	return out
 }

@@ -10,10 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	drapbv1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+	"k8s.io/utils/clock"
 )
 
 // services are the DRAPlugin gRPC services nodelet speaks, as the kubelet
@@ -40,11 +43,15 @@ type Plugins struct {
 	mu      sync.RWMutex
 	drivers map[string]driver // by name
 	timeout time.Duration
+	clock   clock.PassiveClock
+	metrics *opMetrics
 }
 
-// NewPlugins returns an empty set of drivers.
-func NewPlugins() *Plugins {
-	return &Plugins{drivers: map[string]driver{}, timeout: callTimeout}
+// NewPlugins returns an empty set of drivers whose calls are timed on
+// clk and observed in the kubelet's dra_grpc_operations_duration_seconds
+// on reg (nil: not registered).
+func NewPlugins(clk clock.PassiveClock, reg prometheus.Registerer) *Plugins {
+	return &Plugins{drivers: map[string]driver{}, timeout: callTimeout, clock: clk, metrics: newMetrics(reg)}
 }
 
 // RegisterPlugin records a driver that registered at endpoint and
@@ -138,6 +145,7 @@ func (p *Plugins) call(ctx context.Context, name string, f func(context.Context,
 	conn, err := grpc.NewClient("unix://"+d.endpoint,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)),
+		grpc.WithChainUnaryInterceptor(p.observe(name)),
 	)
 	if err != nil {
 		return fmt.Errorf("connecting to DRA driver %s at %s: %w", name, d.endpoint, err)
@@ -150,4 +158,14 @@ func (p *Plugins) call(ctx context.Context, name string, f func(context.Context,
 		client = drapbv1beta1.V1Beta1ClientWrapper{DRAPluginClient: drapbv1beta1.NewDRAPluginClient(conn)}
 	}
 	return f(ctx, client)
+}
+
+// observe times each call to the driver, by method and status code.
+func (p *Plugins) observe(name string) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		start := p.clock.Now()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		p.metrics.grpc.WithLabelValues(name, method, status.Code(err).String()).Observe(p.clock.Since(start).Seconds())
+		return err
+	}
 }
