@@ -221,7 +221,21 @@ func TestClusterDRA(t *testing.T) {
 		return fmt.Errorf("events %+v", evs.Items)
 	})
 	drv.start(t)
-	waitPodsReady(t, c, ns, "app=late", 1, 3*time.Minute)
+	late := waitPodsReady(t, c, ns, "app=late", 1, 3*time.Minute)[0]
+	lateClaim, err := c.ResourceV1().ResourceClaims(ns).Get(ctx, claimOf(t, &late), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Deleted while the driver runs, so that nothing of it stays prepared.
+	if err := c.CoreV1().Pods(ns).Delete(ctx, late.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the late claim unprepared", func() error {
+		if specs := drv.cdiSpecs(string(lateClaim.UID)); len(specs) != 0 {
+			return fmt.Errorf("CDI specs still there: %q", specs)
+		}
+		return nil
+	})
 }
 
 // claimOf is the name of the ResourceClaim made for the pod's claim "dev".
