@@ -313,11 +313,17 @@ func pluginDir(dirs []string) string {
 // may hold registry credentials: only root reads it. A registry's
 // hosts.toml that an earlier start wrote and the configuration no longer
 // names is removed, so a registry taken out of the registries file is no
-// longer configured.
+// longer configured. containerd 2.x's CDI spec directory is created
+// (0755) for its watch to find; drivers write their specs there.
 func WriteFiles(c Config) error {
 	files, err := Render(c)
 	if err != nil {
 		return err
+	}
+	if c.Major == 2 {
+		if err := os.MkdirAll(c.CDISpecDir(), 0o755); err != nil {
+			return fmt.Errorf("create the CDI spec directory: %w", err)
+		}
 	}
 	for path, data := range files {
 		mode := os.FileMode(0o644)

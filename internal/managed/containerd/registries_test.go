@@ -310,6 +310,9 @@ func TestWriteFilesRegistries(t *testing.T) {
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("config.toml: %v, %v; want mode 0600", fi.Mode(), err)
 	}
+	if fi, err := os.Stat(cfg.CDISpecDir()); cfg.Major == 2 && (err != nil || !fi.IsDir()) {
+		t.Errorf("CDI spec directory: %v, %v", fi, err)
+	}
 	gone := filepath.Join(cfg.certsDir(), "gone.example")
 	if _, err := os.Stat(filepath.Join(gone, "hosts.toml")); err != nil {
 		t.Fatal(err)
