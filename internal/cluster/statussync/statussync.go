@@ -499,7 +499,8 @@ var ownedConditions = []v1.PodConditionType{
 // terminal phase with nothing left running, and not before, as the
 // kubelet sends it (mergePodStatus). A terminal phase in old is never
 // left; st's terminal phase is held back (old's phase kept) while a
-// container may still run; old's start time is kept.
+// container may still run; old's start time is kept. The claims' statuses
+// are old's, whatever st has.
 func Merge(old, st v1.PodStatus, couldHaveRunningContainers bool) v1.PodStatus {
 	out := *st.DeepCopy()
 	var conds []v1.PodCondition
@@ -541,6 +542,12 @@ func Merge(old, st v1.PodStatus, couldHaveRunningContainers bool) v1.PodStatus {
 	if len(out.HostIPs) == 0 && len(old.HostIPs) > 0 {
 		out.HostIP, out.HostIPs = old.HostIP, old.HostIPs
 	}
+	// The claims' statuses belong to the resource claim controller and
+	// the scheduler: the node sends the API's back unchanged (the
+	// NodeRestriction admission refuses a node's status that changes them).
+	out.ResourceClaimStatuses = old.ResourceClaimStatuses
+	out.ExtendedResourceClaimStatus = old.ExtendedResourceClaimStatus
+	out.NodeAllocatableResourceClaimStatuses = old.NodeAllocatableResourceClaimStatuses
 	return out
 }
 

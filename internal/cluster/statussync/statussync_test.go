@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	testingclock "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/base/notify"
 	"github.com/nodelet/nodelet/internal/base/testutil"
@@ -282,6 +284,41 @@ func TestResizeConditionsOwned(t *testing.T) {
 	}
 	if !slices.Equal(types, []v1.PodConditionType{v1.PodResizeInProgress}) {
 		t.Errorf("resize conditions sent: %v, want only the node's PodResizeInProgress", types)
+	}
+}
+
+// The pod's claim statuses are the API's: the node neither clears them
+// (its own status has none) nor sets them, else the NodeRestriction
+// admission refuses the whole patch.
+func TestClaimStatusesKept(t *testing.T) {
+	old := running(true)
+	old.ResourceClaimStatuses = []v1.PodResourceClaimStatus{{Name: "dev", ResourceClaimName: ptr.To("gpu-dev-x7k2")}}
+	old.ExtendedResourceClaimStatus = &v1.PodExtendedResourceClaimStatus{ResourceClaimName: "gpu-extended-resources-q9"}
+	old.NodeAllocatableResourceClaimStatuses = []v1.NodeAllocatableResourceClaimStatus{{ResourceClaimName: "gpu-node-alloc"}}
+	for name, st := range map[string]v1.PodStatus{
+		"none in the node's": running(true),
+		"others in the node's": func() v1.PodStatus {
+			s := running(true)
+			s.ResourceClaimStatuses = []v1.PodResourceClaimStatus{{Name: "dev"}}
+			s.ExtendedResourceClaimStatus = &v1.PodExtendedResourceClaimStatus{ResourceClaimName: "other"}
+			return s
+		}(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := Merge(old, st, true)
+			if !reflect.DeepEqual(got.ResourceClaimStatuses, old.ResourceClaimStatuses) ||
+				!reflect.DeepEqual(got.ExtendedResourceClaimStatus, old.ExtendedResourceClaimStatus) ||
+				!reflect.DeepEqual(got.NodeAllocatableResourceClaimStatuses, old.NodeAllocatableResourceClaimStatuses) {
+				t.Errorf("claim statuses %+v %+v %+v; want the API's", got.ResourceClaimStatuses, got.ExtendedResourceClaimStatus, got.NodeAllocatableResourceClaimStatuses)
+			}
+			patch, _, err := StatusPatch("uid-1", old, got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(patch), "laimStatus") {
+				t.Errorf("the patch touches claim statuses: %s", patch)
+			}
+		})
 	}
 }
 
