@@ -67,6 +67,12 @@ func startDRADriver(t *testing.T, cp *controlPlane, rootDir, node string) *draDr
 
 func (d *draDriverProc) start(t *testing.T) {
 	t.Helper()
+	// The driver makes <datadir> but not its own <datadir>/<driver>, where
+	// it listens: upstream's DaemonSet mounts that as a hostPath with
+	// DirectoryOrCreate.
+	if err := os.MkdirAll(filepath.Join(d.rootDir, "plugins", draDriverName), 0o750); err != nil {
+		t.Fatal(err)
+	}
 	d.cmd = exec.Command(d.bin, "--kubeconfig", d.kubeconfig, "-v", "5", "kubelet-plugin",
 		"--node-name", d.node, "--num-devices", "2", "--cdi-dir", d.cdiDir,
 		"--plugin-registration-path", filepath.Join(d.rootDir, "plugins_registry"),
