@@ -96,7 +96,9 @@ func (m *Manager) Prepare(ctx context.Context, pod *v1.Pod) (podsetup.Setup, err
 		return podsetup.Setup{}, nil
 	}
 	claims, err := podClaims(pod)
-	if err == nil {
+	// A pod whose claims are all prepared is not an operation: the
+	// kubelet prepares (and counts) at a pod's start, not at each sync.
+	if err == nil && !m.allPrepared(pod, claims) {
 		start := m.clock.Now()
 		err = m.prepare(ctx, pod, claims)
 		m.observe("PrepareResources", start, err)

@@ -429,7 +429,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantOps := map[string]uint64{
-		"is_error=false,operation_name=PrepareResources":   2,
+		"is_error=false,operation_name=PrepareResources":   1,
 		"is_error=true,operation_name=PrepareResources":    1,
 		"is_error=false,operation_name=UnprepareResources": 1,
 	}
