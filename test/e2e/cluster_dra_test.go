@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -193,6 +195,50 @@ func TestClusterDRA(t *testing.T) {
 		t.Errorf("dra_manager_state %q, %v: want the claim and the pod", state, err)
 	}
 
+	if n := drv.prepares(t, string(claim.UID)); n != 1 {
+		t.Errorf("the driver prepared the claim %d times, want 1", n)
+	}
+
+	// The cost of the pod's start: the kubelet's DRA metrics of its one
+	// PrepareResources and the driver's call in it.
+	api := n.proc.api(t)
+	prep := map[string]string{"operation_name": "PrepareResources", "is_error": "false"}
+	sum, err1 := api.metric("/metrics", "dra_operations_duration_seconds_sum", prep)
+	count, err2 := api.metric("/metrics", "dra_operations_duration_seconds_count", prep)
+	call := map[string]string{"driver_name": draDriverName, "method_name": "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources", "grpc_status_code": "OK"}
+	grpcSum, err3 := api.metric("/metrics", "dra_grpc_operations_duration_seconds_sum", call)
+	if err := errors.Join(err1, err2, err3); err != nil || count != 1 {
+		t.Errorf("DRA metrics: %d PrepareResources, %v", int(count), err)
+	} else {
+		t.Logf("prepare cost of the pod's start: %.1f ms (PrepareResources of one claim), of which %.1f ms the driver's NodePrepareResources",
+			sum*1000, grpcSum*1000)
+	}
+
+	// A restarted nodelet keeps the prepared claim from its checkpoint:
+	// the pod keeps running, nothing is prepared again, and deleting the
+	// pod afterwards still unprepares the claim.
+	before := containerIDs(&pod)
+	if err := n.proc.stop(t); err != nil {
+		t.Logf("nodelet exit: %v", err)
+	}
+	n.start(t)
+	waitNodeReady(t, c, node, 2*time.Minute)
+	eventually(t, 2*time.Minute, "the restarted nodelet's status of pod gpu", func() error {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		ready := slices.ContainsFunc(p.Status.Conditions, func(c v1.PodCondition) bool { return c.Type == v1.PodReady && c.Status == v1.ConditionTrue })
+		if after := containerIDs(p); !ready || after != before {
+			return fmt.Errorf("ready %v, containers %s, want %s", ready, after, before)
+		}
+		// Only the new nodelet's sync of the pod registers the metric.
+		if _, err := n.proc.api(t).metric("/metrics", "kubelet_pod_worker_duration_seconds_count", nil); err != nil {
+			return err
+		}
+		return nil
+	})
+
 	// Deleting the pod unprepares the claim.
 	if err := c.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -207,6 +253,9 @@ func TestClusterDRA(t *testing.T) {
 		}
 		return nil
 	})
+	if n := drv.prepares(t, string(claim.UID)); n != 1 {
+		t.Errorf("the driver prepared the claim %d times across nodelet's restart, want 1", n)
+	}
 
 	// Without the driver: pending, with the kubelet's event; then it
 	// starts once the driver registers again.
@@ -242,6 +291,32 @@ func TestClusterDRA(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// prepares counts the driver's NodePrepareResources of claim uid, from
+// the line its every preparation logs (-v 3).
+func (d *draDriverProc) prepares(t *testing.T, uid string) int {
+	t.Helper()
+	raw, err := os.ReadFile(d.log.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.Contains(line, `"CDI file(s) created"`) && strings.Contains(line, "claim-"+uid+"-") {
+			n++
+		}
+	}
+	return n
+}
+
+// containerIDs are the pod's containers' IDs, in order.
+func containerIDs(p *v1.Pod) string {
+	var ids []string
+	for _, s := range p.Status.ContainerStatuses {
+		ids = append(ids, s.Name+"="+s.ContainerID)
+	}
+	return strings.Join(ids, ",")
 }
 
 // claimOf is the name of the ResourceClaim made for the pod's claim "dev".
