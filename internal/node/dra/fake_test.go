@@ -31,6 +31,9 @@ type fakeDriver struct {
 	prepared   []string // claim names, in call order
 	unprepared []string
 	claimErr   map[string]string // claim name → error to answer
+	// stop ends the server and removes its socket, as a driver that
+	// crashed without deregistering.
+	stop func()
 	// devices are what a prepared claim gets, by claim name; default one
 	// device "dev-<claim>" with CDI ID "vendor.com/dev=<claim>".
 	devices map[string][]*drapb.Device
@@ -58,6 +61,7 @@ func startFakeDriverServing(t testing.TB, dir, name string, v1 bool) *fakeDriver
 	}
 	drapbv1beta1.RegisterDRAPluginServer(srv, drapbv1beta1.V1ServerWrapper{DRAPluginServer: f})
 	go func() { _ = srv.Serve(l) }()
+	f.stop = srv.Stop
 	t.Cleanup(srv.Stop)
 	return f
 }

@@ -233,6 +233,60 @@ func TestPrepareFailures(t *testing.T) {
 	}
 }
 
+// A driver that died without deregistering: its pod's Prepare fails at
+// once with the kubelet's event and stays retryable, the claim is not
+// taken as prepared (not after a restart either), and another driver's
+// pod and a pod without claims are not held up.
+func TestDriverGone(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	other := startFakeDriver(t, f.root, "nic.example.com")
+	if err := f.plugins.RegisterPlugin(ctx, other.name, other.socket, []string{drapb.DRAPluginService}); err != nil {
+		t.Fatal(err)
+	}
+	dead, alive := podUsing("dead", "c"), podUsing("alive", "n")
+	f.api.add(allocated("c", f.drv.name, dead))
+	f.api.add(allocated("n", other.name, alive))
+	f.drv.stop()
+
+	_, err := f.m.Prepare(ctx, dead)
+	if err == nil || !strings.Contains(err.Error(), "NodePrepareResources") {
+		t.Fatalf("Prepare with the driver gone = %v", err)
+	}
+	if len(f.rec.events) != 1 || f.rec.events[0].Reason != "FailedPrepareDynamicResources" || f.rec.events[0].Type != v1.EventTypeWarning {
+		t.Errorf("events = %+v", f.rec.events)
+	} else {
+		t.Logf("event: %s", f.rec.events[0].Message)
+	}
+	if _, err := f.m.Prepare(ctx, alive); err != nil {
+		t.Errorf("another driver's pod: %v", err)
+	}
+	if _, err := f.m.Prepare(ctx, &v1.Pod{ObjectMeta: dead.ObjectMeta, Spec: v1.PodSpec{Containers: []v1.Container{{Name: "app"}}}}); err != nil {
+		t.Errorf("a pod without claims: %v", err)
+	}
+	m2 := f.restart(t)
+	m2.mu.RLock()
+	info := m2.state[key("ns", "c")]
+	m2.mu.RUnlock()
+	if info.Prepared {
+		t.Errorf("the dead driver's claim is prepared after a restart: %+v", info)
+	}
+
+	// The driver is back (a new process, a new socket): the same pod
+	// prepares.
+	back := startFakeDriver(t, shortDir(t), f.drv.name)
+	if err := f.plugins.RegisterPlugin(ctx, back.name, back.socket, []string{drapb.DRAPluginService}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := m2.Prepare(ctx, dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cdiOf(t, s, dead, 0); !slices.Equal(got, []string{"vendor.com/dev=c"}) {
+		t.Errorf("CDI devices once the driver is back = %q", got)
+	}
+}
+
 func TestFailedUnprepareIsKept(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
