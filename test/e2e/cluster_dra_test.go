@@ -275,6 +275,30 @@ func TestClusterDRA(t *testing.T) {
 		}
 		return fmt.Errorf("events %+v", evs.Items)
 	})
+	// Pending as the kubelet shows it (no sandbox: ContainerCreating),
+	// while a pod without claims starts on the same node.
+	eventually(t, time.Minute, "pod late Pending in ContainerCreating", func() error {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, "late", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != v1.PodPending || len(p.Status.ContainerStatuses) != 2 {
+			return fmt.Errorf("phase %s, %d container statuses", p.Status.Phase, len(p.Status.ContainerStatuses))
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Waiting == nil || cs.State.Waiting.Reason != "ContainerCreating" {
+				return fmt.Errorf("container %s: %+v", cs.Name, cs.State)
+			}
+		}
+		return nil
+	})
+	plain := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns, Labels: map[string]string{"app": "plain"}},
+		Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To[int64](2),
+			Containers: []v1.Container{shellContainer("main", "echo up")}}}
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPodsReady(t, c, ns, "app=plain", 1, 2*time.Minute)
 	drv.start(t)
 	late := waitPodsReady(t, c, ns, "app=late", 1, 3*time.Minute)[0]
 	lateClaim, err := c.ResourceV1().ResourceClaims(ns).Get(ctx, claimOf(t, &late), metav1.GetOptions{})
