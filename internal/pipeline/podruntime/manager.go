@@ -145,6 +145,9 @@ type Network interface {
 // which asks the runtime at most once a minute).
 type RuntimeFeatures interface {
 	RecursiveReadOnlyMounts(ctx context.Context, handler string) bool
+	// CDI is nil when the runtime injects CDI devices (or is not known
+	// not to), else why it does not.
+	CDI(ctx context.Context) error
 }
 
 // Options tune the manager.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -145,6 +146,9 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		extras.resources = add.Resources
 		extras.devices, extras.cdiDevices, extras.annotations = add.Devices, add.CDIDevices, add.Annotations
 		extras.env = append(add.Env, extras.env...)
+		if err := m.cdiSupported(ctx, add.CDIDevices); err != nil {
+			return containerExtras{}, &configError{err}
+		}
 	}
 	if hosts, ok, err := m.hostsFile(pod, c, facts.PodIPs, setup.PodDir); err != nil {
 		return containerExtras{}, err
@@ -152,6 +156,24 @@ func (m *Manager) containerExtras(ctx context.Context, pod *v1.Pod, c *v1.Contai
 		extras.mounts = append(extras.mounts, hosts)
 	}
 	return extras, nil
+}
+
+// cdiSupported refuses CDI devices the runtime would drop without a word
+// (containerd 1.6, or 1.7 without enable_cdi): the container would start
+// without the devices its claims prepared. The kubelet passes them and
+// hopes; nodelet makes it a CreateContainerConfigError that says why.
+func (m *Manager) cdiSupported(ctx context.Context, devices []*runtimeapi.CDIDevice) error {
+	if len(devices) == 0 || m.features == nil {
+		return nil
+	}
+	if err := m.features.CDI(ctx); err != nil {
+		names := make([]string, 0, len(devices))
+		for _, d := range devices {
+			names = append(names, d.GetName())
+		}
+		return fmt.Errorf("CDI devices %s: %w", strings.Join(names, ", "), err)
+	}
+	return nil
 }
 
 // hostsFile writes the kubelet-managed /etc/hosts of the pod in its

@@ -116,3 +116,54 @@ func TestRecursiveReadOnlyFromRuntimeStatus(t *testing.T) {
 		}
 	}
 }
+
+// A container given CDI devices (a DRA claim's) on a runtime that would
+// drop them without a word (containerd 1.6: its verbose config has no
+// enableCDI) is not created: CreateContainerConfigError says why. On a
+// runtime that injects them the devices reach the container's config.
+func TestCDIDevicesNeedARuntimeThatInjectsThem(t *testing.T) {
+	for name, tc := range map[string]struct {
+		config string
+		want   string // the waiting message's part; "" for created
+	}{
+		"containerd 1.6": {`{"containerdRootDir":"/var/lib/containerd","sandboxImage":"registry.k8s.io/pause:3.6"}`,
+			"CDI devices vendor.com/gpu=claim-0: the container runtime does not inject CDI devices: containerd's CRI config has no enable_cdi"},
+		"containerd 2.x": {`{"containerdRootDir":"/var/lib/containerd","enableCDI":true}`, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
+			log := slog.New(slog.DiscardHandler)
+			rs := &usernsRuntime{FakeRuntimeService: critest.NewFakeRuntimeService(), info: map[string]string{"config": tc.config}}
+			is := critest.NewFakeImageService()
+			is.SetFakeImageSize(1)
+			c := cri.New(rs, is, "fake", cri.DefaultTimeouts(), log)
+			m := New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Status: statusmanager.New(nil),
+				Recorder: events.New(100, clk, log), RuntimeFeatures: cri.NewHandlerFeatures(c, clk, log)})
+			pod := testPod()
+			pod.Spec.Containers = pod.Spec.Containers[:1]
+			setup := podsetup.Setup{Containers: []podsetup.Contributor{podsetup.ContributorFunc(func(podsetup.Container) (podsetup.Additions, error) {
+				return podsetup.Additions{CDIDevices: []*runtimeapi.CDIDevice{{Name: "vendor.com/gpu=claim-0"}}}, nil
+			})}}
+			st, _ := m.syncPod(t.Context(), podworker.SyncRequest{Pod: pod, Setup: setup})
+			if len(st.ContainerStatuses) != 1 {
+				t.Fatalf("container statuses %v", st.ContainerStatuses)
+			}
+			cs := st.ContainerStatuses[0]
+			rs.mu.Lock()
+			created := rs.containers
+			rs.mu.Unlock()
+			if tc.want != "" {
+				if w := cs.State.Waiting; w == nil || w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, tc.want) {
+					t.Errorf("state %+v, want CreateContainerConfigError saying %q", cs.State, tc.want)
+				}
+				if len(created) != 0 {
+					t.Errorf("created %d containers without their devices", len(created))
+				}
+				return
+			}
+			if cs.State.Running == nil || len(created) != 1 || len(created[0].GetCDIDevices()) != 1 || created[0].GetCDIDevices()[0].GetName() != "vendor.com/gpu=claim-0" {
+				t.Errorf("state %+v, created %v: want running with its CDI device", cs.State, created)
+			}
+		})
+	}
+}

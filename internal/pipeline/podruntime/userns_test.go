@@ -30,6 +30,7 @@ type usernsRuntime struct {
 	*critest.FakeRuntimeService
 	mu         sync.Mutex
 	handlers   []*runtimeapi.RuntimeHandler
+	info       map[string]string // the verbose status's info
 	containers []*runtimeapi.ContainerConfig
 }
 
@@ -41,6 +42,9 @@ func (r *usernsRuntime) Status(ctx context.Context, verbose bool) (*runtimeapi.S
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	resp.RuntimeHandlers = r.handlers
+	if verbose && r.info != nil {
+		resp.Info = r.info
+	}
 	return resp, nil
 }
 
