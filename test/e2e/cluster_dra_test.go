@@ -20,7 +20,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodelet/nodelet/internal/managed/containerd"
 )
 
 // draDriverName is upstream's test driver's default name.
@@ -38,16 +41,16 @@ type draDriverProc struct {
 
 // startDRADriver builds and runs the test driver for node: it registers
 // in <rootDir>/plugins_registry, publishes two devices in a ResourceSlice
-// of the node with the admin's credentials, and writes its CDI specs
-// where the tests' containerd reads them.
-func startDRADriver(t *testing.T, cp *controlPlane, rootDir, node string) *draDriverProc {
+// of the node with the admin's credentials, and writes its CDI specs in
+// cdiDir, where the node's containerd reads them.
+func startDRADriver(t *testing.T, cp *controlPlane, rootDir, node, cdiDir string) *draDriverProc {
 	t.Helper()
 	dir := filepath.Join(shared.work, "dra-"+node)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	d := &draDriverProc{bin: filepath.Join(dir, "dra-test-driver"), rootDir: rootDir, node: node,
-		cdiDir: shared.containerd.Config().CDISpecDir(), kubeconfig: cp.AdminKubeconfig}
+		cdiDir: cdiDir, kubeconfig: cp.AdminKubeconfig}
 	if err := goBuild(filepath.Join(shared.repoRoot, "test", "cluster"), d.bin, "k8s.io/kubernetes/test/e2e/dra/test-driver", false); err != nil {
 		t.Fatal(err)
 	}
@@ -124,50 +127,12 @@ func TestClusterDRA(t *testing.T) {
 	cp.logsOnFailure(t)
 	const node = "dra-a"
 	n := joinNode(t, cp, node)
-	drv := startDRADriver(t, cp, n.rootDir, node)
+	drv := startDRADriver(t, cp, n.rootDir, node, shared.containerd.Config().CDISpecDir())
 	c := cp.Admin
 	ctx := clusterContext(t, 10*time.Minute)
 
-	eventually(t, 2*time.Minute, "the driver's ResourceSlice of "+node, func() error {
-		slices, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		for _, s := range slices.Items {
-			if s.Spec.Driver == draDriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) == 2 {
-				return nil
-			}
-		}
-		return fmt.Errorf("%d slices, none of %s with 2 devices", len(slices.Items), node)
-	})
-
-	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "dra-e2e"}, Spec: resourceapi.DeviceClassSpec{
-		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + draDriverName + `"`}}}}}
-	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
-	})
 	const ns = "dra-test"
-	clusterNamespace(t, c, ns)
-	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one-device", Namespace: ns},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
-			Requests: []resourceapi.DeviceRequest{{Name: "my-device", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class.Name}}},
-			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
-				Driver: draDriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"a":"b"}`)}}}}},
-		}}}}
-	if _, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	draPod := func(name string) *v1.Pod {
-		with := shellContainer("with", `echo "user_a=$user_a"`)
-		with.Resources.Claims = []v1.ResourceClaim{{Name: "dev"}}
-		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
-			Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To[int64](2),
-				ResourceClaims: []v1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: ptr.To(tmpl.Name)}},
-				Containers:     []v1.Container{with, shellContainer("without", `echo "user_a=$user_a"`)}}}
-	}
+	draPod := draObjects(t, ctx, c, node, ns)
 
 	if _, err := c.CoreV1().Pods(ns).Create(ctx, draPod("gpu"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -317,6 +282,73 @@ func TestClusterDRA(t *testing.T) {
 	})
 }
 
+// On Debian's containerd 1.6, which has no CDI (its CRI plugin drops
+// the CDIDevices of a container's config): nodelet prepares the claim,
+// then refuses to create the container that names it, with a
+// CreateContainerConfigError that says the runtime does not inject CDI
+// devices, instead of starting it without its device; the pod's other
+// container runs; deleting the pod unprepares the claim.
+func TestClusterDRAContainerd16(t *testing.T) {
+	if _, err := os.Stat(debianContainerd); err != nil {
+		t.Skipf("no distribution containerd: %v", err)
+	}
+	cp := startCluster(t)
+	cp.logsOnFailure(t)
+	const node = "dra-16"
+	root := filepath.Join(shared.work, "root-"+node)
+	startManagedClusterNode(t, cp, node, "nldra16", filepath.Join(shared.work, "cni-"+node), "--containerd-binary", debianContainerd)
+	waitNodeReady(t, cp.Admin, node, 2*time.Minute)
+	drv := startDRADriver(t, cp, root, node, containerd.DefaultConfig(root).CDISpecDir())
+	c := cp.Admin
+	ctx := clusterContext(t, 10*time.Minute)
+	const ns = "dra-16"
+	draPod := draObjects(t, ctx, c, node, ns)
+
+	if _, err := c.CoreV1().Pods(ns).Create(ctx, draPod("gpu"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pod *v1.Pod
+	eventually(t, 3*time.Minute, "container with refused, without running", func() (err error) {
+		pod, err = c.CoreV1().Pods(ns).Get(ctx, "gpu", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		states := map[string]v1.ContainerState{}
+		for _, cs := range pod.Status.ContainerStatuses {
+			states[cs.Name] = cs.State
+		}
+		w := states["with"].Waiting
+		if w == nil || w.Reason != "CreateContainerConfigError" || !strings.Contains(w.Message, "the container runtime does not inject CDI devices: containerd's CRI config has no enable_cdi") {
+			return fmt.Errorf("with: %+v", states["with"])
+		}
+		if states["without"].Running == nil {
+			return fmt.Errorf("without: %+v", states["without"])
+		}
+		return nil
+	})
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == "with" {
+			t.Logf("container with: %s: %s", cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		}
+	}
+	claim, err := c.ResourceV1().ResourceClaims(ns).Get(ctx, claimOf(t, pod), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := drv.prepares(t, string(claim.UID)); n != 1 {
+		t.Errorf("the driver prepared the claim %d times, want 1", n)
+	}
+	if err := c.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, "the claim unprepared", func() error {
+		if specs := drv.cdiSpecs(string(claim.UID)); len(specs) != 0 {
+			return fmt.Errorf("CDI specs still there: %q", specs)
+		}
+		return nil
+	})
+}
+
 // prepares counts the driver's NodePrepareResources of claim uid, from
 // the line its every preparation logs (-v 3).
 func (d *draDriverProc) prepares(t *testing.T, uid string) int {
@@ -341,6 +373,56 @@ func containerIDs(p *v1.Pod) string {
 		ids = append(ids, s.Name+"="+s.ContainerID)
 	}
 	return strings.Join(ids, ",")
+}
+
+// draObjects waits for the driver's ResourceSlice of node, makes the
+// DeviceClass of the driver's devices, namespace ns and a claim template
+// of one device with the driver's opaque config {"a":"b"} (its CDI spec
+// then sets user_a=b), and returns pods bound to node whose container
+// "with" uses the claim and "without" does not; each prints $user_a.
+func draObjects(t *testing.T, ctx context.Context, c kubernetes.Interface, node, ns string) func(name string) *v1.Pod {
+	t.Helper()
+	eventually(t, 2*time.Minute, "the driver's ResourceSlice of "+node, func() error {
+		slices, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, s := range slices.Items {
+			if s.Spec.Driver == draDriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == node && len(s.Spec.Devices) == 2 {
+				return nil
+			}
+		}
+		return fmt.Errorf("%d slices, none of %s with 2 devices", len(slices.Items), node)
+	})
+
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "dra-e2e"}, Spec: resourceapi.DeviceClassSpec{
+		Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "` + draDriverName + `"`}}}}}
+	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, class, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.ResourceV1().DeviceClasses().Delete(context.Background(), class.Name, metav1.DeleteOptions{})
+	})
+	clusterNamespace(t, c, ns)
+	tmpl := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one-device", Namespace: ns},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "my-device", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class.Name}}},
+			Config: []resourceapi.DeviceClaimConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+				Driver: draDriverName, Parameters: runtime.RawExtension{Raw: []byte(`{"a":"b"}`)}}}}},
+		}}}}
+	if _, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	draPod := func(name string) *v1.Pod {
+		with := shellContainer("with", `echo "user_a=$user_a"`)
+		with.Resources.Claims = []v1.ResourceClaim{{Name: "dev"}}
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app": name}},
+			Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node}, TerminationGracePeriodSeconds: ptr.To[int64](2),
+				ResourceClaims: []v1.PodResourceClaim{{Name: "dev", ResourceClaimTemplateName: ptr.To(tmpl.Name)}},
+				Containers:     []v1.Container{with, shellContainer("without", `echo "user_a=$user_a"`)}}}
+	}
+
+	return draPod
 }
 
 // claimOf is the name of the ResourceClaim made for the pod's claim "dev".
