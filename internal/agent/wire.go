@@ -466,7 +466,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 
 	// The pod-resources API, for monitoring agents.
 	p.podResources = podresourcesapi.New(podresourcesapi.Options{Dir: filepath.Join(cfg.RootDir, "pod-resources")},
-		podresourcesapi.Deps{Pods: p.hk, Providers: podresourcesapi.Providers{Devices: p.devices, CPUs: p.cpus}, Log: log, Metrics: reg})
+		podresourcesapi.Deps{Pods: p.hk, Providers: podresourcesapi.Providers{Devices: p.devices, CPUs: p.cpus, Dynamic: dynamicResources}, Log: log, Metrics: reg})
 
 	// The kubelet API.
 	relist := p.pleg
