@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodelet/nodelet/internal/managed/containerd"
@@ -162,6 +163,31 @@ func TestClusterDRA(t *testing.T) {
 
 	if n := drv.prepares(t, string(claim.UID)); n != 1 {
 		t.Errorf("the driver prepared the claim %d times, want 1", n)
+	}
+
+	// The pod-resources API lists the claim's device and CDI device for
+	// the container that names it, nothing for the other.
+	resp, err := podResources(t, n.rootDir).Get(ctx, &podresourcesapi.GetPodResourcesRequest{PodName: pod.Name, PodNamespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cr := range resp.GetPodResources().GetContainers() {
+		var got []string
+		for _, dr := range cr.GetDynamicResources() {
+			for _, r := range dr.GetClaimResources() {
+				for _, cdi := range r.GetCdiDevices() {
+					got = append(got, dr.GetClaimName()+"/"+r.GetDriverName()+"/"+r.GetDeviceName()+"/"+cdi.GetName())
+				}
+			}
+		}
+		want := []string(nil)
+		if cr.GetName() == "with" {
+			want = []string{claimName + "/" + draDriverName + "/" + claim.Status.Allocation.Devices.Results[0].Device + "/" +
+				draDriverName + "/test=claim-" + string(claim.UID) + "-my-device"}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pod-resources of container %s: %q, want %q", cr.GetName(), got, want)
+		}
 	}
 
 	// The cost of the pod's start: the kubelet's DRA metrics of its one
