@@ -172,11 +172,15 @@ func (m *multiNode) logsOnFailure(t testing.TB) {
 }
 
 // freeNodePortBlock finds a base B for hack/cluster.sh's node ports
-// (B+100*(i-1) + 247..256 for node i) where all of them are free.
+// (B+100*(i-1) + 247..256 for node i) where all of them are free. The
+// ports lie below the kernel's ephemeral range (32768 and up), from which
+// the tests' own connections take local ports: a port found free there
+// could be some connection's by the time kube-proxy binds it. Above
+// cluster.sh's default block (20000) and below the NodePort range (30000).
 func freeNodePortBlock(t testing.TB, n int) int {
 	t.Helper()
 	for range 50 {
-		base := 30000 + 100*rand.IntN(250)
+		base := 21000 + 100*rand.IntN(88-n)
 		if nodePortsFree(base, n) {
 			return base
 		}

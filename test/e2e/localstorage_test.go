@@ -188,7 +188,9 @@ spec:
     resources: {requests: {ephemeral-storage: 1Pi}}
 `)
 	rejected := waitPhase(t, n, "ls-huge-e2e", "Failed", 60*time.Second)
-	want := fmt.Sprintf("Pod was rejected: Node didn't have enough resource: ephemeral-storage, requested: %d, used: 0, capacity: %d", int64(1)<<50, capacity)
+	// Used: ls-under's 16Mi, its limit defaulted to its request as the
+	// API server's defaults do (the evicted pods hold nothing).
+	want := fmt.Sprintf("Pod was rejected: Node didn't have enough resource: ephemeral-storage, requested: %d, used: %d, capacity: %d", int64(1)<<50, 16<<20, capacity)
 	if rejected.Status.Reason != "OutOfephemeral-storage" || rejected.Status.Message != want {
 		t.Errorf("ls-huge: reason %q message %q, want OutOfephemeral-storage %q", rejected.Status.Reason, rejected.Status.Message, want)
 	}
