@@ -33,9 +33,8 @@ const (
 
 // csiDriverProc is test/csihostpath running for one node.
 type csiDriverProc struct {
+	driverProcess
 	bin, rootDir, state, calls, nodeID string
-	cmd                                *exec.Cmd
-	done                               chan struct{}
 }
 
 // startCSIDriver builds test/csihostpath and runs it for the node whose
@@ -48,7 +47,7 @@ func startCSIDriver(t *testing.T, rootDir, nodeID string) *csiDriverProc {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d := &csiDriverProc{bin: filepath.Join(dir, "csihostpath"), rootDir: rootDir, state: filepath.Join(dir, "state"),
+	d := &csiDriverProc{driverProcess: driverProcess{name: "csihostpath"}, bin: filepath.Join(dir, "csihostpath"), rootDir: rootDir, state: filepath.Join(dir, "state"),
 		calls: filepath.Join(dir, "calls.log"), nodeID: nodeID}
 	if err := goBuild(shared.repoRoot, d.bin, "./test/csihostpath", false); err != nil {
 		t.Fatal(err)
@@ -66,29 +65,43 @@ func startCSIDriver(t *testing.T, rootDir, nodeID string) *csiDriverProc {
 func (d *csiDriverProc) start(t *testing.T) {
 	t.Helper()
 	out := &strings.Builder{}
-	d.cmd = exec.Command(d.bin, "-root-dir", d.rootDir, "-state-dir", d.state, "-node-id", d.nodeID, "-call-log", d.calls)
-	d.cmd.Stderr = out
-	if err := d.cmd.Start(); err != nil {
+	cmd := exec.Command(d.bin, "-root-dir", d.rootDir, "-state-dir", d.state, "-node-id", d.nodeID, "-call-log", d.calls)
+	cmd.Stderr = out
+	d.run(t, cmd)
+}
+
+// driverProcess is a node plugin the test runs beside a nodelet (a CSI or
+// DRA driver), as a DaemonSet's pod would run it.
+type driverProcess struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// run starts cmd and follows its end.
+func (p *driverProcess) run(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	d.done = make(chan struct{})
-	go func() { d.cmd.Wait(); close(d.done) }()
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() { cmd.Wait(); close(p.done) }()
 }
 
 // stop sends SIGTERM (the driver removes its sockets) and waits.
-func (d *csiDriverProc) stop(t *testing.T) {
+func (p *driverProcess) stop(t *testing.T) {
 	select {
-	case <-d.done:
+	case <-p.done:
 		return
 	default:
 	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
+	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-d.done:
+	case <-p.done:
 	case <-time.After(30 * time.Second):
-		d.cmd.Process.Kill()
-		<-d.done
-		t.Errorf("csihostpath did not exit within 30s of SIGTERM")
+		p.cmd.Process.Kill()
+		<-p.done
+		t.Errorf("%s did not exit within 30s of SIGTERM", p.name)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,10 +33,9 @@ const draDriverName = "test-driver.cdi.k8s.io"
 // built from the k8s.io/kubernetes module of test/cluster) running as the
 // kubelet plugin of one node.
 type draDriverProc struct {
+	driverProcess
 	bin, rootDir, cdiDir, node, kubeconfig string
 	log                                    *os.File
-	cmd                                    *exec.Cmd
-	done                                   chan struct{}
 }
 
 // startDRADriver builds and runs the test driver for node: it registers
@@ -50,7 +48,7 @@ func startDRADriver(t *testing.T, cp *controlPlane, rootDir, node, cdiDir string
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d := &draDriverProc{bin: filepath.Join(dir, "dra-test-driver"), rootDir: rootDir, node: node,
+	d := &draDriverProc{driverProcess: driverProcess{name: "the DRA test driver"}, bin: filepath.Join(dir, "dra-test-driver"), rootDir: rootDir, node: node,
 		cdiDir: cdiDir, kubeconfig: cp.AdminKubeconfig}
 	if err := goBuild(filepath.Join(shared.repoRoot, "test", "cluster"), d.bin, "k8s.io/kubernetes/test/e2e/dra/test-driver", false); err != nil {
 		t.Fatal(err)
@@ -79,33 +77,12 @@ func (d *draDriverProc) start(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(d.rootDir, "plugins", draDriverName), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd = exec.Command(d.bin, "--kubeconfig", d.kubeconfig, "-v", "5", "kubelet-plugin",
+	cmd := exec.Command(d.bin, "--kubeconfig", d.kubeconfig, "-v", "5", "kubelet-plugin",
 		"--node-name", d.node, "--num-devices", "2", "--cdi-dir", d.cdiDir,
 		"--plugin-registration-path", filepath.Join(d.rootDir, "plugins_registry"),
 		"--datadir", filepath.Join(d.rootDir, "plugins"))
-	d.cmd.Stdout, d.cmd.Stderr = d.log, d.log
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d.done = make(chan struct{})
-	go func() { d.cmd.Wait(); close(d.done) }()
-}
-
-// stop sends SIGTERM (the driver removes its sockets) and waits.
-func (d *draDriverProc) stop(t *testing.T) {
-	select {
-	case <-d.done:
-		return
-	default:
-	}
-	d.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-d.done:
-	case <-time.After(30 * time.Second):
-		d.cmd.Process.Kill()
-		<-d.done
-		t.Errorf("the DRA test driver did not exit within 30s of SIGTERM")
-	}
+	cmd.Stdout, cmd.Stderr = d.log, d.log
+	d.run(t, cmd)
 }
 
 // cdiSpecs lists the driver's CDI spec files of claim uid.
