@@ -62,6 +62,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: must run as root (containerd, runc and CNI need it)")
 		return 1
 	}
+	before := recordHost()
 	var err error
 	if shared.work, err = os.MkdirTemp("/tmp", "nle2e-"); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -84,6 +85,15 @@ func run(m *testing.M) int {
 	code := m.Run()
 	stopCluster()
 	tearDown(&shared)
+	removed, err := sweep(shared.work, before)
+	for _, r := range removed {
+		fmt.Fprintln(os.Stderr, "e2e: left behind by the tests, removed at the end:", r)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: FAIL: the run leaves behind:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "e2e: nothing of the run is left on the host (processes, mounts, cgroups, %s)\n", shared.work)
 	return code
 }
 

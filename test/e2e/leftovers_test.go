@@ -1,0 +1,326 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// What a run of the tests leaves on the host is checked at its end, after
+// every test's own clean-up and the shared runtime's tear-down: a test
+// that stops its node agent and runtime with pods still running leaves
+// their volume mounts (the kubelet leaves them too when it stops), and a
+// runtime killed by a test can leave its shims and their containers. The
+// sweep removes what is the run's own, says what it removed, and the run
+// fails if any of it is still there afterwards:
+//
+//   - processes whose executable or command line lies in the run's work
+//     directory (its nodelets, runtimes, shims, control plane), and the
+//     containers those shims ran: killed;
+//   - mounts under the work directory: detached;
+//   - cgroups the run created at the top of a hierarchy (its nodes'
+//     --cgroup-root, the kubelet's kubepods on a fresh host): removed,
+//     deepest first, once their processes are gone (one still in use
+//     belongs to another agent of the host, and is only reported);
+//   - the work directory itself: removed.
+//
+// Network namespaces that appeared during the run are reported, not
+// removed: a runtime of this host started outside the tests (`make run`)
+// makes them too, and nothing ties one to the tests.
+type hostBefore struct {
+	cgroupTops map[string]bool // <hierarchy>/<top dir>
+	netns      map[string]bool
+}
+
+// recordHost notes what is on the host before the run.
+func recordHost() hostBefore {
+	h := hostBefore{cgroupTops: map[string]bool{}, netns: map[string]bool{}}
+	for _, dir := range cgroupTopDirs() {
+		h.cgroupTops[dir] = true
+	}
+	for _, n := range netnsNames() {
+		h.netns[n] = true
+	}
+	return h
+}
+
+// sweep removes what the run left under work and reports it; the error
+// lists what it could not remove.
+func sweep(work string, before hostBefore) (removed []string, err error) {
+	var problems []string
+	procs := ownProcesses(work)
+	if len(procs) > 0 {
+		for _, p := range procs {
+			removed = append(removed, fmt.Sprintf("process %d %s", p.pid, p.name))
+			syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) && slices.ContainsFunc(procs, func(p proc) bool { return p.alive() }) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		for _, p := range procs {
+			if p.alive() {
+				problems = append(problems, fmt.Sprintf("process %d %s survived SIGKILL", p.pid, p.name))
+			}
+		}
+	}
+	mounts := mountsUnder(work)
+	for _, m := range mounts {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			problems = append(problems, fmt.Sprintf("unmount %s: %v", m, err))
+		}
+	}
+	if len(mounts) > 0 {
+		removed = append(removed, fmt.Sprintf("%d mounts under %s (first: %s)", len(mounts), work, mounts[len(mounts)-1]))
+	}
+	for _, top := range cgroupTopDirs() {
+		if before.cgroupTops[top] {
+			continue
+		}
+		n, err := removeCgroupTree(top)
+		if n > 0 {
+			removed = append(removed, fmt.Sprintf("cgroup %s (%d dirs)", top, n))
+		}
+		if err != nil {
+			// Its processes are not the run's (those are gone): some
+			// other agent of this host made it during the run.
+			removed = append(removed, fmt.Sprintf("(not removed, in use) %v", err))
+		}
+	}
+	if err := os.RemoveAll(work); err != nil {
+		problems = append(problems, fmt.Sprintf("remove %s: %v", work, err))
+	}
+	if rest := mountsUnder(work); len(rest) > 0 {
+		problems = append(problems, fmt.Sprintf("%d mounts still under %s", len(rest), work))
+	}
+	var appeared []string
+	for _, n := range netnsNames() {
+		if !before.netns[n] {
+			appeared = append(appeared, n)
+		}
+	}
+	if len(appeared) > 0 {
+		removed = append(removed, fmt.Sprintf("(not removed) network namespaces that appeared during the run: %s", strings.Join(appeared, " ")))
+	}
+	if len(problems) > 0 {
+		return removed, errors.New(strings.Join(problems, "; "))
+	}
+	return removed, nil
+}
+
+type proc struct {
+	pid   int
+	name  string
+	start string // field 22 of stat: tells a reused pid apart
+}
+
+func (p proc) alive() bool {
+	return procStart(p.pid) == p.start && p.start != ""
+}
+
+func procStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// comm may hold spaces; the fields after its ')' are plain.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 20 || fields[0] == "Z" {
+		return ""
+	}
+	return fields[19]
+}
+
+func procPPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(fields[1])
+	return n
+}
+
+// ownProcesses are the processes of the run: their executable or command
+// line in work, and every descendant of those (the containers of its
+// shims live in their own pid namespaces, with host binaries).
+func ownProcesses(work string) []proc {
+	entries, _ := os.ReadDir("/proc")
+	self := os.Getpid()
+	children := map[int][]int{}
+	own := map[int]bool{}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		pids = append(pids, pid)
+		children[procPPID(pid)] = append(children[procPPID(pid)], pid)
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if strings.HasPrefix(exe, work+"/") || bytes.Contains(cmd, []byte(work+"/")) {
+			own[pid] = true
+		}
+	}
+	var stack []int
+	for pid := range own {
+		stack = append(stack, pid)
+	}
+	for len(stack) > 0 {
+		pid := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, c := range children[pid] {
+			if !own[c] {
+				own[c] = true
+				stack = append(stack, c)
+			}
+		}
+	}
+	var out []proc
+	for _, pid := range pids {
+		if !own[pid] {
+			continue
+		}
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		out = append(out, proc{pid: pid, name: strings.TrimSpace(string(comm)), start: procStart(pid)})
+	}
+	return out
+}
+
+// mountsUnder lists the mount points under dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		fields := strings.Fields(s.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		// Octal escapes (\040 for a space) as the kernel writes them.
+		mp := unescapeMountPath(fields[4])
+		if strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// cgroupTopDirs are the directories at the top of each cgroup hierarchy:
+// of every v1 controller's mount, or of the unified one.
+func cgroupTopDirs() []string {
+	var roots []string
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		roots = []string{"/sys/fs/cgroup"}
+	} else {
+		hs, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, h := range hs {
+			if fi, err := os.Lstat(h); err == nil && fi.IsDir() {
+				roots = append(roots, h)
+			}
+		}
+	}
+	var out []string
+	for _, r := range roots {
+		entries, _ := os.ReadDir(r)
+		for _, e := range entries {
+			if e.IsDir() {
+				out = append(out, filepath.Join(r, e.Name()))
+			}
+		}
+	}
+	return out
+}
+
+// removeCgroupTree removes top and every cgroup under it, deepest first,
+// and says how many it removed.
+func removeCgroupTree(top string) (int, error) {
+	var dirs []string
+	filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	n := 0
+	var failed []string
+	for _, d := range dirs {
+		err := os.Remove(d)
+		// A cgroup whose last process has just been killed can stay busy
+		// for a moment.
+		for i := 0; errors.Is(err, unix.EBUSY) && i < 20; i++ {
+			time.Sleep(50 * time.Millisecond)
+			err = os.Remove(d)
+		}
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, fs.ErrNotExist):
+		default:
+			failed = append(failed, fmt.Sprintf("remove cgroup %s: %v", d, err))
+		}
+	}
+	if len(failed) > 0 {
+		return n, errors.New(strings.Join(failed, "; "))
+	}
+	return n, nil
+}
+
+func netnsNames() []string {
+	entries, _ := os.ReadDir("/run/netns")
+	var out []string
+	for _, e := range entries {
+		out = append(out, e.Name())
+	}
+	return out
+}
