@@ -14,6 +14,8 @@ export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 GO=${GO:-go}
 # shellcheck source=lib/bincache.sh
 . "$root/hack/lib/bincache.sh"
+# shellcheck source=lib/progress.sh
+. "$root/hack/lib/progress.sh"
 
 version=$(awk '$1 == "github.com/coredns/coredns" && $2 ~ /^v/ { print $2 } $1 == "require" && $2 == "github.com/coredns/coredns" { print $3 }' "$module/go.mod" | head -1)
 if [[ -z $version ]]; then
@@ -31,7 +33,7 @@ if [[ ! -x $bin ]]; then
 	start=$(date +%s)
 	# Static: it runs in an image with no libc. The version it reports is
 	# its module's own (coremain.CoreVersion), so no -X is needed.
-	CGO_ENABLED=0 "$GO" build -C "$module" -trimpath -ldflags "-s -w" -o "$bin.tmp" github.com/coredns/coredns
+	CGO_ENABLED=0 progress_go "building coredns" "$module" github.com/coredns/coredns -- build -v -trimpath -ldflags "-s -w" -o "$bin.tmp" github.com/coredns/coredns
 	mv "$bin.tmp" "$bin"
 	echo "built coredns $version in $(($(date +%s) - start))s" >&2
 	bincache_store "$key" coredns "$bin"

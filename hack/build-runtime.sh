@@ -13,6 +13,8 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib/progress.sh
+. "$repo/hack/lib/progress.sh"
 out=${OUT_DIR:-$repo/bin}
 GO=${GO:-go}
 mkdir -p "$out"
@@ -34,28 +36,12 @@ build() {
   done
   ((uptodate)) && return 0
 
-  local total log start pid done_pkgs
-  total=$(cd "$dir" && $GO list -tags "$tags" -deps "${pkgs[@]}" | wc -l)
-  echo "build-runtime: building $name $version from its Go module into $out ($total packages; minutes the first time on 2 cores)"
-  log=$(mktemp)
-  start=$SECONDS
-  # -v names each package as it is compiled; count them for progress.
-  (cd "$dir" && exec $GO build -v -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}") 2>"$log" &
-  pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 10
-    if kill -0 "$pid" 2>/dev/null; then
-      done_pkgs=$(grep -cv '^#' "$log" || true)
-      echo "build-runtime: $name: $((SECONDS - start)) s, $done_pkgs/$total packages compiled (cached ones are not counted)"
-    fi
-  done
-  if ! wait "$pid"; then
-    grep -v '^[a-zA-Z0-9._/-]*$' "$log" >&2 || cat "$log" >&2
-    rm -f "$log"
+  local start=$SECONDS
+  echo "build-runtime: building $name $version from its Go module into $out (minutes the first time on 2 cores)"
+  if ! progress_go "build-runtime: $name" "$dir" "${pkgs[*]}" -- build -v -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"; then
     echo "build-runtime: building $name failed" >&2
     return 1
   fi
-  rm -f "$log"
   echo "build-runtime: built $name $version in $((SECONDS - start)) s"
 }
 

@@ -23,6 +23,8 @@ export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 GO=${GO:-go}
 # shellcheck source=lib/bincache.sh
 . "$root/hack/lib/bincache.sh"
+# shellcheck source=lib/progress.sh
+. "$root/hack/lib/progress.sh"
 
 if [ $# -eq 0 ]; then
 	echo "usage: $0 NAME... (one of: $(awk '$1 == "tool" { sub(".*/", "", $2); printf "%s ", $2 }' "$module/go.mod")e2e_node.test e2e.test)" >&2
@@ -65,12 +67,12 @@ for name in "$@"; do
 		# Build to a temporary name first, so that an interrupted build never
 		# leaves a partial binary that later calls would take as cached.
 		if [[ -n $test_binary ]]; then
-			(cd "$module" && "$GO" test -c -vet=off -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg")
+			progress_go "building $name" "$module" "$pkg" -- test -c -vet=off -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
 		elif [[ $name == agnhost || $name == nonewprivs ]]; then
 			# Static, as upstream builds them: they run in images without libc.
-			CGO_ENABLED=0 "$GO" build -C "$module" -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
+			CGO_ENABLED=0 progress_go "building $name" "$module" "$pkg" -- build -v -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
 		else
-			"$GO" build -C "$module" -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
+			progress_go "building $name" "$module" "$pkg" -- build -v -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$pkg"
 		fi
 		mv "$bin.tmp" "$bin"
 		echo "built $name $version in $(($(date +%s) - start))s" >&2
