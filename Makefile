@@ -6,7 +6,7 @@ STATICCHECK_VERSION := v0.8.2
 ROOT_DIR ?= /var/lib/nodelet
 MANIFESTS ?= $(CURDIR)/examples
 FUZZTIME ?= 60s
-FUZZTIME_SHORT ?= 3s
+FUZZTIME_SHORT ?= 1s
 
 # cluster mode's control plane: state, and the admin's kubectl
 CLUSTER_DIR ?= $(CURDIR)/_output/cluster
@@ -79,7 +79,9 @@ fuzz:
 		done; \
 	done
 
-## fuzz-short: every Fuzz* target for FUZZTIME_SHORT (part of unit)
+## fuzz-short: every Fuzz* target for FUZZTIME_SHORT (part of unit: a smoke
+## run of each fuzzer, whose seed corpus go test runs anyway; make fuzz
+## fuzzes for a minute each)
 fuzz-short:
 	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_SHORT)
 
