@@ -161,9 +161,11 @@ bench-density: build
 	@$(BENCH) -bench '^BenchmarkDensity$$' -timeout 40m
 
 ## bench-cluster: only cluster mode's figures against the upstream kubelet,
-## on one control plane (BenchmarkCluster; about 13 minutes)
+## on one control plane (BenchmarkCluster; about 13 minutes), then
+## ClusterLoader2's node-throughput load on one node, 100 pods at 5 per
+## second (BenchmarkClusterThroughput)
 bench-cluster: build
-	@$(BENCH) -bench '^BenchmarkCluster$$' -timeout 25m
+	@$(BENCH) -bench '^BenchmarkCluster(Throughput)?$$' -timeout 45m
 
 ## bench-multinode: only the cross-node pod-to-pod and Service round trips
 ## of a 3-node cluster, nodelet's nodes against three upstream kubelets on

@@ -74,24 +74,11 @@ func BenchmarkCluster(b *testing.B) {
 	cleanRuntime(b)
 	agents := []*clusterAgent{newClusterKubelet(b, cp), newClusterNodelet(b, cp)}
 	results := make([]*clusterResult, len(agents))
-	var failures []string
-	for i, a := range agents {
-		fmt.Printf("cluster bench: %s as node %s (log %s)\n", a.label, a.node, a.logPath)
-		start := time.Now()
+	failures := eachAgent(b, "cluster bench", agents, func(i int, a *clusterAgent) error {
 		res, err := runClusterAgent(cp, admin, a, sizes)
-		// Whatever happened, the next agent finds no trace of this one.
-		if cerr := a.cleanUp(admin); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
-		}
-		cleanRuntime(b)
-		if err != nil {
-			failures = append(failures, fmt.Sprintf("%s: %v", a.label, err))
-			fmt.Printf("cluster bench: %s failed after %v: %v\n", a.label, time.Since(start).Round(time.Second), firstLine(err.Error()))
-			continue
-		}
 		results[i] = res
-		fmt.Printf("cluster bench: %s done in %v\n", a.label, time.Since(start).Round(time.Second))
-	}
+		return err
+	}, func(a *clusterAgent) error { return a.cleanUp(admin) })
 
 	fmt.Println()
 	names := []string{agents[0].label, agents[1].label}
@@ -102,6 +89,29 @@ func BenchmarkCluster(b *testing.B) {
 	for _, f := range failures {
 		b.Error(f)
 	}
+}
+
+// eachAgent runs measure for each agent in turn, and cleanUp after it
+// whatever happened, so that the next agent finds no trace of it (the
+// shared runtime emptied too). It returns the failures, one line each.
+func eachAgent(b *testing.B, bench string, agents []*clusterAgent, measure func(int, *clusterAgent) error, cleanUp func(*clusterAgent) error) []string {
+	var failures []string
+	for i, a := range agents {
+		fmt.Printf("%s: %s as node %s (log %s)\n", bench, a.label, a.node, a.logPath)
+		start := time.Now()
+		err := measure(i, a)
+		if cerr := cleanUp(a); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleaning up: %w", cerr))
+		}
+		cleanRuntime(b)
+		if err != nil {
+			failures = append(failures, fmt.Sprintf("%s: %v", a.label, err))
+			fmt.Printf("%s: %s failed after %v: %v\n", bench, a.label, time.Since(start).Round(time.Second), firstLine(err.Error()))
+			continue
+		}
+		fmt.Printf("%s: %s done in %v\n", bench, a.label, time.Since(start).Round(time.Second))
+	}
+	return failures
 }
 
 // clusterSizes are the pod counts and windows of BenchmarkCluster.
@@ -149,23 +159,10 @@ func runClusterAgent(cp *controlPlane, admin kubernetes.Interface, a *clusterAge
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute+sizes.settle+sizes.window)
 	defer cancel()
 	began := time.Now()
-	if err := a.start(); err != nil {
+	if err := a.startAndJoin(ctx, cancel, admin); err != nil {
 		return nil, err
 	}
-	// The agent's exit ends every wait, and is what the error says.
-	go func() {
-		select {
-		case <-a.done:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	res := &clusterResult{pid: a.cmd.Process.Pid, binary: a.cmd.Path}
-	joinCtx, joined := context.WithTimeout(ctx, 3*time.Minute)
-	defer joined()
-	if err := waitNodeSchedulable(joinCtx, admin, a.node); err != nil {
-		return nil, a.why(fmt.Errorf("node %s Ready and schedulable within 3 minutes: %w", a.node, err))
-	}
 	res.join = time.Since(began)
 
 	name := "bench-" + a.label
@@ -389,6 +386,28 @@ func (a *clusterAgent) start() error {
 	return nil
 }
 
+// startAndJoin starts the agent, makes its exit cancel ctx (every wait
+// of the caller then ends, and a.why says why), and waits up to 3 minutes
+// for its Node to be Ready and schedulable.
+func (a *clusterAgent) startAndJoin(ctx context.Context, cancel context.CancelFunc, admin kubernetes.Interface) error {
+	if err := a.start(); err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-a.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	joinCtx, joined := context.WithTimeout(ctx, 3*time.Minute)
+	defer joined()
+	if err := waitNodeSchedulable(joinCtx, admin, a.node); err != nil {
+		return a.why(fmt.Errorf("node %s Ready and schedulable within 3 minutes: %w", a.node, err))
+	}
+	return nil
+}
+
 // running tells whether the agent was started and has not exited.
 func (a *clusterAgent) running() bool {
 	if a.cmd == nil {
@@ -560,12 +579,11 @@ type podWatch struct {
 	at      time.Time          // when the last change arrived
 	changed chan struct{}      // closed and replaced at every change
 
-	cancel context.CancelFunc
-	done   chan struct{}
+	stop func() // ends the watch
 }
 
 func watchPods(ctx context.Context, c kubernetes.Interface, namespace, selector string) (*podWatch, error) {
-	w := &podWatch{pods: map[string]*v1.Pod{}, changed: make(chan struct{}), done: make(chan struct{})}
+	w := &podWatch{pods: map[string]*v1.Pod{}, changed: make(chan struct{})}
 	set := func(obj any) {
 		if pod, ok := obj.(*v1.Pod); ok {
 			w.update(func() { w.pods[pod.Name] = pod })
@@ -579,25 +597,35 @@ func watchPods(ctx context.Context, c kubernetes.Interface, namespace, selector 
 			w.update(func() { delete(w.pods, pod.Name) })
 		}
 	}
+	var err error
+	w.stop, err = podInformer(ctx, c, namespace, selector, cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: del,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// podInformer runs an informer of the pods selector picks in namespace
+// (metav1.NamespaceAll: in all), with handler, until stop is called. It
+// returns once the informer has synced.
+func podInformer(ctx context.Context, c kubernetes.Interface, namespace, selector string, handler cache.ResourceEventHandler) (stop func(), err error) {
 	lw := cache.NewFilteredListWatchFromClient(c.CoreV1().RESTClient(), "pods", namespace, func(o *metav1.ListOptions) {
 		o.LabelSelector = selector
 	})
-	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: lw,
-		ObjectType:    &v1.Pod{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    set,
-			UpdateFunc: func(_, obj any) { set(obj) },
-			DeleteFunc: del,
-		},
-	})
-	ctx, w.cancel = context.WithCancel(ctx)
-	go func() { informer.RunWithContext(ctx); close(w.done) }()
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &v1.Pod{}, Handler: handler})
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { informer.RunWithContext(ctx); close(done) }()
+	stop = func() { cancel(); <-done }
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
-		w.stop()
+		stop()
 		return nil, fmt.Errorf("pods %s: the watch did not sync: %w", selector, ctx.Err())
 	}
-	return w, nil
+	return stop, nil
 }
 
 func (w *podWatch) update(change func()) {
@@ -607,11 +635,6 @@ func (w *podWatch) update(change func()) {
 	w.at = time.Now()
 	close(w.changed)
 	w.changed = make(chan struct{})
-}
-
-func (w *podWatch) stop() {
-	w.cancel()
-	<-w.done
 }
 
 // counts is how many of the pods are Ready and not being deleted, and how

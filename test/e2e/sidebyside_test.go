@@ -268,18 +268,8 @@ func makeCgroupRoot(t testing.TB, root string) {
 	var made []string
 	t.Cleanup(func() {
 		for _, dir := range made {
-			var dirs []string
-			filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					dirs = append(dirs, p)
-				}
-				return nil
-			})
-			slices.Reverse(dirs)
-			for _, d := range dirs {
-				if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
-					t.Errorf("remove cgroup %s: %v", d, err)
-				}
+			if _, err := removeCgroupTree(dir); err != nil {
+				t.Error(err)
 			}
 		}
 	})
