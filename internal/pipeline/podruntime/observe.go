@@ -174,22 +174,29 @@ func (m *Manager) ListPods(ctx context.Context) (map[types.UID]*observed.PodStat
 }
 
 func (m *Manager) sandboxIPs(ctx context.Context, id string) ([]string, error) {
+	_, ips, err := m.sandboxStatus(ctx, id)
+	return ips, err
+}
+
+// sandboxStatus is the runtime's status of sandbox id and its IPs; both
+// nil for a sandbox that is gone.
+func (m *Manager) sandboxStatus(ctx context.Context, id string) (*runtimeapi.PodSandboxStatus, []string, error) {
 	resp, err := m.rt.PodSandboxStatus(ctx, id)
 	if cri.IsNotFound(err) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read sandbox %s status: %w", id, err)
+		return nil, nil, fmt.Errorf("read sandbox %s status: %w", id, err)
 	}
 	net := resp.GetStatus().GetNetwork()
 	if net.GetIp() == "" {
-		return nil, nil
+		return resp.GetStatus(), nil, nil
 	}
 	ips := []string{net.GetIp()}
 	for _, extra := range net.GetAdditionalIps() {
 		ips = append(ips, extra.GetIp())
 	}
-	return ips, nil
+	return resp.GetStatus(), ips, nil
 }
 
 // containerDetails adds what only ContainerStatus tells (start, finish,
@@ -201,7 +208,13 @@ func (m *Manager) containerDetails(ctx context.Context, c *runtimeapi.Container)
 	if err != nil {
 		return oc, fmt.Errorf("read container %s status: %w", c.Id, err)
 	}
-	s := resp.GetStatus()
+	return m.withStatus(ctx, oc, resp.GetStatus(), c.Labels, c.Annotations), nil
+}
+
+// withStatus is oc with what the runtime's ContainerStatus s tells; labels
+// and annotations are the container's (an exited one's termination
+// message is found through them).
+func (m *Manager) withStatus(ctx context.Context, oc observed.Container, s *runtimeapi.ContainerStatus, labels, annotations map[string]string) observed.Container {
 	oc.State = toState(s.GetState())
 	oc.StartedAt = nanos(s.GetStartedAt())
 	oc.FinishedAt = nanos(s.GetFinishedAt())
@@ -211,13 +224,23 @@ func (m *Manager) containerDetails(ctx context.Context, c *runtimeapi.Container)
 		oc.Resources = &observed.Resources{CPUShares: l.CpuShares, CPUQuota: l.CpuQuota, CPUPeriod: l.CpuPeriod, MemoryLimit: l.MemoryLimitInBytes}
 	}
 	if oc.State == observed.ContainerExited {
-		uid := types.UID(c.Labels[podspec.LabelPodUID])
-		oc.Message = withTerminationMessage(oc.Message, m.terminationMessage(ctx, uid, oc.Name, c.Annotations, s))
+		uid := types.UID(labels[podspec.LabelPodUID])
+		oc.Message = withTerminationMessage(oc.Message, m.terminationMessage(ctx, uid, oc.Name, annotations, s))
 	}
 	if s.GetImageRef() != "" {
 		oc.ImageRef = s.GetImageRef()
 	}
-	return oc, nil
+	return oc
+}
+
+// startedContainer is a container this sync created and started in
+// sandbox sandboxID, as a look at the runtime would observe it, from its
+// ContainerStatus s alone: the list's fields are all in the status too.
+func (m *Manager) startedContainer(ctx context.Context, sandboxID string, s *runtimeapi.ContainerStatus) observed.Container {
+	return m.withStatus(ctx, toContainer(&runtimeapi.Container{
+		Id: s.GetId(), PodSandboxId: sandboxID, Metadata: s.GetMetadata(), Image: s.GetImage(), ImageRef: s.GetImageRef(),
+		State: s.GetState(), CreatedAt: s.GetCreatedAt(), Labels: s.GetLabels(), Annotations: s.GetAnnotations(),
+	}), s, s.GetLabels(), s.GetAnnotations())
 }
 
 func toSandbox(s *runtimeapi.PodSandbox) observed.Sandbox {
@@ -233,6 +256,12 @@ func toSandbox(s *runtimeapi.PodSandbox) observed.Sandbox {
 		NetworkNode: s.Annotations[podspec.AnnotationHostNetwork] == "true",
 		Hash:        s.Annotations[podspec.AnnotationSandboxHash],
 	}
+}
+
+// sandboxFromStatus is sandbox s as the list shows it (toSandbox).
+func sandboxFromStatus(s *runtimeapi.PodSandboxStatus) observed.Sandbox {
+	return toSandbox(&runtimeapi.PodSandbox{Id: s.GetId(), Metadata: s.GetMetadata(), State: s.GetState(),
+		CreatedAt: s.GetCreatedAt(), Labels: s.GetLabels(), Annotations: s.GetAnnotations()})
 }
 
 func toContainer(c *runtimeapi.Container) observed.Container {

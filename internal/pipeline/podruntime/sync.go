@@ -32,7 +32,10 @@ import (
 //     containers before init containers, with what the pod's hooks set
 //     up (req.Setup); a pod whose hooks could not prepare it
 //     (req.Unprepared) only has what must stop stopped;
-//  4. observe again and publish the status computed from the facts.
+//  4. publish the status computed from the facts: for a pod whose sync
+//     only made new objects (a new sandbox and its containers), from
+//     what the sync's own calls told and one ContainerStatus per started
+//     container (afterStart); otherwise from a second look (Observe).
 //
 // The result is terminal when the pod reached Succeeded or Failed and
 // will never run again, and asks for the sync the plan needs next (when a
@@ -113,10 +116,19 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 			m.recorder.Event(pod, v1.EventTypeWarning, "BackOff", fmt.Sprintf("Back-off restarting failed container %s in pod %s", name, podRef(pod)))
 		}
 	}
-	failures, execErr := m.execute(ctx, pod, obs, actions, start, req.Setup, req.Unprepared, rz, log)
+	var lrn learned
+	failures, execErr := m.execute(ctx, pod, obs, actions, start, req.Setup, req.Unprepared, rz, &lrn, log)
 	if changesRuntime(actions) || rz.updatedAny() {
 		again := m.clock.Now()
-		if fresh, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err == nil {
+		fresh, err := (*observed.PodStatus)(nil), errLookAgain
+		if onlyMadeNew(obs, actions, rz, &lrn, execErr) {
+			fresh, err = m.afterStart(ctx, obs, &lrn)
+		}
+		if err != nil {
+			again = m.clock.Now()
+			fresh, err = m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+		}
+		if err == nil {
 			obs, observedAt = fresh, again
 		}
 	}
@@ -138,6 +150,78 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	}
 	m.podReady(pod, start, st)
 	return st, syncOutcome{requeueAfter: actions.RequeueAfter, observedAt: observedAt}, execErr
+}
+
+// errLookAgain: what the sync did is not enough to tell the pod's state.
+var errLookAgain = errors.New("look at the runtime again")
+
+// learned is what a sync's own calls told it about the objects it made.
+type learned struct {
+	// sandbox is the status of the sandbox the sync created (nil for
+	// none, or when its status could not be read), ips its IPs.
+	sandbox *runtimeapi.PodSandboxStatus
+	ips     []string
+	// started are the containers created and started, by ID, in order.
+	started []string
+	// incomplete: a container could not be started (it may have been
+	// created, or killed by its postStart hook).
+	incomplete bool
+}
+
+// onlyMadeNew tells whether the sync's calls alone tell the pod's state
+// after it: obs, the look before, showed nothing running and no ready
+// sandbox, so that the plan's KillPod stopped nothing; the sync created a
+// sandbox (lrn holds its status) and started containers in it, all of
+// them, and changed nothing else. What obs showed (exited containers,
+// sandboxes not ready) stays as it was, and every object that can still
+// change is one the sync made. This is a pod's first start, and a pod's
+// start in a new sandbox after its old one died with its containers.
+func onlyMadeNew(obs *observed.PodStatus, actions plan.Actions, rz *resizing, lrn *learned, execErr error) bool {
+	if execErr != nil || lrn.incomplete || lrn.sandbox == nil || !actions.CreateSandbox ||
+		len(actions.ContainersToKill) > 0 || actions.PodFailed || rz.updatedAny() || len(obs.Running()) > 0 {
+		return false
+	}
+	for _, s := range obs.Sandboxes {
+		if s.State == observed.SandboxReady {
+			return false
+		}
+	}
+	return true
+}
+
+// afterStart is the pod's state after a sync that only made new objects
+// (onlyMadeNew): obs with the sandbox the sync created and the containers
+// it started, each as one ContainerStatus call tells it; what Observe
+// would have found, without its lists and the sandbox's status call. It
+// keeps what it learned for the next Observe, as Observe does.
+func (m *Manager) afterStart(ctx context.Context, obs *observed.PodStatus, lrn *learned) (*observed.PodStatus, error) {
+	sandboxID := lrn.sandbox.GetId()
+	started := make([]observed.Container, 0, len(lrn.started))
+	for _, id := range lrn.started {
+		resp, err := m.rt.ContainerStatus(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("read container %s status: %w", id, err)
+		}
+		started = append(started, m.startedContainer(ctx, sandboxID, resp.GetStatus()))
+	}
+	st := &observed.PodStatus{UID: obs.UID, Name: obs.Name, Namespace: obs.Namespace,
+		Sandboxes:  append([]observed.Sandbox{sandboxFromStatus(lrn.sandbox)}, obs.Sandboxes...),
+		Containers: append(started, obs.Containers...),
+	}
+	sortSandboxes(st.Sandboxes)
+	sortContainers(st.Containers)
+	seen := podFacts{containers: map[string]observed.Container{}}
+	if newest := st.Sandboxes[0]; newest.ID == sandboxID && newest.State == observed.SandboxReady && len(lrn.ips) > 0 {
+		st.IPs = slices.Clone(lrn.ips)
+		seen.sandboxID, seen.ips = sandboxID, slices.Clone(lrn.ips)
+	}
+	for _, c := range started {
+		if c.State == observed.ContainerRunning {
+			seen.containers[c.ID] = c
+		}
+	}
+	m.observed.set(obs.UID, seen)
+	return st, nil
 }
 
 // ReasonNetworkNotReady is the kubelet's event reason for a pod that waits
@@ -202,7 +286,7 @@ func waitingOf(planned map[string]plan.Waiting, failures []startFailure) map[str
 // and before anything starts, in the sandbox that stays, as the kubelet's
 // SyncPod; its error is rz.err and holds nothing else back.
 func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodStatus, actions plan.Actions,
-	start *startup, setup podsetup.Setup, unprepared error, rz *resizing, log *slog.Logger) ([]startFailure, error) {
+	start *startup, setup podsetup.Setup, unprepared error, rz *resizing, lrn *learned, log *slog.Logger) ([]startFailure, error) {
 	// Step 1-2: kills.
 	if err := m.killContainers(ctx, pod, firstIP(obs), actions.ContainersToKill, log); err != nil {
 		return nil, err
@@ -293,7 +377,11 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	podIPs := obs.IPs
 	if actions.CreateSandbox {
-		podIPs, _ = m.sandboxIPs(ctx, sandboxID)
+		sb, ips, err := m.sandboxStatus(ctx, sandboxID)
+		if err == nil && sb != nil {
+			lrn.sandbox, lrn.ips = sb, ips
+		}
+		podIPs = ips
 		m.stage(start, metrics.PodStartStageSandbox, m.clock.Since(sandboxStart))
 		m.sandboxReady(pod, start, podIPs)
 	}
@@ -310,8 +398,13 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		imageVolumes = m.pullImageVolumes(ctx, pod, sandboxCfg, setup.PullCredentials, log)
 	}
 	run := func(a startArgs) error {
-		waiting, err := m.startContainer(ctx, a, log)
+		id, waiting, err := m.startContainer(ctx, a, log)
 		m.countContainerStart(a, waiting, err)
+		if err != nil || waiting != nil {
+			lrn.incomplete = true
+		} else {
+			lrn.started = append(lrn.started, id)
+		}
 		if waiting != nil {
 			failures = append(failures, startFailure{container: a.c.Name, waiting: *waiting})
 		}
@@ -443,39 +536,40 @@ func (m *Manager) countContainerStart(a startArgs, waiting *plan.Waiting, err er
 
 // startContainer pulls, creates and starts one container, then runs its
 // postStart hook; a failed hook kills the container (it restarts per
-// policy). A container that could not be started comes back with the
-// waiting reason its status shows.
-func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Logger) (*plan.Waiting, error) {
+// policy). It returns the ID of the container it started; a container
+// that could not be started comes back with the waiting reason its status
+// shows.
+func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Logger) (string, *plan.Waiting, error) {
 	pod, c := a.pod, a.c
 	// The image volumes first, as the kubelet's: a container that cannot
 	// have them does not pull its own image.
 	images, waiting, err := m.containerImageVolumes(ctx, pod, c, a.imageVolumes)
 	if err != nil {
 		log.Warn("image volumes not available", "container", c.Name, "err", err)
-		return waiting, fmt.Errorf("container %q: %w", c.Name, err)
+		return "", waiting, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg, a.setup.PullCredentials, func() { m.pullingEvent(pod, c.Image) })
 	var pe *pullError
 	if errors.As(err, &pe) {
 		m.pullEvent(pod, c, pe)
 		log.Warn("image not available", "container", c.Name, "reason", pe.waiting.Reason, "message", pe.waiting.Message)
-		return &pe.waiting, fmt.Errorf("container %q: %w", c.Name, err)
+		return "", &pe.waiting, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("container %q: %w", c.Name, err)
+		return "", nil, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	m.pulledEvent(pod, c.Image, img)
 	extras, err := m.containerExtras(ctx, pod, c, a.podIPs, a.setup, images)
 	if err != nil {
 		w := plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return &w, fmt.Errorf("container %q: %w", c.Name, err)
+		return "", &w, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	userNS := a.sandboxCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
 	if err := m.containerSecurity(ctx, pod, c, img, userNS, &extras); err != nil {
 		w := plan.Waiting{Reason: "CreateContainerConfigError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return &w, fmt.Errorf("container %q: %w", c.Name, err)
+		return "", &w, fmt.Errorf("container %q: %w", c.Name, err)
 	}
 	extras.ephemeral, extras.targetID = a.ephemeral, a.targetID
 	// The termination message file, made last: a config that cannot be
@@ -497,7 +591,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 		m.removeTerminationMessage(a.setup.PodDir, c, termMount)
 		w := plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return &w, fmt.Errorf("create container %q: %w", c.Name, err)
+		return "", &w, fmt.Errorf("create container %q: %w", c.Name, err)
 	}
 	m.recorder.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	if !a.ephemeral {
@@ -506,17 +600,17 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 	if err := m.rt.StartContainer(ctx, id); err != nil {
 		w := plan.Waiting{Reason: "RunContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
-		return &w, fmt.Errorf("start container %q: %w", c.Name, err)
+		return "", &w, fmt.Errorf("start container %q: %w", c.Name, err)
 	}
 	m.recorder.Event(pod, v1.EventTypeNormal, "Started", "Started container "+c.Name)
 	m.linkLegacyLog(pod, c.Name, id, cfg.LogPath, log)
 	log.Info("container started", "container", c.Name, "containerID", id, "restartCount", a.s.RestartCount, "reason", a.s.Reason)
 	if c.Lifecycle != nil && c.Lifecycle.PostStart != nil {
 		if err := m.postStart(ctx, a, id, log); err != nil {
-			return nil, postStartError{err}
+			return "", nil, postStartError{err}
 		}
 	}
-	return nil, nil
+	return id, nil, nil
 }
 
 // postStartError is a failed postStart hook.
