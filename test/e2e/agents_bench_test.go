@@ -32,7 +32,8 @@ import (
 // benchAgent starts pods one way.
 type benchAgent interface {
 	name() string
-	// start brings the agent up; it returns once the agent runs pods.
+	// start brings the agent up; it returns once the agent is healthy
+	// (warmUp then brings it to running pods).
 	start(b *testing.B)
 	// startPods starts count pods named prefix<NN> and returns the time
 	// until all their containers run.
@@ -68,7 +69,10 @@ func newRawCRI(b *testing.B, image string) *rawCRI {
 	return r
 }
 
-func (r *rawCRI) name() string              { return "raw CRI" }
+func (r *rawCRI) name() string { return "raw CRI" }
+func (r *rawCRI) describe() string {
+	return "raw CRI: RunPodSandbox, CreateContainer, StartContainer per pod from the benchmark's own client, the pods of a batch concurrently"
+}
 func (r *rawCRI) start(*testing.B)          {}
 func (r *rawCRI) stop(*testing.B)           {}
 func (r *rawCRI) metrics(*testing.B) string { return "" }
@@ -95,6 +99,8 @@ type manifestAgent struct {
 	metricz string // URL of its Prometheus metrics
 	starts  int
 	rec     *criRecorder // nil unless NODELET_BENCH_TRACE is set
+	note    string       // which of its flags are what, for describe
+	binary  string       // nodelet's: the program command runs
 
 	cmd  *exec.Cmd
 	done chan struct{}
@@ -138,23 +144,18 @@ func (a *manifestAgent) start(b *testing.B) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// Healthy is not yet running pods (the file source's first read, the
-	// first relist): one pod, not measured, brings the agent to where the
-	// measured pods find it, as they would on a node that has run for a while.
-	warm := fmt.Sprintf("warm%s%dp", strings.ToLower(a.label[:1]), a.starts)
-	a.startPods(b, context.Background(), warm, 1)
-	a.removePods(b, context.Background(), warm, 1)
 	a.starts++
-	// The sandbox is no longer ready while StopPodSandbox still tears its
-	// network down: wait for the call to end, so that it is not counted
-	// with the measured pods' calls.
-	deadline = time.Now().Add(time.Minute)
-	for parseRuntimeOps(a.metrics(b))["stop_podsandbox"].calls < 1 {
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: no StopPodSandbox for the warm-up pod within a minute", a.label)
-		}
-		time.Sleep(10 * time.Millisecond)
+}
+
+// describe is the agent's command line, with what of it is the bench's and
+// what the user's.
+func (a *manifestAgent) describe() string {
+	cmd := a.command()
+	out := a.label + ": " + strings.Join(cmd.Args, " ")
+	if a.note != "" {
+		out += "\n    (" + a.note + ")"
 	}
+	return out
 }
 
 func (a *manifestAgent) startPods(b *testing.B, ctx context.Context, prefix string, count int) time.Duration {
@@ -209,22 +210,38 @@ func traceCRI(b *testing.B, agent string) *criRecorder {
 // newNodeletAgent runs bin/nodelet (as the e2e harness built it) on the
 // shared containerd.
 func newNodeletAgent(b *testing.B) *manifestAgent {
-	work := filepath.Join(shared.work, "bench-nodelet")
+	return newNodeletAgentOf(b, "nodelet", shared.nodelet)
+}
+
+// newNodeletAgentOf runs the nodelet binary as the agent named label, in a
+// directory of its own.
+func newNodeletAgentOf(b *testing.B, label, binary string) *manifestAgent {
+	work := filepath.Join(shared.work, "bench-"+label)
 	healthzPort, roPort, apiPort := freePort(b), freePort(b), freePort(b)
 	a := &manifestAgent{
-		label:   "nodelet",
-		rec:     traceCRI(b, "nodelet"),
+		label:   label,
+		binary:  binary,
+		rec:     traceCRI(b, label),
 		dir:     filepath.Join(work, "manifests"),
-		logPath: benchLogPath("nodelet"),
+		logPath: benchLogPath(label),
 		healthz: "http://127.0.0.1:" + healthzPort + "/healthz",
 		metricz: "http://127.0.0.1:" + roPort + "/metrics",
 	}
+	root := filepath.Join(work, "root")
+	if os.Getenv("NODELET_BENCH_LAYOUT") == "make-run" {
+		// As a user who started the runtime as make run does and then
+		// pointed nodelet at it: the runtime's state (containerd/, the
+		// image store) inside nodelet's --root-dir.
+		root = shared.rootDir
+	}
 	a.command = func() *exec.Cmd {
-		return exec.Command(shared.nodelet, "--container-runtime-endpoint", a.runtimeEndpoint(),
-			"--root-dir", filepath.Join(work, "root"), "--pod-manifest-path", a.dir, "--hostname-override", "e2e",
+		return exec.Command(a.binary, "--container-runtime-endpoint", a.runtimeEndpoint(),
+			"--root-dir", root, "--pod-manifest-path", a.dir, "--hostname-override", "e2e",
 			"--pod-logs-dir", filepath.Join(work, "logs"), "--address", "127.0.0.1", "--port", apiPort,
 			"--healthz-port", healthzPort, "--read-only-port", roPort)
 	}
+	a.note = "external-runtime mode, every setting at its default but where several agents on one machine must not meet " +
+		"(--root-dir, --pod-logs-dir, --hostname-override, loopback ports) and the read-only port the benchmark reads /metrics on"
 	return a
 }
 
@@ -254,6 +271,8 @@ func newKubeletAgent(b *testing.B) *manifestAgent {
 		return exec.Command(bin, "--config", config, "--root-dir", filepath.Join(work, "root"),
 			"--hostname-override", "e2e", "--v", kubeletVerbosity())
 	}
+	a.note = "standalone, static pods; config: " + strings.Join(strings.Split(strings.TrimSpace(kubeletConfig(a.runtimeEndpoint(), a.dir,
+		filepath.Join(work, "logs"), healthzPort, roPort, apiPort)), "\n"), "; ")
 	return a
 }
 

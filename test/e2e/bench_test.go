@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,76 +28,129 @@ import (
 // the time from a manifest written to its container running under nodelet
 // and under the upstream kubelet (standalone, of the release nodelet's k8s.io
 // modules are), and the floor: the same pods made by direct CRI calls
-// (sandbox, create, start; concurrently for the batch). Each round runs the
-// agents one after the other, never two at once, in an order that rotates
-// from round to round; each starts on a clean runtime and is stopped after
-// its pods are gone. It prints the medians with their ratios to the kubelet
-// and to the floor, and the CRI calls per pod of both agents; it asserts
-// nothing (make bench).
+// (sandbox, create, start; concurrently for the batch).
+//
+// It measures what a user gets who runs nodelet on a containerd of their
+// own (--container-runtime-endpoint, default flags otherwise: see
+// newNodeletAgent), the procedure of the independent measurement of issue
+// 28 (item 5): each round runs the agents one after the other, never two
+// at once, in an order that rotates from round to round; each agent starts
+// on a clean runtime, starts two warm-up pods one at a time (not
+// measured), then single pods one at a time, then a batch at once, and is
+// stopped after its pods are gone. "Running" is what the CRI shows: every
+// container of the pods in state RUNNING in ListContainers, polled every
+// 2 ms. It prints how it was taken, the medians with their ratios to the
+// kubelet and to the floor, and the CRI calls per pod of both agents; it
+// asserts nothing (make bench).
+//
+// Knobs: NODELET_BENCH_NODELET_BASE=path (another nodelet binary measured
+// beside this one, as "nodelet-base"), NODELET_BENCH_ROUNDS (3), NODELET_BENCH_SINGLE (single pods per
+// agent and round, 3), NODELET_BENCH_BATCH (30), NODELET_BENCH_WARMUPS
+// (2), NODELET_BENCH_RESTART=each (the agent restarted, with its warm-ups,
+// before every measured start: how this benchmark measured before issue
+// 28, with NODELET_BENCH_WARMUPS=1), NODELET_BENCH_QUICK (a trial of the
+// harness itself: 1 round, 2 single pods, a batch of 10).
 func BenchmarkPodStartup(b *testing.B) {
 	ctx := context.Background()
 	image := pullBusybox(b)
-	single, batch, rounds := 11, 30, 3
-	if os.Getenv("NODELET_BENCH_QUICK") != "" { // a trial of the harness itself
-		single, batch, rounds = 2, 10, 1
-	}
+	pr := startupProcedureFromEnv(b)
 	cleanRuntime(b)
 	agents := []benchAgent{newRawCRI(b, image), newKubeletAgent(b), newNodeletAgent(b)}
+	if base := os.Getenv("NODELET_BENCH_NODELET_BASE"); base != "" {
+		// Another nodelet binary beside this one, in the same rounds: a
+		// change's before and after under the same load.
+		agents = append(agents, newNodeletAgentOf(b, "nodelet-base", base))
+	}
 	names := make([]string, len(agents))
 	for i, a := range agents {
 		names[i] = a.name()
 	}
 	one := make([][]time.Duration, len(agents))
 	many := make([][]time.Duration, len(agents))
-	opsOne := []runtimeOps{{}, {}, {}}
-	opsMany := []runtimeOps{{}, {}, {}}
+	oneByRound := make([][][]time.Duration, len(agents))
+	opsOne := make([]runtimeOps, len(agents))
+	opsMany := make([]runtimeOps, len(agents))
+	for i := range agents {
+		opsOne[i], opsMany[i] = runtimeOps{}, runtimeOps{}
+	}
 	teardowns := make([][]time.Duration, len(agents))
 	requests := make([]map[string]string, len(agents))
 	traceOne := make([][]traceSummary, len(agents))
 	traceMany := make([][]traceSummary, len(agents))
+	starts := 0
 
-	// round runs count pods under every agent, in an order rotated by r.
-	round := func(r, count int, times [][]time.Duration, ops []runtimeOps, traces [][]traceSummary) {
-		for k := range agents {
-			i := (k + r) % len(agents)
-			a := agents[i]
-			a.start(b)
-			before := parseRuntimeOps(a.metrics(b))
-			prefix := fmt.Sprintf("%s-%d-r%02dp", strings.ToLower(strings.Fields(a.name())[0]), count, r)
-			t0 := time.Now()
-			took := a.startPods(b, ctx, prefix, count)
-			times[i] = append(times[i], took)
-			ops[i].add(before, parseRuntimeOps(a.metrics(b)))
-			if requests[i] == nil {
-				requests[i] = podRequest(b, ctx, prefix, strings.ToLower(strings.Fields(a.name())[0]))
-			}
-			if d := a.removePods(b, ctx, prefix, count); count == batch {
-				teardowns[i] = append(teardowns[i], d)
-			}
-			if rec := a.recorder(); rec != nil {
-				// After the removal, so that the calls in flight when the
-				// containers were seen running have returned.
-				var calls []criCall
-				for _, c := range rec.since(t0) {
-					if !c.start.After(t0.Add(took)) {
-						calls = append(calls, c)
-					}
+	// measure starts count pods under agent i, which runs.
+	measure := func(i, r, n, count int, times [][]time.Duration, ops []runtimeOps, traces [][]traceSummary) {
+		a := agents[i]
+		before := parseRuntimeOps(a.metrics(b))
+		prefix := fmt.Sprintf("%s-%d-r%02dn%02dp", agentPrefix(a), count, r, n)
+		t0 := time.Now()
+		took := a.startPods(b, ctx, prefix, count)
+		times[i] = append(times[i], took)
+		if count == 1 {
+			oneByRound[i][r] = append(oneByRound[i][r], took)
+		}
+		ops[i].add(before, parseRuntimeOps(a.metrics(b)))
+		if requests[i] == nil {
+			requests[i] = podRequest(b, ctx, prefix, agentPrefix(a))
+		}
+		if d := a.removePods(b, ctx, prefix, count); count == pr.batch {
+			teardowns[i] = append(teardowns[i], d)
+		}
+		if rec := a.recorder(); rec != nil {
+			// After the removal, so that the calls in flight when the
+			// containers were seen running have returned.
+			var calls []criCall
+			for _, c := range rec.since(t0) {
+				if !c.start.After(t0.Add(took)) {
+					calls = append(calls, c)
 				}
-				traces[i] = append(traces[i], summarizeTrace(calls, t0, prefix, took))
 			}
-			a.stop(b)
-			cleanRuntime(b)
+			traces[i] = append(traces[i], summarizeTrace(calls, t0, prefix, took))
 		}
 	}
-	for r := 0; r < single; r++ {
-		round(r, 1, one, opsOne, traceOne)
+	// session runs f with agent i started on a clean runtime and warmed up.
+	session := func(i int, f func()) {
+		a := agents[i]
+		a.start(b)
+		warmUp(b, a, pr.warmups, starts)
+		starts++
+		f()
+		a.stop(b)
+		cleanRuntime(b)
 	}
-	for r := 0; r < rounds; r++ {
-		round(r, batch, many, opsMany, traceMany)
+	for i := range agents {
+		oneByRound[i] = make([][]time.Duration, pr.rounds)
+	}
+	load0, began := loadAverage(), time.Now()
+	machine0, _ := machineCPU()
+	for r := 0; r < pr.rounds; r++ {
+		for k := range agents {
+			i := (k + r) % len(agents)
+			if pr.restartEach {
+				for n := 0; n < pr.single; n++ {
+					session(i, func() { measure(i, r, n, 1, one, opsOne, traceOne) })
+				}
+				session(i, func() { measure(i, r, 0, pr.batch, many, opsMany, traceMany) })
+				continue
+			}
+			session(i, func() {
+				for n := 0; n < pr.single; n++ {
+					measure(i, r, n, 1, one, opsOne, traceOne)
+				}
+				measure(i, r, 0, pr.batch, many, opsMany, traceMany)
+			})
+		}
 	}
 
+	took := time.Since(began)
+	busy := machineLoad(machine0, took)
 	fmt.Println()
-	printStartupTable(os.Stdout, names, single, rounds, batch, one, many, teardowns)
+	printStartupHow(os.Stdout, pr, agents)
+	fmt.Printf("  the machine over the %v the measurements took: %.0f%% of one core busy in all (the agents, the runtime, the benchmark and everything else); load average %s at the start, %s at the end\n",
+		took.Round(time.Second), 100*busy, load0, loadAverage())
+	fmt.Println()
+	printStartupTable(os.Stdout, names, pr, one, many, oneByRound, teardowns)
 	fmt.Println()
 	seccomp := func(r map[string]string) string {
 		if a, ok := r["sandbox.runtimeSpec.linux.seccomp.defaultAction"]; ok {
@@ -110,24 +165,123 @@ func BenchmarkPodStartup(b *testing.B) {
 		printRequestDiff(os.Stdout, names[0], names[2], requests[0], requests[2])
 	}
 	fmt.Println()
-	printOpsTable(os.Stdout, "start of 1 pod", single, names[1:], opsOne[1:])
-	printOpsTable(os.Stdout, fmt.Sprintf("start of %d pods", batch), batch*rounds, names[1:], opsMany[1:])
+	printOpsTable(os.Stdout, "start of 1 pod", len(one[1]), names[1:], opsOne[1:])
+	printOpsTable(os.Stdout, fmt.Sprintf("start of %d pods", pr.batch), pr.batch*len(many[1]), names[1:], opsMany[1:])
 	if len(traceOne[1]) > 0 {
 		fmt.Println()
 		printTrace(os.Stdout, "start of 1 pod", names, traceOne)
-		printTrace(os.Stdout, fmt.Sprintf("start of %d pods", batch), names, traceMany)
+		printTrace(os.Stdout, fmt.Sprintf("start of %d pods", pr.batch), names, traceMany)
 	}
 	raw, kubelet, nodelet := 0, 1, 2
 	b.ReportMetric(float64(median(one[nodelet])-median(one[raw]))/1e6, "ms-nodelet-over-raw-1pod")
 	b.ReportMetric(float64(median(one[kubelet])-median(one[raw]))/1e6, "ms-kubelet-over-raw-1pod")
-	b.ReportMetric(float64(median(many[nodelet]))/float64(median(many[kubelet])), "nodelet/kubelet-30pods")
-	b.ReportMetric(float64(median(many[nodelet]))/float64(median(many[raw])), "nodelet/raw-30pods")
+	b.ReportMetric(float64(median(many[nodelet]))/float64(median(many[kubelet])), fmt.Sprintf("nodelet/kubelet-%dpods", pr.batch))
+	b.ReportMetric(float64(median(many[nodelet]))/float64(median(many[raw])), fmt.Sprintf("nodelet/raw-%dpods", pr.batch))
+}
+
+// startupProcedure is how BenchmarkPodStartup measures (its knobs).
+type startupProcedure struct {
+	rounds, single, batch, warmups int
+	// restartEach: every measured start in an agent started for it.
+	restartEach bool
+}
+
+func startupProcedureFromEnv(b *testing.B) startupProcedure {
+	pr := startupProcedure{rounds: 3, single: 3, batch: 30, warmups: 2}
+	if os.Getenv("NODELET_BENCH_QUICK") != "" {
+		pr.rounds, pr.single, pr.batch = 1, 2, 10
+	}
+	for _, k := range []struct {
+		env string
+		v   *int
+		min int
+	}{{"NODELET_BENCH_ROUNDS", &pr.rounds, 1}, {"NODELET_BENCH_SINGLE", &pr.single, 1},
+		{"NODELET_BENCH_BATCH", &pr.batch, 1}, {"NODELET_BENCH_WARMUPS", &pr.warmups, 0}} {
+		if s := os.Getenv(k.env); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < k.min {
+				b.Fatalf("%s=%q: want a whole number ≥ %d", k.env, s, k.min)
+			}
+			*k.v = n
+		}
+	}
+	switch s := os.Getenv("NODELET_BENCH_RESTART"); s {
+	case "", "round":
+	case "each":
+		pr.restartEach = true
+	default:
+		b.Fatalf("NODELET_BENCH_RESTART=%q: want round or each", s)
+	}
+	return pr
+}
+
+// agentPrefix is the agent's name as pod names start with it.
+func agentPrefix(a benchAgent) string { return strings.ToLower(strings.Fields(a.name())[0]) }
+
+// warmUp starts and removes n pods one at a time under the agent a just
+// started (the n-th session of the benchmark): healthy is not yet running
+// pods (the file source's first read, the first relist), and the warm-ups
+// bring the agent to where the measured pods find it, as they would on a
+// node that has run for a while. An agent with metrics is then waited for
+// until its last StopPodSandbox has returned (the sandbox is no longer
+// ready while the call still tears its network down), so that the call
+// is not counted with the measured pods' calls.
+func warmUp(b *testing.B, a benchAgent, n, session int) {
+	b.Helper()
+	ctx := context.Background()
+	stops := parseRuntimeOps(a.metrics(b))["stop_podsandbox"].calls
+	for k := range n {
+		prefix := fmt.Sprintf("warm%s%ds%dp", agentPrefix(a)[:1], session, k)
+		a.startPods(b, ctx, prefix, 1)
+		a.removePods(b, ctx, prefix, 1)
+	}
+	if a.metrics(b) == "" {
+		return
+	}
+	deadline := time.Now().Add(time.Minute)
+	for parseRuntimeOps(a.metrics(b))["stop_podsandbox"].calls < stops+float64(n) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: not %d StopPodSandbox calls for the warm-up pods within a minute", a.name(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// printStartupHow says how BenchmarkPodStartup took its figures, so that an
+// independent harness can take them again.
+func printStartupHow(w io.Writer, pr startupProcedure, agents []benchAgent) {
+	fmt.Fprintf(w, "how the pod start figures were taken:\n")
+	fmt.Fprintf(w, "  runtime: %s, shared by the agents in turn (one agent at a time); %s\n", runtimeVersion(), shared.endpoint)
+	for _, a := range agents {
+		if d, ok := a.(interface{ describe() string }); ok {
+			fmt.Fprintf(w, "  %s\n", d.describe())
+		}
+	}
+	fmt.Fprintf(w, "  pod: busybox:1.35, one container, sh -c 'trap \"exit 0\" TERM; while true; do sleep 1; done' (manifest in the agent's --pod-manifest-path; raw CRI: the same sandbox and container config the agents send, by direct calls)\n")
+	how := fmt.Sprintf("each agent started once per round, %d warm-up pods one at a time (not measured), then %d single pods one at a time, then %d pods at once, then stopped",
+		pr.warmups, pr.single, pr.batch)
+	if pr.restartEach {
+		how = fmt.Sprintf("each agent started afresh for every measured start (NODELET_BENCH_RESTART=each), %d warm-up pods one at a time after each start; %d single pods and one batch of %d per round",
+			pr.warmups, pr.single, pr.batch)
+	}
+	fmt.Fprintf(w, "  procedure: %d rounds, agents in an order rotating from round to round; %s; a clean runtime around every agent start\n", pr.rounds, how)
+	fmt.Fprintf(w, "  measured: from the first manifest written (raw CRI: the first call) to every container of the pods RUNNING in CRI ListContainers, polled every 2 ms; medians over every start\n")
+}
+
+// runtimeVersion is what the shared containerd says of itself.
+func runtimeVersion() string {
+	out, err := exec.Command(shared.containerdBin, "--version").Output()
+	if err != nil {
+		return shared.containerdBin
+	}
+	return strings.TrimSpace(string(out)) + " (" + shared.containerdBin + ")"
 }
 
 // printStartupTable prints each agent's median pod start, 1 pod and a
 // batch, with its ratio to the kubelet and to raw CRI, and the goals.
 // names[0] is raw CRI, names[1] the kubelet, names[2] nodelet.
-func printStartupTable(w io.Writer, names []string, single, rounds, batch int, one, many, teardowns [][]time.Duration) {
+func printStartupTable(w io.Writer, names []string, pr startupProcedure, one, many [][]time.Duration, oneByRound [][][]time.Duration, teardowns [][]time.Duration) {
+	batch := pr.batch
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/1e6) }
 	row := func(label string, cells []string, goal string) {
 		fmt.Fprintf(w, "  %-30s", label)
@@ -143,14 +297,14 @@ func printStartupTable(w io.Writer, names []string, single, rounds, batch int, o
 		}
 		return out
 	}
-	fmt.Fprintf(w, "pod start, manifest written to every container running (one containerd, agents one at a time)\n")
+	fmt.Fprintf(w, "pod start, manifest written to every container running as the CRI shows it (one containerd, agents one at a time)\n")
 	row("", names, "goal")
 	m1 := cells(func(i int) string { return ms(median(one[i])) })
-	row(fmt.Sprintf("1 pod, median of %d", single), m1, "")
+	row(fmt.Sprintf("1 pod, median of %d", len(one[0])), m1, "")
 	row("  minus raw CRI", cells(func(i int) string { return "+" + ms(median(one[i])-median(one[0])) }),
 		fmt.Sprintf("nodelet within +10ms (now %s)", verdict(median(one[2])-median(one[0]) <= 10*time.Millisecond)))
 	row("  ÷ kubelet", cells(func(i int) string { return fmt.Sprintf("%.2fx", float64(median(one[i]))/float64(median(one[1]))) }), "")
-	row(fmt.Sprintf("%d pods, median of %d", batch, rounds), cells(func(i int) string { return ms(median(many[i])) }), "")
+	row(fmt.Sprintf("%d pods, median of %d", batch, len(many[0])), cells(func(i int) string { return ms(median(many[i])) }), "")
 	row("  ÷ kubelet", cells(func(i int) string { return fmt.Sprintf("%.2fx", float64(median(many[i]))/float64(median(many[1]))) }),
 		fmt.Sprintf("nodelet ≤ 0.95x (now %s)", verdict(float64(median(many[2])) <= 0.95*float64(median(many[1])))))
 	row("  ÷ raw CRI", cells(func(i int) string { return fmt.Sprintf("%.2fx", float64(median(many[i]))/float64(median(many[0]))) }), "")
@@ -161,7 +315,11 @@ func printStartupTable(w io.Writer, names []string, single, rounds, batch int, o
 		return ms(median(teardowns[i]))
 	}), "(to all containers stopped)")
 	for i, n := range names {
-		fmt.Fprintf(w, "  %s rounds: 1 pod %v; %d pods %v\n", n, roundAll(one[i]), batch, roundAll(many[i]))
+		var perRound []string
+		for _, r := range oneByRound[i] {
+			perRound = append(perRound, fmt.Sprint(roundAll(r)))
+		}
+		fmt.Fprintf(w, "  %s by round: 1 pod %s; %d pods %v\n", n, strings.Join(perRound, " "), batch, roundAll(many[i]))
 	}
 }
 

@@ -70,11 +70,14 @@ func BenchmarkDensity(b *testing.B) {
 	pullBusybox(b)
 	ctx := context.Background()
 	var results []densityResult
+	var described []string
 	for _, name := range names {
 		a := densityAgent(b, name, maxPods)
+		described = append(described, a.describe())
 		for _, count := range counts {
 			cleanRuntime(b)
 			a.start(b)
+			warmUp(b, a, 2, a.starts)
 			r := densityResult{agent: name, pods: count}
 			prefix := fmt.Sprintf("dens%s%dp", name[:1], count)
 			r.start = idlePods(b, ctx, a.dir, prefix, count)
@@ -88,6 +91,15 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	cleanRuntime(b)
 	fmt.Println()
+	fmt.Printf("how the density figures were taken:\n")
+	fmt.Printf("  runtime: %s, shared by the agents in turn (one agent at a time)\n", runtimeVersion())
+	for _, d := range described {
+		fmt.Printf("  %s\n", d)
+	}
+	fmt.Printf("  per agent and pod count: the agent started on a clean runtime, 2 warm-up pods one at a time, then the idle pods' manifests written at once\n")
+	fmt.Printf("  (busybox:1.35, sh -c 'trap \"exit 0\" TERM; while true; do sleep 3600 & wait; done'), start = until all run (CRI ListContainers, 2 ms polls);\n")
+	fmt.Printf("  then %v settling, then a %v window: CPU = utime+stime (+ reaped children) of the agent's process from /proc/<pid>/stat, over the window's wall time;\n", settle, window)
+	fmt.Printf("  RSS = VmRSS of /proc/<pid>/status at the window's end; containerd's CPU likewise, its shims' apart\n")
 	printDensityTable(os.Stdout, window, results)
 	for _, r := range results {
 		if r.agent == "nodelet" {
@@ -143,6 +155,10 @@ type densityResult struct {
 	ops                      runtimeOps // the agent's CRI calls in the window
 	// nodelet's allocations and collections in the window, per minute
 	allocMiB, gcs float64
+	// the whole machine in the window: busy CPU (% of one core, every
+	// process) and the load averages at its start and end
+	machine      float64
+	load0, load1 string
 }
 
 // measure fills in the idle window's figures of the running agent a.
@@ -164,6 +180,8 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 		heap0 = string(text)
 	}
 	agent0, containerd0, runtime0 := cpuSeconds(pid), cpuSeconds(containerd), runtimeCPUSeconds(containerd)
+	machine0, _ := machineCPU()
+	r.load0 = loadAverage()
 	start := time.Now()
 	if api != nil && dir != "" {
 		// Allocations in the window: go tool pprof -base allocs-start allocs-end.
@@ -180,6 +198,8 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 	}
 	time.Sleep(window)
 	elapsed := time.Since(start).Seconds()
+	r.machine = 100 * machineLoad(machine0, time.Since(start))
+	r.load1 = loadAverage()
 	r.cpu = 100 * (cpuSeconds(pid) - agent0) / elapsed
 	r.containerdCPU = 100 * (cpuSeconds(containerd) - containerd0) / elapsed
 	r.shimsCPU = 100*(runtimeCPUSeconds(containerd)-runtime0)/elapsed - r.containerdCPU
@@ -291,6 +311,8 @@ func printDensityTable(w io.Writer, window time.Duration, results []densityResul
 			r.start.Seconds()/k.start.Seconds(), r.rssMiB/k.rssMiB, r.cpu/max(k.cpu, 0.001))
 	}
 	for _, r := range results {
+		fmt.Fprintf(w, "  %s, %d pods: the machine in the window: %.0f%% of one core busy in all (the agent, the runtime and everything else on the machine); load average %s at its start, %s at its end\n",
+			r.agent, r.pods, r.machine, r.load0, r.load1)
 		if r.agent == "nodelet" {
 			fmt.Fprintf(w, "  nodelet, %d pods: per minute idle %.1f MiB allocated, %.0f GCs\n", r.pods, r.allocMiB, r.gcs)
 		}
@@ -306,4 +328,34 @@ func printDensityTable(w io.Writer, window time.Duration, results []densityResul
 		fmt.Fprintf(w, "  goals at 100 idle pods: nodelet RSS ≤ 40 MiB (now %.1f, %s), CPU ≤ 0.3%% (now %.2f%%, %s)\n",
 			n.rssMiB, verdict(n.rssMiB <= 40), n.cpu, verdict(n.cpu <= 0.3))
 	}
+}
+
+// machineCPU is the CPU time the whole machine has spent busy (every
+// state but idle and iowait) and in all, in seconds of one core, from the
+// first line of /proc/stat.
+func machineCPU() (busy, total float64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	for i, v := range f[1:9] { // user nice system idle iowait irq softirq steal
+		t, _ := strconv.ParseFloat(v, 64)
+		total += t
+		if i != 3 && i != 4 {
+			busy += t
+		}
+	}
+	return busy / 100, total / 100 // USER_HZ
+}
+
+// machineLoad is how busy the machine was between two machineCPU
+// readings, in cores.
+func machineLoad(busy0 float64, elapsed time.Duration) float64 {
+	busy, _ := machineCPU()
+	return (busy - busy0) / elapsed.Seconds()
 }
