@@ -59,6 +59,17 @@ func BenchmarkDensity(b *testing.B) {
 		}
 		window = d
 	}
+	churns := []int{0}
+	if s := os.Getenv("NODELET_BENCH_DENSITY_CHURN"); s != "" {
+		churns = churns[:0]
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 0 {
+				b.Fatalf("NODELET_BENCH_DENSITY_CHURN=%q: want pod counts, comma separated", s)
+			}
+			churns = append(churns, n)
+		}
+	}
 	names := []string{"nodelet", "kubelet"}
 	if s := os.Getenv("NODELET_BENCH_DENSITY_AGENTS"); s != "" {
 		names = strings.Split(s, ",")
@@ -75,18 +86,21 @@ func BenchmarkDensity(b *testing.B) {
 		a := densityAgent(b, name, maxPods)
 		described = append(described, a.describe())
 		for _, count := range counts {
-			cleanRuntime(b)
-			a.start(b)
-			warmUp(b, a, 2, a.starts)
-			r := densityResult{agent: name, pods: count}
-			prefix := fmt.Sprintf("dens%s%dp", name[:1], count)
-			r.start = idlePods(b, ctx, a.dir, prefix, count)
-			time.Sleep(settle)
-			r.measure(b, a, window)
-			results = append(results, r)
-			removeManifests(b, ctx, a.dir, prefix, count)
-			waitSandboxesStopped(b, ctx, prefix)
-			a.stop(b)
+			for _, churn := range churns {
+				cleanRuntime(b)
+				a.start(b)
+				warmUp(b, a, 2, a.starts)
+				churnPods(b, a, churn)
+				r := densityResult{agent: name, pods: count, churn: churn}
+				prefix := fmt.Sprintf("dens%s%dc%dp", name[:1], count, churn)
+				r.start = idlePods(b, ctx, a.dir, prefix, count)
+				time.Sleep(settle)
+				r.measure(b, a, window)
+				results = append(results, r)
+				removeManifests(b, ctx, a.dir, prefix, count)
+				waitSandboxesStopped(b, ctx, prefix)
+				a.stop(b)
+			}
 		}
 	}
 	cleanRuntime(b)
@@ -96,15 +110,20 @@ func BenchmarkDensity(b *testing.B) {
 	for _, d := range described {
 		fmt.Printf("  %s\n", d)
 	}
-	fmt.Printf("  per agent and pod count: the agent started on a clean runtime, 2 warm-up pods one at a time, then the idle pods' manifests written at once\n")
+	fmt.Printf("  per agent, pod count and churn: the agent started on a clean runtime, 2 warm-up pods one at a time, then (churn > 0) that many other pods started and removed in batches of 30 by the same agent process,\n")
+	fmt.Printf("  as a node that has run pods before (NODELET_BENCH_DENSITY_CHURN), then the idle pods' manifests written at once\n")
 	fmt.Printf("  (busybox:1.35, sh -c 'trap \"exit 0\" TERM; while true; do sleep 3600 & wait; done'), start = until all run (CRI ListContainers, 2 ms polls);\n")
 	fmt.Printf("  then %v settling, then a %v window: CPU = utime+stime (+ reaped children) of the agent's process from /proc/<pid>/stat, over the window's wall time;\n", settle, window)
 	fmt.Printf("  RSS = VmRSS of /proc/<pid>/status at the window's end; containerd's CPU likewise, its shims' apart\n")
 	printDensityTable(os.Stdout, window, results)
 	for _, r := range results {
 		if r.agent == "nodelet" {
-			b.ReportMetric(r.rssMiB, fmt.Sprintf("MiB-nodelet-%dpods", r.pods))
-			b.ReportMetric(r.cpu, fmt.Sprintf("%%cpu-nodelet-%dpods", r.pods))
+			suffix := ""
+			if r.churn > 0 {
+				suffix = fmt.Sprintf("-churn%d", r.churn)
+			}
+			b.ReportMetric(r.rssMiB, fmt.Sprintf("MiB-nodelet-%dpods%s", r.pods, suffix))
+			b.ReportMetric(r.cpu, fmt.Sprintf("%%cpu-nodelet-%dpods%s", r.pods, suffix))
 		}
 	}
 }
@@ -130,6 +149,20 @@ func densityAgent(b *testing.B, name string, maxPods int) *manifestAgent {
 	return a
 }
 
+// churnPods starts and removes n pods under a in batches of 30, as a node
+// that has run pods before the idle ones: what a pod leaves in the agent
+// when it is gone is in the idle window then.
+func churnPods(b *testing.B, a *manifestAgent, n int) {
+	ctx := context.Background()
+	for done := 0; done < n; done += 30 {
+		k := min(30, n-done)
+		prefix := fmt.Sprintf("churn%s%ds%dp", a.label[:1], a.starts, done)
+		manifestPods(b, ctx, a.dir, prefix, k)
+		removeManifests(b, ctx, a.dir, prefix, k)
+		waitSandboxesStopped(b, ctx, prefix)
+	}
+}
+
 // idlePods writes count idle pods' manifests (a shell waiting on a sleep
 // of an hour: nothing wakes in the pod) and returns the time until all
 // their containers run.
@@ -147,6 +180,7 @@ func idlePods(b *testing.B, ctx context.Context, dir, prefix string, count int) 
 type densityResult struct {
 	agent string
 	pods  int
+	churn int // pods the agent process started and removed before
 	start time.Duration
 	// over the idle window, % of one core
 	cpu, containerdCPU, shimsCPU float64
@@ -186,7 +220,7 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 	if api != nil && dir != "" {
 		// Allocations in the window: go tool pprof -base allocs-start allocs-end.
 		if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
-			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-start-%d.pprof", r.pods)), allocs, 0o644)
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-start-%d-c%d.pprof", r.pods, r.churn)), allocs, 0o644)
 		}
 		go func() {
 			prof, err := api.get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(window.Seconds())))
@@ -220,13 +254,13 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 		r.gcs = memStatDelta(heap0, string(text), "NumGC") * perMinute
 		if dir != "" {
 			if prof := <-profile; len(prof) > 0 {
-				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-cpu-%d.pprof", r.pods)), prof, 0o644)
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-cpu-%d-c%d.pprof", r.pods, r.churn)), prof, 0o644)
 			}
 			if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
-				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-end-%d.pprof", r.pods)), allocs, 0o644)
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-end-%d-c%d.pprof", r.pods, r.churn)), allocs, 0o644)
 			}
 			if heap, err := api.get("/debug/pprof/heap"); err == nil {
-				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-heap-%d.pprof", r.pods)), heap, 0o644)
+				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-heap-%d-c%d.pprof", r.pods, r.churn)), heap, 0o644)
 			}
 		}
 	} else if v, ok := metricValue(a.metrics(b), "go_memstats_heap_inuse_bytes"); ok {
@@ -291,32 +325,35 @@ func procStatusMiB(pid int, field string) float64 {
 // rows' ratios to the kubelet's, and the goals at 100 pods.
 func printDensityTable(w io.Writer, window time.Duration, results []densityResult) {
 	fmt.Fprintf(w, "density: idle pods (sh waiting on sleep 3600), one containerd, agents one at a time; CPU over %v idle, %% of one core (shared machine: noisy)\n", window)
-	fmt.Fprintf(w, "  %-8s %5s %9s %9s %9s %9s %10s %10s %11s\n", "agent", "pods", "start", "RSS MiB", "anon MiB", "heap MiB", "agent CPU", "containerd", "shims CPU")
+	fmt.Fprintf(w, "  %-8s %5s %5s %9s %9s %9s %9s %10s %10s %11s\n", "agent", "pods", "churn", "start", "RSS MiB", "anon MiB", "heap MiB", "agent CPU", "containerd", "shims CPU")
 	byKey := map[string]densityResult{}
 	for _, r := range results {
-		byKey[fmt.Sprintf("%s/%d", r.agent, r.pods)] = r
+		if _, ok := byKey[fmt.Sprintf("%s/%d", r.agent, r.pods)]; !ok { // the first churn: 0 by default
+			byKey[fmt.Sprintf("%s/%d", r.agent, r.pods)] = r
+		}
+		byKey[fmt.Sprintf("%s/%d/%d", r.agent, r.pods, r.churn)] = r
 		heap := "-"
 		if r.heapMiB >= 0 {
 			heap = fmt.Sprintf("%.1f", r.heapMiB)
 		}
-		fmt.Fprintf(w, "  %-8s %5d %8.1fs %9.1f %9.1f %9s %9.2f%% %9.2f%% %10.2f%%\n", r.agent, r.pods, r.start.Seconds(),
+		fmt.Fprintf(w, "  %-8s %5d %5d %8.1fs %9.1f %9.1f %9s %9.2f%% %9.2f%% %10.2f%%\n", r.agent, r.pods, r.churn, r.start.Seconds(),
 			r.rssMiB, r.anonMiB, heap, r.cpu, r.containerdCPU, r.shimsCPU)
 	}
 	for _, r := range results {
-		k, ok := byKey[fmt.Sprintf("kubelet/%d", r.pods)]
+		k, ok := byKey[fmt.Sprintf("kubelet/%d/%d", r.pods, r.churn)]
 		if r.agent != "nodelet" || !ok {
 			continue
 		}
-		fmt.Fprintf(w, "  nodelet ÷ kubelet at %d pods: start %.2fx, RSS %.2fx, CPU %.2fx\n", r.pods,
+		fmt.Fprintf(w, "  nodelet ÷ kubelet at %d pods, churn %d: start %.2fx, RSS %.2fx, CPU %.2fx\n", r.pods, r.churn,
 			r.start.Seconds()/k.start.Seconds(), r.rssMiB/k.rssMiB, r.cpu/max(k.cpu, 0.001))
 	}
 	for _, r := range results {
-		fmt.Fprintf(w, "  %s, %d pods: the machine in the window: %.0f%% of one core busy in all (the agent, the runtime and everything else on the machine); load average %s at its start, %s at its end\n",
-			r.agent, r.pods, r.machine, r.load0, r.load1)
+		fmt.Fprintf(w, "  %s, %d pods, churn %d: the machine in the window: %.0f%% of one core busy in all (the agent, the runtime and everything else on the machine); load average %s at its start, %s at its end\n",
+			r.agent, r.pods, r.churn, r.machine, r.load0, r.load1)
 		if r.agent == "nodelet" {
-			fmt.Fprintf(w, "  nodelet, %d pods: per minute idle %.1f MiB allocated, %.0f GCs\n", r.pods, r.allocMiB, r.gcs)
+			fmt.Fprintf(w, "  nodelet, %d pods, churn %d: per minute idle %.1f MiB allocated, %.0f GCs\n", r.pods, r.churn, r.allocMiB, r.gcs)
 		}
-		fmt.Fprintf(w, "  %s, %d pods: CRI calls per minute idle:", r.agent, r.pods)
+		fmt.Fprintf(w, "  %s, %d pods, churn %d: CRI calls per minute idle:", r.agent, r.pods, r.churn)
 		for _, op := range slices.Sorted(maps.Keys(r.ops)) {
 			if n := r.ops[op].calls; n > 0 {
 				fmt.Fprintf(w, " %s %.0f", op, n*float64(time.Minute)/float64(window))
