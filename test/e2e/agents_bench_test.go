@@ -430,6 +430,41 @@ func parseRuntimeOps(text string) runtimeOps {
 	return ops
 }
 
+// parseStartStages reads nodelet's own account of its pod starts,
+// nodelet_pod_start_stage_duration_seconds{stage}, as runtimeOps keyed by
+// stage (calls: starts observed; seconds: their sum).
+func parseStartStages(text string) runtimeOps {
+	ops := runtimeOps{}
+	for _, line := range strings.Split(text, "\n") {
+		var count bool
+		switch {
+		case strings.HasPrefix(line, "nodelet_pod_start_stage_duration_seconds_count{"):
+			count = true
+		case strings.HasPrefix(line, "nodelet_pod_start_stage_duration_seconds_sum{"):
+		default:
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `stage="`)
+		stage, rest, ok := strings.Cut(rest, `"`)
+		if !ok {
+			continue
+		}
+		_, value, _ := strings.Cut(rest, "} ")
+		v, err := strconv.ParseFloat(strings.Fields(value + " ")[0], 64)
+		if err != nil {
+			continue
+		}
+		st := ops[stage]
+		if count {
+			st.calls += v
+		} else {
+			st.seconds += v
+		}
+		ops[stage] = st
+	}
+	return ops
+}
+
 // add adds after-before to o.
 func (o runtimeOps) add(before, after runtimeOps) {
 	for op, a := range after {

@@ -78,11 +78,16 @@ func BenchmarkPodStartup(b *testing.B) {
 	traceOne := make([][]traceSummary, len(agents))
 	traceMany := make([][]traceSummary, len(agents))
 	starts := 0
+	stagesOne := make([]runtimeOps, len(agents)) // nodelet's own account of its single pods' starts
+	for i := range agents {
+		stagesOne[i] = runtimeOps{}
+	}
 
 	// measure starts count pods under agent i, which runs.
 	measure := func(i, r, n, count int, times [][]time.Duration, ops []runtimeOps, traces [][]traceSummary) {
 		a := agents[i]
-		before := parseRuntimeOps(a.metrics(b))
+		text := a.metrics(b)
+		before, stages0 := parseRuntimeOps(text), parseStartStages(text)
 		prefix := fmt.Sprintf("%s-%d-r%02dn%02dp", agentPrefix(a), count, r, n)
 		t0 := time.Now()
 		took := a.startPods(b, ctx, prefix, count)
@@ -90,7 +95,11 @@ func BenchmarkPodStartup(b *testing.B) {
 		if count == 1 {
 			oneByRound[i][r] = append(oneByRound[i][r], took)
 		}
-		ops[i].add(before, parseRuntimeOps(a.metrics(b)))
+		text = a.metrics(b)
+		ops[i].add(before, parseRuntimeOps(text))
+		if count == 1 {
+			stagesOne[i].add(stages0, parseStartStages(text))
+		}
 		if requests[i] == nil {
 			requests[i] = podRequest(b, ctx, prefix, agentPrefix(a))
 		}
@@ -167,6 +176,18 @@ func BenchmarkPodStartup(b *testing.B) {
 	fmt.Println()
 	printOpsTable(os.Stdout, "start of 1 pod", len(one[1]), names[1:], opsOne[1:])
 	printOpsTable(os.Stdout, fmt.Sprintf("start of %d pods", pr.batch), pr.batch*len(many[1]), names[1:], opsMany[1:])
+	for i, st := range stagesOne {
+		if len(st) == 0 {
+			continue
+		}
+		fmt.Printf("%s's own account of its single pods' starts (nodelet_pod_start_stage_duration_seconds, mean):", names[i])
+		for _, stage := range []string{"dispatch", "observe", "plan", "sandbox", "containers", "status"} {
+			if s := st[stage]; s.calls > 0 {
+				fmt.Printf(" %s %.1fms", stage, 1000*s.seconds/s.calls)
+			}
+		}
+		fmt.Println()
+	}
 	if len(traceOne[1]) > 0 {
 		fmt.Println()
 		printTrace(os.Stdout, "start of 1 pod", names, traceOne)
