@@ -59,6 +59,18 @@ func BenchmarkDensity(b *testing.B) {
 		}
 		window = d
 	}
+	// NODELET_BENCH_DENSITY_POD=example: examples/busybox.yaml's pods
+	// instead; NODELET_BENCH_SETTLE_FROM=write: the settling pause counts
+	// from the manifests written, not from all pods running.
+	pod, podText := idlePod, "busybox:1.35, sh -c 'trap \"exit 0\" TERM; while true; do sleep 3600 & wait; done'"
+	if os.Getenv("NODELET_BENCH_DENSITY_POD") == "example" {
+		pod, podText = examplePod, "examples/busybox.yaml: busybox:1.35, sh -c 'echo ...; while true; do sleep 3600; done', default grace period"
+	}
+	settleFromWrite := os.Getenv("NODELET_BENCH_SETTLE_FROM") == "write"
+	settleText := "after all ran"
+	if settleFromWrite {
+		settleText = "counted from the manifests written"
+	}
 	churns := []int{0}
 	if s := os.Getenv("NODELET_BENCH_DENSITY_CHURN"); s != "" {
 		churns = churns[:0]
@@ -93,8 +105,12 @@ func BenchmarkDensity(b *testing.B) {
 				churnPods(b, a, churn)
 				r := densityResult{agent: name, pods: count, churn: churn}
 				prefix := fmt.Sprintf("dens%s%dc%dp", name[:1], count, churn)
-				r.start = idlePods(b, ctx, a.dir, prefix, count)
-				time.Sleep(settle)
+				r.start = idlePods(b, ctx, a.dir, prefix, count, pod)
+				if settleFromWrite {
+					time.Sleep(max(0, settle-r.start))
+				} else {
+					time.Sleep(settle)
+				}
 				r.measure(b, a, window)
 				results = append(results, r)
 				removeManifests(b, ctx, a.dir, prefix, count)
@@ -112,8 +128,8 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	fmt.Printf("  per agent, pod count and churn: the agent started on a clean runtime, 2 warm-up pods one at a time, then (churn > 0) that many other pods started and removed in batches of 30 by the same agent process,\n")
 	fmt.Printf("  as a node that has run pods before (NODELET_BENCH_DENSITY_CHURN), then the idle pods' manifests written at once\n")
-	fmt.Printf("  (busybox:1.35, sh -c 'trap \"exit 0\" TERM; while true; do sleep 3600 & wait; done'), start = until all run (CRI ListContainers, 2 ms polls);\n")
-	fmt.Printf("  then %v settling, then a %v window: CPU = utime+stime (+ reaped children) of the agent's process from /proc/<pid>/stat, over the window's wall time;\n", settle, window)
+	fmt.Printf("  (%s), start = until all run (CRI ListContainers, 2 ms polls);\n", podText)
+	fmt.Printf("  then %v settling (%s), then a %v window: CPU = utime+stime (+ reaped children) of the agent's process from /proc/<pid>/stat, over the window's wall time;\n", settle, settleText, window)
 	fmt.Printf("  RSS = VmRSS of /proc/<pid>/status at the window's end; containerd's CPU likewise, its shims' apart\n")
 	printDensityTable(os.Stdout, window, results)
 	for _, r := range results {
@@ -163,15 +179,28 @@ func churnPods(b *testing.B, a *manifestAgent, n int) {
 	}
 }
 
+// examplePod is examples/busybox.yaml, as a user copies it: the kubelet's
+// default grace period, a shell that ignores SIGTERM.
+const examplePod = `apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  containers:
+  - name: shell
+    image: busybox:1.35
+    command: ["sh", "-c", "echo hello from nodelet on $(hostname); while true; do sleep 3600; done"]
+`
+
 // idlePods writes count idle pods' manifests (a shell waiting on a sleep
 // of an hour: nothing wakes in the pod) and returns the time until all
 // their containers run.
-func idlePods(b *testing.B, ctx context.Context, dir, prefix string, count int) time.Duration {
+func idlePods(b *testing.B, ctx context.Context, dir, prefix string, count int, pod string) time.Duration {
 	b.Helper()
 	start := time.Now()
 	for i := range count {
 		name := fmt.Sprintf("%s%02d", prefix, i) // as removeManifests names them
-		writeManifestB(b, dir, name, fmt.Sprintf(idlePod, name))
+		writeManifestB(b, dir, name, fmt.Sprintf(pod, name))
 	}
 	waitRunning(b, ctx, prefix, count)
 	return time.Since(start)
