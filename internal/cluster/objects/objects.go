@@ -10,8 +10,9 @@
 //     watch-based manager; the podhooks.Objects hook registers pods);
 //     pods of the API server read these.
 //   - Router gives each pod its side.
-//   - Services is an informer over the cluster's Services, for the
-//     service environment variables.
+//   - Services is an informer over the cluster's Services that have a
+//     cluster IP (headless ones are not watched, as the kubelet's), for
+//     the service environment variables.
 //   - RuntimeClasses is an informer over the cluster's RuntimeClasses,
 //     for the runtime handler of each pod's sandbox.
 //

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -25,19 +26,27 @@ var ErrServicesNotSynced = errors.New("services have not yet been read at least 
 
 // Services is the cluster's Services as this node sees them, for the
 // service environment variables (enableServiceLinks): one informer over
-// every Service of every namespace, as the kubelet's (the Node authorizer
-// lets nodes list and watch Services). New starts nothing; Run runs the
-// informer.
+// the Services of every namespace that have a cluster IP, as the kubelet's
+// since 1.31 (kubernetes#122394; the Node authorizer lets nodes list and
+// watch Services). Headless Services (clusterIP None) make no variables,
+// so they are neither listed nor watched: the field selector
+// servicesSelector keeps them on the API server, and their changes cost
+// the node nothing. New starts nothing; Run runs the informer.
 type Services struct {
 	informer cache.SharedIndexInformer
 	lister   corelisters.ServiceLister
 }
 
+// servicesSelector is the field selector of the Services list and watch,
+// the kubelet's: every Service but the headless ones.
+var servicesSelector = fields.OneTermNotEqualSelector("spec.clusterIP", v1.ClusterIPNone).String()
+
 // NewServices returns the Services read through client. It starts
 // nothing.
 func NewServices(client kubernetes.Interface) *Services {
-	inf := coreinformers.NewServiceInformer(client, metav1.NamespaceAll, 0,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	inf := coreinformers.NewFilteredServiceInformer(client, metav1.NamespaceAll, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(opts *metav1.ListOptions) { opts.FieldSelector = servicesSelector })
 	return &Services{informer: inf, lister: corelisters.NewServiceLister(inf.GetIndexer())}
 }
 
