@@ -3,6 +3,7 @@ package objects
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -370,5 +371,80 @@ func TestWatcherStartsWithRun(t *testing.T) {
 	<-done
 	if a.anyOpen() != 0 {
 		t.Error("Run returned with a watch open")
+	}
+}
+
+// saPod is a pod of namespace app as the ServiceAccount admission plugin
+// leaves it: a projected volume of its token, the namespace's
+// kube-root-ca.crt and its namespace.
+func saPod(uid string) *v1.Pod {
+	p := apiPod(uid, nil, nil)
+	p.Spec.Volumes = []v1.Volume{{Name: "kube-api-access-x", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+		Sources: []v1.VolumeProjection{
+			{ServiceAccountToken: &v1.ServiceAccountTokenProjection{Path: "token"}},
+			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items: []v1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}},
+			{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "namespace",
+				FieldRef: &v1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}}}},
+		},
+	}}}}
+	return p
+}
+
+// Thirty pods of one namespace that all mount kube-root-ca.crt (the
+// projected service-account volume of every pod) make one list and one
+// watch, of that ConfigMap alone, however often each is synced; the watch
+// stops with the last of them, not before.
+func TestWatcherSharedRootCA(t *testing.T) {
+	const pods = 30
+	a := newAPI(configMap("app", "kube-root-ca.crt", "ca"), configMap("app", "other", "x"))
+	w := runWatcher(t, a, newNotifications())
+	var all []*v1.Pod
+	for i := range pods {
+		p := saPod(fmt.Sprintf("uid-%d", i))
+		all = append(all, p)
+		for range 3 { // the sync loop registers before every sync
+			w.RegisterPod(p)
+			if cm, err := w.ConfigMap(p, "kube-root-ca.crt"); err != nil || cm.Data["k"] != "ca" {
+				t.Fatalf("pod %d reads kube-root-ca.crt: %v, %v", i, cm, err)
+			}
+		}
+	}
+	const what = "configmaps app metadata.name=kube-root-ca.crt"
+	testutil.Eventually(t, "the watch of kube-root-ca.crt", func() bool { return a.openWatches(what) == 1 })
+	started := func() []string {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return slices.Clone(a.started)
+	}
+	if got := started(); !slices.Equal(got, []string{what}) {
+		t.Errorf("%d pods started the watches %q, want one: %s", pods, got, what)
+	}
+	lists := 0
+	for _, action := range a.client.Actions() {
+		if l, ok := action.(k8stesting.ListActionImpl); ok {
+			lists++
+			if l.GetResource().Resource != "configmaps" || l.GetNamespace() != "app" || l.ListOptions.FieldSelector != "metadata.name=kube-root-ca.crt" {
+				t.Errorf("a list of %s in %s with %q", l.GetResource().Resource, l.GetNamespace(), l.ListOptions.FieldSelector)
+			}
+		}
+	}
+	if lists != 1 {
+		t.Errorf("%d pods listed %d times, want once", pods, lists)
+	}
+
+	for _, p := range all[:pods-1] {
+		w.UnregisterPod(p)
+	}
+	if got := w.Watching(); !slices.Equal(got, []string{"configmap app/kube-root-ca.crt"}) {
+		t.Errorf("one pod left: watching %q", got)
+	}
+	if a.openWatches(what) != 1 || len(started()) != 1 {
+		t.Errorf("one pod left: %d open, %d started; want the first watch still open", a.openWatches(what), len(started()))
+	}
+	w.UnregisterPod(all[pods-1])
+	testutil.Eventually(t, "the watch to stop with the last pod", func() bool { return a.anyOpen() == 0 })
+	if got := w.Watching(); len(got) != 0 {
+		t.Errorf("no pod left: watching %q", got)
 	}
 }
