@@ -2,12 +2,17 @@ package apievents
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/base/events"
@@ -77,4 +82,89 @@ func TestEventsToTheAPI(t *testing.T) {
 			t.Errorf("event %s sent to the API", e.Reason)
 		}
 	}
+}
+
+// Repeated events cost the API server what they cost with the kubelet
+// (client-go's correlator, the same broadcaster): a pod's identical
+// BackOff sent 100 times is one Event whose count rises to the spam
+// filter's burst (25) and no further, in at most 25 requests; 30 similar
+// events with distinct messages (Unhealthy, one per probe failure) are
+// folded into one "combined from similar events" Event after the
+// aggregator's 10.
+func TestRepeatedEventsBounded(t *testing.T) {
+	client := fake.NewClientset()
+	s := New(client, "node-a")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	pod := func(name string) *v1.Pod {
+		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID("uid-" + name)}}
+	}
+	looping, flapping := pod("looping"), pod("flapping")
+	for range 100 {
+		s.PodEvent(looping, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container main in pod looping_web(uid-looping)")
+	}
+	for i := range 30 {
+		s.PodEvent(flapping, v1.EventTypeWarning, "Unhealthy", fmt.Sprintf("Readiness probe failed: attempt %d", i))
+	}
+	// The sink sends in order: once the last event is in, so is the rest.
+	s.PodEvent(pod("last"), v1.EventTypeNormal, "Started", "Started container main")
+	var list *v1.EventList
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var err error
+		if list, err = client.CoreV1().Events("web").List(ctx, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(list.Items, func(e v1.Event) bool { return e.InvolvedObject.Name == "last" }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last event never reached the API: %d events", len(list.Items))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	byPod := map[string][]v1.Event{}
+	for _, e := range list.Items {
+		byPod[e.InvolvedObject.Name] = append(byPod[e.InvolvedObject.Name], e)
+	}
+	if got := byPod["looping"]; len(got) != 1 || got[0].Count < 2 || got[0].Count > 25 {
+		t.Errorf("100 identical BackOff events: %d Events in the API (counts %v), want one with a count of 2 to 25", len(got), counts(got))
+	}
+	got := byPod["flapping"]
+	combined := slices.ContainsFunc(got, func(e v1.Event) bool {
+		return strings.HasPrefix(e.Message, "(combined from similar events): ")
+	})
+	if len(got) > 10 || !combined {
+		t.Errorf("30 similar Unhealthy events: %d Events in the API (combined %v), want at most 10, one of them combined", len(got), combined)
+	}
+	requests := map[string]int{}
+	for _, a := range client.Actions() {
+		if a.GetResource().Resource != "events" || a.GetVerb() == "list" {
+			continue
+		}
+		var name string
+		switch a := a.(type) {
+		case k8stesting.CreateAction:
+			name = a.GetObject().(*v1.Event).InvolvedObject.Name
+		case k8stesting.PatchAction:
+			name = strings.SplitN(a.GetName(), ".", 2)[0]
+		}
+		requests[name]++
+	}
+	if requests["looping"] > 25 || requests["flapping"] > 25 {
+		t.Errorf("requests per pod %v: want at most the spam filter's burst of 25 each", requests)
+	}
+	t.Logf("requests per pod: %v; looping's count %v, flapping's %d Events", requests, counts(byPod["looping"]), len(got))
+}
+
+func counts(events []v1.Event) []int32 {
+	var out []int32
+	for _, e := range events {
+		out = append(out, e.Count)
+	}
+	return out
 }
