@@ -362,9 +362,11 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		Sources:     p.config,
 		Workers:     p.workers,
 		Runtime:     runtime,
+		Observed:    p.pleg,
 		Statuses:    p.status,
 		Resources:   resources,
 		Allocations: allocator,
+		Clock:       clk,
 		Log:         log,
 	})
 

@@ -16,16 +16,28 @@
 //     not wanted, not held by a pod worker and has nothing running in the
 //     runtime is cleaned up: what an earlier nodelet prepared is never
 //     leaked.
+//
+// Two things make a round at idle cheap, where the kubelet lists the
+// runtime, every pod cgroup and every pod directory each round: the pods
+// in the runtime come from the PLEG's last relist when that is current
+// (Deps.Observed), and the resources are listed again only when something
+// can have changed what they should hold: the wanted pods changed, the
+// last listing left something to clean up or retry, or a minute
+// (ResourceRescanPeriod) has passed, the safety net for what nodelet did
+// not do itself.
 package housekeeping
 
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pure/observed"
@@ -49,6 +61,18 @@ type Runtime interface {
 	// KillPod stops a pod nodelet has no spec for.
 	KillPod(ctx context.Context, uid types.UID, name, namespace string) error
 }
+
+// Observed is the PLEG's view of the runtime.
+type Observed interface {
+	// Current returns the pods of the last successful relist, when they
+	// are what the runtime holds now (false: list the runtime instead).
+	// The map is shared: read it, never change it.
+	Current() (map[types.UID]*observed.PodStatus, bool)
+}
+
+// ResourceRescanPeriod is how long the resources go unlisted at most when
+// nothing nodelet knows of changed what they should hold.
+const ResourceRescanPeriod = time.Minute
 
 // Statuses is the status cache.
 type Statuses interface {
@@ -90,18 +114,22 @@ type Allocations interface {
 	Forget(keep func(types.UID) bool) error
 }
 
-// Deps are the housekeeper's collaborators; all but Allocations are
-// required.
+// Deps are the housekeeper's collaborators; all but Allocations, Observed
+// and Clock (nil: the machine's) are required.
 type Deps struct {
-	Sources   Sources
-	Workers   Workers
-	Runtime   Runtime
-	Statuses  Statuses
+	Sources  Sources
+	Workers  Workers
+	Runtime  Runtime
+	Statuses Statuses
+	// Observed, when set, replaces the runtime listing of a round while
+	// its view is current.
+	Observed  Observed
 	Resources []Resource
 	// Allocations, when set, lose the pods no source wants and no worker
 	// may still run, as the kubelet's RemoveOrphanedPods (a pod that
 	// comes back is admitted again).
 	Allocations Allocations
+	Clock       clock.PassiveClock
 	Log         *slog.Logger
 }
 
@@ -117,11 +145,36 @@ type Housekeeper struct {
 	// wanted are the pods the sources wanted at the last round, for
 	// PodActive (guarded by mu).
 	wanted map[types.UID]bool
+
+	// The last listing of the resources (used by Housekeep only): when,
+	// the pods wanted then, and whether it left something to clean up or
+	// retry.
+	scannedAt   time.Time
+	scannedWant map[types.UID]bool
+	unsettled   bool
 }
 
 // New returns a Housekeeper. It starts nothing.
 func New(deps Deps) *Housekeeper {
 	return &Housekeeper{deps: deps, orphans: map[types.UID]bool{}}
+}
+
+// runtimePods is what the runtime holds: the PLEG's view when it is
+// current (viewed), else a listing.
+func (h *Housekeeper) runtimePods(ctx context.Context) (pods map[types.UID]*observed.PodStatus, viewed bool, err error) {
+	if h.deps.Observed != nil {
+		if pods, ok := h.deps.Observed.Current(); ok {
+			return pods, true, nil
+		}
+	}
+	pods, err = h.deps.Runtime.RunningPods(ctx)
+	return pods, false, err
+}
+
+// rescan tells whether the resources are listed this round.
+func (h *Housekeeper) rescan(now time.Time, want map[types.UID]bool) bool {
+	return h.scannedAt.IsZero() || h.unsettled || !maps.Equal(want, h.scannedWant) ||
+		now.Sub(h.scannedAt) >= ResourceRescanPeriod
 }
 
 // Housekeep runs one round with the pods the sources want (a
@@ -150,25 +203,56 @@ func (h *Housekeeper) Housekeep(ctx context.Context, desired map[types.UID]*v1.P
 			h.deps.Log.Error("housekeeping: forget the allocations of gone pods", "err", err)
 		}
 	}
-	inRuntime, err := h.deps.Runtime.RunningPods(ctx)
+	inRuntime, viewed, err := h.runtimePods(ctx)
 	if err != nil {
 		h.deps.Log.Error("housekeeping: list pods in the runtime", "err", err)
 		return
 	}
-	for uid, st := range inRuntime {
-		if want[uid] || w.CouldHaveRunningContainers(uid) || !hasRunning(st) {
-			continue
+	orphans := func() []types.UID {
+		var out []types.UID
+		for uid, st := range inRuntime {
+			if !want[uid] && !w.CouldHaveRunningContainers(uid) && hasRunning(st) {
+				out = append(out, uid)
+			}
 		}
-		h.killOrphan(ctx, uid, st)
+		return out
 	}
+	found := orphans()
+	if len(found) > 0 && viewed {
+		// The PLEG's view may be a relist behind a pod its worker just
+		// stopped: nothing is stopped on its word alone.
+		if inRuntime, err = h.deps.Runtime.RunningPods(ctx); err != nil {
+			h.deps.Log.Error("housekeeping: list pods in the runtime", "err", err)
+			return
+		}
+		found = orphans()
+	}
+	for _, uid := range found {
+		h.killOrphan(ctx, uid, inRuntime[uid])
+	}
+	now := h.now()
+	if !h.rescan(now, want) {
+		return
+	}
+	unsettled := false
+	defer func() {
+		h.scannedAt, h.scannedWant, h.unsettled = now, want, unsettled
+	}()
 	for _, r := range h.deps.Resources {
 		held, err := r.Holding()
 		if err != nil {
+			unsettled = true
 			h.deps.Log.Warn("housekeeping: list what a pod resource holds", "resource", r.Name(), "err", err)
 			continue
 		}
 		for _, uid := range held {
-			if _, known := w.Info(uid); known || want[uid] || inRuntime[uid] != nil && hasRunning(inRuntime[uid]) {
+			if want[uid] {
+				continue
+			}
+			// Held for a pod no source wants: cleaned up now, or once its
+			// worker and the runtime let go of it.
+			unsettled = true
+			if _, known := w.Info(uid); known || inRuntime[uid] != nil && hasRunning(inRuntime[uid]) {
 				continue
 			}
 			if ctx.Err() != nil {
@@ -181,6 +265,13 @@ func (h *Housekeeper) Housekeep(ctx context.Context, desired map[types.UID]*v1.P
 			}
 		}
 	}
+}
+
+func (h *Housekeeper) now() time.Time {
+	if h.deps.Clock == nil {
+		return time.Now()
+	}
+	return h.deps.Clock.Now()
 }
 
 // PodActive tells garbage collection whether a pod may still run: before

@@ -2,13 +2,16 @@ package housekeeping
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pure/observed"
@@ -37,11 +40,13 @@ func (w *fakeWorkers) Info(uid types.UID) (podworker.Info, bool) {
 
 type fakeRuntime struct {
 	pods   map[types.UID]*observed.PodStatus
+	lists  int // calls of RunningPods
 	mu     sync.Mutex
 	killed []types.UID
 }
 
 func (r *fakeRuntime) RunningPods(context.Context) (map[types.UID]*observed.PodStatus, error) {
+	r.lists++
 	return r.pods, nil
 }
 
@@ -73,14 +78,30 @@ func (a *fakeAllocations) Forget(keep func(types.UID) bool) error {
 type fakeResource struct {
 	held    []types.UID
 	cleaned []types.UID
+	listed  int   // calls of Holding
+	err     error // Holding's
 }
 
-func (r *fakeResource) Name() string                  { return "fake" }
-func (r *fakeResource) Holding() ([]types.UID, error) { return r.held, nil }
+func (r *fakeResource) Name() string { return "fake" }
+func (r *fakeResource) Holding() ([]types.UID, error) {
+	r.listed++
+	return slices.Clone(r.held), r.err
+}
+
+// Cleanup cleans up: the resource holds the pod no more.
 func (r *fakeResource) Cleanup(_ context.Context, pod *v1.Pod) error {
 	r.cleaned = append(r.cleaned, pod.UID)
+	r.held = slices.DeleteFunc(r.held, func(uid types.UID) bool { return uid == pod.UID })
 	return nil
 }
+
+// fakeObserved is the PLEG's view.
+type fakeObserved struct {
+	pods    map[types.UID]*observed.PodStatus
+	current bool
+}
+
+func (o *fakeObserved) Current() (map[types.UID]*observed.PodStatus, bool) { return o.pods, o.current }
 
 func runningPod(name string) *observed.PodStatus {
 	return &observed.PodStatus{Name: name, Namespace: "default",
@@ -218,4 +239,99 @@ func TestHolders(t *testing.T) {
 	if want := []string{"volumes", "cgroup", "dir"}; !slices.Equal(got, want) {
 		t.Errorf("Holders = %q, want %q", got, want)
 	}
+}
+
+// A round takes the pods in the runtime from the PLEG's view while it is
+// current and lists the runtime only when it is not; a running orphan in
+// the view is stopped only when a listing confirms it.
+func TestHousekeepRuntimeFromPLEG(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	wanted := map[types.UID]*v1.Pod{"wanted": {}}
+	for _, tc := range []struct {
+		name      string
+		view      map[types.UID]*observed.PodStatus
+		current   bool
+		listed    map[types.UID]*observed.PodStatus
+		wantLists int
+		wantKill  []types.UID
+	}{
+		{name: "current view, no orphan", current: true,
+			view:      map[types.UID]*observed.PodStatus{"wanted": runningPod("wanted")},
+			wantLists: 0},
+		{name: "stale view", current: false,
+			listed:    map[types.UID]*observed.PodStatus{"wanted": runningPod("wanted"), "orphan": runningPod("orphan")},
+			wantLists: 1, wantKill: []types.UID{"orphan"}},
+		{name: "orphan in the view, confirmed", current: true,
+			view:      map[types.UID]*observed.PodStatus{"orphan": runningPod("orphan")},
+			listed:    map[types.UID]*observed.PodStatus{"orphan": runningPod("orphan")},
+			wantLists: 1, wantKill: []types.UID{"orphan"}},
+		{name: "orphan in the view, gone since", current: true,
+			view:      map[types.UID]*observed.PodStatus{"orphan": runningPod("orphan")},
+			listed:    map[types.UID]*observed.PodStatus{},
+			wantLists: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := &fakeRuntime{pods: tc.listed}
+			h := New(Deps{Workers: &fakeWorkers{}, Runtime: rt, Observed: &fakeObserved{pods: tc.view, current: tc.current},
+				Statuses: &fakeStatuses{}, Log: quiet})
+			h.Housekeep(t.Context(), wanted)
+			h.Wait()
+			if rt.lists != tc.wantLists {
+				t.Errorf("runtime listed %d times, want %d", rt.lists, tc.wantLists)
+			}
+			if !slices.Equal(rt.killed, tc.wantKill) {
+				t.Errorf("killed %v, want %v", rt.killed, tc.wantKill)
+			}
+		})
+	}
+}
+
+// The resources are listed again only when the wanted pods changed, the
+// last listing left something to clean up or retry, or a rescan period
+// passed; what a removed pod held is cleaned up once its worker lets go.
+func TestHousekeepListsResourcesWhenSomethingChanged(t *testing.T) {
+	clk := testclock.NewFakePassiveClock(time.Unix(1000, 0))
+	w := &fakeWorkers{known: map[types.UID]bool{"a": true, "b": true}}
+	res := &fakeResource{held: []types.UID{"a", "b"}}
+	h := New(Deps{Workers: w, Runtime: &fakeRuntime{}, Observed: &fakeObserved{current: true},
+		Statuses: &fakeStatuses{}, Resources: []Resource{res}, Clock: clk, Log: slog.New(slog.DiscardHandler)})
+	both := map[types.UID]*v1.Pod{"a": {}, "b": {}}
+	round := func(desired map[types.UID]*v1.Pod, wantListed int, step string) {
+		t.Helper()
+		before := res.listed
+		h.Housekeep(t.Context(), desired)
+		if got := res.listed - before; got != wantListed {
+			t.Fatalf("%s: resources listed %d times, want %d", step, got, wantListed)
+		}
+	}
+	round(both, 1, "first round")
+	round(both, 0, "nothing changed")
+	clk.SetTime(clk.Now().Add(ResourceRescanPeriod - time.Second))
+	round(both, 0, "before the rescan period")
+	clk.SetTime(clk.Now().Add(time.Second))
+	round(both, 1, "after the rescan period")
+
+	// b is removed; its worker still stops it: listed every round until
+	// it is cleaned up, and once more to see it gone.
+	onlyA := map[types.UID]*v1.Pod{"a": {}}
+	round(onlyA, 1, "b removed")
+	round(onlyA, 1, "b still held by its worker")
+	if len(res.cleaned) != 0 {
+		t.Fatalf("cleaned up %v while b's worker holds it", res.cleaned)
+	}
+	delete(w.known, "b")
+	round(onlyA, 1, "b's worker let go")
+	if !slices.Equal(res.cleaned, []types.UID{"b"}) {
+		t.Fatalf("cleaned up %v, want b", res.cleaned)
+	}
+	round(onlyA, 1, "b cleaned up: one more look")
+	round(onlyA, 0, "settled")
+
+	// A listing that failed is retried next round.
+	res.err = errors.New("boom")
+	clk.SetTime(clk.Now().Add(ResourceRescanPeriod))
+	round(onlyA, 1, "failing listing")
+	res.err = nil
+	round(onlyA, 1, "retry after a failed listing")
+	round(onlyA, 0, "settled again")
 }

@@ -71,6 +71,9 @@ type Generic struct {
 	// relistMu serialises relists; it guards last.
 	relistMu sync.Mutex
 	last     map[types.UID]*observed.PodStatus
+	// current is last, for readers that must not wait for a relist
+	// (Current); set with lastRelist.
+	current atomic.Pointer[map[types.UID]*observed.PodStatus]
 	// lastRelist is the start time of the last successful relist, nil
 	// before the first.
 	lastRelist atomic.Pointer[time.Time]
@@ -160,6 +163,7 @@ func (g *Generic) Relist(ctx context.Context) error {
 
 	events := Diff(g.last, pods)
 	g.last = pods
+	g.current.Store(&pods)
 	g.lastRelist.Store(&start)
 
 	var dropped int
@@ -189,6 +193,22 @@ func (g *Generic) LastRelist() time.Time {
 		return *t
 	}
 	return time.Time{}
+}
+
+// Current returns the pods of the last successful relist when they are
+// what the runtime holds now, give or take one relist: while the runtime's
+// event stream is open (every change relists at once), or when that relist
+// is at most two periods old. The map is shared; callers must not change
+// it.
+func (g *Generic) Current() (map[types.UID]*observed.PodStatus, bool) {
+	pods := g.current.Load()
+	if pods == nil {
+		return nil, false
+	}
+	if !g.streaming.Load() && g.clk.Since(g.LastRelist()) > 2*g.period {
+		return nil, false
+	}
+	return *pods, true
 }
 
 // Healthy reports whether a relist succeeded within RelistThreshold, or

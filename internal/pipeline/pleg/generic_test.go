@@ -296,3 +296,39 @@ func TestEventsCarryTheRelistStart(t *testing.T) {
 		t.Fatal("no event")
 	}
 }
+
+// Current gives the last relist's pods while they are what the runtime
+// holds: none before the first relist; with the event stream open however
+// old; without it for two relist periods; and a failed relist keeps the
+// old pods, which go stale by the same rule.
+func TestCurrent(t *testing.T) {
+	clk := clocktesting.NewFakeClock(t0)
+	l := &fakeLister{}
+	g := New(l, time.Second, clk, testLogger(t))
+	if _, ok := g.Current(); ok {
+		t.Fatal("Current before any relist is current")
+	}
+	l.set(snapshot(podOf("a", ctr("c", observed.ContainerRunning))), nil)
+	mustRelist(t, g)
+	pods, ok := g.Current()
+	if !ok || len(pods) != 1 || pods["a"] == nil {
+		t.Fatalf("Current after a relist = %v, %v; want pod a", pods, ok)
+	}
+	clk.Step(2 * time.Second)
+	if _, ok := g.Current(); !ok {
+		t.Error("Current two periods after the relist is not current")
+	}
+	l.set(nil, errors.New("runtime down"))
+	if err := g.Relist(t.Context()); err == nil {
+		t.Fatal("Relist succeeded with a failing lister")
+	}
+	clk.Step(time.Millisecond)
+	if _, ok := g.Current(); ok {
+		t.Error("Current just past two periods without a stream is current")
+	}
+	g.streaming.Store(true)
+	clk.Step(5 * time.Minute)
+	if pods, ok := g.Current(); !ok || pods["a"] == nil {
+		t.Errorf("Current with the stream open = %v, %v; want pod a", pods, ok)
+	}
+}
