@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -23,12 +23,15 @@ const SourceAPI = podspec.ConfigSourceAPI
 // nodeName (a watch on spec.nodeName=<node>, which is all the Node
 // authorizer lets a node list). The API source, the status manager and
 // the mirror pods all read it, so the node holds one watch of its pods.
+// It is the pod informer of client-go's shared factory (the same
+// namespace index), built without the factory, whose package links the
+// informers and listers of every API group into nodelet.
 func NewNodePodInformer(client kubernetes.Interface, nodeName string) cache.SharedIndexInformer {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+	return coreinformers.NewFilteredPodInformer(client, metav1.NamespaceAll, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc},
+		func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", nodeName).String()
-		}))
-	return factory.Core().V1().Pods().Informer()
+		})
 }
 
 // APISource is the third pod source: the pods the scheduler (or a user)

@@ -7,8 +7,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodelet/nodelet/internal/base/testutil"
 	"github.com/nodelet/nodelet/internal/base/testutil/fakeapi"
@@ -72,4 +76,47 @@ func TestAPISource(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// The node's pod informer lists and watches only the pods bound to the
+// node, in every namespace, indexed by namespace as the shared factory's.
+func TestNodePodInformerSelectsTheNode(t *testing.T) {
+	client := fake.NewClientset()
+	selectors := make(chan string, 2)
+	record := func(a clienttesting.Action) (bool, runtime.Object, error) {
+		var f string
+		switch a := a.(type) {
+		case clienttesting.ListAction:
+			f = a.GetListRestrictions().Fields.String()
+		case clienttesting.WatchAction:
+			f = a.GetWatchRestrictions().Fields.String()
+		}
+		select {
+		case selectors <- a.GetVerb() + " " + a.GetNamespace() + " " + f:
+		default:
+		}
+		return false, nil, nil
+	}
+	client.PrependReactor("list", "pods", record)
+	client.PrependWatchReactor("pods", func(a clienttesting.Action) (bool, watch.Interface, error) {
+		_, _, err := record(a)
+		return false, nil, err
+	})
+	informer := NewNodePodInformer(client, "node-a")
+	if _, ok := informer.GetIndexer().GetIndexers()[cache.NamespaceIndex]; !ok {
+		t.Error("no namespace index")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go informer.RunWithContext(ctx)
+	for _, want := range []string{"list  spec.nodeName=node-a", "watch  spec.nodeName=node-a"} {
+		select {
+		case got := <-selectors:
+			if got != want {
+				t.Errorf("request %q, want %q", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no request; want %q", want)
+		}
+	}
 }
