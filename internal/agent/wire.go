@@ -366,6 +366,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		Statuses:    p.status,
 		Resources:   resources,
 		Allocations: allocator,
+		Observe:     func(d time.Duration) { m.HousekeepingDuration.Observe(d.Seconds()) },
 		Clock:       clk,
 		Log:         log,
 	})

@@ -218,38 +218,37 @@ func manifestEvent(file, reason string) func(server.EventItem) bool {
 	}
 }
 
-// listMetric counts nodelet's ListPodSandbox calls: one at every PLEG
-// relist and one at every housekeeping pass.
-const listMetric = "kubelet_runtime_operations_total"
+// roundsMetric counts nodelet's housekeeping rounds (every 2 s once the
+// sources have reported; each looks at the runtime's pods through the
+// PLEG's current view, or lists them).
+const roundsMetric = "nodelet_housekeeping_duration_seconds_count"
 
-var listLabels = map[string]string{"operation_type": "list_podsandbox"}
-
-// waitRuntimeLists waits until nodelet has listed the runtime's pods n more
-// times than when it was called: proof that time has passed and that
-// nodelet has looked at the runtime again and had its sync loop run
-// meanwhile (housekeeping every 2 s; a PLEG relist at every container event,
-// or every second on a runtime without an event stream). Every "nothing
-// happened" check waits for this first, then looks at the state.
+// waitRuntimeLists waits until nodelet has run n more housekeeping rounds
+// than when it was called: proof that time has passed and that nodelet has
+// looked at the runtime's pods again and had its sync loop run meanwhile
+// (a round every 2 s; the PLEG relists at every container event, or every
+// second on a runtime without an event stream). Every "nothing happened"
+// check waits for this first, then looks at the state.
 func waitRuntimeLists(t testing.TB, a *nodeAPI, n int) {
 	t.Helper()
 	var start float64
-	eventually(t, 30*time.Second, "runtime list count", func() (err error) {
-		start, err = a.metric("/metrics", listMetric, listLabels)
+	eventually(t, 30*time.Second, "housekeeping round count", func() (err error) {
+		start, err = a.metric("/metrics", roundsMetric, nil)
 		return err
 	})
-	eventually(t, time.Duration(n)*10*time.Second, fmt.Sprintf("%d more lists of the runtime's pods", n), func() error {
-		now, err := a.metric("/metrics", listMetric, listLabels)
+	eventually(t, time.Duration(n)*10*time.Second, fmt.Sprintf("%d more housekeeping rounds", n), func() error {
+		now, err := a.metric("/metrics", roundsMetric, nil)
 		if err != nil {
 			return err
 		}
 		if now < start+float64(n) {
-			return fmt.Errorf("%s%v went from %v to %v", listMetric, listLabels, start, now)
+			return fmt.Errorf("%s went from %v to %v", roundsMetric, start, now)
 		}
 		return nil
 	})
 }
 
-// adoptLists is how many lists of the runtime a restarted nodelet gets
+// adoptLists is how many housekeeping rounds a restarted nodelet gets
 // before the tests check that it left the pods it found alone: its first
 // housekeeping (which would stop pods it wrongly took for orphans) comes
 // within 2 s, and such a pod takes up to its grace period (2 s in these

@@ -12,6 +12,7 @@
 //     create, update, sync or kill (the PodWorker* constants);
 //   - PLEGRelistDuration and PLEGRelistInterval: each PLEG relist, and the
 //     time since the previous one;
+//   - HousekeepingDuration: each housekeeping round (nodelet's own);
 //   - EventedPLEGConn, EventedPLEGConnErr and EventedPLEGConnLatency: the
 //     runtime's container event stream opened, failed or ended, and each
 //     event's delay (a pleg.StreamMetrics); EventedPLEGActive says whether
@@ -147,6 +148,10 @@ type Metrics struct {
 	PLEGRelistDuration prometheus.Histogram
 	// PLEGRelistInterval is kubelet_pleg_relist_interval_seconds.
 	PLEGRelistInterval prometheus.Histogram
+	// HousekeepingDuration is nodelet_housekeeping_duration_seconds: each
+	// housekeeping round (the kubelet's HandlePodCleanups). The kubelet has
+	// no such metric; its name is nodelet's.
+	HousekeepingDuration prometheus.Histogram
 	// EventedPLEGConn is kubelet_evented_pleg_connection_success_count:
 	// container event streams opened.
 	EventedPLEGConn prometheus.Counter
@@ -241,6 +246,11 @@ func New(reg prometheus.Registerer, running func() (pods int, containersByState 
 			Name:      "pleg_relist_interval_seconds",
 			Help:      "Interval in seconds between relisting in PLEG.",
 			Buckets:   prometheus.DefBuckets,
+		})),
+		HousekeepingDuration: Register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "nodelet_housekeeping_duration_seconds",
+			Help:    "Duration in seconds of a housekeeping round (the pod cleanups of the sync loop).",
+			Buckets: prometheus.DefBuckets,
 		})),
 		EventedPLEGConn: Register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Subsystem: subsystem,

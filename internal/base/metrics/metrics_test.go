@@ -74,6 +74,7 @@ func TestRegistryContents(t *testing.T) {
 	m.PodWorkerDuration.WithLabelValues(PodWorkerSync).Observe(1)
 	m.PLEGRelistDuration.Observe(1)
 	m.PLEGRelistInterval.Observe(1)
+	m.HousekeepingDuration.Observe(1)
 	m.ObserveRuntimeOp(OpListContainers, time.Now(), errors.New("x"))
 	m.StartedPods.Inc()
 	m.StartedPodsErrors.Inc()
@@ -96,6 +97,7 @@ func TestRegistryContents(t *testing.T) {
 		"kubelet_pod_worker_duration_seconds":             {dto.MetricType_HISTOGRAM, "operation_type", prometheus.DefBuckets},
 		"kubelet_pleg_relist_duration_seconds":            {dto.MetricType_HISTOGRAM, "", prometheus.DefBuckets},
 		"kubelet_pleg_relist_interval_seconds":            {dto.MetricType_HISTOGRAM, "", prometheus.DefBuckets},
+		"nodelet_housekeeping_duration_seconds":           {dto.MetricType_HISTOGRAM, "", prometheus.DefBuckets},
 		"kubelet_runtime_operations_total":                {dto.MetricType_COUNTER, "operation_type", nil},
 		"kubelet_evented_pleg_connection_success_count":   {dto.MetricType_COUNTER, "", nil},
 		"kubelet_evented_pleg_connection_error_count":     {dto.MetricType_COUNTER, "", nil},

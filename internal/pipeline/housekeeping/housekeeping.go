@@ -129,8 +129,10 @@ type Deps struct {
 	// may still run, as the kubelet's RemoveOrphanedPods (a pod that
 	// comes back is admitted again).
 	Allocations Allocations
-	Clock       clock.PassiveClock
-	Log         *slog.Logger
+	// Observe, when set, is told the duration of every round.
+	Observe func(d time.Duration)
+	Clock   clock.PassiveClock
+	Log     *slog.Logger
 }
 
 // Housekeeper runs housekeeping rounds. Construct with New.
@@ -180,6 +182,10 @@ func (h *Housekeeper) rescan(now time.Time, want map[types.UID]bool) bool {
 // Housekeep runs one round with the pods the sources want (a
 // syncloop.Housekeeper).
 func (h *Housekeeper) Housekeep(ctx context.Context, desired map[types.UID]*v1.Pod) {
+	if h.deps.Observe != nil {
+		start := h.now()
+		defer func() { h.deps.Observe(h.now().Sub(start)) }()
+	}
 	want := make(map[types.UID]bool, len(desired))
 	for uid := range desired {
 		want[uid] = true

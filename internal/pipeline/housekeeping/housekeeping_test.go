@@ -335,3 +335,19 @@ func TestHousekeepListsResourcesWhenSomethingChanged(t *testing.T) {
 	round(onlyA, 1, "retry after a failed listing")
 	round(onlyA, 0, "settled again")
 }
+
+// Every round, the cheap ones too, is observed (the metric the e2e tests
+// wait on to know that a round went by).
+func TestHousekeepObservesEveryRound(t *testing.T) {
+	var rounds int
+	h := New(Deps{Workers: &fakeWorkers{}, Runtime: &fakeRuntime{}, Observed: &fakeObserved{current: true},
+		Statuses: &fakeStatuses{}, Resources: []Resource{&fakeResource{}},
+		Observe: func(time.Duration) { rounds++ },
+		Clock:   testclock.NewFakePassiveClock(time.Unix(1000, 0)), Log: slog.New(slog.DiscardHandler)})
+	for range 3 {
+		h.Housekeep(t.Context(), nil)
+	}
+	if rounds != 3 {
+		t.Errorf("observed %d rounds, want 3", rounds)
+	}
+}
