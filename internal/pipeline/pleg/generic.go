@@ -72,8 +72,9 @@ type Generic struct {
 	relistMu sync.Mutex
 	last     map[types.UID]*observed.PodStatus
 	// current is last, for readers that must not wait for a relist
-	// (Current); set with lastRelist.
+	// (Current); set with lastRelist. failed: the latest relist failed.
 	current atomic.Pointer[map[types.UID]*observed.PodStatus]
+	failed  atomic.Bool
 	// lastRelist is the start time of the last successful relist, nil
 	// before the first.
 	lastRelist atomic.Pointer[time.Time]
@@ -154,6 +155,7 @@ func (g *Generic) Relist(ctx context.Context) error {
 	}
 
 	pods, err := g.lister.ListPods(ctx)
+	g.failed.Store(err != nil)
 	if err != nil {
 		return fmt.Errorf("pleg relist: %w", err)
 	}
@@ -196,13 +198,13 @@ func (g *Generic) LastRelist() time.Time {
 }
 
 // Current returns the pods of the last successful relist when they are
-// what the runtime holds now, give or take one relist: while the runtime's
-// event stream is open (every change relists at once), or when that relist
-// is at most two periods old. The map is shared; callers must not change
-// it.
+// what the runtime holds now, give or take one relist: the latest relist
+// succeeded, and the runtime's event stream is open (every change relists
+// at once) or that relist is at most two periods old. The map is shared;
+// callers must not change it.
 func (g *Generic) Current() (map[types.UID]*observed.PodStatus, bool) {
 	pods := g.current.Load()
-	if pods == nil {
+	if pods == nil || g.failed.Load() {
 		return nil, false
 	}
 	if !g.streaming.Load() && g.clk.Since(g.LastRelist()) > 2*g.period {

@@ -299,8 +299,8 @@ func TestEventsCarryTheRelistStart(t *testing.T) {
 
 // Current gives the last relist's pods while they are what the runtime
 // holds: none before the first relist; with the event stream open however
-// old; without it for two relist periods; and a failed relist keeps the
-// old pods, which go stale by the same rule.
+// old; without it for two relist periods; none while the latest relist
+// failed.
 func TestCurrent(t *testing.T) {
 	clk := clocktesting.NewFakeClock(t0)
 	l := &fakeLister{}
@@ -318,10 +318,6 @@ func TestCurrent(t *testing.T) {
 	if _, ok := g.Current(); !ok {
 		t.Error("Current two periods after the relist is not current")
 	}
-	l.set(nil, errors.New("runtime down"))
-	if err := g.Relist(t.Context()); err == nil {
-		t.Fatal("Relist succeeded with a failing lister")
-	}
 	clk.Step(time.Millisecond)
 	if _, ok := g.Current(); ok {
 		t.Error("Current just past two periods without a stream is current")
@@ -330,5 +326,17 @@ func TestCurrent(t *testing.T) {
 	clk.Step(5 * time.Minute)
 	if pods, ok := g.Current(); !ok || pods["a"] == nil {
 		t.Errorf("Current with the stream open = %v, %v; want pod a", pods, ok)
+	}
+	l.set(nil, errors.New("runtime down"))
+	if err := g.Relist(t.Context()); err == nil {
+		t.Fatal("Relist succeeded with a failing lister")
+	}
+	if _, ok := g.Current(); ok {
+		t.Error("Current after a failed relist is current, the stream open")
+	}
+	l.set(snapshot(podOf("b", ctr("c", observed.ContainerRunning))), nil)
+	mustRelist(t, g)
+	if pods, ok := g.Current(); !ok || pods["b"] == nil || pods["a"] != nil {
+		t.Errorf("Current after a relist succeeded again = %v, %v; want pod b only", pods, ok)
 	}
 }
