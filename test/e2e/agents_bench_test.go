@@ -396,56 +396,35 @@ type opStat struct {
 
 // parseRuntimeOps reads the operations out of a Prometheus text exposition.
 func parseRuntimeOps(text string) runtimeOps {
-	ops := runtimeOps{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		var count bool
-		switch {
-		case strings.HasPrefix(line, "kubelet_runtime_operations_total{"):
-			count = true
-		case strings.HasPrefix(line, "kubelet_runtime_operations_duration_seconds_sum{"):
-		default:
-			continue
-		}
-		_, rest, _ := strings.Cut(line, `operation_type="`)
-		op, rest, ok := strings.Cut(rest, `"`)
-		if !ok {
-			continue
-		}
-		_, value, _ := strings.Cut(rest, "} ")
-		v, err := strconv.ParseFloat(strings.Fields(value + " ")[0], 64)
-		if err != nil {
-			continue
-		}
-		s := ops[op]
-		if count {
-			s.calls += v
-		} else {
-			s.seconds += v
-		}
-		ops[op] = s
-	}
-	return ops
+	return parseCountsAndSums(text, "kubelet_runtime_operations_total", "kubelet_runtime_operations_duration_seconds_sum", "operation_type")
 }
 
 // parseStartStages reads nodelet's own account of its pod starts,
 // nodelet_pod_start_stage_duration_seconds{stage}, as runtimeOps keyed by
 // stage (calls: starts observed; seconds: their sum).
 func parseStartStages(text string) runtimeOps {
+	return parseCountsAndSums(text, "nodelet_pod_start_stage_duration_seconds_count", "nodelet_pod_start_stage_duration_seconds_sum", "stage")
+}
+
+// parseCountsAndSums reads the series count{label="x"} and sum{label="x"}
+// of a Prometheus text exposition as runtimeOps keyed by x (calls: the
+// count, seconds: the sum).
+func parseCountsAndSums(text, count, sum, label string) runtimeOps {
 	ops := runtimeOps{}
-	for _, line := range strings.Split(text, "\n") {
-		var count bool
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		var isCount bool
 		switch {
-		case strings.HasPrefix(line, "nodelet_pod_start_stage_duration_seconds_count{"):
-			count = true
-		case strings.HasPrefix(line, "nodelet_pod_start_stage_duration_seconds_sum{"):
+		case strings.HasPrefix(line, count+"{"):
+			isCount = true
+		case strings.HasPrefix(line, sum+"{"):
 		default:
 			continue
 		}
-		_, rest, _ := strings.Cut(line, `stage="`)
-		stage, rest, ok := strings.Cut(rest, `"`)
+		_, rest, _ := strings.Cut(line, label+`="`)
+		key, rest, ok := strings.Cut(rest, `"`)
 		if !ok {
 			continue
 		}
@@ -454,13 +433,13 @@ func parseStartStages(text string) runtimeOps {
 		if err != nil {
 			continue
 		}
-		st := ops[stage]
-		if count {
-			st.calls += v
+		o := ops[key]
+		if isCount {
+			o.calls += v
 		} else {
-			st.seconds += v
+			o.seconds += v
 		}
-		ops[stage] = st
+		ops[key] = o
 	}
 	return ops
 }
