@@ -154,7 +154,10 @@ func scriptUp(dir string, extra ...string) (*controlPlane, error) {
 	}
 	if out, err := cp.script("up"); err != nil {
 		// The script's output ends with the failing component's log.
-		cp.script("down")
+		// Purged: a later cluster in the same directory (the three-node
+		// tests share one) must not find this one's nodes' kubeconfigs,
+		// which name this API server.
+		cp.script("down", "--purge")
 		return nil, fmt.Errorf("hack/cluster.sh up, binaries from %s: %v\n%s", from, err, out)
 	}
 	if err := cp.readToken(); err != nil {
