@@ -324,3 +324,21 @@ func netnsNames() []string {
 	}
 	return out
 }
+
+// warnLowDisk says so when the filesystem of dir is near the kubelet's
+// default hard eviction thresholds (nodefs.available<10%,
+// imagefs.available<15%), which the tests' nodes keep: below them every
+// node reports DiskPressure and is tainted, and the cluster tests' pods
+// are not scheduled (CoreDNS first). The disk is the host's, shared with
+// everything else on it.
+func warnLowDisk(dir string) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Blocks == 0 {
+		return
+	}
+	if pct := float64(st.Bavail) / float64(st.Blocks) * 100; pct < 20 {
+		fmt.Fprintf(os.Stderr, "e2e: WARNING: the filesystem of %s has %.1f%% available (%d GiB); below 15%% the tests' nodes report "+
+			"DiskPressure (imagefs.available<15%%) and the cluster tests' pods are not scheduled\n",
+			dir, pct, st.Bavail*uint64(st.Bsize)>>30)
+	}
+}

@@ -77,6 +77,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	warnLowDisk(shared.work)
 	if err := setUp(&shared); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: set up:", err)
 		tearDown(&shared)
