@@ -20,17 +20,24 @@ import (
 
 var _ events.Forwarder = (*Sink)(nil)
 
-// The events reach the API as the kubelet's: source kubelet on this host,
-// the pod or the Node as involved object, repeats folded into one with a
-// count; the kubelet's start-up events (Pulled, Started) go too, nodelet's
-// own steps (Admitted) stay on the node.
-func TestEventsToTheAPI(t *testing.T) {
+// runSink runs a Sink of node-a on a fake client until the test ends.
+func runSink(t *testing.T) (*fake.Clientset, *Sink) {
+	t.Helper()
 	client := fake.NewClientset()
 	s := New(client, "node-a")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return client, s
+}
+
+// The events reach the API as the kubelet's: source kubelet on this host,
+// the pod or the Node as involved object, repeats folded into one with a
+// count; the kubelet's start-up events (Pulled, Started) go too, nodelet's
+// own steps (Admitted) stay on the node.
+func TestEventsToTheAPI(t *testing.T) {
+	client, s := runSink(t)
 
 	rec := events.New(0, clock.RealClock{}, nil, events.WithForwarder(s))
 	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: "web-1", UID: "uid-1"}}
@@ -46,7 +53,7 @@ func TestEventsToTheAPI(t *testing.T) {
 	var got []v1.Event
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		list, err := client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+		list, err := client.CoreV1().Events("").List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,12 +99,7 @@ func TestEventsToTheAPI(t *testing.T) {
 // folded into one "combined from similar events" Event after the
 // aggregator's 10.
 func TestRepeatedEventsBounded(t *testing.T) {
-	client := fake.NewClientset()
-	s := New(client, "node-a")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	client, s := runSink(t)
 
 	pod := func(name string) *v1.Pod {
 		return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "web", Name: name, UID: types.UID("uid-" + name)}}
@@ -115,7 +117,7 @@ func TestRepeatedEventsBounded(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var err error
-		if list, err = client.CoreV1().Events("web").List(ctx, metav1.ListOptions{}); err != nil {
+		if list, err = client.CoreV1().Events("web").List(context.Background(), metav1.ListOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if slices.ContainsFunc(list.Items, func(e v1.Event) bool { return e.InvolvedObject.Name == "last" }) {
