@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -516,33 +515,11 @@ func (a *clusterAgent) cleanUp(admin kubernetes.Interface) error {
 
 // unmountBelow detaches every mount below dir, the deepest first.
 func unmountBelow(dir string) error {
-	f, err := os.Open("/proc/self/mountinfo")
+	below, err := mountsUnder(dir)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	var below []string
-	sc := bufio.NewScanner(io.LimitReader(f, 64<<20))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// ID parent major:minor root mountpoint ...; a space in a path is
-		// \040, and the benchmark's paths have none.
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			below = append(below, fields[4])
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	sort.Slice(below, func(i, j int) bool { return len(below[i]) > len(below[j]) })
-	var errs []error
-	for _, m := range below {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
-		}
-	}
-	return errors.Join(errs...)
+	return detachMounts(below)
 }
 
 // waitNodeSchedulable waits, through a watch, until the Node is Ready and
@@ -738,6 +715,7 @@ type requestCount struct {
 // auditEvent is what the benchmark reads of an audit.k8s.io/v1 Event.
 type auditEvent struct {
 	AuditID string `json:"auditID"`
+	Stage   string `json:"stage"`
 	Verb    string `json:"verb"`
 	User    struct {
 		Username string `json:"username"`
@@ -746,6 +724,7 @@ type auditEvent struct {
 	ObjectRef  *struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
 		APIGroup    string `json:"apiGroup"`
 	} `json:"objectRef"`
 	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
@@ -787,31 +766,14 @@ const (
 // server received in it, from its JSON-lines audit log: each request once
 // (a watch has an event when it starts and one when it ends).
 func countNodeRequests(path, user string, windows []window) ([]requestCount, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
-	}
-	defer f.Close()
 	counts := make([]requestCount, len(windows))
 	for i := range counts {
 		counts[i].byKind = map[string]int{}
 	}
-	limited := &io.LimitedReader{R: f, N: maxAuditLog + 1}
-	sc := bufio.NewScanner(limited)
-	sc.Buffer(make([]byte, 64<<10), maxAuditLine)
-	quoted := []byte(strconv.Quote(user))
 	seen := map[string]bool{}
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.Contains(line, quoted) { // most lines are another node's
-			continue
-		}
-		var e auditEvent
-		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("audit log %s: %w", path, err)
-		}
-		if e.User.Username != user || seen[e.AuditID] {
-			continue
+	err := scanAudit(path, user, nil, func(e *auditEvent) {
+		if seen[e.AuditID] {
+			return
 		}
 		seen[e.AuditID] = true
 		for i, w := range windows {
@@ -820,14 +782,47 @@ func countNodeRequests(path, user string, windows []window) ([]requestCount, err
 				counts[i].byKind[e.kind()]++
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("audit log %s: %w", path, err)
-	}
-	if limited.N <= 0 {
-		return nil, fmt.Errorf("audit log %s: larger than %d MiB", path, maxAuditLog>>20)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return counts, nil
+}
+
+// scanAudit calls each with every event of user in the API server's
+// JSON-lines audit log at path, in order, reading at most maxAuditLog. A
+// line without also (when set) in it is skipped before it is decoded, as
+// is every line of another user.
+func scanAudit(path, user string, also []byte, each func(*auditEvent)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("audit log: %w", err)
+	}
+	defer f.Close()
+	limited := &io.LimitedReader{R: f, N: maxAuditLog + 1}
+	sc := bufio.NewScanner(limited)
+	sc.Buffer(make([]byte, 64<<10), maxAuditLine)
+	quoted := []byte(strconv.Quote(user))
+	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.Contains(line, quoted) || also != nil && !bytes.Contains(line, also) { // most lines are another node's
+			continue
+		}
+		var e auditEvent
+		if err := json.Unmarshal(line, &e); err != nil {
+			return fmt.Errorf("audit log %s: %w", path, err)
+		}
+		if e.User.Username == user {
+			each(&e)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("audit log %s: %w", path, err)
+	}
+	if limited.N <= 0 {
+		return fmt.Errorf("audit log %s: larger than %d MiB", path, maxAuditLog>>20)
+	}
+	return nil
 }
 
 // printClusterTable prints the figures of both agents, the ratio

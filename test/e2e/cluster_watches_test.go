@@ -3,12 +3,9 @@
 package e2e
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net/url"
 	"os"
@@ -258,51 +255,19 @@ type nodeWatch struct {
 // request of a node has an event at ResponseStarted and one at
 // ResponseComplete), in the order they started.
 func nodeWatches(path, user string) ([]nodeWatch, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
-	}
-	defer f.Close()
-	type event struct {
-		AuditID string `json:"auditID"`
-		Stage   string `json:"stage"`
-		Verb    string `json:"verb"`
-		User    struct {
-			Username string `json:"username"`
-		} `json:"user"`
-		RequestURI string `json:"requestURI"`
-		ObjectRef  *struct {
-			Resource  string `json:"resource"`
-			Namespace string `json:"namespace"`
-			APIGroup  string `json:"apiGroup"`
-		} `json:"objectRef"`
-		ResponseStatus *struct {
-			Code int `json:"code"`
-		} `json:"responseStatus"`
-	}
 	byID := map[string]int{}
 	var out []nodeWatch
-	limited := &io.LimitedReader{R: f, N: maxAuditLog + 1}
-	sc := bufio.NewScanner(limited)
-	sc.Buffer(make([]byte, 64<<10), maxAuditLine)
-	quoted := []byte(strconv.Quote(user))
-	for sc.Scan() {
-		line := sc.Bytes()
-		if !bytes.Contains(line, quoted) || !bytes.Contains(line, []byte(`"verb":"watch"`)) {
-			continue
-		}
-		var e event
-		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("audit log %s: %w", path, err)
-		}
-		if e.User.Username != user || e.Verb != "watch" || e.ObjectRef == nil {
-			continue
+	var bad error
+	err := scanAudit(path, user, []byte(`"verb":"watch"`), func(e *auditEvent) {
+		if bad != nil || e.Verb != "watch" || e.ObjectRef == nil {
+			return
 		}
 		i, seen := byID[e.AuditID]
 		if !seen {
 			u, err := url.ParseRequestURI(e.RequestURI)
 			if err != nil {
-				return nil, fmt.Errorf("audit log %s: %w", path, err)
+				bad = fmt.Errorf("audit log %s: %w", path, err)
+				return
 			}
 			res := e.ObjectRef.Resource
 			if e.ObjectRef.APIGroup != "" {
@@ -320,12 +285,9 @@ func nodeWatches(path, user string) ([]nodeWatch, error) {
 		if e.Stage == "ResponseComplete" || e.Stage == "Panic" {
 			out[i].open = false
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("audit log %s: %w", path, err)
-	}
-	if limited.N <= 0 {
-		return nil, fmt.Errorf("audit log %s: larger than %d MiB", path, maxAuditLog>>20)
+	})
+	if err = errors.Join(err, bad); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodelet/nodelet/internal/base/mountinfo"
 )
 
 // What a run of the tests leaves on the host is checked at its end, after
@@ -77,11 +78,12 @@ func sweep(work string, before hostBefore) (removed []string, err error) {
 			}
 		}
 	}
-	mounts := mountsUnder(work)
-	for _, m := range mounts {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			problems = append(problems, fmt.Sprintf("unmount %s: %v", m, err))
-		}
+	mounts, err := mountsUnder(work)
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	if err := detachMounts(mounts); err != nil {
+		problems = append(problems, err.Error())
 	}
 	if len(mounts) > 0 {
 		removed = append(removed, fmt.Sprintf("%d mounts under %s (first: %s)", len(mounts), work, mounts[len(mounts)-1]))
@@ -103,7 +105,7 @@ func sweep(work string, before hostBefore) (removed []string, err error) {
 	if err := os.RemoveAll(work); err != nil {
 		problems = append(problems, fmt.Sprintf("remove %s: %v", work, err))
 	}
-	if rest := mountsUnder(work); len(rest) > 0 {
+	if rest, _ := mountsUnder(work); len(rest) > 0 {
 		problems = append(problems, fmt.Sprintf("%d mounts still under %s", len(rest), work))
 	}
 	var appeared []string
@@ -212,47 +214,32 @@ func ownProcesses(work string) []proc {
 	return out
 }
 
-// mountsUnder lists the mount points under dir, deepest first.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
+// mountsUnder lists the mount points under dir, the deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	table, err := mountinfo.Read()
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	defer f.Close()
 	var out []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		// Octal escapes (\040 for a space) as the kernel writes them.
-		mp := unescapeMountPath(fields[4])
-		if strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+	for _, m := range table {
+		if strings.HasPrefix(m.MountPoint, dir+"/") {
+			out = append(out, m.MountPoint)
 		}
 	}
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return out
+	return out, nil
 }
 
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
+// detachMounts detaches each of mounts (lazily: a busy one goes once
+// unused), in order; one already gone is no error.
+func detachMounts(mounts []string) error {
+	var errs []error
+	for _, m := range mounts {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m, err))
 		}
-		b.WriteByte(s[i])
 	}
-	return b.String()
+	return errors.Join(errs...)
 }
 
 // cgroupTopDirs are the directories at the top of each cgroup hierarchy:
