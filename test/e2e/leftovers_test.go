@@ -32,8 +32,9 @@ import (
 //     directory (its nodelets, runtimes, shims, control plane), and the
 //     containers those shims ran: killed;
 //   - mounts under the work directory: detached;
-//   - cgroups the run created at the top of a hierarchy (its nodes'
-//     --cgroup-root, the kubelet's kubepods on a fresh host): removed,
+//   - cgroups the run created at the top of a hierarchy that are a node's
+//     (its nodes' --cgroup-root, holding kubepods in some hierarchy; the
+//     kubelet's kubepods on a fresh host): removed,
 //     deepest first, once their processes are gone (one still in use
 //     belongs to another agent of the host, and is only reported);
 //   - the work directory itself: removed.
@@ -88,8 +89,16 @@ func sweep(work string, before hostBefore) (removed []string, err error) {
 	if len(mounts) > 0 {
 		removed = append(removed, fmt.Sprintf("%d mounts under %s (first: %s)", len(mounts), work, mounts[len(mounts)-1]))
 	}
-	for _, top := range cgroupTopDirs() {
+	tops := cgroupTopDirs()
+	nodeTops := nodeCgroupNames(tops)
+	for _, top := range tops {
 		if before.cgroupTops[top] {
+			continue
+		}
+		if !nodeTops[filepath.Base(top)] {
+			// Not a node's: on a systemd host a slice started meanwhile
+			// (machine.slice) is a new top too, and not the run's.
+			removed = append(removed, fmt.Sprintf("(not removed, holds no kubepods in any hierarchy) cgroup %s", top))
 			continue
 		}
 		n, err := removeCgroupTree(top)
@@ -266,6 +275,28 @@ func cgroupTopDirs() []string {
 		}
 	}
 	return out
+}
+
+// nodeCgroupNames are the names of the top cgroups that are a node's: the
+// kubelet's own kubepods (kubepods.slice with the systemd driver) and any
+// top holding one, a node's --cgroup-root. A v1 node makes its root in
+// every hierarchy but kubepods only in the controllers it uses, so a name
+// counts in all hierarchies once it holds kubepods in one.
+func nodeCgroupNames(tops []string) map[string]bool {
+	names := map[string]bool{}
+	for _, top := range tops {
+		base := filepath.Base(top)
+		if strings.HasPrefix(base, "kubepods") {
+			names[base] = true
+			continue
+		}
+		for _, child := range []string{"kubepods", "kubepods.slice"} {
+			if fi, err := os.Stat(filepath.Join(top, child)); err == nil && fi.IsDir() {
+				names[base] = true
+			}
+		}
+	}
+	return names
 }
 
 // removeCgroupTree removes top and every cgroup under it, deepest first,
