@@ -228,22 +228,30 @@ func newNodeletAgentOf(b *testing.B, label, binary string) *manifestAgent {
 		metricz: "http://127.0.0.1:" + roPort + "/metrics",
 	}
 	root := filepath.Join(work, "root")
-	if os.Getenv("NODELET_BENCH_LAYOUT") == "make-run" {
+	logs := []string{"--pod-logs-dir", filepath.Join(work, "logs")}
+	if makeRunLayout() {
 		// As a user who started the runtime as make run does and then
 		// pointed nodelet at it: the runtime's state (containerd/, the
-		// image store) inside nodelet's --root-dir.
-		root = shared.rootDir
+		// image store) inside nodelet's --root-dir, and the pod logs in
+		// the default /var/log/pods, as make run leaves them.
+		root, logs = shared.rootDir, nil
 	}
 	a.command = func() *exec.Cmd {
-		return exec.Command(a.binary, "--container-runtime-endpoint", a.runtimeEndpoint(),
-			"--root-dir", root, "--pod-manifest-path", a.dir, "--hostname-override", "e2e",
-			"--pod-logs-dir", filepath.Join(work, "logs"), "--address", "127.0.0.1", "--port", apiPort,
-			"--healthz-port", healthzPort, "--read-only-port", roPort)
+		args := append([]string{"--container-runtime-endpoint", a.runtimeEndpoint(),
+			"--root-dir", root, "--pod-manifest-path", a.dir, "--hostname-override", "e2e"}, logs...)
+		return exec.Command(a.binary, append(args, "--address", "127.0.0.1", "--port", apiPort,
+			"--healthz-port", healthzPort, "--read-only-port", roPort)...)
 	}
 	a.note = "external-runtime mode, every setting at its default but where several agents on one machine must not meet " +
 		"(--root-dir, --pod-logs-dir, --hostname-override, loopback ports) and the read-only port the benchmark reads /metrics on"
 	return a
 }
+
+// makeRunLayout: NODELET_BENCH_LAYOUT=make-run lays the agents out as a
+// user who ran make run and then pointed them at its runtime: nodelet's
+// --root-dir is the runtime's, and both agents keep pod logs in the
+// host's /var/log/pods, their default.
+func makeRunLayout() bool { return os.Getenv("NODELET_BENCH_LAYOUT") == "make-run" }
 
 // newKubeletAgent runs the upstream kubelet standalone (no API server: static
 // pods only) on the shared containerd, configured as close to nodelet as a
@@ -264,7 +272,11 @@ func newKubeletAgent(b *testing.B) *manifestAgent {
 		b.Fatal(err)
 	}
 	config := filepath.Join(work, "config.yaml")
-	if err := os.WriteFile(config, []byte(kubeletConfig(a.runtimeEndpoint(), a.dir, filepath.Join(work, "logs"), healthzPort, roPort, apiPort)), 0o644); err != nil {
+	logs := filepath.Join(work, "logs")
+	if makeRunLayout() {
+		logs = "/var/log/pods" // the kubelet's default, as a user's
+	}
+	if err := os.WriteFile(config, []byte(kubeletConfig(a.runtimeEndpoint(), a.dir, logs, healthzPort, roPort, apiPort)), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	a.command = func() *exec.Cmd {
@@ -272,7 +284,7 @@ func newKubeletAgent(b *testing.B) *manifestAgent {
 			"--hostname-override", "e2e", "--v", kubeletVerbosity())
 	}
 	a.note = "standalone, static pods; config: " + strings.Join(strings.Split(strings.TrimSpace(kubeletConfig(a.runtimeEndpoint(), a.dir,
-		filepath.Join(work, "logs"), healthzPort, roPort, apiPort)), "\n"), "; ")
+		logs, healthzPort, roPort, apiPort)), "\n"), "; ")
 	return a
 }
 
