@@ -107,6 +107,7 @@ type throughputResult struct {
 	startup []time.Duration // pod first seen → seen running, per pod
 	fromRC  []time.Duration // controller created → pod seen running
 	all     time.Duration   // first controller created → last pod running
+	machine float64         // cores the whole machine was busy over the load
 	reqs    requestCount
 }
 
@@ -161,6 +162,7 @@ func runThroughput(cp *controlPlane, admin kubernetes.Interface, a *clusterAgent
 	created := map[string]time.Time{} // namespace → controller created
 	interval := time.Duration(float64(time.Second) / load.qps)
 	t0 := time.Now()
+	busy0, _ := machineCPU()
 	for i := 1; i <= load.pods; i++ {
 		// UniformQPS: the i-th at t0 + (i-1)/qps, whatever the calls took.
 		if err := sleepCtx(ctx, time.Until(t0.Add(time.Duration(i-1)*interval))); err != nil {
@@ -189,6 +191,7 @@ func runThroughput(cp *controlPlane, admin kubernetes.Interface, a *clusterAgent
 	}
 	w.mu.Unlock()
 	res.all = last.Sub(t0)
+	res.machine = machineLoad(busy0, time.Since(t0))
 	counts, err := countNodeRequests(cp.AuditLog, "system:node:"+a.node, []window{{t0, last}})
 	if err != nil {
 		return nil, err
@@ -366,6 +369,7 @@ func printThroughput(w io.Writer, load throughputSizes, names []string, res []*t
 	row("first creation to the last pod running", func(r *throughputResult) float64 { return r.all.Seconds() },
 		func(v float64) string { return fmt.Sprintf("%.1fs", v) })
 	per := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+	row("the machine busy over the load, cores (all work)", func(r *throughputResult) float64 { return r.machine }, per)
 	row("API requests per pod start", func(r *throughputResult) float64 { return float64(r.reqs.total) / float64(load.pods) }, per)
 	row("  of which watches per pod", func(r *throughputResult) float64 {
 		n := 0
