@@ -59,6 +59,7 @@ cluster-down:
 test: setup lint unit e2e
 
 lint:
+	@hack/check-tracked.sh
 	@unformatted=$$(gofmt -l cmd internal test); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
