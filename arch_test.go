@@ -221,11 +221,12 @@ func namedRules() []rule {
 			// device manager serves their registration and calls them), the
 			// DRA drivers and monitoring agents (the pod-resources API).
 			// These are the kubelet's own gRPC protocols; no other package
-			// talks gRPC.
+			// talks gRPC. test/fakecri serves CRI to the agents of
+			// bench-hollow.
 			Name: "2: only cri, csi, devicemanager, dra and podresourcesapi import google.golang.org/grpc",
 			From: func(p string) bool {
 				return strings.HasPrefix(p, module) && !is(internal("pipeline/cri"), internal("node/csi"), internal("node/devicemanager"),
-					internal("node/dra"), internal("node/podresourcesapi"), module+"/test/csihostpath")(p)
+					internal("node/dra"), internal("node/podresourcesapi"), module+"/test/csihostpath", module+"/test/fakecri")(p)
 			},
 			Forbidden: grpc,
 		},
