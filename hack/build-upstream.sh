@@ -9,7 +9,9 @@
 # goes to stderr.
 #
 # Adding a binary: one `tool k8s.io/kubernetes/<path>/<name>` line in
-# test/cluster/go.mod (then `go mod tidy` there).
+# test/cluster/go.mod (then `go mod tidy` there). A program of that module
+# itself (test/cluster/<name>, e.g. hollowkubelet) is a tool line too; its
+# sources are part of its cache key, and it is rebuilt when they change.
 #
 # The upstream test suites are NAME.test: e2e_node.test and e2e.test are
 # compiled with `go test -c -vet=off` from k8s.io/kubernetes/test/e2e_node and
@@ -57,7 +59,18 @@ for name in "$@"; do
 	bin="$out/$name"
 	# The version the binary reports, as the upstream release build sets it.
 	ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitTreeState=clean"
-	key=$(bincache_key "$name $pkg test=$test_binary $ldflags" "$module/go.mod" "$module/go.sum" "$module/conformance_imports.go")
+	# A program of the module itself (test/cluster/NAME) is keyed by its
+	# own sources too.
+	own=()
+	if [[ $pkg == github.com/nodelet/nodelet/test/cluster/* ]]; then
+		own=("$module/${pkg#github.com/nodelet/nodelet/test/cluster/}"/*.go)
+	fi
+	key=$(bincache_key "$name $pkg test=$test_binary $ldflags" "$module/go.mod" "$module/go.sum" "$module/conformance_imports.go" "${own[@]}")
+	# ... and, unlike a release's binaries, its build here is stale when
+	# they changed: $bin.key says which sources it was built from.
+	if ((${#own[@]})) && [[ $(cat "$bin.key" 2>/dev/null) != "$key" ]]; then
+		rm -f "$bin"
+	fi
 	if [ ! -x "$bin" ] && bincache_fetch "$key" "$name" "$bin"; then
 		echo "build-upstream: $name $version from the build cache" >&2
 	fi
@@ -77,6 +90,9 @@ for name in "$@"; do
 		mv "$bin.tmp" "$bin"
 		echo "built $name $version in $(($(date +%s) - start))s" >&2
 		bincache_store "$key" "$name" "$bin"
+	fi
+	if ((${#own[@]})); then
+		echo "$key" >"$bin.key"
 	fi
 	echo "$bin"
 done

@@ -25,6 +25,10 @@ tool k8s.io/kubernetes/cmd/kubectl
 
 tool k8s.io/kubernetes/cmd/kubelet
 
+// hollowkubelet: kubemark's hollow kubelet (the kubelet on a fake CRI
+// runtime inside) with events on, the upstream arm of make bench-hollow.
+tool github.com/nodelet/nodelet/test/cluster/hollowkubelet
+
 // agnhost: the e2e suites' test image, built into it by test/conformance/images.
 tool k8s.io/kubernetes/test/images/agnhost
 
@@ -58,6 +62,7 @@ require (
 	k8s.io/component-base v0.37.2
 	k8s.io/component-helpers v0.37.2
 	k8s.io/cri-api v0.37.2
+	k8s.io/cri-client v0.0.0
 	k8s.io/dynamic-resource-allocation v0.37.2
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kubectl v0.0.0
@@ -222,7 +227,6 @@ require (
 	k8s.io/cloud-provider v0.37.2 // indirect
 	k8s.io/cluster-bootstrap v0.0.0 // indirect
 	k8s.io/controller-manager v0.37.2 // indirect
-	k8s.io/cri-client v0.0.0 // indirect
 	k8s.io/cri-streaming v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
