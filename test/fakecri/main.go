@@ -17,6 +17,7 @@
 //     which an agent takes for a broken stream and opens again. With
 //     Unimplemented nodelet relists every second, as the kubelet (whose
 //     EventedPLEG gate is off) does against any runtime.
+//   - an image has a size (the fake's is 0, which a CRI client refuses);
 //   - the call log of the fakes (their Called fields, kept for unit tests'
 //     assertions) is emptied every -trim, so that the process's memory does
 //     not grow with the length of the run.
@@ -48,6 +49,10 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-client/pkg/fake"
 )
+
+// imageSize is the size every image "pulled" reports: the pause image's,
+// about.
+const imageSize = 300 << 10
 
 // sockets is the repeatable -socket flag.
 type sockets []string
@@ -132,6 +137,10 @@ func listen(path string) (*runtime, error) {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	rt := &runtime{RemoteRuntime: fake.NewFakeRemoteRuntime(), path: path, server: grpc.NewServer()}
+	// An image of size 0 is one a CRI client refuses (cri-client's
+	// ImageStatus: "Id or size of image is not set"); the hollow kubelet
+	// calls the fake in its process, past that check.
+	rt.ImageService.FakeImageSize = imageSize
 	rt.RuntimeService.FakeStatus = &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		{Type: runtimeapi.RuntimeReady, Status: true},
 		{Type: runtimeapi.NetworkReady, Status: true},

@@ -46,6 +46,13 @@ func TestRuntimes(t *testing.T) {
 	if _, err := img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}}); err != nil {
 		t.Fatal(err)
 	}
+	is, err := img.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: "busybox"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if is.GetImage().GetId() == "" || is.GetImage().GetSize() == 0 {
+		t.Errorf("image status %v: no id or no size", is.GetImage())
+	}
 	sbConfig := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "p", Namespace: "ns", Uid: "u1"}}
 	sb, err := a.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: sbConfig})
 	if err != nil {
