@@ -13,7 +13,7 @@ CLUSTER_DIR ?= $(CURDIR)/_output/cluster
 KUBECTL := _output/bin/kubectl --kubeconfig $(CLUSTER_DIR)/admin.kubeconfig
 CONTROL_PLANE := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
-.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 chaos conformance bench bench-density bench-cluster bench-multinode clean
+.PHONY: all setup build run cluster-run cluster-down test lint unit fuzz fuzz-short e2e e2e-containerd1 chaos conformance bench bench-density bench-cluster bench-multinode bench-hollow clean
 
 all: build
 
@@ -173,6 +173,15 @@ bench-cluster: build
 ## the same control plane (BenchmarkMultiNodeRoundTrip)
 bench-multinode: build
 	@$(BENCH) -bench '^BenchmarkMultiNodeRoundTrip$$' -timeout 30m
+
+## bench-hollow: N node agents on fake CRI runtimes (test/fakecri) against
+## one control plane, N nodelets against N of kubemark's hollow kubelets
+## (test/cluster/hollowkubelet), each arm on a fresh control plane
+## (BenchmarkHollow; N = NODELET_BENCH_HOLLOW_NODES, default 1,5,10,20,40;
+## about 10 minutes per N and arm, more at larger N)
+bench-hollow: build
+	@export NODELET_BENCH_HOLLOW_NODES=$${NODELET_BENCH_HOLLOW_NODES:-1,5,10,20,40}; \
+	$(BENCH) -bench '^BenchmarkHollow$$' -timeout 240m
 
 clean:
 	rm -rf bin

@@ -1,0 +1,1004 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// BenchmarkHollow (make bench-hollow) runs N node agents against one real
+// control plane on this machine, each on a fake CRI runtime, so that only
+// the agents and the control plane cost CPU. It is a simulation: it says
+// what N agents cost a control plane and how they hold up on this machine,
+// not what a cluster of real nodes of that size does.
+//
+// Two arms, each on a fresh control plane (hack/cluster.sh, as
+// startCluster's but its own, with the audit log of the nodes' requests),
+// the arm that goes first alternating with N:
+//
+//   - nodelet: N nodelets (the binary the tests build, default flags but
+//     what several on one machine need apart: root dir, --cgroup-root,
+//     ports) joining through the bootstrap kubeconfig, each on its own
+//     socket of one test/fakecri process. What nodelet does outside CRI it
+//     does for real: pod cgroups under its --cgroup-root, pod directories
+//     and volumes (tmpfs for the service account token) under its root
+//     dir, the localnet iptables rule (shared, as every nodelet's);
+//   - kubelet: N test/cluster/hollowkubelet (kubemark's hollow kubelet of
+//     the same release, its fake runtime inside, events on) joining
+//     through the same bootstrap kubeconfig. It creates no cgroups and
+//     mounts nothing (kubemark's stub container manager, fake mounter).
+//
+// For each N of NODELET_BENCH_HOLLOW_NODES and each arm it: starts the N
+// agents and waits for N Ready Nodes; creates PODS pods per node (pause,
+// BestEffort, each held on its node by a nodeSelector, through the
+// scheduler) at RATE pods per second in all; waits until all are Running
+// as a watch sees them; lets them settle for SETTLE (the agents' first
+// periodic resyncs); then measures an IDLE window. It prints per N and arm:
+//
+//   - join: agents started to all Nodes Ready;
+//   - pod start-up p50/p90/p99: from just before the pod's create call to
+//     the watch seeing it Running (the SLO: p99 ≤ 5 s);
+//   - the nodes' API requests per pod start (audit log, from the first
+//     create to all Running) and per node per minute idle;
+//   - watches per node: the API server's apiserver_longrunning_requests
+//     (verb WATCH) at the end of idle, less before the agents started, ÷ N;
+//   - lease update latency p99 at idle (audit: received to response
+//     complete; the goal ≤ 2 s);
+//   - etcd writes (puts + deletes) per node per minute idle;
+//   - API server CPU (% of a core) over idle and RSS at its end; with two N
+//     or more, their slope over N (added per node);
+//   - agent CPU (% of a core, per node) over idle and RSS per node; for the
+//     nodelet arm, the fake runtime process's too, per node (the hollow
+//     kubelet's fake runtime is inside its own process and figures);
+//   - whether every Node stayed Ready through idle (checked every 5 s).
+//
+// Knobs: NODELET_BENCH_HOLLOW_NODES (comma-separated N; unset, the
+// benchmark skips: make bench-hollow sets it), _PODS (per node, 30), _RATE
+// (pods/s, 5), _SETTLE (1m), _IDLE (5m), _ARMS (nodelet,kubelet).
+//
+// Not yet: churn and an API server restart (issue 28, item 1), and the
+// largest N that holds, which needs runs at larger N than fit one locked
+// run here.
+func BenchmarkHollow(b *testing.B) {
+	cfg, ok := hollowBenchConfig(b)
+	if !ok {
+		b.Skip("NODELET_BENCH_HOLLOW_NODES is not set (make bench-hollow sets it)")
+	}
+	began := time.Now()
+	bins := hollowBinaries(b)
+	var results []*hollowResult
+	var failures []string
+	for i, n := range cfg.nodes {
+		arms := slices.Clone(cfg.arms)
+		if i%2 == 1 {
+			slices.Reverse(arms)
+		}
+		for _, arm := range arms {
+			fmt.Printf("hollow bench: %s, N=%d\n", arm, n)
+			start := time.Now()
+			res, err := runHollowArm(b, bins, cfg, arm, n)
+			if err != nil {
+				failures = append(failures, fmt.Sprintf("%s N=%d: %v", arm, n, err))
+				fmt.Printf("hollow bench: %s N=%d failed after %v: %v\n", arm, n, time.Since(start).Round(time.Second), firstLine(err.Error()))
+			}
+			if res != nil {
+				results = append(results, res)
+				fmt.Printf("hollow bench: %s N=%d done in %v\n", arm, n, time.Since(start).Round(time.Second))
+			}
+		}
+	}
+	fmt.Println()
+	printHollowTable(os.Stdout, cfg, results)
+	fmt.Printf("hollow bench took %v; load average at the end %s\n", time.Since(began).Round(time.Second), loadAverage())
+	for _, f := range failures {
+		b.Error(f)
+	}
+}
+
+// hollowConfig is BenchmarkHollow's knobs.
+type hollowConfig struct {
+	nodes        []int
+	podsPerNode  int
+	rate         float64 // pods created per second, all nodes together
+	settle, idle time.Duration
+	arms         []string
+}
+
+func hollowBenchConfig(b *testing.B) (hollowConfig, bool) {
+	env := func(name string) string { return os.Getenv("NODELET_BENCH_HOLLOW_" + name) }
+	nodes := env("NODES")
+	if nodes == "" {
+		return hollowConfig{}, false
+	}
+	cfg := hollowConfig{podsPerNode: 30, rate: 5, settle: time.Minute, idle: 5 * time.Minute, arms: []string{"nodelet", "kubelet"}}
+	for f := range strings.SplitSeq(nodes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("NODELET_BENCH_HOLLOW_NODES=%q: %q is not a node count", nodes, f)
+		}
+		cfg.nodes = append(cfg.nodes, n)
+	}
+	if v := env("PODS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("NODELET_BENCH_HOLLOW_PODS=%q: not a pod count", v)
+		}
+		cfg.podsPerNode = n
+	}
+	if v := env("RATE"); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r <= 0 {
+			b.Fatalf("NODELET_BENCH_HOLLOW_RATE=%q: not a rate", v)
+		}
+		cfg.rate = r
+	}
+	for name, d := range map[string]*time.Duration{"SETTLE": &cfg.settle, "IDLE": &cfg.idle} {
+		if v := env(name); v != "" {
+			var err error
+			if *d, err = time.ParseDuration(v); err != nil || *d <= 0 {
+				b.Fatalf("NODELET_BENCH_HOLLOW_%s=%q: not a duration", name, v)
+			}
+		}
+	}
+	if v := env("ARMS"); v != "" {
+		cfg.arms = nil
+		for a := range strings.SplitSeq(v, ",") {
+			if a != "nodelet" && a != "kubelet" {
+				b.Fatalf("NODELET_BENCH_HOLLOW_ARMS=%q: %q is neither nodelet nor kubelet", v, a)
+			}
+			cfg.arms = append(cfg.arms, a)
+		}
+	}
+	return cfg, true
+}
+
+// hollowBins are the programs of the two arms.
+type hollowBins struct{ nodelet, fakecri, hollowKubelet string }
+
+func hollowBinaries(b *testing.B) hollowBins {
+	bins := hollowBins{nodelet: shared.nodelet, fakecri: filepath.Join(shared.work, "bin", "fakecri")}
+	if err := goBuild(shared.repoRoot, bins.fakecri, "./test/fakecri", false); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(shared.repoRoot, "hack", "build-upstream.sh"), "hollowkubelet")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("build the hollow kubelet: %v", err)
+	}
+	bins.hollowKubelet = strings.TrimSpace(string(out))
+	return bins
+}
+
+// hollowResult is what one arm measured at one N.
+type hollowResult struct {
+	arm   string
+	nodes int
+	pods  int
+
+	join                   time.Duration
+	startup                []time.Duration // per pod, sorted
+	startReqs              int             // the nodes' requests from the first create to all Running
+	idleReqs               requestCount    // the nodes' requests over idle
+	watches                float64         // the nodes' watches open at the end of idle
+	leaseP99               time.Duration   // lease updates' latency over idle
+	leaseUpdates           int
+	etcdWrites             float64 // over idle
+	apiserverCPU           float64 // seconds over idle
+	apiserverRSS           int64   // KiB, end of idle
+	agentCPU               float64 // seconds over idle, all agents
+	agentRSS               int64   // KiB, all agents, end of idle
+	runtimeCPU, runtimeRSS float64 // the fake runtime process (nodelet arm)
+	idle                   time.Duration
+	notReady               []string // nodes seen not Ready during idle
+}
+
+// hollowAgent is one node agent process.
+type hollowAgent struct {
+	node string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  string
+}
+
+func (a *hollowAgent) start(cmd *exec.Cmd) error {
+	log, err := os.OpenFile(a.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", a.node, err)
+	}
+	a.cmd, a.done = cmd, make(chan struct{})
+	go func() { cmd.Wait(); close(a.done) }()
+	return nil
+}
+
+func (a *hollowAgent) exited() bool {
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGINT and kills the agent 30 s later if it still runs.
+func (a *hollowAgent) stop() {
+	if a.cmd == nil || a.exited() {
+		return
+	}
+	a.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		a.cmd.Process.Kill()
+		<-a.done
+	}
+}
+
+const hollowNamespace = "hollow"
+
+// runHollowArm runs one arm at n nodes on a control plane of its own, and
+// leaves nothing behind: its agents and fake runtime stopped, its mounts
+// and cgroups removed, the control plane down.
+func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n int) (res *hollowResult, err error) {
+	dir, err := os.MkdirTemp(shared.work, "hollow-")
+	if err != nil {
+		return nil, err
+	}
+	cp, err := clusterUp(filepath.Join(dir, "cluster"))
+	if err != nil {
+		return nil, err
+	}
+	logs := os.Getenv("NODELET_BENCH_LOGS")
+	if logs == "" {
+		logs = filepath.Join(dir, "logs")
+	}
+	if err := os.MkdirAll(logs, 0o700); err != nil {
+		return nil, err
+	}
+	var agents []*hollowAgent
+	var runtime *hollowAgent
+	var cgroupRoots []string
+	defer func() {
+		// The pods go first, torn down by their agents as on a drained
+		// node; then the agents, the runtime, what is left on the host,
+		// and the control plane.
+		if cerr := deleteHollowPods(cp.Admin); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		for _, a := range agents {
+			a.stop()
+		}
+		if runtime != nil {
+			runtime.stop()
+		}
+		if cerr := unmountBelow(dir); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		for _, root := range cgroupRoots {
+			if cerr := removeCgroupRoot(root); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+		if out, cerr := cp.script("down"); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("hack/cluster.sh down: %v\n%s", cerr, out))
+		}
+		if keep := os.Getenv("NODELET_BENCH_LOGS"); keep != "" {
+			// The control plane's logs and the audit log, for reading
+			// afterwards.
+			os.Rename(filepath.Join(cp.Dir, "logs"), filepath.Join(keep, fmt.Sprintf("cluster-%s-%d", arm, n)))
+		}
+		if logs != filepath.Join(dir, "logs") || err == nil {
+			os.RemoveAll(dir)
+		} else {
+			fmt.Printf("hollow bench: kept %s (logs)\n", dir)
+		}
+	}()
+	admin := benchAdmin(b, cp)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	apiserverPID, err := componentPID(cp, "kube-apiserver")
+	if err != nil {
+		return nil, err
+	}
+	watches0, err := apiserverWatches(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := admin.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: hollowNamespace}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+
+	// Step 1: the agents.
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("hollow-%s-%d", arm, i)
+	}
+	started := time.Now()
+	switch arm {
+	case "nodelet":
+		sockets := filepath.Join(dir, "cri")
+		if err := os.Mkdir(sockets, 0o700); err != nil {
+			return nil, err
+		}
+		args := []string{}
+		for _, name := range names {
+			args = append(args, "-socket", filepath.Join(sockets, name+".sock"))
+		}
+		runtime = &hollowAgent{node: "fakecri", log: filepath.Join(logs, "fakecri-"+strconv.Itoa(n)+".log")}
+		if err := runtime.start(exec.Command(bins.fakecri, args...)); err != nil {
+			return nil, err
+		}
+		for _, name := range names {
+			if err := waitSocket(filepath.Join(sockets, name+".sock"), runtime); err != nil {
+				return nil, err
+			}
+		}
+		for _, name := range names {
+			root := "/" + filepath.Base(shared.work) + "-" + name
+			if err := makeCgroupRootB(root); err != nil {
+				return nil, err
+			}
+			cgroupRoots = append(cgroupRoots, root)
+			work := filepath.Join(dir, name)
+			ports, err := freePorts(2)
+			if err != nil {
+				return nil, err
+			}
+			a := &hollowAgent{node: name, log: filepath.Join(logs, name+".log")}
+			agents = append(agents, a)
+			if err := a.start(exec.Command(bins.nodelet, "--config", cp.NodeletConfig, "--root-dir", filepath.Join(work, "root"),
+				"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(work, "root", "kubelet.kubeconfig"),
+				"--hostname-override", name, "--node-ip", "127.0.0.1",
+				"--container-runtime-endpoint", "unix://"+filepath.Join(sockets, name+".sock"),
+				"--cgroup-root", root, "--pod-logs-dir", filepath.Join(work, "logs"),
+				"--address", "127.0.0.1", "--port", ports[0], "--healthz-port", ports[1], "--read-only-port", "0")); err != nil {
+				return nil, err
+			}
+		}
+	case "kubelet":
+		for _, name := range names {
+			root := filepath.Join(dir, name)
+			if err := os.Mkdir(root, 0o700); err != nil {
+				return nil, err
+			}
+			ports, err := freePorts(1)
+			if err != nil {
+				return nil, err
+			}
+			a := &hollowAgent{node: name, log: filepath.Join(logs, name+".log")}
+			agents = append(agents, a)
+			if err := a.start(exec.Command(bins.hollowKubelet, "-name", name, "-root-dir", root,
+				"-bootstrap-kubeconfig", cp.BootstrapKubeconfig, "-kubeconfig", filepath.Join(root, "kubelet.kubeconfig"),
+				"-port", ports[0], "-v", kubeletVerbosity())); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := waitNodesReady(ctx, admin, names, agents); err != nil {
+		return nil, err
+	}
+	res = &hollowResult{arm: arm, nodes: n, pods: n * cfg.podsPerNode, join: time.Since(started)}
+	fmt.Printf("hollow bench: %d %s nodes Ready in %v\n", n, arm, res.join.Round(100*time.Millisecond))
+
+	// Step 2: the pods, at cfg.rate, and their start-up.
+	if err := waitServiceAccount(ctx, admin); err != nil {
+		return nil, err
+	}
+	pw, err := watchHollowPods(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	defer pw.stop()
+	firstCreate := time.Now()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.rate))
+	for i := range res.pods {
+		<-tick.C
+		name := fmt.Sprintf("pod-%d", i)
+		pw.created(name, time.Now())
+		if _, err := admin.CoreV1().Pods(hollowNamespace).Create(ctx, hollowPod(name, names[i%n]), metav1.CreateOptions{}); err != nil {
+			tick.Stop()
+			return nil, fmt.Errorf("create %s: %w", name, err)
+		}
+	}
+	tick.Stop()
+	allRunning, err := pw.waitRunning(ctx, res.pods, 5*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	res.startup = pw.startups()
+
+	// Step 3: settle, then the idle window.
+	if err := sleepCtx(ctx, cfg.settle); err != nil {
+		return nil, err
+	}
+	pids := make([]int, len(agents))
+	for i, a := range agents {
+		if a.exited() {
+			return nil, fmt.Errorf("%s exited; the end of its log:\n%s", a.node, tail(a.log, 30))
+		}
+		pids[i] = a.cmd.Process.Pid
+	}
+	etcd0, err := etcdWrites(cp)
+	if err != nil {
+		return nil, err
+	}
+	idleFrom := time.Now()
+	apiCPU0, agentCPU0, rtCPU0 := cpuSeconds(apiserverPID), sumCPU(pids), 0.0
+	if runtime != nil {
+		rtCPU0 = cpuSeconds(runtime.cmd.Process.Pid)
+	}
+	notReady := map[string]bool{}
+	for end := idleFrom.Add(cfg.idle); time.Now().Before(end); {
+		if err := sleepCtx(ctx, min(5*time.Second, time.Until(end))); err != nil {
+			return nil, err
+		}
+		for _, name := range nodesNotReady(ctx, admin, names) {
+			notReady[name] = true
+		}
+	}
+	idleTo := time.Now()
+	res.idle = idleTo.Sub(idleFrom)
+	res.apiserverCPU, res.agentCPU = cpuSeconds(apiserverPID)-apiCPU0, sumCPU(pids)-agentCPU0
+	if runtime != nil {
+		res.runtimeCPU = cpuSeconds(runtime.cmd.Process.Pid) - rtCPU0
+		rss, _, _, _ := procMemory(runtime.cmd.Process.Pid)
+		res.runtimeRSS = float64(rss)
+	}
+	etcd1, err := etcdWrites(cp)
+	if err != nil {
+		return nil, err
+	}
+	res.etcdWrites = etcd1 - etcd0
+	if res.apiserverRSS, _, _, err = procMemory(apiserverPID); err != nil {
+		return nil, err
+	}
+	for _, pid := range pids {
+		rss, _, _, err := procMemory(pid)
+		if err != nil {
+			return nil, err
+		}
+		res.agentRSS += rss
+	}
+	watches1, err := apiserverWatches(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	res.watches = watches1 - watches0
+	res.notReady = slices.Sorted(func(yield func(string) bool) {
+		for k := range notReady {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+
+	// Step 4: the nodes' requests, from the audit log.
+	users := map[string]bool{}
+	for _, name := range names {
+		users["system:node:"+name] = true
+	}
+	counts, leases, err := countHollowRequests(cp.AuditLog, users, []window{{firstCreate, allRunning}, {idleFrom, idleTo}})
+	if err != nil {
+		return nil, err
+	}
+	res.startReqs, res.idleReqs = counts[0].total, counts[1]
+	res.leaseUpdates = len(leases)
+	res.leaseP99 = percentile(leases, 0.99)
+	return res, nil
+}
+
+// hollowPod is a pause pod held on node by a nodeSelector.
+func hollowPod(name, node string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: hollowNamespace, Labels: map[string]string{"app": "hollow"}},
+		Spec: v1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+			Containers: []v1.Container{{
+				Name: "pause", Image: "registry.k8s.io/pause:3.10", ImagePullPolicy: v1.PullIfNotPresent,
+				Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1m"), v1.ResourceMemory: resource.MustParse("1Mi")}},
+			}},
+		},
+	}
+}
+
+// hollowPodWatch records when each pod was created and first seen Running.
+type hollowPodWatch struct {
+	mu      sync.Mutex
+	create  map[string]time.Time
+	running map[string]time.Time
+	changed chan struct{}
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func watchHollowPods(ctx context.Context, c kubernetes.Interface) (*hollowPodWatch, error) {
+	w := &hollowPodWatch{create: map[string]time.Time{}, running: map[string]time.Time{}, changed: make(chan struct{}), done: make(chan struct{})}
+	seen := func(obj any) {
+		pod, ok := obj.(*v1.Pod)
+		if !ok || pod.Status.Phase != v1.PodRunning {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if _, ok := w.running[pod.Name]; !ok {
+			w.running[pod.Name] = now
+			close(w.changed)
+			w.changed = make(chan struct{})
+		}
+	}
+	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "pods", hollowNamespace, fields.Everything())
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &v1.Pod{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    seen,
+			UpdateFunc: func(_, obj any) { seen(obj) },
+		},
+	})
+	ctx, w.cancel = context.WithCancel(ctx)
+	go func() { informer.RunWithContext(ctx); close(w.done) }()
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		w.stop()
+		return nil, fmt.Errorf("pods of %s: the watch did not sync: %w", hollowNamespace, ctx.Err())
+	}
+	return w, nil
+}
+
+func (w *hollowPodWatch) stop() { w.cancel(); <-w.done }
+
+func (w *hollowPodWatch) created(name string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.create[name] = at
+}
+
+// waitRunning waits until n pods were seen Running and returns when the
+// last was.
+func (w *hollowPodWatch) waitRunning(ctx context.Context, n int, limit time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		w.mu.Lock()
+		running, changed := len(w.running), w.changed
+		var last time.Time
+		for _, t := range w.running {
+			if t.After(last) {
+				last = t
+			}
+		}
+		w.mu.Unlock()
+		if running >= n {
+			return last, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%d of %d pods Running: %w", running, n, ctx.Err())
+		}
+	}
+}
+
+// startups are the pods' start-up times, sorted.
+func (w *hollowPodWatch) startups() []time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var d []time.Duration
+	for name, at := range w.running {
+		if c, ok := w.create[name]; ok {
+			d = append(d, at.Sub(c))
+		}
+	}
+	slices.Sort(d)
+	return d
+}
+
+// waitNodesReady waits until every node of names is Ready, failing early
+// when an agent exits.
+func waitNodesReady(ctx context.Context, c kubernetes.Interface, names []string, agents []*hollowAgent) error {
+	deadline := time.Now().Add(3*time.Minute + time.Duration(len(names))*5*time.Second)
+	for {
+		for _, a := range agents {
+			if a.exited() {
+				return fmt.Errorf("%s exited (%v); the end of its log:\n%s", a.node, a.cmd.ProcessState, tail(a.log, 30))
+			}
+		}
+		notReady := nodesNotReady(ctx, c, names)
+		if len(notReady) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("nodes not Ready: %s", strings.Join(notReady, ", "))
+		}
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// nodesNotReady are the nodes of names that are missing or not Ready.
+func nodesNotReady(ctx context.Context, c kubernetes.Interface, names []string) []string {
+	list, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return names
+	}
+	ready := map[string]bool{}
+	for _, n := range list.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == v1.NodeReady && cond.Status == v1.ConditionTrue {
+				ready[n.Name] = true
+			}
+		}
+	}
+	var out []string
+	for _, name := range names {
+		if !ready[name] {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// waitServiceAccount waits for the namespace's default ServiceAccount,
+// which pods need to be admitted.
+func waitServiceAccount(ctx context.Context, c kubernetes.Interface) error {
+	for {
+		_, err := c.CoreV1().ServiceAccounts(hollowNamespace).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return fmt.Errorf("the default ServiceAccount of %s: %w", hollowNamespace, err)
+		}
+	}
+}
+
+// deleteHollowPods deletes the pods and waits (at most 3 minutes) until
+// their agents have torn them down and they are gone from the API.
+func deleteHollowPods(c kubernetes.Interface) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := c.CoreV1().Pods(hollowNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete the pods: %w", err)
+	}
+	for {
+		list, err := c.CoreV1().Pods(hollowNamespace).List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) == 0 {
+			return nil
+		}
+		if err := sleepCtx(ctx, time.Second); err != nil {
+			n := -1
+			if list != nil {
+				n = len(list.Items)
+			}
+			return fmt.Errorf("%d pods still there: %w", n, err)
+		}
+	}
+}
+
+// waitSocket waits until the fake runtime has made the socket at path.
+func waitSocket(path string, rt *hollowAgent) error {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if rt.exited() {
+			return fmt.Errorf("fakecri exited; its log:\n%s", tail(rt.log, 20))
+		}
+	}
+	return fmt.Errorf("fakecri: no socket %s after 30 s", path)
+}
+
+// componentPID is the pid of a process of hack/cluster.sh, from its pid file.
+func componentPID(cp *controlPlane, name string) (int, error) {
+	data, err := os.ReadFile(filepath.Join(cp.Dir, "run", name+".pid"))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(data))
+	if len(f) == 0 {
+		return 0, fmt.Errorf("%s.pid: empty", name)
+	}
+	return strconv.Atoi(f[0])
+}
+
+func sumCPU(pids []int) float64 {
+	var s float64
+	for _, p := range pids {
+		s += cpuSeconds(p)
+	}
+	return s
+}
+
+// makeCgroupRootB makes root in every cgroup hierarchy, as makeCgroupRoot
+// does for a test, cpuset's cpus and mems copied from the parent.
+func makeCgroupRootB(root string) error {
+	hierarchies, err := filepath.Glob("/sys/fs/cgroup/*")
+	if err != nil {
+		return err
+	}
+	for _, h := range hierarchies {
+		if fi, err := os.Lstat(h); err != nil || !fi.IsDir() {
+			continue
+		}
+		dir := filepath.Join(h, root)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(h, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// removeCgroupRoot removes root and whatever cgroups are left under it,
+// deepest first, in every hierarchy.
+func removeCgroupRoot(root string) error {
+	hierarchies, err := filepath.Glob("/sys/fs/cgroup/*")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, h := range hierarchies {
+		if fi, err := os.Lstat(h); err != nil || !fi.IsDir() {
+			continue
+		}
+		var dirs []string
+		filepath.WalkDir(filepath.Join(h, root), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		slices.Reverse(dirs)
+		for _, d := range dirs {
+			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// apiserverWatches is the API server's watches open now
+// (apiserver_longrunning_requests, verb WATCH, summed).
+func apiserverWatches(ctx context.Context, c kubernetes.Interface) (float64, error) {
+	data, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("API server metrics: %w", err)
+	}
+	return sumMetric(data, "apiserver_longrunning_requests", `verb="WATCH"`), nil
+}
+
+// etcdWrites is etcd's puts and deletes so far (its /metrics, with the API
+// server's etcd client certificate).
+func etcdWrites(cp *controlPlane) (float64, error) {
+	port := ""
+	for _, kv := range cp.env {
+		if v, ok := strings.CutPrefix(kv, "CLUSTER_ETCD_PORT="); ok {
+			port = v
+		}
+	}
+	pki := filepath.Join(cp.Dir, "pki")
+	cert, err := tls.LoadX509KeyPair(filepath.Join(pki, "apiserver-etcd-client.crt"), filepath.Join(pki, "apiserver-etcd-client.key"))
+	if err != nil {
+		return 0, err
+	}
+	ca, err := os.ReadFile(filepath.Join(pki, "etcd", "ca.crt"))
+	if err != nil {
+		return 0, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("https://127.0.0.1:" + port + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("etcd metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, fmt.Errorf("etcd metrics: %w", err)
+	}
+	if !bytes.Contains(data, []byte("\netcd_mvcc_put_total ")) {
+		return 0, errors.New("etcd metrics: no etcd_mvcc_put_total")
+	}
+	return sumMetric(data, "etcd_mvcc_put_total", "") + sumMetric(data, "etcd_mvcc_delete_total", ""), nil
+}
+
+// hollowAuditEvent is what countHollowRequests reads of an audit event.
+type hollowAuditEvent struct {
+	auditEvent
+	Stage          string    `json:"stage"`
+	StageTimestamp time.Time `json:"stageTimestamp"`
+}
+
+// countHollowRequests counts, per window, the requests of users (each
+// once), and returns the latencies of their lease updates received in the
+// last window, sorted.
+func countHollowRequests(path string, users map[string]bool, windows []window) ([]requestCount, []time.Duration, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("audit log: %w", err)
+	}
+	defer f.Close()
+	counts := make([]requestCount, len(windows))
+	for i := range counts {
+		counts[i].byKind = map[string]int{}
+	}
+	var leases []time.Duration
+	limited := &io.LimitedReader{R: f, N: maxAuditLog + 1}
+	sc := bufio.NewScanner(limited)
+	sc.Buffer(make([]byte, 64<<10), maxAuditLine)
+	seen := map[string]bool{}
+	for sc.Scan() {
+		var e hollowAuditEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
+		}
+		if !users[e.User.Username] {
+			continue
+		}
+		last := windows[len(windows)-1]
+		if e.Stage == "ResponseComplete" && e.Verb == "update" && e.ObjectRef != nil && e.ObjectRef.Resource == "leases" &&
+			!e.RequestReceivedTimestamp.Before(last.from) && !e.RequestReceivedTimestamp.After(last.to) {
+			leases = append(leases, e.StageTimestamp.Sub(e.RequestReceivedTimestamp))
+		}
+		if seen[e.AuditID] {
+			continue
+		}
+		seen[e.AuditID] = true
+		for i, w := range windows {
+			if !e.RequestReceivedTimestamp.Before(w.from) && !e.RequestReceivedTimestamp.After(w.to) {
+				counts[i].total++
+				counts[i].byKind[e.kind()]++
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, fmt.Errorf("audit log %s: %w", path, err)
+	}
+	if limited.N <= 0 {
+		return nil, nil, fmt.Errorf("audit log %s: larger than %d MiB", path, maxAuditLog>>20)
+	}
+	slices.Sort(leases)
+	return counts, leases, nil
+}
+
+// printHollowTable prints each N's figures for both arms and their ratio,
+// then the slopes over N, then the idle requests by kind.
+func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
+	fmt.Fprintf(w, "hollow nodes: N agents on fake CRI runtimes against one control plane each (fresh per arm and N); %d pods per node created at %.1f/s; settle %v, idle %v\n",
+		cfg.podsPerNode, cfg.rate, cfg.settle, cfg.idle)
+	byKey := map[string]*hollowResult{}
+	for _, r := range res {
+		byKey[fmt.Sprintf("%s/%d", r.arm, r.nodes)] = r
+	}
+	type row struct {
+		label string
+		get   func(r *hollowResult) float64
+		unit  string
+	}
+	perNodeMin := func(r *hollowResult, v float64) float64 { return v / float64(r.nodes) / r.idle.Minutes() }
+	core := func(r *hollowResult, sec float64) float64 { return 100 * sec / r.idle.Seconds() }
+	rows := []row{
+		{"join (all Nodes Ready)", func(r *hollowResult) float64 { return r.join.Seconds() }, "s"},
+		{"pod start-up p50", func(r *hollowResult) float64 { return percentile(r.startup, 0.5).Seconds() }, "s"},
+		{"pod start-up p90", func(r *hollowResult) float64 { return percentile(r.startup, 0.9).Seconds() }, "s"},
+		{"pod start-up p99 (SLO ≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.startup, 0.99).Seconds() }, "s"},
+		{"API requests per pod start", func(r *hollowResult) float64 { return float64(r.startReqs) / float64(r.pods) }, ""},
+		{"API requests per node per minute idle", func(r *hollowResult) float64 { return perNodeMin(r, float64(r.idleReqs.total)) }, ""},
+		{"watches per node", func(r *hollowResult) float64 { return r.watches / float64(r.nodes) }, ""},
+		{"lease update p99 idle (≤ 2 s)", func(r *hollowResult) float64 { return r.leaseP99.Seconds() * 1000 }, "ms"},
+		{"etcd writes per node per minute idle (all ÷ N)", func(r *hollowResult) float64 { return perNodeMin(r, r.etcdWrites) }, ""},
+		{"API server CPU idle (% of a core)", func(r *hollowResult) float64 { return core(r, r.apiserverCPU) }, "%"},
+		{"API server RSS end of idle", func(r *hollowResult) float64 { return float64(r.apiserverRSS) / 1024 }, "MiB"},
+		{"agent CPU per node idle (% of a core)", func(r *hollowResult) float64 { return core(r, r.agentCPU) / float64(r.nodes) }, "%"},
+		{"agent RSS per node", func(r *hollowResult) float64 { return float64(r.agentRSS) / 1024 / float64(r.nodes) }, "MiB"},
+		{"fake runtime CPU per node idle (%)", func(r *hollowResult) float64 { return core(r, r.runtimeCPU) / float64(r.nodes) }, "%"},
+		{"fake runtime RSS per node", func(r *hollowResult) float64 { return r.runtimeRSS / 1024 / float64(r.nodes) }, "MiB"},
+	}
+	for _, n := range cfg.nodes {
+		k, nl := byKey["kubelet/"+strconv.Itoa(n)], byKey["nodelet/"+strconv.Itoa(n)]
+		fmt.Fprintf(w, "\nN = %d\n  %-42s %12s %12s %16s\n", n, "", "hollow kubelet", "nodelet", "nodelet÷kubelet")
+		for _, rw := range rows {
+			cell := func(r *hollowResult) string {
+				if r == nil {
+					return "-"
+				}
+				if r.arm == "kubelet" && strings.HasPrefix(rw.label, "fake runtime") {
+					return "in agent"
+				}
+				return fmt.Sprintf("%.2f%s", rw.get(r), rw.unit)
+			}
+			ratio := "-"
+			if k != nil && nl != nil && rw.get(k) > 0 {
+				ratio = fmt.Sprintf("%.2fx", rw.get(nl)/rw.get(k))
+			}
+			fmt.Fprintf(w, "  %-42s %12s %12s %16s\n", rw.label, cell(k), cell(nl), ratio)
+		}
+		for _, r := range []*hollowResult{k, nl} {
+			if r == nil {
+				continue
+			}
+			ready := "every Node Ready through idle"
+			if len(r.notReady) > 0 {
+				ready = "NOT Ready during idle: " + strings.Join(r.notReady, ", ")
+			}
+			fmt.Fprintf(w, "  %s: %s; %d lease updates idle; %d pods\n", r.arm, ready, r.leaseUpdates, r.pods)
+		}
+	}
+	if len(cfg.nodes) >= 2 {
+		fmt.Fprintf(w, "\nadded per node (least-squares slope over N = %v)\n", cfg.nodes)
+		for _, arm := range []string{"kubelet", "nodelet"} {
+			var xs, cpu, rss, etcd []float64
+			for _, n := range cfg.nodes {
+				if r := byKey[arm+"/"+strconv.Itoa(n)]; r != nil {
+					xs = append(xs, float64(n))
+					cpu = append(cpu, core(r, r.apiserverCPU))
+					rss = append(rss, float64(r.apiserverRSS)/1024)
+					etcd = append(etcd, r.etcdWrites/r.idle.Minutes())
+				}
+			}
+			if len(xs) >= 2 {
+				fmt.Fprintf(w, "  %-8s API server CPU %.3f %% of a core, RSS %.2f MiB, etcd writes %.2f per minute idle\n", arm, slope(xs, cpu), slope(xs, rss), slope(xs, etcd))
+			}
+		}
+	}
+	for _, r := range res {
+		fmt.Fprintf(w, "\nidle requests by kind, %s N=%d (per node per minute)\n", r.arm, r.nodes)
+		kinds := make([]string, 0, len(r.idleReqs.byKind))
+		for kind := range r.idleReqs.byKind {
+			kinds = append(kinds, kind)
+		}
+		sort.Slice(kinds, func(i, j int) bool { return r.idleReqs.byKind[kinds[i]] > r.idleReqs.byKind[kinds[j]] })
+		for _, kind := range kinds {
+			fmt.Fprintf(w, "  %8.2f  %s\n", perNodeMin(r, float64(r.idleReqs.byKind[kind])), kind)
+		}
+	}
+}
