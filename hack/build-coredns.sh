@@ -23,7 +23,7 @@ if [[ -z $version ]]; then
 	exit 1
 fi
 bin="$root/_output/cluster/bin/coredns-$version/coredns"
-key=$(bincache_key "coredns static -s -w" "$module/go.mod" "$module/go.sum")
+key=$(bincache_key "coredns static -s -w" "$module")
 mkdir -p "$(dirname "$bin")"
 if [[ ! -x $bin ]] && bincache_fetch "$key" coredns "$bin"; then
 	echo "build-coredns: coredns $version from the build cache" >&2

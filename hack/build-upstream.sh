@@ -65,7 +65,7 @@ for name in "$@"; do
 	if [[ $pkg == github.com/nodelet/nodelet/test/cluster/* ]]; then
 		own=("$module/${pkg#github.com/nodelet/nodelet/test/cluster/}"/*.go)
 	fi
-	key=$(bincache_key "$name $pkg test=$test_binary $ldflags" "$module/go.mod" "$module/go.sum" "$module/conformance_imports.go" "${own[@]}")
+	key=$(bincache_key "$name $pkg test=$test_binary $ldflags" "$module" "${own[@]}")
 	# ... and, unlike a release's binaries, its build here is stale when
 	# they changed: $bin.key says which sources it was built from.
 	if ((${#own[@]})) && [[ $(cat "$bin.key" 2>/dev/null) != "$key" ]]; then

@@ -3,8 +3,9 @@
 # (control plane, kubelet, test suites, CoreDNS), kept outside the checkout
 # so that a fresh clone on the same machine (CI) links none of them again.
 # Like the go command's build cache it is keyed by content: the Go version,
-# the module files the binary is built from and the build's recipe (package,
-# flags). Sourced by hack/build-upstream.sh and hack/build-coredns.sh.
+# the module graph the binary is built from and the build's recipe (package,
+# flags); see bincache_key. Sourced by hack/build-upstream.sh and
+# hack/build-coredns.sh.
 #
 # The cache is $NODELET_BUILD_CACHE, else $XDG_CACHE_HOME/nodelet-build,
 # else ~/.cache/nodelet-build. Its binaries are run as whoever runs the
@@ -24,15 +25,34 @@ bincache_dir() {
 	echo "$dir"
 }
 
-# bincache_key RECIPE FILE... prints the cache key of a binary built by
-# RECIPE (a string naming package and flags) from the module FILEs.
+# bincache_key RECIPE MODULE [FILE...] prints the cache key of a binary built
+# by RECIPE (a string naming package and flags) in the Go module directory
+# MODULE, and from the FILEs (e.g. the sources of a program of MODULE itself).
+#
+# The key is what decides the build, not the text of go.mod: the Go
+# version, the directives of MODULE's go.mod that change how its binaries
+# are built (go, toolchain, godebug), the resolved module graph (`go list -m
+# all`: every module's path and version, and its replacement), go.sum and
+# the FILEs. So a go.mod edit that builds the same binaries (a comment, a
+# tool line of another program, a requirement moving between the direct
+# and the indirect block) keeps every key, and any edit that changes a
+# version or a replacement changes them. (A replacement by a local
+# directory would be keyed by its path only; the modules here have none.)
+# A module graph that cannot be resolved is an error, never a key.
 bincache_key() {
-	local recipe=$1
-	shift
+	local recipe=$1 module=$2 graph settings
+	shift 2
+	graph=$(cd "$module" && "${GO:-go}" list -m -f '{{.Path}} {{.Version}}{{with .Replace}} => {{.Path}} {{.Version}}{{end}}' all) || {
+		echo "bincache: cannot resolve the module graph of $module" >&2
+		return 1
+	}
+	settings=$(cd "$module" && "${GO:-go}" env GOVERSION GOOS GOARCH) || return 1
 	{
-		"${GO:-go}" env GOVERSION GOOS GOARCH
-		printf '%s\n' "$recipe"
-		cat "$@"
+		printf '%s\n' "$settings" "$recipe"
+		# The directives, one a line; a godebug block's lines as they are.
+		awk '/^(go|toolchain|godebug)[ \t]/ && !/\($/ { print; next } /^godebug[ \t]*\($/ { b = 1 } b { print } b && /^\)/ { b = 0 }' "$module/go.mod"
+		printf '%s\n' "$graph"
+		cat "$module/go.sum" "$@"
 	} | sha256sum | cut -c1-32
 }
 
