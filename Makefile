@@ -177,8 +177,9 @@ bench-multinode: build
 ## bench-hollow: N node agents on fake CRI runtimes (test/fakecri) against
 ## one control plane, N nodelets against N of kubemark's hollow kubelets
 ## (test/cluster/hollowkubelet), each arm on a fresh control plane
-## (BenchmarkHollow; N = NODELET_BENCH_HOLLOW_NODES, default 1,5,10,20,40;
-## about 10 minutes per N and arm, more at larger N)
+## (BenchmarkHollow; N = NODELET_BENCH_HOLLOW_NODES, default 1,5,10,20,40:
+## start-up, idle, churn, an API server restart; about 10 minutes per N and
+## arm, more at larger N: split the N over several runs)
 bench-hollow: build
 	@export NODELET_BENCH_HOLLOW_NODES=$${NODELET_BENCH_HOLLOW_NODES:-1,5,10,20,40}; \
 	$(BENCH) -bench '^BenchmarkHollow$$' -timeout 240m

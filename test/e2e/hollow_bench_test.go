@@ -80,13 +80,30 @@ import (
 //     kubelet's fake runtime is inside its own process and figures);
 //   - whether every Node stayed Ready through idle (checked every 5 s).
 //
+// Then churn: CHURN pods of each node deleted and as many new ones created
+// on it, one delete and one create at a time at RATE, until the new pods
+// are Running and the deleted ones gone from the API. It prints the new
+// pods' start-up p50/p99 and the nodes' API requests per churned pod (its
+// delete and its replacement's start, from the first delete until both
+// are done).
+//
+// Then an API server restart (hack/cluster.sh stop-apiserver, then
+// start-apiserver at once, which returns when /readyz answers): the time
+// from /readyz answering until every Node is Ready and every node's Lease
+// was renewed after the stop, the nodes' API requests per node from the
+// stop until a minute after the return, and the pods restarted by it
+// (gone, a new UID, not Running, or a container's restart count up; the
+// goal is none).
+//
+// Last, the largest N at which an arm held: every Node Ready through idle,
+// lease update p99 ≤ 2 s, pod start-up p99 ≤ 5 s (the first pods and the
+// churned ones), and so at every smaller N run.
+//
 // Knobs: NODELET_BENCH_HOLLOW_NODES (comma-separated N; unset, the
 // benchmark skips: make bench-hollow sets it), _PODS (per node, 30), _RATE
-// (pods/s, 5), _SETTLE (1m), _IDLE (5m), _ARMS (nodelet,kubelet).
-//
-// Not yet: churn and an API server restart (issue 28, item 1), and the
-// largest N that holds, which needs runs at larger N than fit one locked
-// run here.
+// (pods/s, 5), _SETTLE (1m), _IDLE (5m), _CHURN (pods per node, 10; 0 skips
+// churn), _RESTART (1; 0 skips the API server restart), _ARMS
+// (nodelet,kubelet).
 func BenchmarkHollow(b *testing.B) {
 	cfg, ok := hollowBenchConfig(b)
 	if !ok {
@@ -129,6 +146,8 @@ type hollowConfig struct {
 	podsPerNode  int
 	rate         float64 // pods created per second, all nodes together
 	settle, idle time.Duration
+	churn        int  // pods per node deleted and replaced
+	restart      bool // restart the API server
 	arms         []string
 }
 
@@ -138,7 +157,7 @@ func hollowBenchConfig(b *testing.B) (hollowConfig, bool) {
 	if nodes == "" {
 		return hollowConfig{}, false
 	}
-	cfg := hollowConfig{podsPerNode: 30, rate: 5, settle: time.Minute, idle: 5 * time.Minute, arms: []string{"nodelet", "kubelet"}}
+	cfg := hollowConfig{podsPerNode: 30, rate: 5, settle: time.Minute, idle: 5 * time.Minute, churn: 10, restart: true, arms: []string{"nodelet", "kubelet"}}
 	for f := range strings.SplitSeq(nodes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
@@ -152,6 +171,19 @@ func hollowBenchConfig(b *testing.B) (hollowConfig, bool) {
 			b.Fatalf("NODELET_BENCH_HOLLOW_PODS=%q: not a pod count", v)
 		}
 		cfg.podsPerNode = n
+	}
+	if v := env("CHURN"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > cfg.podsPerNode {
+			b.Fatalf("NODELET_BENCH_HOLLOW_CHURN=%q: not a pod count from 0 to the pods per node (%d)", v, cfg.podsPerNode)
+		}
+		cfg.churn = n
+	}
+	if v := env("RESTART"); v != "" {
+		if v != "0" && v != "1" {
+			b.Fatalf("NODELET_BENCH_HOLLOW_RESTART=%q: neither 0 nor 1", v)
+		}
+		cfg.restart = v == "1"
 	}
 	if v := env("RATE"); v != "" {
 		r, err := strconv.ParseFloat(v, 64)
@@ -219,6 +251,17 @@ type hollowResult struct {
 	runtimeCPU, runtimeRSS float64 // the fake runtime process (nodelet arm)
 	idle                   time.Duration
 	notReady               []string // nodes seen not Ready during idle
+	startEvents            int      // the nodes' event writes from the first create to all Running
+
+	churned      int             // pods deleted and as many created
+	churnStartup []time.Duration // the new pods', sorted
+	churnReqs    int             // the nodes' requests from the first delete until all done
+
+	restarted     bool          // the API server was restarted
+	outage        time.Duration // stop-apiserver issued to /readyz answering again
+	recovery      time.Duration // /readyz answering to every Node Ready with its Lease renewed
+	recoveryReqs  int           // the nodes' requests from the stop to a minute after the return
+	podsRestarted []string      // pods gone, replaced, not Running or restarted across it
 }
 
 // hollowAgent is one node agent process.
@@ -327,7 +370,7 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 		}
 	}()
 	admin := benchAdmin(b, cp)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	apiserverPID, err := componentPID(cp, "kube-apiserver")
 	if err != nil {
@@ -438,7 +481,7 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 	if err != nil {
 		return nil, err
 	}
-	res.startup = pw.startups()
+	res.startup = pw.startups("pod-")
 
 	// Step 3: settle, then the idle window.
 	if err := sleepCtx(ctx, cfg.settle); err != nil {
@@ -506,19 +549,157 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 		}
 	})
 
-	// Step 4: the nodes' requests, from the audit log.
+	// Step 4: churn.
+	windows := []window{{firstCreate, allRunning}, {idleFrom, idleTo}}
+	if cfg.churn > 0 {
+		churn, err := churnHollowPods(ctx, admin, pw, names, cfg, res)
+		if err != nil {
+			return nil, fmt.Errorf("churn: %w", err)
+		}
+		windows = append(windows, churn)
+	}
+
+	// Step 5: an API server restart.
+	if cfg.restart {
+		recovery, err := restartHollowAPIServer(ctx, cp, admin, names, res)
+		if err != nil {
+			return nil, fmt.Errorf("API server restart: %w", err)
+		}
+		windows = append(windows, recovery)
+	}
+
+	// Step 6: the nodes' requests, from the audit log.
 	users := map[string]bool{}
 	for _, name := range names {
 		users["system:node:"+name] = true
 	}
-	counts, leases, err := countHollowRequests(cp.AuditLog, users, []window{{firstCreate, allRunning}, {idleFrom, idleTo}})
+	counts, leases, err := countHollowRequests(cp.AuditLog, users, windows, window{idleFrom, idleTo})
 	if err != nil {
 		return nil, err
 	}
 	res.startReqs, res.idleReqs = counts[0].total, counts[1]
+	res.startEvents = eventWrites(counts[0].byKind)
+	if cfg.churn > 0 {
+		res.churnReqs = counts[2].total
+	}
+	if cfg.restart {
+		res.recoveryReqs = counts[len(counts)-1].total
+	}
 	res.leaseUpdates = len(leases)
 	res.leaseP99 = percentile(leases, 0.99)
 	return res, nil
+}
+
+// churnHollowPods deletes cfg.churn of each node's first pods and creates
+// as many new ones on it, a delete and a create at a time at cfg.rate, and
+// waits until the new pods are Running and the old ones gone. It returns
+// the window from the first delete until then.
+func churnHollowPods(ctx context.Context, c kubernetes.Interface, pw *hollowPodWatch, names []string, cfg hollowConfig, res *hollowResult) (window, error) {
+	n := len(names) * cfg.churn
+	var deleted []string
+	from := time.Now()
+	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.rate))
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		// pod-i is on names[i%len(names)]: the first cfg.churn rounds of
+		// the nodes.
+		old, name := fmt.Sprintf("pod-%d", i), fmt.Sprintf("churn-%d", i)
+		if err := c.CoreV1().Pods(hollowNamespace).Delete(ctx, old, metav1.DeleteOptions{}); err != nil {
+			return window{}, fmt.Errorf("delete %s: %w", old, err)
+		}
+		deleted = append(deleted, old)
+		pw.created(name, time.Now())
+		if _, err := c.CoreV1().Pods(hollowNamespace).Create(ctx, hollowPod(name, names[i%len(names)]), metav1.CreateOptions{}); err != nil {
+			return window{}, fmt.Errorf("create %s: %w", name, err)
+		}
+	}
+	running, err := pw.waitRunning(ctx, res.pods+n, 5*time.Minute)
+	if err != nil {
+		return window{}, err
+	}
+	gone, err := pw.waitGone(ctx, deleted, 5*time.Minute)
+	if err != nil {
+		return window{}, err
+	}
+	done := running
+	if gone.After(done) {
+		done = gone
+	}
+	res.churned = n
+	res.churnStartup = pw.startups("churn-")
+	fmt.Printf("hollow bench: %d pods churned in %v\n", n, done.Sub(from).Round(100*time.Millisecond))
+	return window{from, done}, nil
+}
+
+// restartHollowAPIServer stops the API server and starts it again at once,
+// waits until every Node is Ready and every node's Lease renewed after the
+// stop, and a minute after the return checks that no pod restarted. It
+// returns the window from the stop to a minute after the return.
+func restartHollowAPIServer(ctx context.Context, cp *controlPlane, c kubernetes.Interface, names []string, res *hollowResult) (window, error) {
+	before, err := c.CoreV1().Pods(hollowNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return window{}, err
+	}
+	stopped := time.Now()
+	if out, err := cp.script("stop-apiserver"); err != nil {
+		return window{}, fmt.Errorf("hack/cluster.sh stop-apiserver: %v\n%s", err, out)
+	}
+	if out, err := cp.script("start-apiserver"); err != nil {
+		return window{}, fmt.Errorf("hack/cluster.sh start-apiserver: %v\n%s", err, out)
+	}
+	back := time.Now()
+	res.restarted, res.outage = true, back.Sub(stopped)
+	deadline := back.Add(3 * time.Minute)
+	for {
+		pending := nodesNotReady(ctx, c, names)
+		if len(pending) == 0 {
+			pending = leasesNotRenewed(ctx, c, names, stopped)
+		}
+		if len(pending) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return window{}, fmt.Errorf("3 minutes after the API server returned, not Ready or no lease renewed: %s", strings.Join(pending, ", "))
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return window{}, err
+		}
+	}
+	res.recovery = time.Since(back)
+	fmt.Printf("hollow bench: API server away %v, every node Ready with its lease renewed %v after\n",
+		res.outage.Round(100*time.Millisecond), res.recovery.Round(100*time.Millisecond))
+	if err := sleepCtx(ctx, time.Until(back.Add(time.Minute))); err != nil {
+		return window{}, err
+	}
+	after, err := c.CoreV1().Pods(hollowNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return window{}, err
+	}
+	res.podsRestarted = podsRestarted(before.Items, after.Items)
+	return window{stopped, time.Now()}, nil
+}
+
+// leasesNotRenewed are the nodes of names whose Lease was not renewed
+// after since.
+func leasesNotRenewed(ctx context.Context, c kubernetes.Interface, names []string, since time.Time) []string {
+	list, err := c.CoordinationV1().Leases(v1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return names
+	}
+	renewed := map[string]bool{}
+	for _, l := range list.Items {
+		if l.Spec.RenewTime != nil && l.Spec.RenewTime.After(since) {
+			renewed[l.Name] = true
+		}
+	}
+	var out []string
+	for _, name := range names {
+		if !renewed[name] {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // hollowPod is a pause pod held on node by a nodeSelector.
@@ -540,13 +721,14 @@ type hollowPodWatch struct {
 	mu      sync.Mutex
 	create  map[string]time.Time
 	running map[string]time.Time
+	gone    map[string]time.Time // deleted from the API
 	changed chan struct{}
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
 
 func watchHollowPods(ctx context.Context, c kubernetes.Interface) (*hollowPodWatch, error) {
-	w := &hollowPodWatch{create: map[string]time.Time{}, running: map[string]time.Time{}, changed: make(chan struct{}), done: make(chan struct{})}
+	w := &hollowPodWatch{create: map[string]time.Time{}, running: map[string]time.Time{}, gone: map[string]time.Time{}, changed: make(chan struct{}), done: make(chan struct{})}
 	seen := func(obj any) {
 		pod, ok := obj.(*v1.Pod)
 		if !ok || pod.Status.Phase != v1.PodRunning {
@@ -561,6 +743,21 @@ func watchHollowPods(ctx context.Context, c kubernetes.Interface) (*hollowPodWat
 			w.changed = make(chan struct{})
 		}
 	}
+	deleted := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		pod, ok := obj.(*v1.Pod)
+		if !ok {
+			return
+		}
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.gone[pod.Name] = now
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
 	lw := cache.NewListWatchFromClient(c.CoreV1().RESTClient(), "pods", hollowNamespace, fields.Everything())
 	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
@@ -568,6 +765,7 @@ func watchHollowPods(ctx context.Context, c kubernetes.Interface) (*hollowPodWat
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    seen,
 			UpdateFunc: func(_, obj any) { seen(obj) },
+			DeleteFunc: deleted,
 		},
 	})
 	ctx, w.cancel = context.WithCancel(ctx)
@@ -613,13 +811,43 @@ func (w *hollowPodWatch) waitRunning(ctx context.Context, n int, limit time.Dura
 	}
 }
 
-// startups are the pods' start-up times, sorted.
-func (w *hollowPodWatch) startups() []time.Duration {
+// waitGone waits until every pod of names was deleted from the API and
+// returns when the last was.
+func (w *hollowPodWatch) waitGone(ctx context.Context, names []string, limit time.Duration) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for {
+		w.mu.Lock()
+		var last time.Time
+		left := 0
+		for _, name := range names {
+			at, ok := w.gone[name]
+			if !ok {
+				left++
+			} else if at.After(last) {
+				last = at
+			}
+		}
+		changed := w.changed
+		w.mu.Unlock()
+		if left == 0 {
+			return last, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%d of %d deleted pods still in the API: %w", left, len(names), ctx.Err())
+		}
+	}
+}
+
+// startups are the start-up times of the pods named prefix..., sorted.
+func (w *hollowPodWatch) startups(prefix string) []time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var d []time.Duration
 	for name, at := range w.running {
-		if c, ok := w.create[name]; ok {
+		if c, ok := w.create[name]; ok && strings.HasPrefix(name, prefix) {
 			d = append(d, at.Sub(c))
 		}
 	}
@@ -861,9 +1089,9 @@ type hollowAuditEvent struct {
 }
 
 // countHollowRequests counts, per window, the requests of users (each
-// once), and returns the latencies of their lease updates received in the
-// last window, sorted.
-func countHollowRequests(path string, users map[string]bool, windows []window) ([]requestCount, []time.Duration, error) {
+// once), and returns the latencies of their lease updates received in
+// leaseWindow, sorted.
+func countHollowRequests(path string, users map[string]bool, windows []window, leaseWindow window) ([]requestCount, []time.Duration, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("audit log: %w", err)
@@ -886,9 +1114,8 @@ func countHollowRequests(path string, users map[string]bool, windows []window) (
 		if !users[e.User.Username] {
 			continue
 		}
-		last := windows[len(windows)-1]
 		if e.Stage == "ResponseComplete" && e.Verb == "update" && e.ObjectRef != nil && e.ObjectRef.Resource == "leases" &&
-			!e.RequestReceivedTimestamp.Before(last.from) && !e.RequestReceivedTimestamp.After(last.to) {
+			!e.RequestReceivedTimestamp.Before(leaseWindow.from) && !e.RequestReceivedTimestamp.After(leaseWindow.to) {
 			leases = append(leases, e.StageTimestamp.Sub(e.RequestReceivedTimestamp))
 		}
 		if seen[e.AuditID] {
@@ -910,6 +1137,29 @@ func countHollowRequests(path string, users map[string]bool, windows []window) (
 	}
 	slices.Sort(leases)
 	return counts, leases, nil
+}
+
+// hollowHeld says why r did not hold, or "" when it did: every Node Ready
+// through idle, lease update p99 ≤ 2 s, start-up p99 ≤ 5 s (the first pods
+// and the churned ones).
+func hollowHeld(r *hollowResult) string {
+	var why []string
+	if r == nil {
+		return "not run or failed"
+	}
+	if len(r.notReady) > 0 {
+		why = append(why, fmt.Sprintf("%d Nodes not Ready", len(r.notReady)))
+	}
+	if p := percentile(r.startup, 0.99); p > 5*time.Second {
+		why = append(why, fmt.Sprintf("start-up p99 %.2fs", p.Seconds()))
+	}
+	if p := percentile(r.churnStartup, 0.99); p > 5*time.Second {
+		why = append(why, fmt.Sprintf("churn start-up p99 %.2fs", p.Seconds()))
+	}
+	if r.leaseP99 > 2*time.Second {
+		why = append(why, fmt.Sprintf("lease update p99 %.2fs", r.leaseP99.Seconds()))
+	}
+	return strings.Join(why, ", ")
 }
 
 // printHollowTable prints each N's figures for both arms and their ratio,
@@ -934,6 +1184,7 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 		{"pod start-up p90", func(r *hollowResult) float64 { return percentile(r.startup, 0.9).Seconds() }, "s"},
 		{"pod start-up p99 (SLO ≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.startup, 0.99).Seconds() }, "s"},
 		{"API requests per pod start", func(r *hollowResult) float64 { return float64(r.startReqs) / float64(r.pods) }, ""},
+		{"event writes per pod start", func(r *hollowResult) float64 { return float64(r.startEvents) / float64(r.pods) }, ""},
 		{"API requests per node per minute idle", func(r *hollowResult) float64 { return perNodeMin(r, float64(r.idleReqs.total)) }, ""},
 		{"watches per node", func(r *hollowResult) float64 { return r.watches / float64(r.nodes) }, ""},
 		{"lease update p99 idle (≤ 2 s)", func(r *hollowResult) float64 { return r.leaseP99.Seconds() * 1000 }, "ms"},
@@ -944,6 +1195,19 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 		{"agent RSS per node", func(r *hollowResult) float64 { return float64(r.agentRSS) / 1024 / float64(r.nodes) }, "MiB"},
 		{"fake runtime CPU per node idle (%)", func(r *hollowResult) float64 { return core(r, r.runtimeCPU) / float64(r.nodes) }, "%"},
 		{"fake runtime RSS per node", func(r *hollowResult) float64 { return r.runtimeRSS / 1024 / float64(r.nodes) }, "MiB"},
+	}
+	if cfg.churn > 0 {
+		rows = append(rows,
+			row{"churn: new pods' start-up p50", func(r *hollowResult) float64 { return percentile(r.churnStartup, 0.5).Seconds() }, "s"},
+			row{"churn: new pods' start-up p99 (≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.churnStartup, 0.99).Seconds() }, "s"},
+			row{"churn: API requests per pod churned", func(r *hollowResult) float64 { return float64(r.churnReqs) / float64(max(r.churned, 1)) }, ""})
+	}
+	if cfg.restart {
+		rows = append(rows,
+			row{"restart: API server away", func(r *hollowResult) float64 { return r.outage.Seconds() }, "s"},
+			row{"restart: back to all Ready + leases renewed", func(r *hollowResult) float64 { return r.recovery.Seconds() }, "s"},
+			row{"restart: API requests per node (stop to +1 min)", func(r *hollowResult) float64 { return float64(r.recoveryReqs) / float64(r.nodes) }, ""},
+			row{"restart: pods restarted", func(r *hollowResult) float64 { return float64(len(r.podsRestarted)) }, ""})
 	}
 	for _, n := range cfg.nodes {
 		k, nl := byKey["kubelet/"+strconv.Itoa(n)], byKey["nodelet/"+strconv.Itoa(n)]
@@ -973,7 +1237,15 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 				ready = "NOT Ready during idle: " + strings.Join(r.notReady, ", ")
 			}
 			fmt.Fprintf(w, "  %s: %s; %d lease updates idle; %d pods\n", r.arm, ready, r.leaseUpdates, r.pods)
+			if len(r.podsRestarted) > 0 {
+				fmt.Fprintf(w, "  %s: pods restarted across the API server restart: %s\n", r.arm, strings.Join(r.podsRestarted, ", "))
+			}
 		}
+	}
+	fmt.Fprintf(w, "\nlargest N held (every Node Ready through idle, lease update p99 ≤ 2 s, start-up p99 ≤ 5 s, at that N and every smaller N run)\n")
+	for _, arm := range []string{"kubelet", "nodelet"} {
+		held, why := hollowLargestN(cfg.nodes, func(n int) string { return hollowHeld(byKey[arm+"/"+strconv.Itoa(n)]) })
+		fmt.Fprintf(w, "  %-8s %s\n", arm, heldString(held, why))
 	}
 	if len(cfg.nodes) >= 2 {
 		fmt.Fprintf(w, "\nadded per node (least-squares slope over N = %v)\n", cfg.nodes)
