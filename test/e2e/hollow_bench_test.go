@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -103,12 +104,33 @@ import (
 // benchmark skips: make bench-hollow sets it), _PODS (per node, 30), _RATE
 // (pods/s, 5), _SETTLE (1m), _IDLE (5m), _CHURN (pods per node, 10; 0 skips
 // churn), _RESTART (1; 0 skips the API server restart), _ARMS
-// (nodelet,kubelet).
+// (nodelet,kubelet). A table too long for one run is split: each run with
+// NODELET_BENCH_HOLLOW_RESULTS=FILE appends its results to FILE (a JSON
+// line per arm and N), and NODELET_BENCH_HOLLOW_REPORT=FILE[,FILE...] runs
+// nothing and prints the table of what the files hold (the goals of issue
+// 28's item 3 and the slopes over N among it). Each N's header says what
+// its arms ran with and the load average when each ended.
 func BenchmarkHollow(b *testing.B) {
+	if report := os.Getenv("NODELET_BENCH_HOLLOW_REPORT"); report != "" {
+		results, err := readHollowResults(strings.Split(report, ","))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := hollowConfig{}
+		for _, r := range results {
+			if !slices.Contains(cfg.nodes, r.nodes) {
+				cfg.nodes = append(cfg.nodes, r.nodes)
+			}
+		}
+		slices.Sort(cfg.nodes)
+		printHollowTable(os.Stdout, cfg, results)
+		return
+	}
 	cfg, ok := hollowBenchConfig(b)
 	if !ok {
 		b.Skip("NODELET_BENCH_HOLLOW_NODES is not set (make bench-hollow sets it)")
 	}
+	keep := os.Getenv("NODELET_BENCH_HOLLOW_RESULTS")
 	began := time.Now()
 	bins := hollowBinaries(b)
 	var results []*hollowResult
@@ -127,7 +149,13 @@ func BenchmarkHollow(b *testing.B) {
 				fmt.Printf("hollow bench: %s N=%d failed after %v: %v\n", arm, n, time.Since(start).Round(time.Second), firstLine(err.Error()))
 			}
 			if res != nil {
+				res.load, res.at = loadAverage(), time.Now().UTC()
 				results = append(results, res)
+				if keep != "" {
+					if err := appendHollowResult(keep, res); err != nil {
+						failures = append(failures, fmt.Sprintf("%s N=%d: keep the result: %v", arm, n, err))
+					}
+				}
 				fmt.Printf("hollow bench: %s N=%d done in %v\n", arm, n, time.Since(start).Round(time.Second))
 			}
 		}
@@ -228,40 +256,6 @@ func hollowBinaries(b *testing.B) hollowBins {
 	}
 	bins.hollowKubelet = strings.TrimSpace(string(out))
 	return bins
-}
-
-// hollowResult is what one arm measured at one N.
-type hollowResult struct {
-	arm   string
-	nodes int
-	pods  int
-
-	join                   time.Duration
-	startup                []time.Duration // per pod, sorted
-	startReqs              int             // the nodes' requests from the first create to all Running
-	idleReqs               requestCount    // the nodes' requests over idle
-	watches                float64         // the nodes' watches open at the end of idle
-	leaseP99               time.Duration   // lease updates' latency over idle
-	leaseUpdates           int
-	etcdWrites             float64 // over idle
-	apiserverCPU           float64 // seconds over idle
-	apiserverRSS           int64   // KiB, end of idle
-	agentCPU               float64 // seconds over idle, all agents
-	agentRSS               int64   // KiB, all agents, end of idle
-	runtimeCPU, runtimeRSS float64 // the fake runtime process (nodelet arm)
-	idle                   time.Duration
-	notReady               []string // nodes seen not Ready during idle
-	startEvents            int      // the nodes' event writes from the first create to all Running
-
-	churned      int             // pods deleted and as many created
-	churnStartup []time.Duration // the new pods', sorted
-	churnReqs    int             // the nodes' requests from the first delete until all done
-
-	restarted     bool          // the API server was restarted
-	outage        time.Duration // stop-apiserver issued to /readyz answering again
-	recovery      time.Duration // /readyz answering to every Node Ready with its Lease renewed
-	recoveryReqs  int           // the nodes' requests from the stop to a minute after the return
-	podsRestarted []string      // pods gone, replaced, not Running or restarted across it
 }
 
 // hollowAgent is one node agent process.
@@ -453,7 +447,8 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 	if err := waitNodesReady(ctx, admin, names, agents); err != nil {
 		return nil, err
 	}
-	res = &hollowResult{arm: arm, nodes: n, pods: n * cfg.podsPerNode, join: time.Since(started)}
+	res = &hollowResult{arm: arm, nodes: n, pods: n * cfg.podsPerNode, join: time.Since(started),
+		podsPerNode: cfg.podsPerNode, churnPerNode: cfg.churn, rate: cfg.rate, settle: cfg.settle}
 	fmt.Printf("hollow bench: %d %s nodes Ready in %v\n", n, arm, res.join.Round(100*time.Millisecond))
 
 	// Step 2: the pods, at cfg.rate, and their start-up.
@@ -577,7 +572,7 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 	if err != nil {
 		return nil, err
 	}
-	res.startReqs, res.idleReqs = counts[0].total, counts[1]
+	res.startReqs, res.idleReqs, res.idleByKind = counts[0].total, counts[1].total, counts[1].byKind
 	res.startEvents = eventWrites(counts[0].byKind)
 	if cfg.churn > 0 {
 		res.churnReqs = counts[2].total
@@ -1139,6 +1134,63 @@ func countHollowRequests(path string, users map[string]bool, windows []window, l
 	return counts, leases, nil
 }
 
+// printHollowGoals prints issue 28's goals (item 3) at the largest N both
+// arms ran, as met or missed: idle requests per node and watches per node
+// at most half the hollow kubelet's, the API server's memory added per node
+// (RSS slope over N) at most half, start-up p99 within 5 s, event writes
+// per pod start no more than the kubelet's.
+func printHollowGoals(w io.Writer, nodes []int, byKey map[string]*hollowResult) {
+	n := 0
+	for _, x := range nodes {
+		if byKey["kubelet/"+strconv.Itoa(x)] != nil && byKey["nodelet/"+strconv.Itoa(x)] != nil && x > n {
+			n = x
+		}
+	}
+	if n == 0 {
+		return
+	}
+	k, nl := byKey["kubelet/"+strconv.Itoa(n)], byKey["nodelet/"+strconv.Itoa(n)]
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	perNode := func(r *hollowResult) float64 { return float64(r.idleReqs) / float64(r.nodes) / r.idle.Minutes() }
+	fmt.Fprintf(w, "\ngoals (issue 28, item 3) at N=%d, the largest N both arms ran\n", n)
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return math.Inf(1)
+		}
+		return a / b
+	}
+	q := ratio(perNode(nl), perNode(k))
+	fmt.Fprintf(w, "  idle requests per node ≤ 0.5× the kubelet's: %.2f vs %.2f per minute, %.2f× — %s\n", perNode(nl), perNode(k), q, verdict(q <= 0.5))
+	q = ratio(nl.watches/float64(nl.nodes), k.watches/float64(k.nodes))
+	fmt.Fprintf(w, "  watches per node ≤ 0.5× the kubelet's: %.2f vs %.2f, %.2f× — %s\n", nl.watches/float64(nl.nodes), k.watches/float64(k.nodes), q, verdict(q <= 0.5))
+	var xs, kr, nr []float64
+	for _, x := range nodes {
+		kx, nx := byKey["kubelet/"+strconv.Itoa(x)], byKey["nodelet/"+strconv.Itoa(x)]
+		if kx != nil && nx != nil {
+			xs = append(xs, float64(x))
+			kr = append(kr, float64(kx.apiserverRSS)/1024)
+			nr = append(nr, float64(nx.apiserverRSS)/1024)
+		}
+	}
+	if len(xs) >= 2 {
+		ks, ns := slope(xs, kr), slope(xs, nr)
+		q = ratio(ns, ks)
+		ok := ns <= 0.5*ks
+		fmt.Fprintf(w, "  API server memory per node ≤ 0.5× (RSS slope over N = %v, both arms): %.2f vs %.2f MiB per node, %.2f× — %s\n", xs, ns, ks, q, verdict(ok))
+	} else {
+		fmt.Fprintf(w, "  API server memory per node: needs two N or more run by both arms\n")
+	}
+	p99 := max(percentile(nl.startup, 0.99), percentile(nl.churnStartup, 0.99))
+	fmt.Fprintf(w, "  nodelet's start-up p99 ≤ 5 s (first and churned pods): %.2fs — %s\n", p99.Seconds(), verdict(p99 <= 5*time.Second))
+	ne, ke := float64(nl.startEvents)/float64(nl.pods), float64(k.startEvents)/float64(k.pods)
+	fmt.Fprintf(w, "  event writes per pod start ≤ the kubelet's: %.2f vs %.2f — %s\n", ne, ke, verdict(ne <= ke))
+}
+
 // hollowHeld says why r did not hold, or "" when it did: every Node Ready
 // through idle, lease update p99 ≤ 2 s, start-up p99 ≤ 5 s (the first pods
 // and the churned ones).
@@ -1165,8 +1217,7 @@ func hollowHeld(r *hollowResult) string {
 // printHollowTable prints each N's figures for both arms and their ratio,
 // then the slopes over N, then the idle requests by kind.
 func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
-	fmt.Fprintf(w, "hollow nodes: N agents on fake CRI runtimes against one control plane each (fresh per arm and N); %d pods per node created at %.1f/s; settle %v, idle %v\n",
-		cfg.podsPerNode, cfg.rate, cfg.settle, cfg.idle)
+	fmt.Fprintf(w, "hollow nodes: N agents on fake CRI runtimes against one control plane each (fresh per arm and N); a simulation on one machine\n")
 	byKey := map[string]*hollowResult{}
 	for _, r := range res {
 		byKey[fmt.Sprintf("%s/%d", r.arm, r.nodes)] = r
@@ -1185,7 +1236,7 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 		{"pod start-up p99 (SLO ≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.startup, 0.99).Seconds() }, "s"},
 		{"API requests per pod start", func(r *hollowResult) float64 { return float64(r.startReqs) / float64(r.pods) }, ""},
 		{"event writes per pod start", func(r *hollowResult) float64 { return float64(r.startEvents) / float64(r.pods) }, ""},
-		{"API requests per node per minute idle", func(r *hollowResult) float64 { return perNodeMin(r, float64(r.idleReqs.total)) }, ""},
+		{"API requests per node per minute idle", func(r *hollowResult) float64 { return perNodeMin(r, float64(r.idleReqs)) }, ""},
 		{"watches per node", func(r *hollowResult) float64 { return r.watches / float64(r.nodes) }, ""},
 		{"lease update p99 idle (≤ 2 s)", func(r *hollowResult) float64 { return r.leaseP99.Seconds() * 1000 }, "ms"},
 		{"etcd writes per node per minute idle (all ÷ N)", func(r *hollowResult) float64 { return perNodeMin(r, r.etcdWrites) }, ""},
@@ -1196,13 +1247,13 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 		{"fake runtime CPU per node idle (%)", func(r *hollowResult) float64 { return core(r, r.runtimeCPU) / float64(r.nodes) }, "%"},
 		{"fake runtime RSS per node", func(r *hollowResult) float64 { return r.runtimeRSS / 1024 / float64(r.nodes) }, "MiB"},
 	}
-	if cfg.churn > 0 {
+	if slices.ContainsFunc(res, func(r *hollowResult) bool { return r.churned > 0 }) {
 		rows = append(rows,
 			row{"churn: new pods' start-up p50", func(r *hollowResult) float64 { return percentile(r.churnStartup, 0.5).Seconds() }, "s"},
 			row{"churn: new pods' start-up p99 (≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.churnStartup, 0.99).Seconds() }, "s"},
 			row{"churn: API requests per pod churned", func(r *hollowResult) float64 { return float64(r.churnReqs) / float64(max(r.churned, 1)) }, ""})
 	}
-	if cfg.restart {
+	if slices.ContainsFunc(res, func(r *hollowResult) bool { return r.restarted }) {
 		rows = append(rows,
 			row{"restart: API server away", func(r *hollowResult) float64 { return r.outage.Seconds() }, "s"},
 			row{"restart: back to all Ready + leases renewed", func(r *hollowResult) float64 { return r.recovery.Seconds() }, "s"},
@@ -1211,7 +1262,14 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 	}
 	for _, n := range cfg.nodes {
 		k, nl := byKey["kubelet/"+strconv.Itoa(n)], byKey["nodelet/"+strconv.Itoa(n)]
-		fmt.Fprintf(w, "\nN = %d\n  %-42s %12s %12s %16s\n", n, "", "hollow kubelet", "nodelet", "nodelet÷kubelet")
+		fmt.Fprintf(w, "\nN = %d\n", n)
+		for _, r := range []*hollowResult{k, nl} {
+			if r != nil {
+				fmt.Fprintf(w, "  %s: %d pods per node at %.1f/s, settle %v, idle %v, churn %d per node, API server restart %v; ended %s, load average then %s\n",
+					r.arm, r.podsPerNode, r.rate, r.settle, r.idle.Round(time.Second), r.churnPerNode, r.restarted, r.at.Format(time.DateTime), r.load)
+			}
+		}
+		fmt.Fprintf(w, "  %-48s %14s %12s %16s\n", "", "hollow kubelet", "nodelet", "nodelet÷kubelet")
 		for _, rw := range rows {
 			cell := func(r *hollowResult) string {
 				if r == nil {
@@ -1226,7 +1284,7 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 			if k != nil && nl != nil && rw.get(k) > 0 {
 				ratio = fmt.Sprintf("%.2fx", rw.get(nl)/rw.get(k))
 			}
-			fmt.Fprintf(w, "  %-42s %12s %12s %16s\n", rw.label, cell(k), cell(nl), ratio)
+			fmt.Fprintf(w, "  %-48s %14s %12s %16s\n", rw.label, cell(k), cell(nl), ratio)
 		}
 		for _, r := range []*hollowResult{k, nl} {
 			if r == nil {
@@ -1264,15 +1322,16 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 			}
 		}
 	}
+	printHollowGoals(w, cfg.nodes, byKey)
 	for _, r := range res {
 		fmt.Fprintf(w, "\nidle requests by kind, %s N=%d (per node per minute)\n", r.arm, r.nodes)
-		kinds := make([]string, 0, len(r.idleReqs.byKind))
-		for kind := range r.idleReqs.byKind {
+		kinds := make([]string, 0, len(r.idleByKind))
+		for kind := range r.idleByKind {
 			kinds = append(kinds, kind)
 		}
-		sort.Slice(kinds, func(i, j int) bool { return r.idleReqs.byKind[kinds[i]] > r.idleReqs.byKind[kinds[j]] })
+		sort.Slice(kinds, func(i, j int) bool { return r.idleByKind[kinds[i]] > r.idleByKind[kinds[j]] })
 		for _, kind := range kinds {
-			fmt.Fprintf(w, "  %8.2f  %s\n", perNodeMin(r, float64(r.idleReqs.byKind[kind])), kind)
+			fmt.Fprintf(w, "  %8.2f  %s\n", perNodeMin(r, float64(r.idleByKind[kind])), kind)
 		}
 	}
 }

@@ -6,8 +6,13 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
+	"os"
+	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,6 +154,177 @@ func heldString(n int, why string) string {
 	return s
 }
 
+// hollowResult is what one arm measured at one N.
+type hollowResult struct {
+	arm   string
+	nodes int
+	pods  int
+
+	podsPerNode, churnPerNode int
+	rate                      float64
+	settle                    time.Duration
+
+	join                   time.Duration
+	startup                []time.Duration // per pod, sorted
+	startReqs              int             // the nodes' requests from the first create to all Running
+	idleReqs               int             // the nodes' requests over idle
+	idleByKind             map[string]int  // ... by kind (auditEvent.kind)
+	watches                float64         // the nodes' watches open at the end of idle
+	leaseP99               time.Duration   // lease updates' latency over idle
+	leaseUpdates           int
+	etcdWrites             float64 // over idle
+	apiserverCPU           float64 // seconds over idle
+	apiserverRSS           int64   // KiB, end of idle
+	agentCPU               float64 // seconds over idle, all agents
+	agentRSS               int64   // KiB, all agents, end of idle
+	runtimeCPU, runtimeRSS float64 // the fake runtime process (nodelet arm)
+	idle                   time.Duration
+	notReady               []string // nodes seen not Ready during idle
+	startEvents            int      // the nodes' event writes from the first create to all Running
+
+	churned      int             // pods deleted and as many created
+	churnStartup []time.Duration // the new pods', sorted
+	churnReqs    int             // the nodes' requests from the first delete until all done
+
+	restarted     bool          // the API server was restarted
+	outage        time.Duration // stop-apiserver issued to /readyz answering again
+	recovery      time.Duration // /readyz answering to every Node Ready with its Lease renewed
+	recoveryReqs  int           // the nodes' requests from the stop to a minute after the return
+	podsRestarted []string      // pods gone, replaced, not Running or restarted across it
+
+	load string    // the load average when the arm ended
+	at   time.Time // when the arm ended
+}
+
+// hollowRecord is a hollowResult as BenchmarkHollow keeps it in
+// NODELET_BENCH_HOLLOW_RESULTS (a JSON object a line), so that a table
+// split over several runs (by N, or by arm) can be printed as one
+// (NODELET_BENCH_HOLLOW_REPORT).
+type hollowRecord struct {
+	Arm           string          `json:"arm"`
+	Nodes         int             `json:"nodes"`
+	Pods          int             `json:"pods"`
+	PodsPerNode   int             `json:"podsPerNode"`
+	ChurnPerNode  int             `json:"churnPerNode"`
+	Rate          float64         `json:"rate"`
+	Settle        time.Duration   `json:"settle"`
+	Join          time.Duration   `json:"join"`
+	Startup       []time.Duration `json:"startup"`
+	StartReqs     int             `json:"startReqs"`
+	StartEvents   int             `json:"startEvents"`
+	IdleReqs      int             `json:"idleReqs"`
+	IdleByKind    map[string]int  `json:"idleByKind"`
+	Watches       float64         `json:"watches"`
+	LeaseP99      time.Duration   `json:"leaseP99"`
+	LeaseUpdates  int             `json:"leaseUpdates"`
+	EtcdWrites    float64         `json:"etcdWrites"`
+	APIServerCPU  float64         `json:"apiserverCPU"`
+	APIServerRSS  int64           `json:"apiserverRSS"`
+	AgentCPU      float64         `json:"agentCPU"`
+	AgentRSS      int64           `json:"agentRSS"`
+	RuntimeCPU    float64         `json:"runtimeCPU"`
+	RuntimeRSS    float64         `json:"runtimeRSS"`
+	Idle          time.Duration   `json:"idle"`
+	NotReady      []string        `json:"notReady"`
+	Churned       int             `json:"churned"`
+	ChurnStartup  []time.Duration `json:"churnStartup"`
+	ChurnReqs     int             `json:"churnReqs"`
+	Restarted     bool            `json:"restarted"`
+	Outage        time.Duration   `json:"outage"`
+	Recovery      time.Duration   `json:"recovery"`
+	RecoveryReqs  int             `json:"recoveryReqs"`
+	PodsRestarted []string        `json:"podsRestarted"`
+	Load          string          `json:"load"` // load average at the arm's end
+	At            time.Time       `json:"at"`
+}
+
+func (r *hollowResult) record() hollowRecord {
+	return hollowRecord{
+		Arm: r.arm, Nodes: r.nodes, Pods: r.pods, PodsPerNode: r.podsPerNode, ChurnPerNode: r.churnPerNode, Rate: r.rate, Settle: r.settle,
+		Join: r.join, Startup: r.startup, StartReqs: r.startReqs, StartEvents: r.startEvents, IdleReqs: r.idleReqs, IdleByKind: r.idleByKind,
+		Watches: r.watches, LeaseP99: r.leaseP99, LeaseUpdates: r.leaseUpdates, EtcdWrites: r.etcdWrites,
+		APIServerCPU: r.apiserverCPU, APIServerRSS: r.apiserverRSS, AgentCPU: r.agentCPU, AgentRSS: r.agentRSS,
+		RuntimeCPU: r.runtimeCPU, RuntimeRSS: r.runtimeRSS, Idle: r.idle, NotReady: r.notReady,
+		Churned: r.churned, ChurnStartup: r.churnStartup, ChurnReqs: r.churnReqs,
+		Restarted: r.restarted, Outage: r.outage, Recovery: r.recovery, RecoveryReqs: r.recoveryReqs, PodsRestarted: r.podsRestarted,
+		Load: r.load, At: r.at,
+	}
+}
+
+func (rec hollowRecord) result() *hollowResult {
+	return &hollowResult{
+		arm: rec.Arm, nodes: rec.Nodes, pods: rec.Pods, podsPerNode: rec.PodsPerNode, churnPerNode: rec.ChurnPerNode, rate: rec.Rate, settle: rec.Settle,
+		join: rec.Join, startup: rec.Startup, startReqs: rec.StartReqs, startEvents: rec.StartEvents, idleReqs: rec.IdleReqs, idleByKind: rec.IdleByKind,
+		watches: rec.Watches, leaseP99: rec.LeaseP99, leaseUpdates: rec.LeaseUpdates, etcdWrites: rec.EtcdWrites,
+		apiserverCPU: rec.APIServerCPU, apiserverRSS: rec.APIServerRSS, agentCPU: rec.AgentCPU, agentRSS: rec.AgentRSS,
+		runtimeCPU: rec.RuntimeCPU, runtimeRSS: rec.RuntimeRSS, idle: rec.Idle, notReady: rec.NotReady,
+		churned: rec.Churned, churnStartup: rec.ChurnStartup, churnReqs: rec.ChurnReqs,
+		restarted: rec.Restarted, outage: rec.Outage, recovery: rec.Recovery, recoveryReqs: rec.RecoveryReqs, podsRestarted: rec.PodsRestarted,
+		load: rec.Load, at: rec.At,
+	}
+}
+
+// appendHollowResult appends r to the results file at path (made 0600 if
+// new), one JSON line written at once.
+func appendHollowResult(path string, r *hollowResult) error {
+	line, err := json.Marshal(r.record())
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("results %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// readHollowResults reads results files (at most 16 MiB each); of an arm
+// and N found more than once, the last one read counts.
+func readHollowResults(paths []string) ([]*hollowResult, error) {
+	byKey := map[string]int{}
+	var out []*hollowResult
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		limited := &io.LimitedReader{R: f, N: 16<<20 + 1}
+		sc := bufio.NewScanner(limited)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for line := 1; sc.Scan(); line++ {
+			var rec hollowRecord
+			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+			}
+			if rec.Arm != "nodelet" && rec.Arm != "kubelet" || rec.Nodes < 1 {
+				f.Close()
+				return nil, fmt.Errorf("%s:%d: arm %q, %d nodes: not a result of BenchmarkHollow", path, line, rec.Arm, rec.Nodes)
+			}
+			key := fmt.Sprintf("%s/%d", rec.Arm, rec.Nodes)
+			if i, ok := byKey[key]; ok {
+				out[i] = rec.result()
+				continue
+			}
+			byKey[key] = len(out)
+			out = append(out, rec.result())
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if limited.N <= 0 {
+			return nil, fmt.Errorf("%s: larger than 16 MiB", path)
+		}
+	}
+	return out, nil
+}
+
 func TestHollowPercentile(t *testing.T) {
 	ms := func(v ...int) []time.Duration {
 		var d []time.Duration
@@ -285,5 +461,37 @@ func TestHollowLargestN(t *testing.T) {
 	}
 	if s := heldString(0, "N=1: x"); s != "none (not at N=1: x)" {
 		t.Errorf("heldString: %q", s)
+	}
+}
+
+func TestHollowResultsRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "results.jsonl")
+	a := &hollowResult{arm: "nodelet", nodes: 5, pods: 150, podsPerNode: 30, churnPerNode: 10, rate: 5, settle: time.Minute,
+		join: 3 * time.Second, startup: []time.Duration{time.Second, 2 * time.Second}, startReqs: 600, startEvents: 300,
+		idleReqs: 40, idleByKind: map[string]int{"update leases.coordination.k8s.io": 40}, watches: 12, leaseP99: 5 * time.Millisecond,
+		leaseUpdates: 40, etcdWrites: 99, apiserverCPU: 1.5, apiserverRSS: 300000, agentCPU: 0.5, agentRSS: 200000,
+		runtimeCPU: 0.1, runtimeRSS: 1000, idle: time.Minute, notReady: []string{"hollow-nodelet-3"},
+		churned: 50, churnStartup: []time.Duration{time.Second}, churnReqs: 400, restarted: true, outage: 8 * time.Second,
+		recovery: 2 * time.Second, recoveryReqs: 77, podsRestarted: []string{"pod-1 (gone)"}, load: "1.00 0.50 0.25", at: time.Unix(1e9, 0).UTC()}
+	k1 := &hollowResult{arm: "kubelet", nodes: 5, pods: 150, startReqs: 1}
+	k2 := &hollowResult{arm: "kubelet", nodes: 5, pods: 150, startReqs: 2}
+	for _, r := range []*hollowResult{a, k1, k2} {
+		if err := appendHollowResult(path, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := readHollowResults([]string{path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet arm at N=5 twice: the later one counts.
+	if len(got) != 2 || !reflect.DeepEqual(got[0], a) || !reflect.DeepEqual(got[1], k2) {
+		t.Errorf("read back:\n%+v\n%+v\nwant\n%+v\n%+v", got[0], got[1], a, k2)
+	}
+	if err := os.WriteFile(path, []byte(`{"arm":"other","nodes":1}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readHollowResults([]string{path}); err == nil {
+		t.Error("a record of neither arm was read")
 	}
 }
