@@ -188,6 +188,7 @@ type hollowResult struct {
 
 	restarted     bool          // the API server was restarted
 	outage        time.Duration // stop-apiserver issued to /readyz answering again
+	stopTook      time.Duration // stop-apiserver issued to the process gone
 	recovery      time.Duration // /readyz answering to every Node Ready with its Lease renewed
 	recoveryReqs  int           // the nodes' requests from the stop to a minute after the return
 	podsRestarted []string      // pods gone, replaced, not Running or restarted across it
@@ -231,6 +232,7 @@ type hollowRecord struct {
 	ChurnReqs     int             `json:"churnReqs"`
 	Restarted     bool            `json:"restarted"`
 	Outage        time.Duration   `json:"outage"`
+	StopTook      time.Duration   `json:"stopTook"`
 	Recovery      time.Duration   `json:"recovery"`
 	RecoveryReqs  int             `json:"recoveryReqs"`
 	PodsRestarted []string        `json:"podsRestarted"`
@@ -246,7 +248,7 @@ func (r *hollowResult) record() hollowRecord {
 		APIServerCPU: r.apiserverCPU, APIServerRSS: r.apiserverRSS, AgentCPU: r.agentCPU, AgentRSS: r.agentRSS,
 		RuntimeCPU: r.runtimeCPU, RuntimeRSS: r.runtimeRSS, Idle: r.idle, NotReady: r.notReady,
 		Churned: r.churned, ChurnStartup: r.churnStartup, ChurnReqs: r.churnReqs,
-		Restarted: r.restarted, Outage: r.outage, Recovery: r.recovery, RecoveryReqs: r.recoveryReqs, PodsRestarted: r.podsRestarted,
+		Restarted: r.restarted, Outage: r.outage, StopTook: r.stopTook, Recovery: r.recovery, RecoveryReqs: r.recoveryReqs, PodsRestarted: r.podsRestarted,
 		Load: r.load, At: r.at,
 	}
 }
@@ -259,7 +261,7 @@ func (rec hollowRecord) result() *hollowResult {
 		apiserverCPU: rec.APIServerCPU, apiserverRSS: rec.APIServerRSS, agentCPU: rec.AgentCPU, agentRSS: rec.AgentRSS,
 		runtimeCPU: rec.RuntimeCPU, runtimeRSS: rec.RuntimeRSS, idle: rec.Idle, notReady: rec.NotReady,
 		churned: rec.Churned, churnStartup: rec.ChurnStartup, churnReqs: rec.ChurnReqs,
-		restarted: rec.Restarted, outage: rec.Outage, recovery: rec.Recovery, recoveryReqs: rec.RecoveryReqs, podsRestarted: rec.PodsRestarted,
+		restarted: rec.Restarted, outage: rec.Outage, stopTook: rec.StopTook, recovery: rec.Recovery, recoveryReqs: rec.RecoveryReqs, podsRestarted: rec.PodsRestarted,
 		load: rec.Load, at: rec.At,
 	}
 }
@@ -471,7 +473,7 @@ func TestHollowResultsRoundTrip(t *testing.T) {
 		idleReqs: 40, idleByKind: map[string]int{"update leases.coordination.k8s.io": 40}, watches: 12, leaseP99: 5 * time.Millisecond,
 		leaseUpdates: 40, etcdWrites: 99, apiserverCPU: 1.5, apiserverRSS: 300000, agentCPU: 0.5, agentRSS: 200000,
 		runtimeCPU: 0.1, runtimeRSS: 1000, idle: time.Minute, notReady: []string{"hollow-nodelet-3"},
-		churned: 50, churnStartup: []time.Duration{time.Second}, churnReqs: 400, restarted: true, outage: 8 * time.Second,
+		churned: 50, churnStartup: []time.Duration{time.Second}, churnReqs: 400, restarted: true, outage: 8 * time.Second, stopTook: 5 * time.Second,
 		recovery: 2 * time.Second, recoveryReqs: 77, podsRestarted: []string{"pod-1 (gone)"}, load: "1.00 0.50 0.25", at: time.Unix(1e9, 0).UTC()}
 	k1 := &hollowResult{arm: "kubelet", nodes: 5, pods: 150, startReqs: 1}
 	k2 := &hollowResult{arm: "kubelet", nodes: 5, pods: 150, startReqs: 2}
