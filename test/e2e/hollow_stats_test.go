@@ -169,7 +169,8 @@ type hollowResult struct {
 	startReqs              int             // the nodes' requests from the first create to all Running
 	idleReqs               int             // the nodes' requests over idle
 	idleByKind             map[string]int  // ... by kind (auditEvent.kind)
-	watches                float64         // the nodes' watches open at the end of idle
+	watches                float64         // the API server's watches open at the end of idle, less before and less the benchmark's
+	openWatches            map[string]int  // the nodes' watches open at the end of idle (audit), by kind
 	leaseP99               time.Duration   // lease updates' latency over idle
 	leaseUpdates           int
 	etcdWrites             float64 // over idle
@@ -216,6 +217,7 @@ type hollowRecord struct {
 	IdleReqs      int             `json:"idleReqs"`
 	IdleByKind    map[string]int  `json:"idleByKind"`
 	Watches       float64         `json:"watches"`
+	OpenWatches   map[string]int  `json:"openWatches"`
 	LeaseP99      time.Duration   `json:"leaseP99"`
 	LeaseUpdates  int             `json:"leaseUpdates"`
 	EtcdWrites    float64         `json:"etcdWrites"`
@@ -244,7 +246,7 @@ func (r *hollowResult) record() hollowRecord {
 	return hollowRecord{
 		Arm: r.arm, Nodes: r.nodes, Pods: r.pods, PodsPerNode: r.podsPerNode, ChurnPerNode: r.churnPerNode, Rate: r.rate, Settle: r.settle,
 		Join: r.join, Startup: r.startup, StartReqs: r.startReqs, StartEvents: r.startEvents, IdleReqs: r.idleReqs, IdleByKind: r.idleByKind,
-		Watches: r.watches, LeaseP99: r.leaseP99, LeaseUpdates: r.leaseUpdates, EtcdWrites: r.etcdWrites,
+		Watches: r.watches, OpenWatches: r.openWatches, LeaseP99: r.leaseP99, LeaseUpdates: r.leaseUpdates, EtcdWrites: r.etcdWrites,
 		APIServerCPU: r.apiserverCPU, APIServerRSS: r.apiserverRSS, AgentCPU: r.agentCPU, AgentRSS: r.agentRSS,
 		RuntimeCPU: r.runtimeCPU, RuntimeRSS: r.runtimeRSS, Idle: r.idle, NotReady: r.notReady,
 		Churned: r.churned, ChurnStartup: r.churnStartup, ChurnReqs: r.churnReqs,
@@ -257,7 +259,7 @@ func (rec hollowRecord) result() *hollowResult {
 	return &hollowResult{
 		arm: rec.Arm, nodes: rec.Nodes, pods: rec.Pods, podsPerNode: rec.PodsPerNode, churnPerNode: rec.ChurnPerNode, rate: rec.Rate, settle: rec.Settle,
 		join: rec.Join, startup: rec.Startup, startReqs: rec.StartReqs, startEvents: rec.StartEvents, idleReqs: rec.IdleReqs, idleByKind: rec.IdleByKind,
-		watches: rec.Watches, leaseP99: rec.LeaseP99, leaseUpdates: rec.LeaseUpdates, etcdWrites: rec.EtcdWrites,
+		watches: rec.Watches, openWatches: rec.OpenWatches, leaseP99: rec.LeaseP99, leaseUpdates: rec.LeaseUpdates, etcdWrites: rec.EtcdWrites,
 		apiserverCPU: rec.APIServerCPU, apiserverRSS: rec.APIServerRSS, agentCPU: rec.AgentCPU, agentRSS: rec.AgentRSS,
 		runtimeCPU: rec.RuntimeCPU, runtimeRSS: rec.RuntimeRSS, idle: rec.Idle, notReady: rec.NotReady,
 		churned: rec.Churned, churnStartup: rec.ChurnStartup, churnReqs: rec.ChurnReqs,
@@ -470,7 +472,7 @@ func TestHollowResultsRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "results.jsonl")
 	a := &hollowResult{arm: "nodelet", nodes: 5, pods: 150, podsPerNode: 30, churnPerNode: 10, rate: 5, settle: time.Minute,
 		join: 3 * time.Second, startup: []time.Duration{time.Second, 2 * time.Second}, startReqs: 600, startEvents: 300,
-		idleReqs: 40, idleByKind: map[string]int{"update leases.coordination.k8s.io": 40}, watches: 12, leaseP99: 5 * time.Millisecond,
+		idleReqs: 40, idleByKind: map[string]int{"update leases.coordination.k8s.io": 40}, watches: 12, openWatches: map[string]int{"watch pods": 5}, leaseP99: 5 * time.Millisecond,
 		leaseUpdates: 40, etcdWrites: 99, apiserverCPU: 1.5, apiserverRSS: 300000, agentCPU: 0.5, agentRSS: 200000,
 		runtimeCPU: 0.1, runtimeRSS: 1000, idle: time.Minute, notReady: []string{"hollow-nodelet-3"},
 		churned: 50, churnStartup: []time.Duration{time.Second}, churnReqs: 400, restarted: true, outage: 8 * time.Second, stopTook: 5 * time.Second,
