@@ -1188,8 +1188,12 @@ func printHollowGoals(w io.Writer, nodes []int, byKey map[string]*hollowResult) 
 	q := ratio(perNode(nl), perNode(k))
 	fmt.Fprintf(w, "  idle requests per node ≤ 0.5× the kubelet's: %.2f vs %.2f per minute, %.2f× — %s\n", perNode(nl), perNode(k), q, verdict(q <= 0.5))
 	nw, kw := float64(sumValues(nl.openWatches))/float64(nl.nodes), float64(sumValues(k.openWatches))/float64(k.nodes)
-	q = ratio(nw, kw)
-	fmt.Fprintf(w, "  watches per node ≤ 0.5× the kubelet's (audit): %.2f vs %.2f, %.2f× — %s\n", nw, kw, q, verdict(q <= 0.5))
+	if nl.openWatches == nil || k.openWatches == nil {
+		fmt.Fprintf(w, "  watches per node ≤ 0.5× the kubelet's (audit): not counted in these results\n")
+	} else {
+		q = ratio(nw, kw)
+		fmt.Fprintf(w, "  watches per node ≤ 0.5× the kubelet's (audit): %.2f vs %.2f, %.2f× — %s\n", nw, kw, q, verdict(q <= 0.5))
+	}
 	var xs, kr, nr []float64
 	for _, x := range nodes {
 		kx, nx := byKey["kubelet/"+strconv.Itoa(x)], byKey["nodelet/"+strconv.Itoa(x)]
@@ -1307,7 +1311,7 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 					r.arm, r.podsPerNode, r.rate, r.settle, r.idle.Round(time.Second), r.churnPerNode, r.restarted, r.at.Format(time.DateTime), r.load)
 			}
 		}
-		fmt.Fprintf(w, "  %-48s %14s %12s %16s\n", "", "hollow kubelet", "nodelet", "nodelet÷kubelet")
+		fmt.Fprintf(w, "  %-50s %14s %12s %16s\n", "", "hollow kubelet", "nodelet", "nodelet÷kubelet")
 		for _, rw := range rows {
 			cell := func(r *hollowResult) string {
 				if r == nil {
@@ -1325,7 +1329,7 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 			if k != nil && nl != nil && rw.get(k) > 0 && !math.IsNaN(rw.get(nl)) {
 				ratio = fmt.Sprintf("%.2fx", rw.get(nl)/rw.get(k))
 			}
-			fmt.Fprintf(w, "  %-48s %14s %12s %16s\n", rw.label, cell(k), cell(nl), ratio)
+			fmt.Fprintf(w, "  %-50s %14s %12s %16s\n", rw.label, cell(k), cell(nl), ratio)
 		}
 		for _, r := range []*hollowResult{k, nl} {
 			if r == nil {

@@ -58,6 +58,11 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	closeInheritedOnExec()
+	if os.Getenv("NODELET_BENCH_HOLLOW_REPORT") != "" {
+		// BenchmarkHollow prints a table of kept results: no runtime,
+		// nothing on the host.
+		return m.Run()
+	}
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "e2e: must run as root (containerd, runc and CNI need it)")
 		return 1
