@@ -924,12 +924,17 @@ func waitServiceAccount(ctx context.Context, c kubernetes.Interface) error {
 func deleteHollowPods(c kubernetes.Interface) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	err := c.CoreV1().Pods(hollowNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("delete the pods: %w", err)
+	// One call for all: at N=40 (1200 pods) the API server ended it
+	// (INTERNAL_ERROR) before it was done, so it is tried again, and what
+	// it did stays done.
+	for {
+		err := c.CoreV1().Pods(hollowNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		if err == nil || apierrors.IsNotFound(err) {
+			break
+		}
+		if serr := sleepCtx(ctx, time.Second); serr != nil {
+			return fmt.Errorf("delete the pods: %w (%w)", err, serr)
+		}
 	}
 	for {
 		list, err := c.CoreV1().Pods(hollowNamespace).List(ctx, metav1.ListOptions{})
