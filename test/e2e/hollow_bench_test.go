@@ -1302,7 +1302,12 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 	if slices.ContainsFunc(res, func(r *hollowResult) bool { return r.restarted }) {
 		rows = append(rows,
 			row{"restart: API server away", func(r *hollowResult) float64 { return r.outage.Seconds() }, "s"},
-			row{"restart: ... of which its stop (SIGTERM to exit)", func(r *hollowResult) float64 { return r.stopTook.Seconds() }, "s"},
+			row{"restart: ... of which its stop (SIGTERM to exit)", func(r *hollowResult) float64 {
+				if r.stopTook == 0 { // a result kept before it was taken
+					return math.NaN()
+				}
+				return r.stopTook.Seconds()
+			}, "s"},
 			row{"restart: back to all Ready + leases renewed", func(r *hollowResult) float64 { return r.recovery.Seconds() }, "s"},
 			row{"restart: API requests per node (stop to +1 min)", func(r *hollowResult) float64 { return float64(r.recoveryReqs) / float64(r.nodes) }, ""},
 			row{"restart: pods restarted", func(r *hollowResult) float64 { return float64(len(r.podsRestarted)) }, ""})
