@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -34,13 +33,13 @@ import (
 //     and containerd's with its shims;
 //   - at the window's end: the agent's VmRSS and RssAnon (/proc; each agent
 //     starts with its binary out of the page cache: uncacheBinary), and its Go
-//     heap in use (nodelet: runtime.MemStats through /debug/pprof/heap;
-//     the kubelet: go_memstats_heap_inuse_bytes on /metrics).
+//     heap in use (go_memstats_heap_inuse_bytes on its /metrics).
 //
 // NODELET_BENCH_DENSITY_AGENTS="nodelet" leaves the kubelet out;
 // NODELET_BENCH_PPROF=dir writes nodelet's CPU profile of each window and its
-// heap profile at the end there (the profile's own cost is then in the
-// window). The machine is shared: the CPU figures are noisy, repeat them. It
+// heap profile at the end there (the profile's own cost, and the binary's
+// pages symbolizing reads, are then in the figures); NODELET_BENCH_SMAPS=dir
+// writes each agent's /proc/<pid>/smaps at the window's end there. The machine is shared: the CPU figures are noisy, repeat them. It
 // prints a table with the goals at 100 pods; it asserts nothing (make bench).
 func BenchmarkDensity(b *testing.B) {
 	counts := []int{100, 200}
@@ -239,7 +238,7 @@ type densityResult struct {
 	// at its end
 	rssMiB, anonMiB, heapMiB float64    // heapMiB < 0: unknown
 	ops                      runtimeOps // the agent's CRI calls in the window
-	// nodelet's allocations and collections in the window, per minute
+	// the agent's allocations and collections in the window, per minute
 	allocMiB, gcs float64
 	// the whole machine in the window: busy CPU (% of one core, every
 	// process) and the load averages at its start and end
@@ -248,28 +247,27 @@ type densityResult struct {
 }
 
 // measure fills in the idle window's figures of the running agent a.
+//
+// Both agents' heap, allocations and collections come from their /metrics
+// (go_memstats_*, go_gc_duration_seconds), as a user's scrape reads them.
+// nodelet's /debug/pprof is asked only with NODELET_BENCH_PPROF: a heap
+// profile as text symbolizes every sampled stack, and the binary's pages
+// that reads stay in nodelet's RSS.
 func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Duration) {
 	pid, containerd := a.cmd.Process.Pid, shared.containerd.PID()
 	var api *nodeAPI
-	if r.agent == "nodelet" {
+	dir := os.Getenv("NODELET_BENCH_PPROF")
+	if r.agent == "nodelet" && dir != "" {
 		api = nodeletAPI(b, a.cmd.Args)
 	}
 	profile := make(chan []byte, 1)
-	dir := os.Getenv("NODELET_BENCH_PPROF")
-	ops0 := parseRuntimeOps(a.metrics(b))
-	var heap0 string
-	if api != nil {
-		text, err := api.get("/debug/pprof/heap?debug=1")
-		if err != nil {
-			b.Fatal(err)
-		}
-		heap0 = string(text)
-	}
+	metrics0 := a.metrics(b)
+	ops0 := parseRuntimeOps(metrics0)
 	agent0, containerd0, runtime0 := cpuSeconds(pid), cpuSeconds(containerd), runtimeCPUSeconds(containerd)
 	machine0, _ := machineCPU()
 	r.load0 = loadAverage()
 	start := time.Now()
-	if api != nil && dir != "" {
+	if api != nil {
 		// Allocations in the window: go tool pprof -base allocs-start allocs-end.
 		if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
 			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-start-%d-c%d.pprof", r.pods, r.churn)), allocs, 0o644)
@@ -289,34 +287,33 @@ func (r *densityResult) measure(b *testing.B, a *manifestAgent, window time.Dura
 	r.cpu = 100 * (cpuSeconds(pid) - agent0) / elapsed
 	r.containerdCPU = 100 * (cpuSeconds(containerd) - containerd0) / elapsed
 	r.shimsCPU = 100*(runtimeCPUSeconds(containerd)-runtime0)/elapsed - r.containerdCPU
+	metrics1 := a.metrics(b)
 	r.ops = runtimeOps{}
-	r.ops.add(ops0, parseRuntimeOps(a.metrics(b)))
+	r.ops.add(ops0, parseRuntimeOps(metrics1))
 	r.rssMiB, r.anonMiB = procStatusMiB(pid, "VmRSS"), procStatusMiB(pid, "RssAnon")
+	if dir := os.Getenv("NODELET_BENCH_SMAPS"); dir != "" {
+		// Where the RSS is: every mapping's resident pages, file-backed and anonymous.
+		if smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid)); err == nil {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-smaps-%s-%d-c%d.txt", r.agent, r.pods, r.churn)), smaps, 0o644)
+		}
+	}
 	r.heapMiB = -1
-	if api != nil {
-		text, err := api.get("/debug/pprof/heap?debug=1")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if v, ok := memStat(string(text), "HeapInuse"); ok {
-			r.heapMiB = v / (1 << 20)
-		}
-		perMinute := float64(time.Minute) / float64(window)
-		r.allocMiB = (memStatDelta(heap0, string(text), "TotalAlloc") / (1 << 20)) * perMinute
-		r.gcs = memStatDelta(heap0, string(text), "NumGC") * perMinute
-		if dir != "" {
-			if prof := <-profile; len(prof) > 0 {
-				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-cpu-%d-c%d.pprof", r.pods, r.churn)), prof, 0o644)
-			}
-			if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
-				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-end-%d-c%d.pprof", r.pods, r.churn)), allocs, 0o644)
-			}
-			if heap, err := api.get("/debug/pprof/heap"); err == nil {
-				os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-heap-%d-c%d.pprof", r.pods, r.churn)), heap, 0o644)
-			}
-		}
-	} else if v, ok := metricValue(a.metrics(b), "go_memstats_heap_inuse_bytes"); ok {
+	if v, ok := metricValue(metrics1, "go_memstats_heap_inuse_bytes"); ok {
 		r.heapMiB = v / (1 << 20)
+	}
+	perMinute := float64(time.Minute) / float64(window)
+	r.allocMiB = metricDelta(metrics0, metrics1, "go_memstats_alloc_bytes_total") / (1 << 20) * perMinute
+	r.gcs = metricDelta(metrics0, metrics1, "go_gc_duration_seconds_count") * perMinute
+	if api != nil {
+		if prof := <-profile; len(prof) > 0 {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-cpu-%d-c%d.pprof", r.pods, r.churn)), prof, 0o644)
+		}
+		if allocs, err := api.get("/debug/pprof/allocs"); err == nil {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-allocs-end-%d-c%d.pprof", r.pods, r.churn)), allocs, 0o644)
+		}
+		if heap, err := api.get("/debug/pprof/heap"); err == nil {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("density-heap-%d-c%d.pprof", r.pods, r.churn)), heap, 0o644)
+		}
 	}
 }
 
@@ -326,24 +323,11 @@ func nodeletAPI(b *testing.B, args []string) *nodeAPI {
 	return &nodeAPI{base: "https://" + net.JoinHostPort(addr, port), client: adminClientTB(b, root)}
 }
 
-// memStat is the runtime.MemStats field name from a /debug/pprof/heap?debug=1 text.
-func memStat(text, name string) (float64, bool) {
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "# "+name+" = "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			return f, err == nil
-		}
-	}
-	return 0, false
-}
-
-// memStatDelta is how much a runtime.MemStats field grew from one
-// /debug/pprof/heap?debug=1 text to a later one.
-func memStatDelta(before, after, name string) float64 {
-	b, _ := memStat(before, name)
-	a, _ := memStat(after, name)
+// metricDelta is how much the unlabelled series name grew from one
+// Prometheus text to a later one.
+func metricDelta(before, after, name string) float64 {
+	b, _ := metricValue(before, name)
+	a, _ := metricValue(after, name)
 	return a - b
 }
 
@@ -402,9 +386,7 @@ func printDensityTable(w io.Writer, window time.Duration, results []densityResul
 	for _, r := range results {
 		fmt.Fprintf(w, "  %s, %d pods, churn %d: the machine in the window: %.0f%% of one core busy in all (the agent, the runtime and everything else on the machine); load average %s at its start, %s at its end\n",
 			r.agent, r.pods, r.churn, r.machine, r.load0, r.load1)
-		if r.agent == "nodelet" {
-			fmt.Fprintf(w, "  nodelet, %d pods, churn %d: per minute idle %.1f MiB allocated, %.0f GCs\n", r.pods, r.churn, r.allocMiB, r.gcs)
-		}
+		fmt.Fprintf(w, "  %s, %d pods, churn %d: per minute idle %.1f MiB allocated, %.0f GCs\n", r.agent, r.pods, r.churn, r.allocMiB, r.gcs)
 		fmt.Fprintf(w, "  %s, %d pods, churn %d: CRI calls per minute idle:", r.agent, r.pods, r.churn)
 		for _, op := range slices.Sorted(maps.Keys(r.ops)) {
 			if n := r.ops[op].calls; n > 0 {

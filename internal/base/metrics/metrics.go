@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/utils/clock"
 
 	"github.com/nodelet/nodelet/internal/pure/podupdate"
@@ -312,6 +313,12 @@ func New(reg prometheus.Registerer, running func() (pods int, containersByState 
 		}, []string{"container_state"}),
 	})
 	m.RunningPods, m.RunningContainers = rc.pods, rc.containers
+	// The Go runtime's and the process's own series, as the kubelet's
+	// /metrics has them (component-base's registry): go_memstats_*,
+	// go_gc_duration_seconds, go_goroutines, process_resident_memory_bytes,
+	// process_cpu_seconds_total. A scrape reads them; nothing polls.
+	Register(reg, collectors.NewGoCollector())
+	Register(reg, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, o := range opts {
 		o(m)
 	}
