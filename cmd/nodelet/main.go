@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
 // The garbage collector keeps Go's default target (GOGC=100). At 100 idle
@@ -21,6 +23,9 @@ import (
 // the same hour): idle CPU is the scarcer of the two on a small node.
 
 func main() {
+	// Before anything uses gRPC (gRPC's rule): buffers that fit the
+	// runtime's list answers instead of 1 MiB ones (cri.FittedBufferPool).
+	cri.SetProcessBufferPool()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
