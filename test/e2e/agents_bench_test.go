@@ -51,13 +51,13 @@ type benchAgent interface {
 
 // rawCRI is the floor: the pods made by direct CRI calls.
 type rawCRI struct {
-	image string
+	floor *floorRequests
 	rt    *cri.Client  // shared.rt, or a client of rec
 	rec   *criRecorder // nil unless NODELET_BENCH_TRACE is set
 }
 
-func newRawCRI(b *testing.B, image string) *rawCRI {
-	r := &rawCRI{image: image, rt: shared.rt, rec: traceCRI(b, "raw")}
+func newRawCRI(b *testing.B, floor *floorRequests) *rawCRI {
+	r := &rawCRI{floor: floor, rt: shared.rt, rec: traceCRI(b, "raw")}
 	if r.rec != nil {
 		rt, err := cri.Dial(context.Background(), r.rec.endpoint(), cri.DefaultTimeouts(), slog.New(slog.DiscardHandler))
 		if err != nil {
@@ -71,7 +71,8 @@ func newRawCRI(b *testing.B, image string) *rawCRI {
 
 func (r *rawCRI) name() string { return "raw CRI" }
 func (r *rawCRI) describe() string {
-	return "raw CRI: RunPodSandbox, CreateContainer, StartContainer per pod from the benchmark's own client, the pods of a batch concurrently"
+	return "raw CRI: RunPodSandbox, CreateContainer, StartContainer per pod from the benchmark's own client, the pods of a batch concurrently; " +
+		r.floor.describe()
 }
 func (r *rawCRI) start(*testing.B)          {}
 func (r *rawCRI) stop(*testing.B)           {}
@@ -81,11 +82,11 @@ func (r *rawCRI) recorder() *criRecorder    { return r.rec }
 // removePods stops and removes the sandboxes one after the other: no floor
 // for an agent's tear down, so it reports none.
 func (r *rawCRI) removePods(b *testing.B, _ context.Context, _ string, _ int) time.Duration {
-	removeFloorPods(b)
+	removeFloorPods(b, r.floor)
 	return 0
 }
 func (r *rawCRI) startPods(b *testing.B, ctx context.Context, prefix string, count int) time.Duration {
-	return directPods(b, ctx, r.rt, r.image, prefix, count)
+	return floorPods(b, ctx, r.rt, r.floor, prefix, count)
 }
 
 // manifestAgent is a node agent run as a child process that reads static

@@ -12,16 +12,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodelet/nodelet/internal/pipeline/cri"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
-	"github.com/nodelet/nodelet/internal/pure/securitycontext"
 )
 
 // BenchmarkPodStartup measures, in one run against the same containerd,
@@ -52,10 +48,11 @@ import (
 // harness itself: 1 round, 2 single pods, a batch of 10).
 func BenchmarkPodStartup(b *testing.B) {
 	ctx := context.Background()
-	image := pullBusybox(b)
+	pullBusybox(b)
 	pr := startupProcedureFromEnv(b)
 	cleanRuntime(b)
-	agents := []benchAgent{newRawCRI(b, image), newKubeletAgent(b), newNodeletAgent(b)}
+	floor := captureFloorRequests(b)
+	agents := []benchAgent{newRawCRI(b, floor), newKubeletAgent(b), newNodeletAgent(b)}
 	if base := os.Getenv("NODELET_BENCH_NODELET_BASE"); base != "" {
 		// Another nodelet binary beside this one, in the same rounds: a
 		// change's before and after under the same load.
@@ -283,7 +280,7 @@ func printStartupHow(w io.Writer, pr startupProcedure, agents []benchAgent) {
 			fmt.Fprintf(w, "  %s\n", d.describe())
 		}
 	}
-	fmt.Fprintf(w, "  pod: busybox:1.35, one container, sh -c 'trap \"exit 0\" TERM; while true; do sleep 1; done' (manifest in the agent's --pod-manifest-path; raw CRI: the same sandbox and container config the agents send, by direct calls)\n")
+	fmt.Fprintf(w, "  pod: busybox:1.35, one container, sh -c 'trap \"exit 0\" TERM; while true; do sleep 1; done' (manifest in the agent's --pod-manifest-path; raw CRI: the sandbox and container config nodelet sends, by direct calls, printed below)\n")
 	how := fmt.Sprintf("each agent started once per round, %d warm-up pods one at a time (not measured), then %d single pods one at a time, then %d pods at once, then stopped",
 		pr.warmups, pr.single, pr.batch)
 	if pr.restartEach {
@@ -362,57 +359,6 @@ func pullBusybox(b *testing.B) string {
 		b.Fatal(err)
 	}
 	return ref
-}
-
-// directPods creates count pods with direct CRI calls, concurrently, and
-// returns the time until all their containers were started.
-func directPods(b *testing.B, ctx context.Context, rt *cri.Client, image, prefix string, count int) time.Duration {
-	b.Helper()
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, count) // one per pod at most
-	for i := 0; i < count; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			name := fmt.Sprintf("%s-%d", prefix, i)
-			// The runtime's own cost for the same pod: the security settings
-			// the kubelet (and nodelet) always sends, e.g. RuntimeDefault
-			// seccomp for the sandbox and default masked paths.
-			sb := &runtimeapi.PodSandboxConfig{
-				Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "bench", Uid: name},
-				Hostname:     name,
-				LogDirectory: filepath.Join(shared.work, "bench-logs", name),
-				Labels:       map[string]string{"bench": "floor"},
-				Linux:        &runtimeapi.LinuxPodSandboxConfig{SecurityContext: floorSandboxSecurity(b)},
-			}
-			id, err := rt.RunPodSandbox(ctx, sb, "")
-			if err != nil {
-				errs <- err
-				return
-			}
-			cid, err := rt.CreateContainer(ctx, id, &runtimeapi.ContainerConfig{
-				Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
-				Image:    &runtimeapi.ImageSpec{Image: image},
-				Command:  []string{"sh", "-c", "trap 'exit 0' TERM; while true; do sleep 1; done"},
-				LogPath:  "main/0.log",
-				Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: floorContainerSecurity(b)},
-			}, sb)
-			if err == nil {
-				err = rt.StartContainer(ctx, cid)
-			}
-			if err != nil {
-				errs <- err
-			}
-		}()
-	}
-	wg.Wait()
-	took := time.Since(start)
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	return took
 }
 
 // manifestPods writes count manifests and returns the time until all their
@@ -501,36 +447,19 @@ func waitSandboxesStopped(b *testing.B, ctx context.Context, prefix string) {
 	b.Fatalf("%s: sandboxes still ready after 3 minutes", prefix)
 }
 
-// removeFloorPods removes the pods directPods made, and only those.
-func removeFloorPods(b *testing.B) {
+// removeFloorPods removes the pods floorPods made, and only those, and
+// their pod cgroups.
+func removeFloorPods(b *testing.B, f *floorRequests) {
 	ctx := context.Background()
-	sbs, err := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"bench": "floor"}})
+	sbs, err := shared.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{floorLabel: "floor"}})
 	if err != nil {
 		b.Fatal(err)
 	}
+	var parents []string
 	for _, sb := range sbs {
 		shared.rt.StopPodSandbox(ctx, sb.Id)
 		shared.rt.RemovePodSandbox(ctx, sb.Id)
+		parents = append(parents, f.replacer("", sb.GetMetadata().GetUid()).Replace(f.sandbox.GetLinux().GetCgroupParent()))
 	}
-}
-
-func floorPod() *v1.Pod {
-	return &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "busybox:1.35"}}}}
-}
-
-func floorSandboxSecurity(b *testing.B) *runtimeapi.LinuxSandboxSecurityContext {
-	sc, _, err := securitycontext.Sandbox(floorPod(), "", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return sc
-}
-
-func floorContainerSecurity(b *testing.B) *runtimeapi.LinuxContainerSecurityContext {
-	pod := floorPod()
-	sc, err := securitycontext.Container(pod, &pod.Spec.Containers[0], "", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return sc
+	removeFloorCgroups(parents)
 }

@@ -40,6 +40,9 @@ type criRecorder struct {
 	sandboxPod map[string]string // sandbox ID → pod name
 	podOfCtr   map[string]string // container ID → pod name
 	podOfUID   map[string]string // pod UID → pod name
+	// lastRun and lastCreate are the latest RunPodSandbox and
+	// CreateContainer requests, as sent (captureFloorRequests).
+	lastRun, lastCreate []byte
 }
 
 type criCall struct {
@@ -181,6 +184,7 @@ func (r *criRecorder) record(method string, start time.Time, req, resp []byte) {
 	case "RunPodSandbox":
 		var q runtimeapi.RunPodSandboxRequest
 		var p runtimeapi.RunPodSandboxResponse
+		r.lastRun = req
 		if decode(req, &q) {
 			pod = q.GetConfig().GetMetadata().GetName()
 			r.podOfUID[q.GetConfig().GetMetadata().GetUid()] = pod
@@ -191,6 +195,7 @@ func (r *criRecorder) record(method string, start time.Time, req, resp []byte) {
 	case "CreateContainer":
 		var q runtimeapi.CreateContainerRequest
 		var p runtimeapi.CreateContainerResponse
+		r.lastCreate = req
 		if decode(req, &q) {
 			pod = r.sandboxPod[q.PodSandboxId]
 			if resp != nil && decode(resp, &p) {
@@ -217,6 +222,18 @@ func (r *criRecorder) record(method string, start time.Time, req, resp []byte) {
 }
 
 const podUIDLabel = "io.kubernetes.pod.uid"
+
+// lastRequests decodes the latest RunPodSandbox and CreateContainer
+// requests that passed.
+func (r *criRecorder) lastRequests() (*runtimeapi.RunPodSandboxRequest, *runtimeapi.CreateContainerRequest, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run, create := &runtimeapi.RunPodSandboxRequest{}, &runtimeapi.CreateContainerRequest{}
+	if r.lastRun == nil || r.lastCreate == nil || !decode(r.lastRun, run) || !decode(r.lastCreate, create) {
+		return nil, nil, errors.New("no RunPodSandbox and CreateContainer request recorded")
+	}
+	return run, create, nil
+}
 
 // since returns the calls that began at or after t.
 func (r *criRecorder) since(t time.Time) []criCall {
