@@ -462,4 +462,5 @@ func removeFloorPods(b *testing.B, f *floorRequests) {
 		parents = append(parents, f.replacer("", sb.GetMetadata().GetUid()).Replace(f.sandbox.GetLinux().GetCgroupParent()))
 	}
 	removeFloorCgroups(parents)
+	f.removeLogDirs()
 }

@@ -37,6 +37,9 @@ type floorRequests struct {
 	name, uid string
 	dirs      [][2]string
 	files     map[string][]byte // host path (recorded) → content
+
+	mu      sync.Mutex
+	logDirs []string // the floor pods' log directories, made by floorPod
 }
 
 // floorLabel marks the floor's sandboxes beside the labels nodelet gives
@@ -197,6 +200,9 @@ func floorPod(ctx context.Context, rt *cri.Client, f *floorRequests, name string
 	if err := os.MkdirAll(filepath.Join(sb.LogDirectory, filepath.Dir(ctr.LogPath)), 0o755); err != nil {
 		return err
 	}
+	f.mu.Lock()
+	f.logDirs = append(f.logDirs, sb.LogDirectory)
+	f.mu.Unlock()
 	id, err := rt.RunPodSandbox(ctx, sb, "")
 	if err != nil {
 		return fmt.Errorf("floor pod %s: %w", name, err)
@@ -218,6 +224,17 @@ func floorPod(ctx context.Context, rt *cri.Client, f *floorRequests, name string
 		return fmt.Errorf("floor pod %s: %w", name, err)
 	}
 	return nil
+}
+
+// removeLogDirs removes the log directories the floor pods had (with
+// NODELET_BENCH_LAYOUT=make-run they are in the host's /var/log/pods).
+func (f *floorRequests) removeLogDirs() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, d := range f.logDirs {
+		os.RemoveAll(d)
+	}
+	f.logDirs = nil
 }
 
 // removeFloorCgroups removes the pod cgroups the runtime made for the
