@@ -226,8 +226,8 @@ const roundsMetric = "nodelet_housekeeping_duration_seconds_count"
 // waitRuntimeLists waits until nodelet has run n more housekeeping rounds
 // than when it was called: proof that time has passed and that nodelet has
 // looked at the runtime's pods again and had its sync loop run meanwhile
-// (a round every 2 s; the PLEG's view follows every container event, or a
-// relist every second on a runtime without an event stream). Every "nothing happened"
+// (a round every 2 s; the PLEG relists at every container event, or every
+// second on a runtime without an event stream). Every "nothing happened"
 // check waits for this first, then looks at the state.
 func waitRuntimeLists(t testing.TB, a *nodeAPI, n int) {
 	t.Helper()
