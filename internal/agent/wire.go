@@ -110,7 +110,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	p := &pipeline{
 		a:       a,
 		objects: objects.NewStore(),
-		watcher: pleg.WatcherFor(rt, cfg.EventedPLEG, podruntime.EventSandbox),
+		watcher: pleg.WatcherFor(rt, cfg.EventedPLEG),
 	}
 	probeReg := prometheus.NewRegistry()
 	// The graceful shutdown changes what the Node's status says; the

@@ -3,8 +3,7 @@
 // over CRI elsewhere), diffs each snapshot against the previous one into
 // container events for the sync loop, and reports its own health the way
 // the kubelet's GenericPLEG does. Where the runtime streams container
-// events (EventWatcher), each event updates the view at once: from what
-// it carries of its sandbox (Apply), else by a relist.
+// events (EventWatcher), a relist follows each event at once.
 package pleg
 
 import (

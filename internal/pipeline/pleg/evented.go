@@ -18,11 +18,12 @@ var errStreamClosed = errors.New("container event stream closed")
 
 // Watcher reports container events from the runtime. Watch opens the
 // stream, calls connected once it is open, then changed for every event
-// that may concern nodelet's pods, in the stream's order, until ctx ends
-// or the stream fails. connected is called before any changed, never at
-// the same time, and Watch returns only after its last call of either.
+// (created: when the runtime created it, zero if it does not say) until
+// ctx ends or the stream fails. connected is called before any changed,
+// never at the same time, and Watch returns only after its last call of
+// either.
 type Watcher interface {
-	Watch(ctx context.Context, connected func(), changed func(Change)) error
+	Watch(ctx context.Context, connected func(), changed func(created time.Time)) error
 }
 
 // StreamMetrics is told how the event stream fares; *metrics.Metrics
@@ -78,12 +79,10 @@ func WithNodeEvents(node string, r NodeEvents) Option {
 	return func(g *Generic) { g.nodeName, g.nodeEvents = node, r }
 }
 
-// RunEvented runs like Run, but follows w's container events, so that an
-// exit reaches the sync loop within milliseconds: an event that tells its
-// sandbox and that sandbox's containers updates the view at once (Apply),
-// any other relists at once (one relist for the events that come while
-// one runs). While the stream is open the periodic relist slows to
-// slowPeriod and stays only as a safety net for events lost. When the stream breaks it
+// RunEvented runs like Run, but relists at once whenever w reports a
+// container event, so that an exit reaches the sync loop within
+// milliseconds; while the stream is open the periodic relist slows to
+// slowPeriod and stays only as a safety net. When the stream breaks it
 // relists every period, says so (log, metrics, a node event) and reopens
 // the stream with back-off; once it is back it relists at once, to catch
 // up on what the stream missed. When the runtime has no event stream
@@ -143,13 +142,11 @@ func (g *Generic) watch(ctx context.Context, w Watcher, kick chan<- struct{}, sl
 				g.log.Info("following the container event stream; relisting only as a safety net", "period", slowPeriod)
 			}
 			relistNow() // what happened while the stream was down
-		}, func(c Change) {
-			if !c.Created.IsZero() {
-				g.observeStream(func(m StreamMetrics) { m.ObserveEventLatency(g.clk.Since(c.Created)) })
+		}, func(created time.Time) {
+			if !created.IsZero() {
+				g.observeStream(func(m StreamMetrics) { m.ObserveEventLatency(g.clk.Since(created)) })
 			}
-			if c.Sandbox == nil || !g.Apply(*c.Sandbox, c.Created) {
-				relistNow()
-			}
+			relistNow()
 		})
 		if ctx.Err() != nil {
 			return

@@ -30,7 +30,7 @@ func (l *countingLister) ListPods(ctx context.Context) (map[types.UID]*observed.
 // changed as the runtime would, and ends the stream by sending on end.
 type watchCall struct {
 	connected func()
-	changed   func(Change)
+	changed   func(created time.Time)
 	end       chan error
 }
 
@@ -41,7 +41,7 @@ type fakeWatcher struct {
 	calls chan *watchCall
 }
 
-func (w *fakeWatcher) Watch(ctx context.Context, connected func(), changed func(Change)) error {
+func (w *fakeWatcher) Watch(ctx context.Context, connected func(), changed func(time.Time)) error {
 	if w.err != nil {
 		return w.err
 	}
@@ -124,16 +124,7 @@ func (m *fakeStreamMetrics) snapshot() streamSnapshot {
 
 func startEvented(t *testing.T, w Watcher) (*countingLister, *clocktesting.FakeClock, *fakeStreamMetrics) {
 	t.Helper()
-	l, clk, m, _ := startEventedPLEG(t, w, nil)
-	return l, clk, m
-}
-
-// startEventedPLEG is startEvented with the runtime holding pods at first,
-// and the PLEG.
-func startEventedPLEG(t *testing.T, w Watcher, pods map[types.UID]*observed.PodStatus) (*countingLister, *clocktesting.FakeClock, *fakeStreamMetrics, *Generic) {
-	t.Helper()
 	l := &countingLister{relists: make(chan struct{}, 100)}
-	l.set(pods, nil)
 	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
 	m := &fakeStreamMetrics{}
 	g := New(l, time.Second, clk, testLogger(t), WithStreamMetrics(m), WithNodeEvents("node-a", m))
@@ -142,7 +133,7 @@ func startEventedPLEG(t *testing.T, w Watcher, pods map[types.UID]*observed.PodS
 	go func() { g.RunEvented(ctx, w, time.Minute); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	expectRelist(t, l) // the first relist happens at once
-	return l, clk, m, g
+	return l, clk, m
 }
 
 func expectRelist(t *testing.T, l *countingLister) {
@@ -172,9 +163,9 @@ func TestEventedFollowsTheStream(t *testing.T) {
 	if got := m.snapshot(); got.connected != 1 || got.errors != 0 || !got.evented || len(got.reasons) != 0 {
 		t.Errorf("after connecting: %+v; want one connection, evented, no node event", got)
 	}
-	c.changed(Change{Created: clk.Now().Add(-30 * time.Millisecond)})
-	expectRelist(t, l) // an event that tells no sandbox relists at once
-	c.changed(Change{})
+	c.changed(clk.Now().Add(-30 * time.Millisecond))
+	expectRelist(t, l) // an event relists at once
+	c.changed(time.Time{})
 	expectRelist(t, l)
 	m.mu.Lock()
 	lat := slices.Clone(m.latencies)
@@ -184,39 +175,6 @@ func TestEventedFollowsTheStream(t *testing.T) {
 	}
 	// When a tick relists (the slow safety net) is relistOnTick's, tested
 	// on its own: here the loop's timing against a fake clock is racy.
-}
-
-// An event that tells its sandbox updates the view and sends the
-// lifecycle events with no relist; one that does not relists.
-func TestEventedAppliesEvents(t *testing.T) {
-	w := &fakeWatcher{calls: make(chan *watchCall)}
-	l, clk, _, g := startEventedPLEG(t, w, snapshot(podOf("a", sbx("s", ready))))
-	c := w.next(t)
-	c.connected()
-	expectRelist(t, l)
-	for g.LastRelist().IsZero() { // the relist's end: the view is set
-		time.Sleep(time.Millisecond)
-	}
-	drain(g)
-
-	created := clk.Now().Add(time.Millisecond)
-	c.changed(Change{Created: created, Sandbox: &observed.SandboxView{UID: "a", Sandbox: sbx("s", ready),
-		Containers: []observed.Container{inSandbox("s", ctr("c", running))}, Subject: "c"}})
-	select {
-	case e := <-g.Events():
-		if want := (Event{PodUID: "a", Type: ContainerStarted, ContainerID: "c", ObservedAt: created}); e != want {
-			t.Errorf("event %+v, want %+v", e, want)
-		}
-	case <-time.After(failsafe):
-		t.Fatal("no event from the runtime's event")
-	}
-	c.changed(Change{Created: clk.Now().Add(2 * time.Millisecond)}) // a sandbox removed: no status
-	expectRelist(t, l)
-	select {
-	case <-l.relists:
-		t.Error("the event that told its sandbox relisted too")
-	default:
-	}
 }
 
 func TestEventedFallsBackAndRecovers(t *testing.T) {
@@ -298,7 +256,7 @@ func TestRelistOnTick(t *testing.T) {
 }
 
 func TestEventedPLEGGateOffRelistsEveryPeriod(t *testing.T) {
-	w := WatcherFor(fakeStream{}, false, nil)
+	w := WatcherFor(fakeStream{}, false)
 	if w != nil {
 		t.Fatalf("WatcherFor(_, false) = %v, want nil", w)
 	}

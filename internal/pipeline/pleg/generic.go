@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,19 +167,13 @@ func (g *Generic) Relist(ctx context.Context) error {
 	g.last = pods
 	g.current.Store(&pods)
 	g.lastRelist.Store(&start)
-	g.send(events, start)
-	return nil
-}
 
-// send sends events found by a look at the runtime that began at
-// observedAt, never waiting: what does not fit is dropped and counted.
-func (g *Generic) send(events []Event, observedAt time.Time) {
 	var dropped int
 	for _, ev := range events {
 		if ev.Type == ContainerChanged {
 			continue
 		}
-		ev.ObservedAt = observedAt
+		ev.ObservedAt = start
 		select {
 		case g.events <- ev:
 		default:
@@ -189,41 +182,10 @@ func (g *Generic) send(events []Event, observedAt time.Time) {
 	}
 	if dropped > 0 {
 		g.dropped.Add(uint64(dropped))
-		g.log.Warn("PLEG event channel is full, dropped events",
+		g.log.Warn("PLEG event channel is full, dropped events of this relist",
 			"dropped", dropped, "capacity", cap(g.events))
 	}
-}
-
-// Apply updates the view with one sandbox as a runtime event created at
-// created tells it, and sends the events that makes, as a relist finding
-// the same would: the kubelet's evented PLEG sets its cache from the
-// event the same way. An event created before the last relist began is
-// skipped: the relist listed later. Apply reports false when it cannot
-// stand for a relist: no relist has succeeded yet, the latest failed, the
-// event does not say when it was created, or what it lists contradicts
-// itself or the view (consistent); the caller relists then.
-func (g *Generic) Apply(v observed.SandboxView, created time.Time) bool {
-	g.relistMu.Lock()
-	defer g.relistMu.Unlock()
-	last := g.LastRelist()
-	switch {
-	case last.IsZero() || g.failed.Load() || created.IsZero():
-		return false
-	case created.Before(last):
-		return true
-	}
-	old := g.last[v.UID]
-	if !consistent(v, old) {
-		return false
-	}
-	pod := withSandbox(old, v)
-	pods := maps.Clone(g.last) // Current's readers keep the map they have
-	pods[v.UID] = pod
-	events := Diff(map[types.UID]*observed.PodStatus{v.UID: old}, map[types.UID]*observed.PodStatus{v.UID: pod})
-	g.last = pods
-	g.current.Store(&pods)
-	g.send(events, created)
-	return true
+	return nil
 }
 
 // LastRelist returns the start time of the last successful relist, zero

@@ -8,7 +8,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
-	"github.com/nodelet/nodelet/internal/pure/observed"
 )
 
 // EventStream is the CRI container event stream, where the runtime has it:
@@ -18,31 +17,26 @@ type EventStream interface {
 	ContainerEvents(ctx context.Context, out chan *runtimeapi.ContainerEventResponse, connected func()) error
 }
 
-// EventWatcher is the Watcher over the CRI container event stream.
-// Sandbox reads an event: the sandbox it tells of nodelet's pods (nil when
-// it tells too little: the PLEG relists), and ours, false for an event
-// about someone else's sandbox, which the relist does not list and which
-// is not passed on. A nil Sandbox passes every event on with no sandbox
-// (each one relists).
-type EventWatcher struct {
-	Stream  EventStream
-	Sandbox func(*runtimeapi.ContainerEventResponse) (view *observed.SandboxView, ours bool)
-}
+// EventWatcher is the Watcher over the CRI container event stream: every
+// event means "relist now" (the relist sees only nodelet's objects, and
+// runtimes do not all put labels on events, so events are not filtered
+// here).
+type EventWatcher struct{ Stream EventStream }
 
-// WatcherFor returns the EventWatcher over s reading events with sandbox,
-// or nil (RunEvented then relists every period) when evented is false: the
-// kubelet's EventedPLEG feature gate.
-func WatcherFor(s EventStream, evented bool, sandbox func(*runtimeapi.ContainerEventResponse) (*observed.SandboxView, bool)) Watcher {
+// WatcherFor returns the EventWatcher over s, or nil (RunEvented then
+// relists every period) when evented is false: the kubelet's EventedPLEG
+// feature gate.
+func WatcherFor(s EventStream, evented bool) Watcher {
 	if !evented {
 		return nil
 	}
-	return EventWatcher{Stream: s, Sandbox: sandbox}
+	return EventWatcher{Stream: s}
 }
 
 // Watch calls connected once the stream is open and changed for each event
-// that may be about nodelet's pods until ctx ends or the stream fails; a
-// runtime without the stream gives ErrNoEvents.
-func (w EventWatcher) Watch(ctx context.Context, connected func(), changed func(Change)) error {
+// until ctx ends or the stream fails; a runtime without the stream gives
+// ErrNoEvents.
+func (w EventWatcher) Watch(ctx context.Context, connected func(), changed func(created time.Time)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	events := make(chan *runtimeapi.ContainerEventResponse, 1) // the stream blocks on a full channel
@@ -58,17 +52,11 @@ func (w EventWatcher) Watch(ctx context.Context, connected func(), changed func(
 			}
 			return err
 		case ev := <-events:
-			c := Change{}
+			var created time.Time
 			if ev.GetCreatedAt() > 0 {
-				c.Created = time.Unix(0, ev.GetCreatedAt())
+				created = time.Unix(0, ev.GetCreatedAt())
 			}
-			if w.Sandbox != nil {
-				var ours bool
-				if c.Sandbox, ours = w.Sandbox(ev); !ours {
-					continue
-				}
-			}
-			changed(c)
+			changed(created)
 		}
 	}
 }

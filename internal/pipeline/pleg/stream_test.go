@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
-	"github.com/nodelet/nodelet/internal/pure/observed"
 )
 
 // fakeStream sends n events, then ends with err.
@@ -47,7 +45,7 @@ func TestEventWatcher(t *testing.T) {
 			calls, connects := 0, 0
 			var created []time.Time
 			err := EventWatcher{Stream: fakeStream{n: tc.wantCalls, err: tc.err}}.Watch(t.Context(),
-				func() { connects++ }, func(c Change) { calls++; created = append(created, c.Created) })
+				func() { connects++ }, func(c time.Time) { calls++; created = append(created, c) })
 			if connects != 1 {
 				t.Errorf("connected called %d times, want once", connects)
 			}
@@ -65,27 +63,5 @@ func TestEventWatcher(t *testing.T) {
 				t.Errorf("changed called %d times, want %d", calls, tc.wantCalls)
 			}
 		})
-	}
-}
-
-// Events about sandboxes nodelet does not manage are not passed on (a
-// relist would not list them); the others carry what Sandbox read.
-func TestEventWatcherPassesOnlyOurs(t *testing.T) {
-	sandbox := func(ev *runtimeapi.ContainerEventResponse) (*observed.SandboxView, bool) {
-		if ev.GetCreatedAt()%2 == 0 {
-			return nil, false
-		}
-		return &observed.SandboxView{Subject: fmt.Sprint(ev.GetCreatedAt())}, true
-	}
-	var subjects []string
-	err := EventWatcher{Stream: fakeStream{n: 5, err: errors.New("end")}, Sandbox: sandbox}.Watch(t.Context(),
-		func() {}, func(c Change) { subjects = append(subjects, c.Sandbox.Subject) })
-	if err == nil {
-		t.Fatal("Watch ended without the stream's error")
-	}
-	// The last event may still sit in the one-slot buffer when the
-	// stream ends.
-	if got := strings.Join(subjects, ","); got != "1,3,5" && got != "1,3" {
-		t.Errorf("passed on %q, want the odd events 1,3,5", got)
 	}
 }

@@ -128,22 +128,3 @@ func (s *PodStatus) Running() []*Container {
 	}
 	return out
 }
-
-// SandboxView is one sandbox of a pod nodelet manages and every container
-// in it, as a runtime container event tells them, in the terms of a
-// listing of the whole runtime (sandbox and container states, no
-// status-call details): podruntime builds it from the CRI event, the PLEG
-// updates its view with it as the kubelet's evented PLEG sets its cache
-// from the same fields of the event.
-type SandboxView struct {
-	UID             types.UID
-	Name, Namespace string
-	Sandbox         Sandbox
-	// Containers are every container of the sandbox, as the runtime
-	// listed them when it made the event.
-	Containers []Container
-	// Subject is the ID of the container (or of the sandbox) the event is
-	// about; Deleted: the event says it was removed.
-	Subject string
-	Deleted bool
-}
