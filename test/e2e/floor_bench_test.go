@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodelet/nodelet/internal/base/bounded"
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
 )
 
@@ -82,7 +82,7 @@ func captureFloorRequests(b *testing.B) *floorRequests {
 	}
 	for _, m := range f.container.GetMounts() {
 		if f.ours(m.GetHostPath()) {
-			data, err := readBounded(m.GetHostPath(), 1<<20)
+			data, err := bounded.ReadFile(m.GetHostPath(), 1<<20)
 			if err != nil {
 				b.Fatalf("the recorded container's mount %s: %v", m.GetHostPath(), err)
 			}
@@ -250,17 +250,4 @@ func removeFloorCgroups(parents []string) {
 			os.Remove(filepath.Join(d, parent)) // rmdir: only an empty cgroup goes
 		}
 	}
-}
-
-func readBounded(path string, limit int64) ([]byte, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	data, err := io.ReadAll(io.LimitReader(file, limit+1))
-	if err == nil && int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: more than %d bytes", path, limit)
-	}
-	return data, err
 }
