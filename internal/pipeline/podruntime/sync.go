@@ -152,6 +152,16 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	return st, syncOutcome{requeueAfter: actions.RequeueAfter, observedAt: observedAt}, execErr
 }
 
+// committed is ctx without its cancellation, for the calls that make
+// something run (RunPodSandbox, CreateContainer, StartContainer): a sync is
+// cancelled when its pod is to stop, and a call the client gives up on
+// goes on in the runtime. A sandbox or container that started after the
+// kill's look at the runtime would run on with nothing to stop it, its
+// processes holding the pod's cgroup. The call finishes instead (bounded
+// by the client's per-call timeout), and the kill that follows the
+// cancelled sync sees what it made.
+func committed(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 // errLookAgain: what the sync did is not enough to tell the pod's state.
 var errLookAgain = errors.New("look at the runtime again")
 
@@ -352,7 +362,7 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 				return nil, ctx.Err()
 			}
 		}
-		id, err := m.rt.RunPodSandbox(ctx, sandboxCfg, handler)
+		id, err := m.rt.RunPodSandbox(committed(ctx), sandboxCfg, handler)
 		if m.sandboxes != nil {
 			<-m.sandboxes
 		}
@@ -586,7 +596,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 		extras.mounts = append(extras.mounts, termMount)
 	}
 	cfg := containerConfig(pod, c, img.ref, a.s.RestartCount, a.s.BackoffStep, extras)
-	id, err := m.rt.CreateContainer(ctx, a.sandboxID, cfg, a.sandboxCfg)
+	id, err := m.rt.CreateContainer(committed(ctx), a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
 		m.removeTerminationMessage(a.setup.PodDir, c, termMount)
 		w := plan.Waiting{Reason: "CreateContainerError", Message: err.Error()}
@@ -597,7 +607,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 	if !a.ephemeral {
 		m.recordCreated(pod, c, log)
 	}
-	if err := m.rt.StartContainer(ctx, id); err != nil {
+	if err := m.rt.StartContainer(committed(ctx), id); err != nil {
 		w := plan.Waiting{Reason: "RunContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 		return "", &w, fmt.Errorf("start container %q: %w", c.Name, err)
