@@ -344,7 +344,14 @@ func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
 		return // a static pod whose mirror pod is not there yet
 	}
 	log := s.deps.Log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", uid)
-	merged := Merge(api.Status, st, s.deps.Workers.CouldHaveRunningContainers(uid))
+	// Whether the worker finished is read once, before the status is
+	// merged: a worker that finishes while the patch goes out must not
+	// have its pod deleted on this pass, whose patch held the terminal
+	// phase back (the pod would leave the API last reported Running).
+	// Its finish marks the pod dirty: the next pass sends the terminal
+	// phase, then deletes.
+	finished := s.deps.Workers.IsPodFinished(uid)
+	merged := Merge(api.Status, st, !finished && s.deps.Workers.CouldHaveRunningContainers(uid))
 	patch, changed, err := StatusPatch(api.UID, api.Status, merged)
 	if err != nil {
 		log.Error("status: cannot make the patch", "err", err)
@@ -366,7 +373,13 @@ func (s *Syncer) syncPod(ctx context.Context, uid types.UID) {
 		s.patched(got, false)
 		log.Debug("status: patched", "phase", merged.Phase)
 	}
-	if api.DeletionTimestamp != nil && !podspec.IsStatic(pod) && s.deps.Workers.IsPodFinished(uid) {
+	if api.DeletionTimestamp != nil && !podspec.IsStatic(pod) && finished {
+		if !terminal(merged.Phase) {
+			// As the kubelet's status manager (canBeDeleted): the pod
+			// leaves the API only after a terminal phase reached it.
+			log.Info("status: pod deletion waits for a terminal phase", "phase", merged.Phase)
+			return
+		}
 		zero := int64(0)
 		err := s.deps.Client.CoreV1().Pods(api.Namespace).Delete(ctx, api.Name, metav1.DeleteOptions{
 			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &api.UID}})

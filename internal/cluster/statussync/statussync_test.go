@@ -36,10 +36,19 @@ var t0 = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 type workers struct {
 	running  map[types.UID]bool
 	finished map[types.UID]bool
+	// onRunning, when set, runs after CouldHaveRunningContainers answered.
+	onRunning func(uid types.UID)
 }
 
-func (w *workers) CouldHaveRunningContainers(uid types.UID) bool { return w.running[uid] }
-func (w *workers) IsPodFinished(uid types.UID) bool              { return w.finished[uid] }
+func (w *workers) CouldHaveRunningContainers(uid types.UID) bool {
+	r := w.running[uid]
+	if w.onRunning != nil {
+		w.onRunning(uid)
+	}
+	return r
+}
+
+func (w *workers) IsPodFinished(uid types.UID) bool { return w.finished[uid] }
 
 type harness struct {
 	t        *testing.T
@@ -666,5 +675,55 @@ func TestFinalStatusBeforeDelete(t *testing.T) {
 	w := h.writes()
 	if len(w) != 2 || !strings.Contains(w[0], `"phase":"Failed"`) || w[1] != "delete default/web grace=0 uid=uid-1" {
 		t.Fatalf("writes = %q, want the Failed status patched, then the delete", w)
+	}
+}
+
+// A worker that finishes while a pass sends its pod's status (after the
+// pass merged it with a container maybe running, the terminal phase held
+// back) does not have its pod deleted on that pass: the pod would leave
+// the API last reported Running, as a drained pod once did. The finish
+// makes the next pass, which sends the terminal phase and then deletes.
+func TestFinishDuringPassDeletesAfterTerminalPhase(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	now := metav1.NewTime(t0)
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	h := newHarness(t, pod)
+	ctx := context.Background()
+	h.workers.running["uid-1"] = true
+	stopped := running(false)
+	stopped.Phase = v1.PodSucceeded
+	h.statuses.SetPodStatus(pod, stopped)
+	h.workers.onRunning = func(uid types.UID) {
+		h.workers.running[uid], h.workers.finished[uid] = false, true
+		h.workers.onRunning = nil
+	}
+	h.s.SyncBatch(ctx, false)
+	w := h.writes()
+	if len(w) != 1 || !strings.HasPrefix(w[0], "patch") || strings.Contains(w[0], `"phase":"Succeeded"`) {
+		t.Fatalf("writes = %q, want one patch with the phase held back and no delete", w)
+	}
+	h.refresh()
+	h.s.PodFinished("uid-1")
+	h.s.SyncBatch(ctx, false)
+	w = h.writes()
+	if len(w) != 2 || !strings.Contains(w[0], `"phase":"Succeeded"`) || w[1] != "delete default/web grace=0 uid=uid-1" {
+		t.Fatalf("writes = %q, want the Succeeded status patched, then the delete", w)
+	}
+}
+
+// A finished pod whose phase is not terminal (nothing set it) stays in the
+// API, as the kubelet's status manager keeps it, and says why.
+func TestNoDeleteWithoutTerminalPhase(t *testing.T) {
+	pod := apiPod("web", "uid-1")
+	now := metav1.NewTime(t0)
+	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	h := newHarness(t, pod)
+	h.workers.finished["uid-1"] = true
+	h.statuses.SetPodStatus(pod, running(false))
+	h.s.SyncBatch(context.Background(), false)
+	for _, w := range h.writes() {
+		if strings.HasPrefix(w, "delete") {
+			t.Fatalf("deleted a pod whose phase is %s", running(false).Phase)
+		}
 	}
 }
