@@ -26,6 +26,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodelet/nodelet/internal/base/bounded"
 	"github.com/nodelet/nodelet/internal/managed/registry"
 	"github.com/nodelet/nodelet/test/conformance/images"
 )
@@ -766,7 +767,7 @@ func ginkgoReport(out, name string) string {
 
 // readGinkgoReport reads the specs of a ginkgo JSON report.
 func readGinkgoReport(path string) ([]ginkgoSpec, error) {
-	data, err := readBoundedFile(path, 256<<20)
+	data, err := bounded.ReadFile(path, 256<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -847,7 +848,7 @@ func readSkipList(path string) (map[string]string, error) {
 
 // readSpecList reads a list of full spec texts, one a line (# comments).
 func readSpecList(path string) ([]string, error) {
-	data, err := readBoundedFile(path, 1<<20)
+	data, err := bounded.ReadFile(path, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -858,19 +859,6 @@ func readSpecList(path string) ([]string, error) {
 		}
 	}
 	return specs, nil
-}
-
-func readBoundedFile(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err == nil && int64(len(data)) > limit {
-		err = fmt.Errorf("%s: over %d bytes", path, limit)
-	}
-	return data, err
 }
 
 // writeConformanceRun writes a run's table by area and its failures.

@@ -122,8 +122,8 @@ func BenchmarkHollow(b *testing.B) {
 		}
 		cfg := hollowConfig{}
 		for _, r := range results {
-			if !slices.Contains(cfg.nodes, r.nodes) {
-				cfg.nodes = append(cfg.nodes, r.nodes)
+			if !slices.Contains(cfg.nodes, r.Nodes) {
+				cfg.nodes = append(cfg.nodes, r.Nodes)
 			}
 		}
 		slices.Sort(cfg.nodes)
@@ -153,7 +153,7 @@ func BenchmarkHollow(b *testing.B) {
 				fmt.Printf("hollow bench: %s N=%d failed after %v: %v\n", arm, n, time.Since(start).Round(time.Second), firstLine(err.Error()))
 			}
 			if res != nil {
-				res.load, res.at = loadAverage(), time.Now().UTC()
+				res.Load, res.At = loadAverage(), time.Now().UTC()
 				results = append(results, res)
 				if keep != "" {
 					if err := appendHollowResult(keep, res); err != nil {
@@ -451,9 +451,9 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 	if err := waitNodesReady(ctx, admin, names, agents); err != nil {
 		return nil, err
 	}
-	res = &hollowResult{arm: arm, nodes: n, pods: n * cfg.podsPerNode, join: time.Since(started),
-		podsPerNode: cfg.podsPerNode, churnPerNode: cfg.churn, rate: cfg.rate, settle: cfg.settle}
-	fmt.Printf("hollow bench: %d %s nodes Ready in %v\n", n, arm, res.join.Round(100*time.Millisecond))
+	res = &hollowResult{Arm: arm, Nodes: n, Pods: n * cfg.podsPerNode, Join: time.Since(started),
+		PodsPerNode: cfg.podsPerNode, ChurnPerNode: cfg.churn, Rate: cfg.rate, Settle: cfg.settle}
+	fmt.Printf("hollow bench: %d %s nodes Ready in %v\n", n, arm, res.Join.Round(100*time.Millisecond))
 
 	// Step 2: the pods, at cfg.rate, and their start-up.
 	if err := waitServiceAccount(ctx, admin); err != nil {
@@ -466,7 +466,7 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 	defer pw.stop()
 	firstCreate := time.Now()
 	tick := time.NewTicker(time.Duration(float64(time.Second) / cfg.rate))
-	for i := range res.pods {
+	for i := range res.Pods {
 		<-tick.C
 		name := fmt.Sprintf("pod-%d", i)
 		pw.created(name, time.Now())
@@ -476,11 +476,11 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 		}
 	}
 	tick.Stop()
-	allRunning, err := pw.waitRunning(ctx, res.pods, 5*time.Minute)
+	allRunning, err := pw.waitRunning(ctx, res.Pods, 5*time.Minute)
 	if err != nil {
 		return nil, err
 	}
-	res.startup = pw.startups("pod-")
+	res.Startup = pw.startups("pod-")
 
 	// Step 3: settle, then the idle window.
 	if err := sleepCtx(ctx, cfg.settle); err != nil {
@@ -512,19 +512,19 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 		}
 	}
 	idleTo := time.Now()
-	res.idle = idleTo.Sub(idleFrom)
-	res.apiserverCPU, res.agentCPU = cpuSeconds(apiserverPID)-apiCPU0, sumCPU(pids)-agentCPU0
+	res.Idle = idleTo.Sub(idleFrom)
+	res.APIServerCPU, res.AgentCPU = cpuSeconds(apiserverPID)-apiCPU0, sumCPU(pids)-agentCPU0
 	if runtime != nil {
-		res.runtimeCPU = cpuSeconds(runtime.cmd.Process.Pid) - rtCPU0
+		res.RuntimeCPU = cpuSeconds(runtime.cmd.Process.Pid) - rtCPU0
 		rss, _, _, _ := procMemory(runtime.cmd.Process.Pid)
-		res.runtimeRSS = float64(rss)
+		res.RuntimeRSS = float64(rss)
 	}
 	etcd1, err := etcdWrites(cp)
 	if err != nil {
 		return nil, err
 	}
-	res.etcdWrites = etcd1 - etcd0
-	if res.apiserverRSS, _, _, err = procMemory(apiserverPID); err != nil {
+	res.EtcdWrites = etcd1 - etcd0
+	if res.APIServerRSS, _, _, err = procMemory(apiserverPID); err != nil {
 		return nil, err
 	}
 	for _, pid := range pids {
@@ -532,15 +532,15 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 		if err != nil {
 			return nil, err
 		}
-		res.agentRSS += rss
+		res.AgentRSS += rss
 	}
 	watches1, err := apiserverWatches(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
 	// Less the benchmark's own: its watch of the pods (pw).
-	res.watches = watches1 - watches0 - 1
-	res.notReady = slices.Sorted(func(yield func(string) bool) {
+	res.Watches = watches1 - watches0 - 1
+	res.NotReady = slices.Sorted(func(yield func(string) bool) {
 		for k := range notReady {
 			if !yield(k) {
 				return
@@ -576,17 +576,17 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 	if err != nil {
 		return nil, err
 	}
-	res.openWatches = open
-	res.startReqs, res.idleReqs, res.idleByKind = counts[0].total, counts[1].total, counts[1].byKind
-	res.startEvents = eventWrites(counts[0].byKind)
+	res.OpenWatches = open
+	res.StartReqs, res.IdleReqs, res.IdleByKind = counts[0].total, counts[1].total, counts[1].byKind
+	res.StartEvents = eventWrites(counts[0].byKind)
 	if cfg.churn > 0 {
-		res.churnReqs = counts[2].total
+		res.ChurnReqs = counts[2].total
 	}
 	if cfg.restart {
-		res.recoveryReqs = counts[len(counts)-1].total
+		res.RecoveryReqs = counts[len(counts)-1].total
 	}
-	res.leaseUpdates = len(leases)
-	res.leaseP99 = percentile(leases, 0.99)
+	res.LeaseUpdates = len(leases)
+	res.LeaseP99 = percentile(leases, 0.99)
 	return res, nil
 }
 
@@ -614,7 +614,7 @@ func churnHollowPods(ctx context.Context, c kubernetes.Interface, pw *hollowPodW
 			return window{}, fmt.Errorf("create %s: %w", name, err)
 		}
 	}
-	running, err := pw.waitRunning(ctx, res.pods+n, 5*time.Minute)
+	running, err := pw.waitRunning(ctx, res.Pods+n, 5*time.Minute)
 	if err != nil {
 		return window{}, err
 	}
@@ -626,8 +626,8 @@ func churnHollowPods(ctx context.Context, c kubernetes.Interface, pw *hollowPodW
 	if gone.After(done) {
 		done = gone
 	}
-	res.churned = n
-	res.churnStartup = pw.startups("churn-")
+	res.Churned = n
+	res.ChurnStartup = pw.startups("churn-")
 	fmt.Printf("hollow bench: %d pods churned in %v\n", n, done.Sub(from).Round(100*time.Millisecond))
 	return window{from, done}, nil
 }
@@ -650,7 +650,7 @@ func restartHollowAPIServer(ctx context.Context, cp *controlPlane, c kubernetes.
 		return window{}, fmt.Errorf("hack/cluster.sh start-apiserver: %v\n%s", err, out)
 	}
 	back := time.Now()
-	res.restarted, res.outage, res.stopTook = true, back.Sub(stopped), down.Sub(stopped)
+	res.Restarted, res.Outage, res.StopTook = true, back.Sub(stopped), down.Sub(stopped)
 	deadline := back.Add(3 * time.Minute)
 	for {
 		pending := nodesNotReady(ctx, c, names)
@@ -667,9 +667,9 @@ func restartHollowAPIServer(ctx context.Context, cp *controlPlane, c kubernetes.
 			return window{}, err
 		}
 	}
-	res.recovery = time.Since(back)
+	res.Recovery = time.Since(back)
 	fmt.Printf("hollow bench: API server away %v (its stop took %v), every node Ready with its lease renewed %v after\n",
-		res.outage.Round(100*time.Millisecond), res.stopTook.Round(100*time.Millisecond), res.recovery.Round(100*time.Millisecond))
+		res.Outage.Round(100*time.Millisecond), res.StopTook.Round(100*time.Millisecond), res.Recovery.Round(100*time.Millisecond))
 	if err := sleepCtx(ctx, time.Until(back.Add(time.Minute))); err != nil {
 		return window{}, err
 	}
@@ -677,7 +677,7 @@ func restartHollowAPIServer(ctx context.Context, cp *controlPlane, c kubernetes.
 	if err != nil {
 		return window{}, err
 	}
-	res.podsRestarted = podsRestarted(before.Items, after.Items)
+	res.PodsRestarted = podsRestarted(before.Items, after.Items)
 	return window{stopped, time.Now()}, nil
 }
 
@@ -1182,7 +1182,7 @@ func printHollowGoals(w io.Writer, nodes []int, byKey map[string]*hollowResult) 
 		}
 		return "MISSED"
 	}
-	perNode := func(r *hollowResult) float64 { return float64(r.idleReqs) / float64(r.nodes) / r.idle.Minutes() }
+	perNode := func(r *hollowResult) float64 { return float64(r.IdleReqs) / float64(r.Nodes) / r.Idle.Minutes() }
 	fmt.Fprintf(w, "\ngoals (issue 28, item 3) at N=%d, the largest N both arms ran\n", n)
 	ratio := func(a, b float64) float64 {
 		if b == 0 {
@@ -1192,8 +1192,8 @@ func printHollowGoals(w io.Writer, nodes []int, byKey map[string]*hollowResult) 
 	}
 	q := ratio(perNode(nl), perNode(k))
 	fmt.Fprintf(w, "  idle requests per node ≤ 0.5× the kubelet's: %.2f vs %.2f per minute, %.2f× — %s\n", perNode(nl), perNode(k), q, verdict(q <= 0.5))
-	nw, kw := float64(sumValues(nl.openWatches))/float64(nl.nodes), float64(sumValues(k.openWatches))/float64(k.nodes)
-	if nl.openWatches == nil || k.openWatches == nil {
+	nw, kw := float64(sumValues(nl.OpenWatches))/float64(nl.Nodes), float64(sumValues(k.OpenWatches))/float64(k.Nodes)
+	if nl.OpenWatches == nil || k.OpenWatches == nil {
 		fmt.Fprintf(w, "  watches per node ≤ 0.5× the kubelet's (audit): not counted in these results\n")
 	} else {
 		q = ratio(nw, kw)
@@ -1204,8 +1204,8 @@ func printHollowGoals(w io.Writer, nodes []int, byKey map[string]*hollowResult) 
 		kx, nx := byKey["kubelet/"+strconv.Itoa(x)], byKey["nodelet/"+strconv.Itoa(x)]
 		if kx != nil && nx != nil {
 			xs = append(xs, float64(x))
-			kr = append(kr, float64(kx.apiserverRSS)/1024)
-			nr = append(nr, float64(nx.apiserverRSS)/1024)
+			kr = append(kr, float64(kx.APIServerRSS)/1024)
+			nr = append(nr, float64(nx.APIServerRSS)/1024)
 		}
 	}
 	if len(xs) >= 2 {
@@ -1216,9 +1216,9 @@ func printHollowGoals(w io.Writer, nodes []int, byKey map[string]*hollowResult) 
 	} else {
 		fmt.Fprintf(w, "  API server memory per node: needs two N or more run by both arms\n")
 	}
-	p99 := max(percentile(nl.startup, 0.99), percentile(nl.churnStartup, 0.99))
+	p99 := max(percentile(nl.Startup, 0.99), percentile(nl.ChurnStartup, 0.99))
 	fmt.Fprintf(w, "  nodelet's start-up p99 ≤ 5 s (first and churned pods): %.2fs — %s\n", p99.Seconds(), verdict(p99 <= 5*time.Second))
-	ne, ke := float64(nl.startEvents)/float64(nl.pods), float64(k.startEvents)/float64(k.pods)
+	ne, ke := float64(nl.StartEvents)/float64(nl.Pods), float64(k.StartEvents)/float64(k.Pods)
 	fmt.Fprintf(w, "  event writes per pod start ≤ the kubelet's: %.2f vs %.2f — %s\n", ne, ke, verdict(ne <= ke))
 }
 
@@ -1239,17 +1239,17 @@ func hollowHeld(r *hollowResult) string {
 	if r == nil {
 		return "not run or failed"
 	}
-	if len(r.notReady) > 0 {
-		why = append(why, fmt.Sprintf("%d Nodes not Ready", len(r.notReady)))
+	if len(r.NotReady) > 0 {
+		why = append(why, fmt.Sprintf("%d Nodes not Ready", len(r.NotReady)))
 	}
-	if p := percentile(r.startup, 0.99); p > 5*time.Second {
+	if p := percentile(r.Startup, 0.99); p > 5*time.Second {
 		why = append(why, fmt.Sprintf("start-up p99 %.2fs", p.Seconds()))
 	}
-	if p := percentile(r.churnStartup, 0.99); p > 5*time.Second {
+	if p := percentile(r.ChurnStartup, 0.99); p > 5*time.Second {
 		why = append(why, fmt.Sprintf("churn start-up p99 %.2fs", p.Seconds()))
 	}
-	if r.leaseP99 > 2*time.Second {
-		why = append(why, fmt.Sprintf("lease update p99 %.2fs", r.leaseP99.Seconds()))
+	if r.LeaseP99 > 2*time.Second {
+		why = append(why, fmt.Sprintf("lease update p99 %.2fs", r.LeaseP99.Seconds()))
 	}
 	return strings.Join(why, ", ")
 }
@@ -1260,57 +1260,57 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 	fmt.Fprintf(w, "hollow nodes: N agents on fake CRI runtimes against one control plane each (fresh per arm and N); a simulation on one machine\n")
 	byKey := map[string]*hollowResult{}
 	for _, r := range res {
-		byKey[fmt.Sprintf("%s/%d", r.arm, r.nodes)] = r
+		byKey[fmt.Sprintf("%s/%d", r.Arm, r.Nodes)] = r
 	}
 	type row struct {
 		label string
 		get   func(r *hollowResult) float64
 		unit  string
 	}
-	perNodeMin := func(r *hollowResult, v float64) float64 { return v / float64(r.nodes) / r.idle.Minutes() }
-	core := func(r *hollowResult, sec float64) float64 { return 100 * sec / r.idle.Seconds() }
+	perNodeMin := func(r *hollowResult, v float64) float64 { return v / float64(r.Nodes) / r.Idle.Minutes() }
+	core := func(r *hollowResult, sec float64) float64 { return 100 * sec / r.Idle.Seconds() }
 	rows := []row{
-		{"join (all Nodes Ready)", func(r *hollowResult) float64 { return r.join.Seconds() }, "s"},
-		{"pod start-up p50", func(r *hollowResult) float64 { return percentile(r.startup, 0.5).Seconds() }, "s"},
-		{"pod start-up p90", func(r *hollowResult) float64 { return percentile(r.startup, 0.9).Seconds() }, "s"},
-		{"pod start-up p99 (SLO ≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.startup, 0.99).Seconds() }, "s"},
-		{"API requests per pod start", func(r *hollowResult) float64 { return float64(r.startReqs) / float64(r.pods) }, ""},
-		{"event writes per pod start", func(r *hollowResult) float64 { return float64(r.startEvents) / float64(r.pods) }, ""},
-		{"API requests per node per minute idle", func(r *hollowResult) float64 { return perNodeMin(r, float64(r.idleReqs)) }, ""},
+		{"join (all Nodes Ready)", func(r *hollowResult) float64 { return r.Join.Seconds() }, "s"},
+		{"pod start-up p50", func(r *hollowResult) float64 { return percentile(r.Startup, 0.5).Seconds() }, "s"},
+		{"pod start-up p90", func(r *hollowResult) float64 { return percentile(r.Startup, 0.9).Seconds() }, "s"},
+		{"pod start-up p99 (SLO ≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.Startup, 0.99).Seconds() }, "s"},
+		{"API requests per pod start", func(r *hollowResult) float64 { return float64(r.StartReqs) / float64(r.Pods) }, ""},
+		{"event writes per pod start", func(r *hollowResult) float64 { return float64(r.StartEvents) / float64(r.Pods) }, ""},
+		{"API requests per node per minute idle", func(r *hollowResult) float64 { return perNodeMin(r, float64(r.IdleReqs)) }, ""},
 		{"watches per node (audit: open at the end of idle)", func(r *hollowResult) float64 {
-			if r.openWatches == nil { // a result kept before they were counted
+			if r.OpenWatches == nil { // a result kept before they were counted
 				return math.NaN()
 			}
-			return float64(sumValues(r.openWatches)) / float64(r.nodes)
+			return float64(sumValues(r.OpenWatches)) / float64(r.Nodes)
 		}, ""},
-		{"watches per node (API server metric, all clients)", func(r *hollowResult) float64 { return r.watches / float64(r.nodes) }, ""},
-		{"lease update p99 idle (≤ 2 s)", func(r *hollowResult) float64 { return r.leaseP99.Seconds() * 1000 }, "ms"},
-		{"etcd writes per node per minute idle (all ÷ N)", func(r *hollowResult) float64 { return perNodeMin(r, r.etcdWrites) }, ""},
-		{"API server CPU idle (% of a core)", func(r *hollowResult) float64 { return core(r, r.apiserverCPU) }, "%"},
-		{"API server RSS end of idle", func(r *hollowResult) float64 { return float64(r.apiserverRSS) / 1024 }, "MiB"},
-		{"agent CPU per node idle (% of a core)", func(r *hollowResult) float64 { return core(r, r.agentCPU) / float64(r.nodes) }, "%"},
-		{"agent RSS per node", func(r *hollowResult) float64 { return float64(r.agentRSS) / 1024 / float64(r.nodes) }, "MiB"},
-		{"fake runtime CPU per node idle (%)", func(r *hollowResult) float64 { return core(r, r.runtimeCPU) / float64(r.nodes) }, "%"},
-		{"fake runtime RSS per node", func(r *hollowResult) float64 { return r.runtimeRSS / 1024 / float64(r.nodes) }, "MiB"},
+		{"watches per node (API server metric, all clients)", func(r *hollowResult) float64 { return r.Watches / float64(r.Nodes) }, ""},
+		{"lease update p99 idle (≤ 2 s)", func(r *hollowResult) float64 { return r.LeaseP99.Seconds() * 1000 }, "ms"},
+		{"etcd writes per node per minute idle (all ÷ N)", func(r *hollowResult) float64 { return perNodeMin(r, r.EtcdWrites) }, ""},
+		{"API server CPU idle (% of a core)", func(r *hollowResult) float64 { return core(r, r.APIServerCPU) }, "%"},
+		{"API server RSS end of idle", func(r *hollowResult) float64 { return float64(r.APIServerRSS) / 1024 }, "MiB"},
+		{"agent CPU per node idle (% of a core)", func(r *hollowResult) float64 { return core(r, r.AgentCPU) / float64(r.Nodes) }, "%"},
+		{"agent RSS per node", func(r *hollowResult) float64 { return float64(r.AgentRSS) / 1024 / float64(r.Nodes) }, "MiB"},
+		{"fake runtime CPU per node idle (%)", func(r *hollowResult) float64 { return core(r, r.RuntimeCPU) / float64(r.Nodes) }, "%"},
+		{"fake runtime RSS per node", func(r *hollowResult) float64 { return r.RuntimeRSS / 1024 / float64(r.Nodes) }, "MiB"},
 	}
-	if slices.ContainsFunc(res, func(r *hollowResult) bool { return r.churned > 0 }) {
+	if slices.ContainsFunc(res, func(r *hollowResult) bool { return r.Churned > 0 }) {
 		rows = append(rows,
-			row{"churn: new pods' start-up p50", func(r *hollowResult) float64 { return percentile(r.churnStartup, 0.5).Seconds() }, "s"},
-			row{"churn: new pods' start-up p99 (≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.churnStartup, 0.99).Seconds() }, "s"},
-			row{"churn: API requests per pod churned", func(r *hollowResult) float64 { return float64(r.churnReqs) / float64(max(r.churned, 1)) }, ""})
+			row{"churn: new pods' start-up p50", func(r *hollowResult) float64 { return percentile(r.ChurnStartup, 0.5).Seconds() }, "s"},
+			row{"churn: new pods' start-up p99 (≤ 5 s)", func(r *hollowResult) float64 { return percentile(r.ChurnStartup, 0.99).Seconds() }, "s"},
+			row{"churn: API requests per pod churned", func(r *hollowResult) float64 { return float64(r.ChurnReqs) / float64(max(r.Churned, 1)) }, ""})
 	}
-	if slices.ContainsFunc(res, func(r *hollowResult) bool { return r.restarted }) {
+	if slices.ContainsFunc(res, func(r *hollowResult) bool { return r.Restarted }) {
 		rows = append(rows,
-			row{"restart: API server away", func(r *hollowResult) float64 { return r.outage.Seconds() }, "s"},
+			row{"restart: API server away", func(r *hollowResult) float64 { return r.Outage.Seconds() }, "s"},
 			row{"restart: ... of which its stop (SIGTERM to exit)", func(r *hollowResult) float64 {
-				if r.stopTook == 0 { // a result kept before it was taken
+				if r.StopTook == 0 { // a result kept before it was taken
 					return math.NaN()
 				}
-				return r.stopTook.Seconds()
+				return r.StopTook.Seconds()
 			}, "s"},
-			row{"restart: back to all Ready + leases renewed", func(r *hollowResult) float64 { return r.recovery.Seconds() }, "s"},
-			row{"restart: API requests per node (stop to +1 min)", func(r *hollowResult) float64 { return float64(r.recoveryReqs) / float64(r.nodes) }, ""},
-			row{"restart: pods restarted", func(r *hollowResult) float64 { return float64(len(r.podsRestarted)) }, ""})
+			row{"restart: back to all Ready + leases renewed", func(r *hollowResult) float64 { return r.Recovery.Seconds() }, "s"},
+			row{"restart: API requests per node (stop to +1 min)", func(r *hollowResult) float64 { return float64(r.RecoveryReqs) / float64(r.Nodes) }, ""},
+			row{"restart: pods restarted", func(r *hollowResult) float64 { return float64(len(r.PodsRestarted)) }, ""})
 	}
 	for _, n := range cfg.nodes {
 		k, nl := byKey["kubelet/"+strconv.Itoa(n)], byKey["nodelet/"+strconv.Itoa(n)]
@@ -1318,7 +1318,7 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 		for _, r := range []*hollowResult{k, nl} {
 			if r != nil {
 				fmt.Fprintf(w, "  %s: %d pods per node at %.1f/s, settle %v, idle %v, churn %d per node, API server restart %v; ended %s, load average then %s\n",
-					r.arm, r.podsPerNode, r.rate, r.settle, r.idle.Round(time.Second), r.churnPerNode, r.restarted, r.at.Format(time.DateTime), r.load)
+					r.Arm, r.PodsPerNode, r.Rate, r.Settle, r.Idle.Round(time.Second), r.ChurnPerNode, r.Restarted, r.At.Format(time.DateTime), r.Load)
 			}
 		}
 		fmt.Fprintf(w, "  %-50s %14s %12s %16s\n", "", "hollow kubelet", "nodelet", "nodelet÷kubelet")
@@ -1327,7 +1327,7 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 				if r == nil {
 					return "-"
 				}
-				if r.arm == "kubelet" && strings.HasPrefix(rw.label, "fake runtime") {
+				if r.Arm == "kubelet" && strings.HasPrefix(rw.label, "fake runtime") {
 					return "in agent"
 				}
 				if math.IsNaN(rw.get(r)) {
@@ -1346,12 +1346,12 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 				continue
 			}
 			ready := "every Node Ready through idle"
-			if len(r.notReady) > 0 {
-				ready = "NOT Ready during idle: " + strings.Join(r.notReady, ", ")
+			if len(r.NotReady) > 0 {
+				ready = "NOT Ready during idle: " + strings.Join(r.NotReady, ", ")
 			}
-			fmt.Fprintf(w, "  %s: %s; %d lease updates idle; %d pods\n", r.arm, ready, r.leaseUpdates, r.pods)
-			if len(r.podsRestarted) > 0 {
-				fmt.Fprintf(w, "  %s: pods restarted across the API server restart: %s\n", r.arm, strings.Join(r.podsRestarted, ", "))
+			fmt.Fprintf(w, "  %s: %s; %d lease updates idle; %d pods\n", r.Arm, ready, r.LeaseUpdates, r.Pods)
+			if len(r.PodsRestarted) > 0 {
+				fmt.Fprintf(w, "  %s: pods restarted across the API server restart: %s\n", r.Arm, strings.Join(r.PodsRestarted, ", "))
 			}
 		}
 	}
@@ -1367,9 +1367,9 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 			for _, n := range cfg.nodes {
 				if r := byKey[arm+"/"+strconv.Itoa(n)]; r != nil {
 					xs = append(xs, float64(n))
-					cpu = append(cpu, core(r, r.apiserverCPU))
-					rss = append(rss, float64(r.apiserverRSS)/1024)
-					etcd = append(etcd, r.etcdWrites/r.idle.Minutes())
+					cpu = append(cpu, core(r, r.APIServerCPU))
+					rss = append(rss, float64(r.APIServerRSS)/1024)
+					etcd = append(etcd, r.EtcdWrites/r.Idle.Minutes())
 				}
 			}
 			if len(xs) >= 2 {
@@ -1379,24 +1379,24 @@ func printHollowTable(w io.Writer, cfg hollowConfig, res []*hollowResult) {
 	}
 	printHollowGoals(w, cfg.nodes, byKey)
 	for _, r := range res {
-		if len(r.openWatches) == 0 {
+		if len(r.OpenWatches) == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\nwatches open at the end of idle by kind, %s N=%d (per node)\n", r.arm, r.nodes)
-		kinds := slices.Sorted(maps.Keys(r.openWatches))
+		fmt.Fprintf(w, "\nwatches open at the end of idle by kind, %s N=%d (per node)\n", r.Arm, r.Nodes)
+		kinds := slices.Sorted(maps.Keys(r.OpenWatches))
 		for _, kind := range kinds {
-			fmt.Fprintf(w, "  %8.2f  %s\n", float64(r.openWatches[kind])/float64(r.nodes), kind)
+			fmt.Fprintf(w, "  %8.2f  %s\n", float64(r.OpenWatches[kind])/float64(r.Nodes), kind)
 		}
 	}
 	for _, r := range res {
-		fmt.Fprintf(w, "\nidle requests by kind, %s N=%d (per node per minute)\n", r.arm, r.nodes)
-		kinds := make([]string, 0, len(r.idleByKind))
-		for kind := range r.idleByKind {
+		fmt.Fprintf(w, "\nidle requests by kind, %s N=%d (per node per minute)\n", r.Arm, r.Nodes)
+		kinds := make([]string, 0, len(r.IdleByKind))
+		for kind := range r.IdleByKind {
 			kinds = append(kinds, kind)
 		}
-		sort.Slice(kinds, func(i, j int) bool { return r.idleByKind[kinds[i]] > r.idleByKind[kinds[j]] })
+		sort.Slice(kinds, func(i, j int) bool { return r.IdleByKind[kinds[i]] > r.IdleByKind[kinds[j]] })
 		for _, kind := range kinds {
-			fmt.Fprintf(w, "  %8.2f  %s\n", perNodeMin(r, float64(r.idleByKind[kind])), kind)
+			fmt.Fprintf(w, "  %8.2f  %s\n", perNodeMin(r, float64(r.IdleByKind[kind])), kind)
 		}
 	}
 }

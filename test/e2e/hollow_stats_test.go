@@ -154,124 +154,59 @@ func heldString(n int, why string) string {
 	return s
 }
 
-// hollowResult is what one arm measured at one N.
-type hollowResult struct {
-	arm   string
-	nodes int
-	pods  int
-
-	podsPerNode, churnPerNode int
-	rate                      float64
-	settle                    time.Duration
-
-	join                   time.Duration
-	startup                []time.Duration // per pod, sorted
-	startReqs              int             // the nodes' requests from the first create to all Running
-	idleReqs               int             // the nodes' requests over idle
-	idleByKind             map[string]int  // ... by kind (auditEvent.kind)
-	watches                float64         // the API server's watches open at the end of idle, less before and less the benchmark's
-	openWatches            map[string]int  // the nodes' watches open at the end of idle (audit), by kind
-	leaseP99               time.Duration   // lease updates' latency over idle
-	leaseUpdates           int
-	etcdWrites             float64 // over idle
-	apiserverCPU           float64 // seconds over idle
-	apiserverRSS           int64   // KiB, end of idle
-	agentCPU               float64 // seconds over idle, all agents
-	agentRSS               int64   // KiB, all agents, end of idle
-	runtimeCPU, runtimeRSS float64 // the fake runtime process (nodelet arm)
-	idle                   time.Duration
-	notReady               []string // nodes seen not Ready during idle
-	startEvents            int      // the nodes' event writes from the first create to all Running
-
-	churned      int             // pods deleted and as many created
-	churnStartup []time.Duration // the new pods', sorted
-	churnReqs    int             // the nodes' requests from the first delete until all done
-
-	restarted     bool          // the API server was restarted
-	outage        time.Duration // stop-apiserver issued to /readyz answering again
-	stopTook      time.Duration // stop-apiserver issued to the process gone
-	recovery      time.Duration // /readyz answering to every Node Ready with its Lease renewed
-	recoveryReqs  int           // the nodes' requests from the stop to a minute after the return
-	podsRestarted []string      // pods gone, replaced, not Running or restarted across it
-
-	load string    // the load average when the arm ended
-	at   time.Time // when the arm ended
-}
-
-// hollowRecord is a hollowResult as BenchmarkHollow keeps it in
-// NODELET_BENCH_HOLLOW_RESULTS (a JSON object a line), so that a table
-// split over several runs (by N, or by arm) can be printed as one
+// hollowResult is what one arm measured at one N. BenchmarkHollow keeps
+// it in NODELET_BENCH_HOLLOW_RESULTS (a JSON object a line), so that a
+// table split over several runs (by N, or by arm) can be printed as one
 // (NODELET_BENCH_HOLLOW_REPORT).
-type hollowRecord struct {
-	Arm           string          `json:"arm"`
-	Nodes         int             `json:"nodes"`
-	Pods          int             `json:"pods"`
-	PodsPerNode   int             `json:"podsPerNode"`
-	ChurnPerNode  int             `json:"churnPerNode"`
-	Rate          float64         `json:"rate"`
-	Settle        time.Duration   `json:"settle"`
-	Join          time.Duration   `json:"join"`
-	Startup       []time.Duration `json:"startup"`
-	StartReqs     int             `json:"startReqs"`
-	StartEvents   int             `json:"startEvents"`
-	IdleReqs      int             `json:"idleReqs"`
-	IdleByKind    map[string]int  `json:"idleByKind"`
-	Watches       float64         `json:"watches"`
-	OpenWatches   map[string]int  `json:"openWatches"`
-	LeaseP99      time.Duration   `json:"leaseP99"`
-	LeaseUpdates  int             `json:"leaseUpdates"`
-	EtcdWrites    float64         `json:"etcdWrites"`
-	APIServerCPU  float64         `json:"apiserverCPU"`
-	APIServerRSS  int64           `json:"apiserverRSS"`
-	AgentCPU      float64         `json:"agentCPU"`
-	AgentRSS      int64           `json:"agentRSS"`
-	RuntimeCPU    float64         `json:"runtimeCPU"`
-	RuntimeRSS    float64         `json:"runtimeRSS"`
-	Idle          time.Duration   `json:"idle"`
-	NotReady      []string        `json:"notReady"`
-	Churned       int             `json:"churned"`
-	ChurnStartup  []time.Duration `json:"churnStartup"`
-	ChurnReqs     int             `json:"churnReqs"`
-	Restarted     bool            `json:"restarted"`
-	Outage        time.Duration   `json:"outage"`
-	StopTook      time.Duration   `json:"stopTook"`
-	Recovery      time.Duration   `json:"recovery"`
-	RecoveryReqs  int             `json:"recoveryReqs"`
-	PodsRestarted []string        `json:"podsRestarted"`
-	Load          string          `json:"load"` // load average at the arm's end
-	At            time.Time       `json:"at"`
-}
+type hollowResult struct {
+	Arm   string `json:"arm"`
+	Nodes int    `json:"nodes"`
+	Pods  int    `json:"pods"`
 
-func (r *hollowResult) record() hollowRecord {
-	return hollowRecord{
-		Arm: r.arm, Nodes: r.nodes, Pods: r.pods, PodsPerNode: r.podsPerNode, ChurnPerNode: r.churnPerNode, Rate: r.rate, Settle: r.settle,
-		Join: r.join, Startup: r.startup, StartReqs: r.startReqs, StartEvents: r.startEvents, IdleReqs: r.idleReqs, IdleByKind: r.idleByKind,
-		Watches: r.watches, OpenWatches: r.openWatches, LeaseP99: r.leaseP99, LeaseUpdates: r.leaseUpdates, EtcdWrites: r.etcdWrites,
-		APIServerCPU: r.apiserverCPU, APIServerRSS: r.apiserverRSS, AgentCPU: r.agentCPU, AgentRSS: r.agentRSS,
-		RuntimeCPU: r.runtimeCPU, RuntimeRSS: r.runtimeRSS, Idle: r.idle, NotReady: r.notReady,
-		Churned: r.churned, ChurnStartup: r.churnStartup, ChurnReqs: r.churnReqs,
-		Restarted: r.restarted, Outage: r.outage, StopTook: r.stopTook, Recovery: r.recovery, RecoveryReqs: r.recoveryReqs, PodsRestarted: r.podsRestarted,
-		Load: r.load, At: r.at,
-	}
-}
+	PodsPerNode  int           `json:"podsPerNode"`
+	ChurnPerNode int           `json:"churnPerNode"`
+	Rate         float64       `json:"rate"`
+	Settle       time.Duration `json:"settle"`
 
-func (rec hollowRecord) result() *hollowResult {
-	return &hollowResult{
-		arm: rec.Arm, nodes: rec.Nodes, pods: rec.Pods, podsPerNode: rec.PodsPerNode, churnPerNode: rec.ChurnPerNode, rate: rec.Rate, settle: rec.Settle,
-		join: rec.Join, startup: rec.Startup, startReqs: rec.StartReqs, startEvents: rec.StartEvents, idleReqs: rec.IdleReqs, idleByKind: rec.IdleByKind,
-		watches: rec.Watches, openWatches: rec.OpenWatches, leaseP99: rec.LeaseP99, leaseUpdates: rec.LeaseUpdates, etcdWrites: rec.EtcdWrites,
-		apiserverCPU: rec.APIServerCPU, apiserverRSS: rec.APIServerRSS, agentCPU: rec.AgentCPU, agentRSS: rec.AgentRSS,
-		runtimeCPU: rec.RuntimeCPU, runtimeRSS: rec.RuntimeRSS, idle: rec.Idle, notReady: rec.NotReady,
-		churned: rec.Churned, churnStartup: rec.ChurnStartup, churnReqs: rec.ChurnReqs,
-		restarted: rec.Restarted, outage: rec.Outage, stopTook: rec.StopTook, recovery: rec.Recovery, recoveryReqs: rec.RecoveryReqs, podsRestarted: rec.PodsRestarted,
-		load: rec.Load, at: rec.At,
-	}
+	Join         time.Duration   `json:"join"`
+	Startup      []time.Duration `json:"startup"`     // per pod, sorted
+	StartReqs    int             `json:"startReqs"`   // the nodes' requests from the first create to all Running
+	IdleReqs     int             `json:"idleReqs"`    // the nodes' requests over idle
+	IdleByKind   map[string]int  `json:"idleByKind"`  // ... by kind (auditEvent.kind)
+	Watches      float64         `json:"watches"`     // the API server's watches open at the end of idle, less before and less the benchmark's
+	OpenWatches  map[string]int  `json:"openWatches"` // the nodes' watches open at the end of idle (audit), by kind
+	LeaseP99     time.Duration   `json:"leaseP99"`    // lease updates' latency over idle
+	LeaseUpdates int             `json:"leaseUpdates"`
+	EtcdWrites   float64         `json:"etcdWrites"`   // over idle
+	APIServerCPU float64         `json:"apiserverCPU"` // seconds over idle
+	APIServerRSS int64           `json:"apiserverRSS"` // KiB, end of idle
+	AgentCPU     float64         `json:"agentCPU"`     // seconds over idle, all agents
+	AgentRSS     int64           `json:"agentRSS"`     // KiB, all agents, end of idle
+	RuntimeCPU   float64         `json:"runtimeCPU"`   // the fake runtime process (nodelet arm)
+	RuntimeRSS   float64         `json:"runtimeRSS"`   // the fake runtime process (nodelet arm)
+	Idle         time.Duration   `json:"idle"`
+	NotReady     []string        `json:"notReady"`    // nodes seen not Ready during idle
+	StartEvents  int             `json:"startEvents"` // the nodes' event writes from the first create to all Running
+
+	Churned      int             `json:"churned"`      // pods deleted and as many created
+	ChurnStartup []time.Duration `json:"churnStartup"` // the new pods', sorted
+	ChurnReqs    int             `json:"churnReqs"`    // the nodes' requests from the first delete until all done
+
+	Restarted     bool          `json:"restarted"`     // the API server was restarted
+	Outage        time.Duration `json:"outage"`        // stop-apiserver issued to /readyz answering again
+	StopTook      time.Duration `json:"stopTook"`      // stop-apiserver issued to the process gone
+	Recovery      time.Duration `json:"recovery"`      // /readyz answering to every Node Ready with its Lease renewed
+	RecoveryReqs  int           `json:"recoveryReqs"`  // the nodes' requests from the stop to a minute after the return
+	PodsRestarted []string      `json:"podsRestarted"` // pods gone, replaced, not Running or restarted across it
+
+	Load string    `json:"load"` // the load average when the arm ended
+	At   time.Time `json:"at"`   // when the arm ended
 }
 
 // appendHollowResult appends r to the results file at path (made 0600 if
 // new), one JSON line written at once.
 func appendHollowResult(path string, r *hollowResult) error {
-	line, err := json.Marshal(r.record())
+	line, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
@@ -300,8 +235,8 @@ func readHollowResults(paths []string) ([]*hollowResult, error) {
 		sc := bufio.NewScanner(limited)
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
 		for line := 1; sc.Scan(); line++ {
-			var rec hollowRecord
-			if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			rec := &hollowResult{}
+			if err := json.Unmarshal(sc.Bytes(), rec); err != nil {
 				f.Close()
 				return nil, fmt.Errorf("%s:%d: %w", path, line, err)
 			}
@@ -311,11 +246,11 @@ func readHollowResults(paths []string) ([]*hollowResult, error) {
 			}
 			key := fmt.Sprintf("%s/%d", rec.Arm, rec.Nodes)
 			if i, ok := byKey[key]; ok {
-				out[i] = rec.result()
+				out[i] = rec
 				continue
 			}
 			byKey[key] = len(out)
-			out = append(out, rec.result())
+			out = append(out, rec)
 		}
 		err = sc.Err()
 		f.Close()
@@ -470,15 +405,15 @@ func TestHollowLargestN(t *testing.T) {
 
 func TestHollowResultsRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "results.jsonl")
-	a := &hollowResult{arm: "nodelet", nodes: 5, pods: 150, podsPerNode: 30, churnPerNode: 10, rate: 5, settle: time.Minute,
-		join: 3 * time.Second, startup: []time.Duration{time.Second, 2 * time.Second}, startReqs: 600, startEvents: 300,
-		idleReqs: 40, idleByKind: map[string]int{"update leases.coordination.k8s.io": 40}, watches: 12, openWatches: map[string]int{"watch pods": 5}, leaseP99: 5 * time.Millisecond,
-		leaseUpdates: 40, etcdWrites: 99, apiserverCPU: 1.5, apiserverRSS: 300000, agentCPU: 0.5, agentRSS: 200000,
-		runtimeCPU: 0.1, runtimeRSS: 1000, idle: time.Minute, notReady: []string{"hollow-nodelet-3"},
-		churned: 50, churnStartup: []time.Duration{time.Second}, churnReqs: 400, restarted: true, outage: 8 * time.Second, stopTook: 5 * time.Second,
-		recovery: 2 * time.Second, recoveryReqs: 77, podsRestarted: []string{"pod-1 (gone)"}, load: "1.00 0.50 0.25", at: time.Unix(1e9, 0).UTC()}
-	k1 := &hollowResult{arm: "kubelet", nodes: 5, pods: 150, startReqs: 1}
-	k2 := &hollowResult{arm: "kubelet", nodes: 5, pods: 150, startReqs: 2}
+	a := &hollowResult{Arm: "nodelet", Nodes: 5, Pods: 150, PodsPerNode: 30, ChurnPerNode: 10, Rate: 5, Settle: time.Minute,
+		Join: 3 * time.Second, Startup: []time.Duration{time.Second, 2 * time.Second}, StartReqs: 600, StartEvents: 300,
+		IdleReqs: 40, IdleByKind: map[string]int{"update leases.coordination.k8s.io": 40}, Watches: 12, OpenWatches: map[string]int{"watch pods": 5}, LeaseP99: 5 * time.Millisecond,
+		LeaseUpdates: 40, EtcdWrites: 99, APIServerCPU: 1.5, APIServerRSS: 300000, AgentCPU: 0.5, AgentRSS: 200000,
+		RuntimeCPU: 0.1, RuntimeRSS: 1000, Idle: time.Minute, NotReady: []string{"hollow-nodelet-3"},
+		Churned: 50, ChurnStartup: []time.Duration{time.Second}, ChurnReqs: 400, Restarted: true, Outage: 8 * time.Second, StopTook: 5 * time.Second,
+		Recovery: 2 * time.Second, RecoveryReqs: 77, PodsRestarted: []string{"pod-1 (gone)"}, Load: "1.00 0.50 0.25", At: time.Unix(1e9, 0).UTC()}
+	k1 := &hollowResult{Arm: "kubelet", Nodes: 5, Pods: 150, StartReqs: 1}
+	k2 := &hollowResult{Arm: "kubelet", Nodes: 5, Pods: 150, StartReqs: 2}
 	for _, r := range []*hollowResult{a, k1, k2} {
 		if err := appendHollowResult(path, r); err != nil {
 			t.Fatal(err)
