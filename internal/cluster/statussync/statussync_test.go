@@ -138,6 +138,14 @@ func apiPod(name string, uid types.UID) *v1.Pod {
 	return p
 }
 
+// deletedPod is apiPod marked for deletion at t0 with a 30 s grace period.
+func deletedPod(name string, uid types.UID) *v1.Pod {
+	p := apiPod(name, uid)
+	now := metav1.NewTime(t0)
+	p.DeletionTimestamp, p.DeletionGracePeriodSeconds = &now, new(int64(30))
+	return p
+}
+
 func running(ready bool) v1.PodStatus {
 	r := v1.ConditionFalse
 	if ready {
@@ -383,9 +391,7 @@ func TestDisruptionTargetRules(t *testing.T) {
 // workers' OnFinished), is deleted for good in a pass at once, not at the
 // next full one.
 func TestFinishedStartsPass(t *testing.T) {
-	pod := apiPod("web", "uid-1")
-	now := metav1.NewTime(t0)
-	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	pod := deletedPod("web", "uid-1")
 	h := newHarness(t, pod)
 	finished := notify.NewUIDs()
 	h.s.deps.Finished = finished
@@ -411,9 +417,7 @@ func TestFinishedStartsPass(t *testing.T) {
 // precondition) once its worker finished, not before; its final status
 // goes first.
 func TestFinalDelete(t *testing.T) {
-	pod := apiPod("web", "uid-1")
-	now := metav1.NewTime(t0)
-	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	pod := deletedPod("web", "uid-1")
 	h := newHarness(t, pod)
 	ctx := context.Background()
 	h.workers.running["uid-1"] = true
@@ -656,9 +660,7 @@ func TestStaticPodVersionsOwnMirrors(t *testing.T) {
 // worker finished by then: the status patched before the final delete is
 // the final one, not the one taken (it would never reach the API after).
 func TestFinalStatusBeforeDelete(t *testing.T) {
-	pod := apiPod("web", "uid-1")
-	now := metav1.NewTime(t0)
-	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	pod := deletedPod("web", "uid-1")
 	h := newHarness(t, pod)
 	ctx := context.Background()
 	h.workers.running["uid-1"] = true
@@ -684,9 +686,7 @@ func TestFinalStatusBeforeDelete(t *testing.T) {
 // the API last reported Running, as a drained pod once did. The finish
 // makes the next pass, which sends the terminal phase and then deletes.
 func TestFinishDuringPassDeletesAfterTerminalPhase(t *testing.T) {
-	pod := apiPod("web", "uid-1")
-	now := metav1.NewTime(t0)
-	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	pod := deletedPod("web", "uid-1")
 	h := newHarness(t, pod)
 	ctx := context.Background()
 	h.workers.running["uid-1"] = true
@@ -714,9 +714,7 @@ func TestFinishDuringPassDeletesAfterTerminalPhase(t *testing.T) {
 // A finished pod whose phase is not terminal (nothing set it) stays in the
 // API, as the kubelet's status manager keeps it, and says why.
 func TestNoDeleteWithoutTerminalPhase(t *testing.T) {
-	pod := apiPod("web", "uid-1")
-	now := metav1.NewTime(t0)
-	pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, new(int64(30))
+	pod := deletedPod("web", "uid-1")
 	h := newHarness(t, pod)
 	h.workers.finished["uid-1"] = true
 	h.statuses.SetPodStatus(pod, running(false))

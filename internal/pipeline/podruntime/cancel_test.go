@@ -2,7 +2,6 @@ package podruntime
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -11,9 +10,7 @@ import (
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodelet/nodelet/internal/pipeline/cri"
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
-	"github.com/nodelet/nodelet/internal/pipeline/statusmanager"
 )
 
 // lateStarts is a runtime whose StartContainer behaves as containerd's
@@ -64,11 +61,7 @@ func (r *lateStarts) startLate(t *testing.T) {
 // TestTwoNodeletsSideBySide once saw, on containerd).
 func TestCancelledSyncFinishesItsStart(t *testing.T) {
 	rs := &lateStarts{FakeRuntimeService: critest.NewFakeRuntimeService()}
-	is := critest.NewFakeImageService()
-	is.SetFakeImageSize(1)
-	log := slog.New(slog.DiscardHandler)
-	m := New(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), Options{PodLogsDir: "/var/log/pods"},
-		Deps{Clock: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)), Log: log, Status: statusmanager.New(nil)})
+	m := newTestManager(rs, critest.NewFakeImageService(), clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0)))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	rs.onStart = cancel

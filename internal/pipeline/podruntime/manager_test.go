@@ -14,6 +14,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -39,11 +40,17 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{rs: critest.NewFakeRuntimeService(), is: critest.NewFakeImageService(),
 		clock: clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))}
-	f.is.SetFakeImageSize(1)
-	log := slog.New(slog.DiscardHandler)
-	c := cri.New(f.rs, f.is, "fake", cri.DefaultTimeouts(), log)
-	f.m = New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: f.clock, Log: log, Status: statusmanager.New(nil)})
+	f.m = newTestManager(f.rs, f.is, f.clock)
 	return f
+}
+
+// newTestManager is a Manager on runtime service rs and image service is
+// (its images sized 1 byte) through the real cri.Client.
+func newTestManager(rs internalapi.RuntimeService, is *critest.FakeImageService, clk *clocktesting.FakeClock) *Manager {
+	is.SetFakeImageSize(1)
+	log := slog.New(slog.DiscardHandler)
+	c := cri.New(rs, is, "fake", cri.DefaultTimeouts(), log)
+	return New(c, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: clk, Log: log, Status: statusmanager.New(nil)})
 }
 
 // mutations are the runtime calls that change something, in order.
