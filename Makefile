@@ -27,7 +27,7 @@ setup:
 ## first time, then kept until the pin changes)
 build:
 	@mkdir -p bin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/pause ./cmd/pause
+	@source hack/lib/progress.sh && CGO_ENABLED=0 GO=$(GO) progress_go "building bin/pause" . ./cmd/pause -- build -v -trimpath -ldflags='-s -w' -o bin/pause ./cmd/pause
 	@source hack/lib/progress.sh && GO=$(GO) progress_go "building bin/nodelet" . ./cmd/nodelet -- build -v -o bin/nodelet ./cmd/nodelet
 	@GO=$(GO) hack/build-runtime.sh
 
@@ -61,22 +61,24 @@ test: setup lint unit e2e
 lint:
 	@hack/check-tracked.sh
 	@unformatted=$$(gofmt -l cmd internal test); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) vet -tags e2e ./test/...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@source hack/lib/progress.sh && GO=$(GO) progress_go "go vet ./..." . "" -- vet ./...
+	@source hack/lib/progress.sh && GO=$(GO) progress_go "go vet -tags e2e ./test/..." . "" -- vet -tags e2e ./test/...
+	@source hack/lib/progress.sh && GO=$(GO) progress_go "staticcheck $(STATICCHECK_VERSION) ./..." . "" -- run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 unit:
-	$(GO) test -race -count=1 ./...
+	@echo "$(GO) test -race -count=1 ./..."
+	@source hack/lib/progress.sh && progress_quiet "go test -race" -- $(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory fuzz-short
 
 ## fuzz: run every Fuzz* target of every package for FUZZTIME each
 ## (go test -fuzz takes one package and one target at a time)
 fuzz:
-	@set -e; for dir in $$(grep -rl --include='*_test.go' --exclude-dir=.git '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
-		targets=$$($(GO) test -list '^Fuzz' $$dir) || { echo "$$targets"; exit 1; }; \
+	@set -e; source hack/lib/progress.sh; \
+	for dir in $$(grep -rl --include='*_test.go' --exclude-dir=.git '^func Fuzz' . | xargs -r -n1 dirname | sort -u); do \
+		targets=$$(progress_quiet "fuzz: listing $$dir" -- $(GO) test -list '^Fuzz' $$dir) || { echo "$$targets"; exit 1; }; \
 		for target in $$(echo "$$targets" | grep '^Fuzz'); do \
 			echo "fuzz: $$dir $$target for $(FUZZTIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$dir; \
+			progress_quiet "fuzz: $$dir $$target" -- $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$dir; \
 		done; \
 	done
 

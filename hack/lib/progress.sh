@@ -27,7 +27,9 @@ progress_go() {
 			if [[ " $* " == *" -v "* ]]; then
 				# The total once, and only for a build that is not warm.
 				[[ -n $total ]] || total=$(cd "$dir" && "${GO:-go}" list -deps $pkgs 2>/dev/null | wc -l)
-				compiled=$(grep -cv '^#' "$log" || true)
+				# -v prints each package it compiles, alone on its line;
+				# the "go: downloading" lines of a first build are not.
+				compiled=$(grep -c '^[a-zA-Z0-9._/-]*$' "$log" || true)
 				echo "$label: $((SECONDS - start)) s, $compiled of $total packages compiled (the first build takes minutes; later ones seconds)" >&2
 			else
 				echo "$label: $((SECONDS - start)) s (the first build takes minutes; later ones seconds)" >&2
@@ -45,4 +47,38 @@ progress_go() {
 	if ((SECONDS - start >= 15)); then
 		echo "$label: done in $((SECONDS - start)) s" >&2
 	fi
+}
+
+# progress_quiet LABEL -- CMD...
+#
+# runs CMD (its stderr joined to its stdout) and, whenever it has printed
+# nothing for 15 s, prints how long it has run: `go test` prints a line
+# per package tested, and on a first run compiles for minutes between
+# them. Returns CMD's exit status; safe under set -e.
+progress_quiet() {
+	local label=$1
+	shift
+	[[ $1 == -- ]] && shift
+	local mark start beat rc
+	mark=$(mktemp)
+	start=$(date +%s)
+	(
+		while sleep 5; do
+			now=$(date +%s)
+			if ((now - $(stat -c %Y "$mark") >= 15)); then
+				echo "$label: $((now - start)) s, still compiling or running (the first run takes minutes)" >&2
+				touch "$mark"
+			fi
+		done
+	) &
+	beat=$!
+	"$@" 2>&1 | while IFS= read -r line; do
+		printf '%s\n' "$line"
+		touch "$mark"
+	done
+	rc=${PIPESTATUS[0]}
+	kill "$beat" 2>/dev/null || true
+	wait "$beat" 2>/dev/null || true
+	rm -f "$mark"
+	return "$rc"
 }
