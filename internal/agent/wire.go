@@ -195,7 +195,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		cl.watcher = objects.NewWatcher(api.kube, p.objects.Notify, clk, log)
 		registry = cl.watcher
 		cl.services = objects.NewServices(api.kube)
-		cl.classes = objects.NewRuntimeClasses(api.kube)
+		cl.classes = objects.NewRuntimeClasses(api.kube, clk)
 		objs.API, services, classes = cl.watcher, cl.services, cl.classes
 		tokens := token.New(api.kube.CoreV1(), clk, log)
 		volumeOpts = append(volumeOpts, volume.WithTokens(tokens))
