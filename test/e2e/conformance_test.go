@@ -313,6 +313,9 @@ func conformanceNodeIP(t testing.TB) string {
 // NodeConformance selection against nodelet, so that make test catches a
 // regression the full run (make conformance) would.
 func TestConformanceSlice(t *testing.T) {
+	if err := checkNoHostPods(); err != nil {
+		t.Skipf("not run: %v", err)
+	}
 	bins := buildConformance(t, "e2e_node")
 	storeConformanceImages(t)
 	slice, err := readSpecList(filepath.Join(shared.repoRoot, "test", "conformance", "slice.txt"))
@@ -327,6 +330,20 @@ func TestConformanceSlice(t *testing.T) {
 	}
 }
 
+// checkNoHostPods refuses the conformance runs while the host's own node
+// agent has pods in the default cgroup root: the suites' agents need that
+// root (the cgroup specs look for /kubepods/burstable/pod<uid>), and an
+// agent on it takes pods it did not start for orphans and kills them, as
+// two kubelets on one root do.
+func checkNoHostPods() error {
+	if hp := foreignPodProcesses(); len(hp) > 0 {
+		return fmt.Errorf("the host's own pods are running in the default cgroup root (%d processes, e.g. pid %d %s in %s), "+
+			"and the suites' agent, on that root too, would kill them as orphans: stop them first (make run's nodelet leaves its pods running)",
+			len(hp), hp[0].pid, hp[0].name, hp[0].cgroup)
+	}
+	return nil
+}
+
 // TestConformance is make conformance: both suites, both agents, reports
 // under $NODELET_CONFORMANCE_OUT. NODELET_CONFORMANCE_SUITES and
 // NODELET_CONFORMANCE_AGENTS (comma lists) narrow it;
@@ -335,6 +352,9 @@ func TestConformance(t *testing.T) {
 	outDir := os.Getenv("NODELET_CONFORMANCE_OUT")
 	if outDir == "" {
 		t.Skip("the full upstream suites run with make conformance (NODELET_CONFORMANCE_OUT is not set)")
+	}
+	if err := checkNoHostPods(); err != nil {
+		t.Fatal(err)
 	}
 	suites := listEnv("NODELET_CONFORMANCE_SUITES", "e2e_node,e2e,e2e-network")
 	bins := buildConformance(t, suites...)

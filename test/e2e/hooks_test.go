@@ -47,7 +47,7 @@ func held(root, uid string) []string {
 	if _, err := os.Lstat(filepath.Join(root, "pods", uid)); err == nil {
 		out = append(out, "pod directory")
 	}
-	for _, pattern := range []string{"/sys/fs/cgroup/*/kubepods/pod" + uid, "/sys/fs/cgroup/*/kubepods/*/pod" + uid} {
+	for _, pattern := range []string{"/sys/fs/cgroup/*" + shared.cgroupRoot + "/kubepods/pod" + uid, "/sys/fs/cgroup/*" + shared.cgroupRoot + "/kubepods/*/pod" + uid} {
 		matches, _ := filepath.Glob(pattern)
 		out = append(out, matches...)
 	}

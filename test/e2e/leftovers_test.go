@@ -360,3 +360,62 @@ func warnLowDisk(dir string) {
 			dir, pct, st.Bavail*uint64(st.Bsize)>>30)
 	}
 }
+
+// hostPods are the processes in the pod cgroups of the default cgroup
+// root (kubepods, kubepods.slice) when the run began: the pods of the
+// host's own node agent (make run's nodelet, a kubelet), which the run
+// must leave running. Every agent the run starts has a root of its own
+// (env.cgroupRoot), and the conformance slice, which needs the default
+// root, does not run beside them (checkNoHostPods).
+type hostPods []hostPod
+
+type hostPod struct {
+	proc
+	cgroup string
+}
+
+// foreignPodProcesses lists the processes in the pod cgroups of the
+// default root, in every hierarchy.
+func foreignPodProcesses() hostPods {
+	var tops []string
+	for _, pattern := range []string{"/sys/fs/cgroup/kubepods*", "/sys/fs/cgroup/*/kubepods*"} {
+		m, _ := filepath.Glob(pattern)
+		tops = append(tops, m...)
+	}
+	seen := map[int]bool{}
+	var out hostPods
+	for _, top := range tops {
+		filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || (d.Name() != "cgroup.procs") || !strings.Contains(p, "/pod") {
+				return nil
+			}
+			b, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(b)) {
+				pid, err := strconv.Atoi(f)
+				if err != nil || seen[pid] {
+					continue
+				}
+				seen[pid] = true
+				start := procStart(pid)
+				if start == "" {
+					continue // gone already
+				}
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+				out = append(out, hostPod{proc: proc{pid: pid, name: strings.TrimSpace(string(comm)), start: start}, cgroup: filepath.Dir(p)})
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// gone describes the processes of h no longer running.
+func (h hostPods) gone() []string {
+	var out []string
+	for _, p := range h {
+		if !p.alive() {
+			out = append(out, fmt.Sprintf("pid %d (%s) of %s", p.pid, p.name, p.cgroup))
+		}
+	}
+	return out
+}

@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +45,12 @@ type env struct {
 	containerdBin string
 	repoRoot      string
 	stopRuntime   context.CancelFunc
+	// cgroupRoot is the --cgroup-root of every node agent the run starts
+	// (unless a test gives its own): a top cgroup of the run's own, made in
+	// every hierarchy. On the default root (/kubepods) a test's agent would
+	// take the pods of the host's own node agent (make run's nodelet, a
+	// kubelet) for orphans and kill them, as two kubelets on one root do.
+	cgroupRoot string
 }
 
 var shared env
@@ -83,6 +90,12 @@ func run(m *testing.M) int {
 		return 1
 	}
 	warnLowDisk(shared.work)
+	hostPods := foreignPodProcesses()
+	shared.cgroupRoot = "/" + filepath.Base(shared.work)
+	if err := makeCgroupRootB(shared.cgroupRoot); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: cgroup root:", err)
+		return 1
+	}
 	if err := setUp(&shared); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: set up:", err)
 		tearDown(&shared)
@@ -91,6 +104,9 @@ func run(m *testing.M) int {
 	code := m.Run()
 	stopCluster()
 	tearDown(&shared)
+	// Best effort: what is still busy the sweep removes after it has
+	// killed the run's leftovers.
+	_ = removeCgroupRoot(shared.cgroupRoot)
 	removed, err := sweep(shared.work, before)
 	for _, r := range removed {
 		fmt.Fprintln(os.Stderr, "e2e: left behind by the tests, removed at the end:", r)
@@ -100,6 +116,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "e2e: nothing of the run is left on the host (processes, mounts, cgroups, %s)\n", shared.work)
+	if gone := hostPods.gone(); len(gone) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: FAIL: processes of pods the run did not start (in /kubepods before it began) are gone: %s\n", strings.Join(gone, "; "))
+		return 1
+	}
+	if len(hostPods) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: the %d processes of the host's own pods (in /kubepods before the run) are all still running\n", len(hostPods))
+	}
 	return code
 }
 
@@ -323,6 +346,9 @@ func startNodelet(t testing.TB, args ...string) *nodeletProc {
 	}
 	if !slices.Contains(args, "--image-gc-high-threshold") {
 		args = append(args, "--image-gc-high-threshold", "100")
+	}
+	if !slices.Contains(args, "--cgroup-root") {
+		args = append(args, "--cgroup-root", shared.cgroupRoot)
 	}
 	p := &nodeletProc{cmd: exec.Command(shared.nodelet, args...), args: args, stderr: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout = io.Discard

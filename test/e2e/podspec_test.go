@@ -159,7 +159,7 @@ spec:
 		t.Fatalf("sandbox: %v %v", sbs, err)
 	}
 	uid := sbs[0].Labels[podspec.LabelPodUID]
-	if _, err := os.Stat("/sys/fs/cgroup/memory/kubepods/burstable/pod" + uid); err != nil {
+	if _, err := os.Stat("/sys/fs/cgroup/memory" + shared.cgroupRoot + "/kubepods/burstable/pod" + uid); err != nil {
 		t.Errorf("no burstable pod cgroup: %v", err)
 	}
 	execOut(t, "hog-e2e", "main", "touch", "/tmp/go")
