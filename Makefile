@@ -94,7 +94,7 @@ fuzz-short:
 # Debian's containerd 1.6, the distribution runtime users may point
 # --container-runtime-endpoint at. The upstream kubelet is built too: the
 # cluster tests compare nodelet's API with its answers.
-E2E_FILTER = grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e: )|_test.go'
+E2E_FILTER = grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e: )|_test.go'
 e2e: build
 	@bins=$$(hack/build-upstream.sh $(CONTROL_PLANE) kubelet) || exit 1; \
 	export NODELET_CLUSTER_BIN=$$(dirname "$${bins%%$$'\n'*}"); \
