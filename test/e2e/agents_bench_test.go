@@ -239,12 +239,12 @@ func newNodeletAgentOf(b *testing.B, label, binary string) *manifestAgent {
 	}
 	a.command = func() *exec.Cmd {
 		args := append([]string{"--container-runtime-endpoint", a.runtimeEndpoint(),
-			"--root-dir", root, "--pod-manifest-path", a.dir, "--hostname-override", "e2e"}, logs...)
+			"--root-dir", root, "--pod-manifest-path", a.dir, "--hostname-override", "e2e", "--cgroup-root", shared.cgroupRoot}, logs...)
 		return exec.Command(a.binary, append(args, "--address", "127.0.0.1", "--port", apiPort,
 			"--healthz-port", healthzPort, "--read-only-port", roPort)...)
 	}
 	a.note = "external-runtime mode, every setting at its default but where several agents on one machine must not meet " +
-		"(--root-dir, --pod-logs-dir, --hostname-override, loopback ports) and the read-only port the benchmark reads /metrics on"
+		"(--root-dir, --pod-logs-dir, --hostname-override, --cgroup-root, loopback ports) and the read-only port the benchmark reads /metrics on"
 	return a
 }
 
@@ -294,7 +294,9 @@ func newKubeletAgent(b *testing.B) *manifestAgent {
 //     20 s, as nodelet does);
 //   - the machine's (kubeletMachineConfig);
 //   - anonymous, allow-all access, since nothing but the benchmark talks to
-//     it (/metrics on the read-only port).
+//     it (/metrics on the read-only port);
+//   - the run's cgroup root (env.cgroupRoot), as nodelet's: on the default
+//     one it would kill the host's own pods as orphans.
 //
 // Everything else is the kubelet's default: pod and QoS cgroups, RuntimeDefault
 // seccomp for every sandbox and none for containers (no --seccomp-default),
@@ -307,6 +309,7 @@ authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
 authorization: {mode: AlwaysAllow}
+cgroupRoot: ` + shared.cgroupRoot + `
 ` + kubeletMachineConfig(endpoint, logs, healthzPort, roPort, apiPort)
 }
 

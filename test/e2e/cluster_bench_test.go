@@ -335,7 +335,7 @@ func newClusterKubelet(b *testing.B, cp *controlPlane) *clusterAgent {
 	}
 	healthzPort, roPort, apiPort := freePort(b), freePort(b), freePort(b)
 	config := filepath.Join(work, "config.yaml")
-	machine := kubeletMachineConfig(shared.endpoint, filepath.Join(work, "logs"), healthzPort, roPort, apiPort)
+	machine := kubeletMachineConfig(shared.endpoint, filepath.Join(work, "logs"), healthzPort, roPort, apiPort) + "cgroupRoot: " + shared.cgroupRoot + "\n"
 	if err := os.WriteFile(config, append(base, machine...), 0o600); err != nil {
 		b.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func newClusterNodelet(b *testing.B, cp *controlPlane) *clusterAgent {
 			"--bootstrap-kubeconfig", cp.BootstrapKubeconfig, "--kubeconfig", filepath.Join(root, "kubelet.kubeconfig"),
 			"--hostname-override", a.node, "--node-ip", "127.0.0.1", "--container-runtime-endpoint", shared.endpoint,
 			"--pod-logs-dir", filepath.Join(work, "logs"), "--address", "127.0.0.1", "--port", apiPort,
-			"--healthz-port", healthzPort, "--read-only-port", roPort)
+			"--healthz-port", healthzPort, "--read-only-port", roPort, "--cgroup-root", shared.cgroupRoot)
 	}
 	return a
 }
