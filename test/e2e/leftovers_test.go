@@ -386,7 +386,9 @@ func foreignPodProcesses() hostPods {
 	var out hostPods
 	for _, top := range tops {
 		filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || (d.Name() != "cgroup.procs") || !strings.Contains(p, "/pod") {
+			// A pod's cgroup: pod<uid> (cgroupfs) or
+			// kubepods-<tier>-pod<uid>.slice (systemd), below the top.
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" || !strings.Contains(strings.TrimPrefix(p, top), "pod") {
 				return nil
 			}
 			b, _ := os.ReadFile(p)

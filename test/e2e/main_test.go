@@ -92,6 +92,9 @@ func run(m *testing.M) int {
 	warnLowDisk(shared.work)
 	hostPods := foreignPodProcesses()
 	shared.cgroupRoot = "/" + filepath.Base(shared.work)
+	// Removed at the end (below, then by the sweep), and here when the
+	// run ends before that.
+	defer func() { _ = removeCgroupRoot(shared.cgroupRoot) }()
 	if err := makeCgroupRootB(shared.cgroupRoot); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: cgroup root:", err)
 		return 1
