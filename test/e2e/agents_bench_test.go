@@ -309,8 +309,7 @@ authentication:
   anonymous: {enabled: true}
   webhook: {enabled: false}
 authorization: {mode: AlwaysAllow}
-cgroupRoot: ` + shared.cgroupRoot + `
-` + kubeletMachineConfig(endpoint, logs, healthzPort, roPort, apiPort)
+` + kubeletMachineConfig(endpoint, logs, healthzPort, roPort, apiPort, shared.cgroupRoot)
 }
 
 // kubeletMachineConfig is what the kubelet needs on this machine beside
@@ -321,9 +320,16 @@ cgroupRoot: ` + shared.cgroupRoot + `
 //   - loopback ports;
 //   - nothing that acts on its own during the benchmark: no image garbage
 //     collection (the images are nodelet's too), and eviction only at 1 MiB
-//     of free memory, so that a nearly full disk does not evict the pods.
-func kubeletMachineConfig(endpoint, logs, healthzPort, roPort, apiPort string) string {
-	return `containerRuntimeEndpoint: ` + endpoint + `
+//     of free memory, so that a nearly full disk does not evict the pods;
+//   - cgroupRoot, the agent's cgroup root; "" leaves the kubelet's default
+//     (/kubepods), which only the conformance runs use: an agent there
+//     takes the host's own pods for orphans and kills them.
+func kubeletMachineConfig(endpoint, logs, healthzPort, roPort, apiPort, cgroupRoot string) string {
+	root := ""
+	if cgroupRoot != "" {
+		root = "cgroupRoot: " + cgroupRoot + "\n"
+	}
+	return root + `containerRuntimeEndpoint: ` + endpoint + `
 podLogsDir: ` + logs + `
 cgroupDriver: cgroupfs
 failCgroupV1: false

@@ -394,8 +394,7 @@ func startClusterKubelet(t *testing.T, cp *controlPlane, node string, config ...
 	}
 	k := &clusterKubelet{node: node, port: freePort(t), rootDir: filepath.Join(work, "root"), cp: cp}
 	configFile := filepath.Join(work, "config.yaml")
-	// The run's cgroup root, not the kubelet's default: see env.cgroupRoot.
-	machine := kubeletMachineConfig(shared.endpoint, filepath.Join(work, "logs"), freePort(t), "0", k.port) + "cgroupRoot: " + shared.cgroupRoot + "\n"
+	machine := kubeletMachineConfig(shared.endpoint, filepath.Join(work, "logs"), freePort(t), "0", k.port, shared.cgroupRoot)
 	for _, line := range config {
 		machine += line + "\n"
 	}

@@ -335,7 +335,7 @@ func newClusterKubelet(b *testing.B, cp *controlPlane) *clusterAgent {
 	}
 	healthzPort, roPort, apiPort := freePort(b), freePort(b), freePort(b)
 	config := filepath.Join(work, "config.yaml")
-	machine := kubeletMachineConfig(shared.endpoint, filepath.Join(work, "logs"), healthzPort, roPort, apiPort) + "cgroupRoot: " + shared.cgroupRoot + "\n"
+	machine := kubeletMachineConfig(shared.endpoint, filepath.Join(work, "logs"), healthzPort, roPort, apiPort, shared.cgroupRoot)
 	if err := os.WriteFile(config, append(base, machine...), 0o600); err != nil {
 		b.Fatal(err)
 	}

@@ -698,7 +698,7 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 			t.Fatal(err)
 		}
 		config := filepath.Join(work, "config.yaml")
-		machine := strings.Replace(kubeletMachineConfig(shared.endpoint, "/var/log/pods", healthzPort, roPort, apiPort),
+		machine := strings.Replace(kubeletMachineConfig(shared.endpoint, "/var/log/pods", healthzPort, roPort, apiPort, ""),
 			"address: 127.0.0.1\n", "address: "+conformanceAddress+"\n", 1) + "staticPodPath: " + manifests + "\n"
 		if err := os.WriteFile(config, append(base, machine...), 0o600); err != nil {
 			t.Fatal(err)

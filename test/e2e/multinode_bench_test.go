@@ -455,7 +455,7 @@ func startKubeletNodes(b *testing.B, m *multiNode, n int) *kubeletNodes {
 			b.Fatal(err)
 		}
 		config := filepath.Join(root, "kubelet-config.yaml")
-		machine := kubeletMachineConfig(cfg.Endpoint(), k.podLogs, ports[0], ports[1], ports[2]) + "cgroupRoot: /" + name + "\n"
+		machine := kubeletMachineConfig(cfg.Endpoint(), k.podLogs, ports[0], ports[1], ports[2], "/"+name)
 		if err := os.WriteFile(config, append(slices.Clone(base), machine...), 0o600); err != nil {
 			b.Fatal(err)
 		}

@@ -63,9 +63,6 @@ func (r *RuntimeClasses) Run(ctx context.Context) {
 	r.informer.RunWithContext(ctx)
 }
 
-// HasSynced reports whether the first list has completed.
-func (r *RuntimeClasses) HasSynced() bool { return r.informer.HasSynced() }
-
 // LookupRuntimeHandler returns the handler of the RuntimeClass name (the
 // kubelet's LookupRuntimeHandler): the API's NotFound when there is none.
 // The first lookup starts the informer and waits up to FirstListWait for
