@@ -98,6 +98,8 @@ func startMultiNode(t testing.TB, n int, env ...string) *multiNode {
 			r += "-" + strconv.Itoa(i)
 		}
 		m.Nodes, m.Roots = append(m.Nodes, name), append(m.Roots, r)
+		// hack/cluster.sh gives each node --cgroup-root /<node name>.
+		claimCgroupTops(name)
 	}
 	t.Cleanup(func() { m.down(t) })
 	m.logsOnFailure(t)

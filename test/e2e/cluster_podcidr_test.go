@@ -52,8 +52,8 @@ func testPodCIDRFromTheNode(t *testing.T, cp *controlPlane, name, bridge string,
 		t.Fatalf("Node spec.podCIDRs = %q, want one from the controller manager", node.Spec.PodCIDRs)
 	}
 	cidr := netip.MustParsePrefix(node.Spec.PodCIDRs[0])
-	if !netip.MustParsePrefix(e2eClusterCIDR).Overlaps(cidr) || cidr.Bits() != 24 {
-		t.Errorf("Node's pod CIDR %s is not a /24 of the cluster's %s", cidr, e2eClusterCIDR)
+	if !netip.MustParsePrefix(clusterCIDR()).Overlaps(cidr) || cidr.Bits() != 24 {
+		t.Errorf("Node's pod CIDR %s is not a /24 of the cluster's %s", cidr, clusterCIDR())
 	}
 	seen := readies.finish(t)
 	want := "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady message:"
@@ -135,12 +135,13 @@ func checkCIDRChangeRefused(t *testing.T, cp *controlPlane, name string, old net
 // has a pod CIDR.
 func TestClusterForeignCNIConfig(t *testing.T) {
 	cp := startCluster(t)
-	const name, bridge, foreignBridge = "foreign-cni", "nlunused0", "nlforeign0"
+	const name, bridge = "foreign-cni", "nlunused0"
 	confDir := filepath.Join(shared.work, "cni-"+name)
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	foreignCIDR := netip.MustParsePrefix("10.247.7.0/24")
+	foreignBridge, foreignCIDRText := laneNetwork("nlforeign0", "10.247.7.0/24")
+	foreignCIDR := netip.MustParsePrefix(foreignCIDRText)
 	foreign := []byte(`{
   "cniVersion": "1.0.0",
   "name": "foreign",
@@ -187,6 +188,7 @@ func TestClusterForeignCNIConfig(t *testing.T) {
 // and the bridge deleted.
 func startManagedClusterNode(t *testing.T, cp *controlPlane, name, bridge, confDir string, extra ...string) *nodeletProc {
 	t.Helper()
+	bridge = laneBridge(bridge)
 	root := filepath.Join(shared.work, "root-"+name)
 	// Runs after the nodelet stopped (cleanups run last first).
 	t.Cleanup(func() { cleanUpManagedCluster(t, root, bridge, confDir) })

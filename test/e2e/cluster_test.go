@@ -36,9 +36,6 @@ import (
 // (cached by version; minutes the first time). Without them, or without
 // etcd, every cluster test fails, saying why: none skips.
 
-// e2eClusterCIDR is the control plane's --cluster-cidr.
-const e2eClusterCIDR = "10.246.0.0/16"
-
 // controlPlane is a running control plane.
 type controlPlane struct {
 	Dir                 string // CLUSTER_DIR: state and logs/NAME.log
@@ -106,7 +103,7 @@ func clusterUp(dir string) (*controlPlane, error) {
 		// The controller manager gives each Node a /24 of it; not
 		// hack/cluster.sh's default, so that the tests' bridges never
 		// route a range a cluster of the machine's user uses.
-		"CLUSTER_CIDR="+e2eClusterCIDR)
+		"CLUSTER_CIDR="+clusterCIDR())
 	if cp != nil {
 		cp.AuditLog = auditLog
 	}

@@ -643,7 +643,7 @@ func conformanceAddonsUp(t *testing.T, dir string) (*controlPlane, error) {
 	return scriptUp(dir,
 		"NODELET=0",
 		"CLUSTER_ADDONS=1",
-		"CLUSTER_CIDR="+e2eClusterCIDR,
+		"CLUSTER_CIDR="+clusterCIDR(),
 		"CLUSTER_NODE_PORTS="+strconv.Itoa(freeNodePortBlock(t, 1)),
 		"CLUSTER_RELAY_NETNS="+conformanceRelayNetns,
 		"CLUSTER_RELAY_LINK="+conformanceRelayLink,
@@ -662,6 +662,8 @@ func newConformanceAgent(t *testing.T, bins conformanceBinaries, cp *controlPlan
 	t.Helper()
 	// Pod logs go to the default /var/log/pods: a node spec reads them
 	// there by that path.
+	// On the default cgroup root, which the suites need (checkNoHostPods).
+	claimCgroupTops("kubepods", "kubepods.slice")
 	root, manifests := filepath.Join(work, "root"), filepath.Join(work, "manifests")
 	for _, d := range []string{root, manifests} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

@@ -45,7 +45,7 @@ func TestCPUManagerStatic(t *testing.T) {
 	if len(allCPUs()) < 2 {
 		t.Skip("needs 2 CPUs")
 	}
-	const cgroupRoot = "/nodelet-e2e-cpu"
+	cgroupRoot := shared.cgroupRoot + "-cpu"
 	makeCgroupRoot(t, cgroupRoot)
 	// Runs after nodelet stopped and before the cgroup root goes: the
 	// pods are in the shared runtime, which outlives the test.

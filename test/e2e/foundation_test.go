@@ -242,6 +242,7 @@ type managedNode struct {
 // removed.
 func startManaged(t *testing.T, name, bridge, cidr string, extra ...string) *managedNode {
 	t.Helper()
+	bridge, cidr = laneNetwork(bridge, cidr)
 	m := &managedNode{root: filepath.Join(shared.work, name), manifests: filepath.Join(shared.work, "manifests-"+name)}
 	if err := os.MkdirAll(m.manifests, 0o755); err != nil {
 		t.Fatal(err)

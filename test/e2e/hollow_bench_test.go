@@ -988,6 +988,7 @@ func sumCPU(pids []int) float64 {
 // makeCgroupRootB makes root in every cgroup hierarchy, as makeCgroupRoot
 // does for a test, cpuset's cpus and mems copied from the parent.
 func makeCgroupRootB(root string) error {
+	claimCgroupTops(root)
 	hierarchies, err := filepath.Glob("/sys/fs/cgroup/*")
 	if err != nil {
 		return err

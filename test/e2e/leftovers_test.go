@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -95,10 +96,20 @@ func sweep(work string, before hostBefore) (removed []string, err error) {
 		if before.cgroupTops[top] {
 			continue
 		}
-		if !nodeTops[filepath.Base(top)] {
+		name := filepath.Base(top)
+		if !nodeTops[name] {
 			// Not a node's: on a systemd host a slice started meanwhile
 			// (machine.slice) is a new top too, and not the run's.
 			removed = append(removed, fmt.Sprintf("(not removed, holds no kubepods in any hierarchy) cgroup %s", top))
+			continue
+		}
+		if !runCgroupTop(work, name) {
+			// Another node's: made meanwhile by an e2e run beside this
+			// one (hack/e2e-lanes.sh; its names start as this run's do)
+			// or by another agent of the host. Its tree may be in use.
+			if !strings.HasPrefix(name, e2eWorkPrefix) {
+				removed = append(removed, fmt.Sprintf("(not removed, not the run's) cgroup %s", top))
+			}
 			continue
 		}
 		n, err := removeCgroupTree(top)
@@ -275,6 +286,42 @@ func cgroupTopDirs() []string {
 		}
 	}
 	return out
+}
+
+// e2eWorkPrefix begins the name of every run's work directory (in /tmp),
+// and so of its cgroup roots.
+const e2eWorkPrefix = "nle2e-"
+
+// claimedCgroupTops are the top cgroups the run made (makeCgroupRoot,
+// makeCgroupRootB) or had made (claimCgroupTops), by name: the sweep
+// removes those and the run's own (runCgroupTop) only, never a node's of
+// a run beside it.
+var claimedCgroupTops = struct {
+	sync.Mutex
+	names map[string]bool
+}{names: map[string]bool{}}
+
+// claimCgroupTops says that the run makes, or has an agent make, the top
+// cgroups named root (with or without its leading slash).
+func claimCgroupTops(roots ...string) {
+	claimedCgroupTops.Lock()
+	defer claimedCgroupTops.Unlock()
+	for _, r := range roots {
+		claimedCgroupTops.names[strings.TrimPrefix(r, "/")] = true
+	}
+}
+
+// runCgroupTop reports whether the top cgroup named name is the run's:
+// named after its work directory (the cgroup root of its agents, and
+// <root>-<suffix>), or claimed.
+func runCgroupTop(work, name string) bool {
+	base := filepath.Base(work)
+	if name == base || strings.HasPrefix(name, base+"-") {
+		return true
+	}
+	claimedCgroupTops.Lock()
+	defer claimedCgroupTops.Unlock()
+	return claimedCgroupTops.names[name]
 }
 
 // nodeCgroupNames are the names of the top cgroups that are a node's: the

@@ -168,8 +168,9 @@ spec:
 `)
 	waitContainerRunning(t, 60*time.Second, "lnweb-e2e", "web")
 	waitContainerRunning(t, 60*time.Second, "lnattacker-e2e", "main")
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/conf/nle2e0/route_localnet"); err != nil || strings.TrimSpace(string(b)) != "1" {
-		t.Fatalf("route_localnet on nle2e0 = %q (%v): portmap should have set it for the hostPort pod", b, err)
+	bridge := shared.containerd.Config().BridgeName
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/conf/" + bridge + "/route_localnet"); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Fatalf("route_localnet on %s = %q (%v): portmap should have set it for the hostPort pod", bridge, b, err)
 	}
 	// Route 127.0.0.1 out through the pod's gateway, as the CVE's exploits
 	// do: without the address on lo its local routes go, and 127.0.0.1 follows the

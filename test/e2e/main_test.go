@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -74,9 +75,13 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: must run as root (containerd, runc and CNI need it)")
 		return 1
 	}
+	if err := parseLane(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	before := recordHost()
 	var err error
-	if shared.work, err = os.MkdirTemp("/tmp", "nle2e-"); err != nil {
+	if shared.work, err = os.MkdirTemp("/tmp", e2eWorkPrefix); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
@@ -177,7 +182,8 @@ func setUp(e *env) error {
 		return err
 	}
 	cfg := containerd.DefaultConfig(e.rootDir)
-	cfg.BridgeName, cfg.PodCIDR, cfg.Mirror = "nle2e0", "10.43.0.0/24", e.registry.Addr()
+	cfg.BridgeName, cfg.PodCIDR = laneNetwork("nle2e0", "10.43.0.0/24")
+	cfg.Mirror = e.registry.Addr()
 	cfg.Env, cfg.Binary = os.Environ(), e.containerdBin
 	// A second runc-based handler, for RuntimeClasses to name, and the
 	// one the upstream suites' RuntimeClasses name (conformanceHandler).
@@ -262,7 +268,9 @@ func tearDown(e *env) {
 	if e.registry != nil {
 		e.registry.Close()
 	}
-	exec.Command("ip", "link", "del", "nle2e0").Run()
+	if e.containerd != nil {
+		exec.Command("ip", "link", "del", e.containerd.Config().BridgeName).Run()
+	}
 }
 
 func removeAllPods(rt *cri.Client) {
@@ -410,4 +418,62 @@ func waitContainerRunning(t testing.TB, timeout time.Duration, pod, container st
 		_, err := runningContainer(context.Background(), shared.rt, pod, container)
 		return err
 	})
+}
+
+// laneEnv is the lane of a run that hack/e2e-lanes.sh starts beside others
+// on this host: 0 (also when unset) to maxLane. Runs side by side keep
+// apart what each names on the host itself: the bridges and pod CIDRs of
+// their runtimes (laneNetwork) and their control planes' cluster CIDR
+// (clusterCIDR). Their work directories, cgroup roots (from the work
+// directory's name) and ports (free ones) are apart anyway.
+const laneEnv = "NODELET_E2E_LANE"
+
+const maxLane = 3
+
+// lane is this run's lane (laneEnv).
+var lane int
+
+func parseLane() error {
+	v := os.Getenv(laneEnv)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > maxLane {
+		return fmt.Errorf("%s=%q: want a number from 0 to %d", laneEnv, v, maxLane)
+	}
+	lane = n
+	return nil
+}
+
+// laneNetwork is the bridge and pod CIDR a test's runtime uses in this
+// run's lane, from those it uses in lane 0: the bridge's name gets the
+// lane's suffix, and the CIDR moves 16 × lane up in its third octet (every
+// CIDR the tests give is 10.x.y.0 with y below 16, a /22 to a /24).
+func laneNetwork(bridge, cidr string) (string, string) {
+	if lane == 0 {
+		return bridge, cidr
+	}
+	p := netip.MustParsePrefix(cidr)
+	a := p.Addr().As4()
+	if a[2] >= 16 || p.Bits() < 20 {
+		panic(fmt.Sprintf("laneNetwork: %s is not 10.x.y.0/20 or longer with y below 16", cidr))
+	}
+	a[2] += byte(16 * lane)
+	return laneBridge(bridge), netip.PrefixFrom(netip.AddrFrom4(a), p.Bits()).String()
+}
+
+// laneBridge is the name of a test's bridge in this run's lane.
+func laneBridge(bridge string) string {
+	if lane == 0 {
+		return bridge
+	}
+	return fmt.Sprintf("%sl%d", bridge, lane)
+}
+
+// clusterCIDR is the --cluster-cidr of this run's control planes, which
+// give each Node a /24 of it: apart per lane, so that two runs' nodes never
+// put bridges on one subnet.
+func clusterCIDR() string {
+	return [...]string{"10.246.0.0/16", "10.249.0.0/16", "10.250.0.0/16", "10.251.0.0/16"}[lane]
 }

@@ -28,8 +28,9 @@ import (
 // starts with an IP from it. When the configuration goes away again, the
 // running pod is not stopped: its container keeps running.
 func TestNetworkNotReadyHoldsPodsBack(t *testing.T) {
-	const name, bridge = "netready", "nlnetready0"
-	cidr := netip.MustParsePrefix("10.247.9.0/24")
+	const name = "netready"
+	bridge, cidrText := laneNetwork("nlnetready0", "10.247.9.0/24")
+	cidr := netip.MustParsePrefix(cidrText)
 	ctx := context.Background()
 	confDir := filepath.Join(shared.work, "cni-"+name)
 	if err := os.MkdirAll(confDir, 0o755); err != nil {

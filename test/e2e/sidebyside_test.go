@@ -63,8 +63,8 @@ func TestTwoNodeletsSideBySide(t *testing.T) {
 	}
 	logs := filepath.Join(shared.work, "pod-logs-side")
 	nodes := []*sideNode{
-		{name: "side-a", cgroupRoot: "/nodelet-e2e-side-a"},
-		{name: "side-b", cgroupRoot: "/nodelet-e2e-side-b"},
+		{name: "side-a", cgroupRoot: shared.cgroupRoot + "-side-a"},
+		{name: "side-b", cgroupRoot: shared.cgroupRoot + "-side-b"},
 	}
 	for i, n := range nodes {
 		// Registered first, so that it runs last: after the nodelet has
@@ -261,6 +261,7 @@ func (n *sideNode) converged(ctx context.Context) error {
 // gone by then.
 func makeCgroupRoot(t testing.TB, root string) {
 	t.Helper()
+	claimCgroupTops(root)
 	hierarchies, err := filepath.Glob("/sys/fs/cgroup/*")
 	if err != nil {
 		t.Fatal(err)
