@@ -90,16 +90,19 @@ fuzz-short:
 
 # The cluster tests run the control plane from NODELET_CLUSTER_BIN (built
 # once per version, minutes the first time). Every test runs on the managed
-# containerd 2.x; then the node tests (not the cluster ones) run once more on
+# containerd 2.x; the node tests (not the cluster ones) run once more on
 # Debian's containerd 1.6, the distribution runtime users may point
 # --container-runtime-endpoint at. The upstream kubelet is built too: the
-# cluster tests compare nodelet's API with its answers.
-E2E_FILTER = grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic|e2e: )|_test.go'
+# cluster tests compare nodelet's API with its answers. hack/e2e-lanes.sh
+# runs them in lanes side by side (most of their time is waiting), then
+# alone the few that change or measure the whole host; each lane's output
+# is in /tmp/nodelet-e2e-<lane>.log.
+E2E_FILTER_RE = ^(=== RUN|--- |PASS|FAIL|ok|panic|e2e: )|_test.go
+E2E_FILTER = grep --line-buffered -E '$(E2E_FILTER_RE)'
 e2e: build
 	@bins=$$(hack/build-upstream.sh $(CONTROL_PLANE) kubelet) || exit 1; \
 	export NODELET_CLUSTER_BIN=$$(dirname "$${bins%%$$'\n'*}"); \
-	$(GO) test -tags e2e -count=1 -timeout 40m -v ./test/e2e 2>&1 | tee /tmp/nodelet-e2e.log | $(E2E_FILTER) ; exit $${PIPESTATUS[0]}
-	@$(MAKE) --no-print-directory e2e-containerd1
+	GO=$(GO) E2E_FILTER='$(E2E_FILTER_RE)' E2E_CONTAINERD1_SKIP='$(E2E_CONTAINERD1_SKIP)' hack/e2e-lanes.sh
 
 ## e2e-containerd1: the node e2e tests on Debian's containerd 1.6, less
 ## those whose subject is nodelet's own host state or its own pod
