@@ -66,6 +66,10 @@ for name in "$@"; do
 		own=("$module/${pkg#github.com/nodelet/nodelet/test/cluster/}"/*.go)
 	fi
 	key=$(bincache_key "$name $pkg test=$test_binary $ldflags" "$module" "${own[@]}")
+	# One build of a binary at a time: make e2e's lanes, side by side, may
+	# ask for the same one at once, and two builds to $bin.tmp would mix.
+	exec {lock}>"$bin.lock"
+	flock "$lock"
 	# ... and, unlike a release's binaries, its build here is stale when
 	# they changed: $bin.key says which sources it was built from.
 	if ((${#own[@]})) && [[ $(cat "$bin.key" 2>/dev/null) != "$key" ]]; then
@@ -94,5 +98,6 @@ for name in "$@"; do
 	if ((${#own[@]})); then
 		echo "$key" >"$bin.key"
 	fi
+	exec {lock}>&-
 	echo "$bin"
 done
