@@ -28,6 +28,8 @@ func (m *Manager) SyncTerminatingPod(ctx context.Context, req podworker.Terminat
 // KillPod stops a pod nodelet has no spec for (an orphan found in the
 // runtime), giving each container the grace period recorded on it.
 func (m *Manager) KillPod(ctx context.Context, uid types.UID, name, namespace string) error {
+	// An orphan: no worker will ask about it again.
+	defer m.observed.drop(uid)
 	return m.killPod(ctx, nil, uid, name, namespace, nil, nil)
 }
 

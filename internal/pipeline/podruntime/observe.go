@@ -60,7 +60,7 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 		}
 	}
 	for _, c := range containers {
-		if oc, ok := known.containers[c.Id]; ok && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING {
+		if oc, ok := known.containers[c.Id]; ok && oc.State == toState(c.State) {
 			st.Containers = append(st.Containers, oc)
 			seen.containers[c.Id] = oc
 			continue
@@ -73,7 +73,7 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 			return nil, err
 		}
 		st.Containers = append(st.Containers, oc)
-		if oc.State == observed.ContainerRunning {
+		if settled(oc.State) {
 			seen.containers[c.Id] = oc
 		}
 	}
@@ -87,19 +87,30 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 // same objects in the same state. A ready sandbox's IPs are set before it
 // is ready and kept until it is removed; a running container's start time,
 // image and empty exit details stay until it stops, which the list shows
-// (its resources too, until a resize changes them: observedFacts.forget).
-// Resyncs of idle pods then cost the two list calls, not also a status
-// call per sandbox and container (with 100 pods, 200 of nodelet's CRI calls
-// a minute).
+// (its resources too, until a resize changes them: observedFacts.forget);
+// an exited container's exit code, times, reason and termination message
+// never change again. Resyncs of idle pods then cost the two list calls,
+// not also a status call per sandbox and container (with 100 pods, 200 of
+// nodelet's CRI calls a minute), nor, for a pod with finished init
+// containers, a status call and a termination-message read for each.
 type podFacts struct {
 	sandboxID  string
 	ips        []string
-	containers map[string]observed.Container // running ones, by ID
+	containers map[string]observed.Container // running and exited ones, by ID
+}
+
+// settled reports whether a container in state s is kept in podFacts: its
+// status details hold for as long as the list shows it in that state.
+func settled(s observed.ContainerState) bool {
+	return s == observed.ContainerRunning || s == observed.ContainerExited
 }
 
 // observedFacts is podFacts by pod UID, for the pods seen with a ready
-// sandbox or a running container at their last look: a pod whose last
-// look found neither has no entry, so entries end with their pods.
+// sandbox or a running or exited container at their last look: a pod
+// whose last look found neither has no entry, and a pod's entry goes when
+// its worker is done with it (SyncTerminatedPod), it was killed as an
+// orphan (KillPod) or a relist finds nothing of it (ListPods), so entries
+// end with their pods.
 type observedFacts struct {
 	mu   sync.Mutex
 	pods map[types.UID]podFacts
@@ -122,6 +133,27 @@ func (o *observedFacts) set(uid types.UID, f podFacts) {
 		o.pods = map[types.UID]podFacts{}
 	}
 	o.pods[uid] = f
+}
+
+// keepOnly forgets every pod not in pods (the runtime has no object of it
+// left): the PLEG's relists bound what is kept to what the runtime holds,
+// whatever looked at a pod last. A look racing with it only loses what it
+// kept, and asks again next time.
+func (o *observedFacts) keepOnly(pods map[types.UID]*observed.PodStatus) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for uid := range o.pods {
+		if pods[uid] == nil {
+			delete(o.pods, uid)
+		}
+	}
+}
+
+// drop forgets pod uid.
+func (o *observedFacts) drop(uid types.UID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.pods, uid)
 }
 
 // forget drops what is kept of one running container of pod uid: its
@@ -170,6 +202,7 @@ func (m *Manager) ListPods(ctx context.Context) (map[types.UID]*observed.PodStat
 		sortSandboxes(p.Sandboxes)
 		sortContainers(p.Containers)
 	}
+	m.observed.keepOnly(pods)
 	return pods, nil
 }
 

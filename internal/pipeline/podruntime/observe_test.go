@@ -27,8 +27,8 @@ func (f *fixture) statusCalls() string {
 
 // TestObserveAsksStatusOncePerObject: once a pod's sandbox is ready and
 // its containers run, looking at it again costs only the lists, with the
-// same answer; a container that stopped is asked about again, and its
-// exit details are the runtime's.
+// same answer; a container that stopped is asked about again, once, and
+// its exit details are the runtime's.
 func TestObserveAsksStatusOncePerObject(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
@@ -72,6 +72,57 @@ func TestObserveAsksStatusOncePerObject(t *testing.T) {
 	}
 	if c := after.Newest("app"); c == nil || c.State != observed.ContainerExited || c.ExitCode != 3 {
 		t.Errorf("app after it stopped: %+v", c)
+	}
+
+	// An exited container's details are final: the next look asks nothing
+	// and tells the same.
+	later, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.statusCalls(); got != "" {
+		t.Errorf("second look at the stopped app asked %s", got)
+	}
+	if a, b := after.Newest("app"), later.Newest("app"); a == nil || b == nil || *a != *b {
+		t.Errorf("stopped app: first %+v, again %+v", a, b)
+	}
+
+	// Done with the pod, the manager keeps nothing of it.
+	if err := f.m.SyncTerminatedPod(ctx, podworker.TerminatedRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.observed.get(pod.UID); got.sandboxID != "" || len(got.containers) != 0 {
+		t.Errorf("kept after the pod was done: %+v", got)
+	}
+}
+
+// TestRelistForgetsPodsGone: what a look kept of a pod goes once a relist
+// finds nothing of it in the runtime, whoever looked last.
+func TestRelistForgetsPodsGone(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	pod := testPod()
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.m.ListPods(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.observed.get(pod.UID); len(got.containers) == 0 {
+		t.Fatalf("nothing kept of a running pod after a relist: %+v", got)
+	}
+	f.rs.Lock()
+	clear(f.rs.Containers)
+	clear(f.rs.Sandboxes)
+	f.rs.Unlock()
+	if _, err := f.m.ListPods(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.m.observed.get(pod.UID); got.sandboxID != "" || len(got.containers) != 0 {
+		t.Errorf("kept after the runtime lost the pod: %+v", got)
 	}
 }
 

@@ -225,8 +225,17 @@ func (m *Manager) afterStart(ctx context.Context, obs *observed.PodStatus, lrn *
 		st.IPs = slices.Clone(lrn.ips)
 		seen.sandboxID, seen.ips = sandboxID, slices.Clone(lrn.ips)
 	}
+	// What the sync's own look kept of the containers it saw (a finished
+	// init container, say) stays: Observe asks again about any whose state
+	// the list shows changed since, as one this sync stopped.
+	known := m.observed.get(obs.UID)
+	for _, c := range obs.Containers {
+		if f, ok := known.containers[c.ID]; ok {
+			seen.containers[c.ID] = f
+		}
+	}
 	for _, c := range started {
-		if c.State == observed.ContainerRunning {
+		if settled(c.State) {
 			seen.containers[c.ID] = c
 		}
 	}
@@ -774,11 +783,13 @@ func (m *Manager) observeStart(pod *v1.Pod) {
 }
 
 // SyncTerminatedPod forgets what the manager recorded of the pod's
-// start-up: it is the last call for the pod.
+// start-up and kept of its runtime objects: it is the last call for the
+// pod.
 func (m *Manager) SyncTerminatedPod(_ context.Context, req podworker.TerminatedRequest) error {
 	m.mu.Lock()
 	delete(m.startups, req.Pod.UID)
 	m.mu.Unlock()
+	m.observed.drop(req.Pod.UID)
 	return nil
 }
 

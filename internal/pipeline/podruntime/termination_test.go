@@ -380,20 +380,19 @@ func TestTerminationMessageHostile(t *testing.T) {
 // A file that is gone (the pod's directory removed) is an empty message,
 // or the log with FallbackToLogsOnError.
 func TestTerminationMessageFileGone(t *testing.T) {
-	f := newTermFixture(t)
-	c := f.start(t, jobPod("/dev/termination-log", v1.TerminationMessageFallbackToLogsOnError))
-	if err := os.RemoveAll(filepath.Join(f.podsDir, "uid-t")); err != nil {
-		t.Fatal(err)
-	}
-	f.exit(t, c, 2, "", logLines("stdout F bye"))
-	if got := f.message(t); got != "bye\n" {
-		t.Errorf("message %q", got)
-	}
-	f.rs.Lock()
-	c.ExitCode = 0
-	f.rs.Unlock()
-	if got := f.message(t); got != "" {
-		t.Errorf("message %q", got)
+	for _, tc := range []struct {
+		exit int32
+		want string // the log is only read after a failure
+	}{{2, "bye\n"}, {0, ""}} {
+		f := newTermFixture(t)
+		c := f.start(t, jobPod("/dev/termination-log", v1.TerminationMessageFallbackToLogsOnError))
+		if err := os.RemoveAll(filepath.Join(f.podsDir, "uid-t")); err != nil {
+			t.Fatal(err)
+		}
+		f.exit(t, c, tc.exit, "", logLines("stdout F bye"))
+		if got := f.message(t); got != tc.want {
+			t.Errorf("exit %d: message %q, want %q", tc.exit, got, tc.want)
+		}
 	}
 }
 
