@@ -35,7 +35,9 @@ import (
 //   - mounts under the work directory: detached;
 //   - cgroups the run created at the top of a hierarchy that are a node's
 //     (its nodes' --cgroup-root, holding kubepods in some hierarchy; the
-//     kubelet's kubepods on a fresh host): removed,
+//     kubelet's kubepods on a fresh host) and the run's (runCgroupTop:
+//     named after its work directory, or claimed by the test that made
+//     them; never those of another run beside it): removed,
 //     deepest first, once their processes are gone (one still in use
 //     belongs to another agent of the host, and is only reported);
 //   - the work directory itself: removed.
