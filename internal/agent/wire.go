@@ -336,6 +336,7 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 		pleg.WithStreamMetrics(m),
 		pleg.WithNodeEvents(cfg.NodeName, recorder),
 		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))
+	runtime.SetView(p.pleg)
 	p.gc = gc.New(rt, gc.Policy{
 		PodLogsDir:         cfg.PodLogsDir,
 		MaxPerPodContainer: cfg.MaxPerPodContainer,

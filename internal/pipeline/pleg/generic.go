@@ -71,9 +71,10 @@ type Generic struct {
 	// relistMu serialises relists; it guards last.
 	relistMu sync.Mutex
 	last     map[types.UID]*observed.PodStatus
-	// current is last, for readers that must not wait for a relist
-	// (Current); set with lastRelist. failed: the latest relist failed.
-	current atomic.Pointer[map[types.UID]*observed.PodStatus]
+	// current is last and when its relist began, for readers that must
+	// not wait for a relist (Current, CurrentAt); set with lastRelist.
+	// failed: the latest relist failed.
+	current atomic.Pointer[relisted]
 	failed  atomic.Bool
 	// lastRelist is the start time of the last successful relist, nil
 	// before the first.
@@ -165,7 +166,7 @@ func (g *Generic) Relist(ctx context.Context) error {
 
 	events := Diff(g.last, pods)
 	g.last = pods
-	g.current.Store(&pods)
+	g.current.Store(&relisted{pods: pods, at: start})
 	g.lastRelist.Store(&start)
 
 	var dropped int
@@ -203,14 +204,27 @@ func (g *Generic) LastRelist() time.Time {
 // at once) or that relist is at most two periods old. The map is shared;
 // callers must not change it.
 func (g *Generic) Current() (map[types.UID]*observed.PodStatus, bool) {
-	pods := g.current.Load()
-	if pods == nil || g.failed.Load() {
-		return nil, false
+	pods, _, ok := g.CurrentAt()
+	return pods, ok
+}
+
+// CurrentAt is Current with the start time of the relist its pods come
+// from, read together.
+func (g *Generic) CurrentAt() (map[types.UID]*observed.PodStatus, time.Time, bool) {
+	snap := g.current.Load()
+	if snap == nil || g.failed.Load() {
+		return nil, time.Time{}, false
 	}
-	if !g.streaming.Load() && g.clk.Since(g.LastRelist()) > 2*g.period {
-		return nil, false
+	if !g.streaming.Load() && g.clk.Since(snap.at) > 2*g.period {
+		return nil, time.Time{}, false
 	}
-	return *pods, true
+	return snap.pods, snap.at, true
+}
+
+// relisted is a successful relist's pods and its start time.
+type relisted struct {
+	pods map[types.UID]*observed.PodStatus
+	at   time.Time
 }
 
 // Healthy reports whether a relist succeeded within RelistThreshold, or

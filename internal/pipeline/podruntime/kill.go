@@ -51,10 +51,14 @@ func (m *Manager) killPod(ctx context.Context, pod *v1.Pod, uid types.UID, name,
 		}
 		kills = append(kills, plan.Kill{ID: c.ID, Name: c.Name, Reason: "Killing", Message: "stopping pod", GracePeriod: g})
 	}
-	if err := m.killContainers(ctx, pod, firstIP(obs), kills, log); err != nil {
-		return err
+	err = m.killContainers(ctx, pod, firstIP(obs), kills, log)
+	if err == nil {
+		err = m.stopSandboxes(ctx, obs, log)
 	}
-	if err := m.stopSandboxes(ctx, obs, log); err != nil {
+	if len(kills) > 0 || len(obs.Sandboxes) > 0 {
+		m.observed.touch(uid, m.clock.Now())
+	}
+	if err != nil {
 		return err
 	}
 	if pod == nil {

@@ -25,6 +25,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/nodelet/nodelet/internal/pure/observed"
 	"github.com/nodelet/nodelet/internal/pure/status"
 )
 
@@ -228,7 +229,24 @@ type Manager struct {
 	startups map[types.UID]*startup // start-up steps recorded per pod
 
 	observed observedFacts // what Observe need not ask again
+	// view is the PLEG's latest relist, for resyncs (SetView); nil: every
+	// sync looks at the runtime.
+	view View
 }
+
+// View is the PLEG's latest relist (pleg.Generic.CurrentAt): every pod's
+// sandboxes and containers as the two list calls show them, when the
+// relist that read them began, and whether they are what the runtime
+// holds now, give or take one relist.
+type View interface {
+	CurrentAt() (map[types.UID]*observed.PodStatus, time.Time, bool)
+}
+
+// SetView has the periodic resyncs read pods from v where it shows them
+// as the manager last saw them (see lookFromView). Call it before the
+// manager's first sync: the PLEG is built over the manager (ListPods), so
+// it cannot be a Dep.
+func (m *Manager) SetView(v View) { m.view = v }
 
 // New returns a Manager.
 func New(rt Runtime, opts Options, deps Deps) *Manager {

@@ -47,7 +47,7 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 	}
 	sortSandboxes(st.Sandboxes)
 	known := m.observed.get(uid)
-	seen := podFacts{containers: map[string]observed.Container{}}
+	seen := podFacts{containers: map[string]observed.Container{}, sandboxes: sandboxStates(st.Sandboxes), complete: true}
 	if len(st.Sandboxes) > 0 && st.Sandboxes[0].State == observed.SandboxReady {
 		id := st.Sandboxes[0].ID
 		if known.sandboxID == id && len(known.ips) > 0 {
@@ -75,11 +75,72 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 		st.Containers = append(st.Containers, oc)
 		if settled(oc.State) {
 			seen.containers[c.Id] = oc
+		} else {
+			seen.complete = false
 		}
 	}
 	m.observed.set(uid, seen)
 	sortContainers(st.Containers)
 	return st, nil
+}
+
+// lookFromView is what a look at pod uid would observe, read from the
+// PLEG's latest relist and what the manager kept of the pod, with no CRI
+// call, and when that relist began; false when it cannot tell, and the
+// caller looks at the runtime (Observe). As the kubelet's resyncs read its
+// PLEG's cache, with a guard of its own: the relist began after the
+// manager last changed the pod in the runtime, and shows exactly the
+// sandboxes and containers, in the same states, that the manager's last
+// look found, each container's details kept (running or exited), the
+// newest sandbox's IPs too when it is ready. A relist older than that look
+// then tells the same as the look did; a newer one that differs (a
+// container died, a collector removed one) sends the caller to the
+// runtime.
+func (m *Manager) lookFromView(uid types.UID, name, namespace string) (*observed.PodStatus, time.Time, bool) {
+	if m.view == nil {
+		return nil, time.Time{}, false
+	}
+	pods, at, ok := m.view.CurrentAt()
+	if !ok {
+		return nil, time.Time{}, false
+	}
+	known, ok := m.observed.lookup(uid)
+	if !ok || !known.complete || !at.After(known.changedAt) {
+		return nil, time.Time{}, false
+	}
+	listed := pods[uid]
+	if listed == nil || len(listed.Sandboxes) != len(known.sandboxes) || len(listed.Containers) != len(known.containers) {
+		return nil, time.Time{}, false
+	}
+	for _, sb := range listed.Sandboxes {
+		if st, ok := known.sandboxes[sb.ID]; !ok || st != sb.State {
+			return nil, time.Time{}, false
+		}
+	}
+	st := &observed.PodStatus{UID: uid, Name: name, Namespace: namespace, Sandboxes: slices.Clone(listed.Sandboxes)}
+	if newest := st.Sandboxes[0]; newest.State == observed.SandboxReady {
+		if known.sandboxID != newest.ID || len(known.ips) == 0 {
+			return nil, time.Time{}, false
+		}
+		st.IPs = slices.Clone(known.ips)
+	}
+	for _, c := range listed.Containers {
+		kept, ok := known.containers[c.ID]
+		if !ok || kept.State != c.State {
+			return nil, time.Time{}, false
+		}
+		st.Containers = append(st.Containers, kept)
+	}
+	sortContainers(st.Containers)
+	return st, at, true
+}
+
+func sandboxStates(sbs []observed.Sandbox) map[string]observed.SandboxState {
+	out := make(map[string]observed.SandboxState, len(sbs))
+	for _, sb := range sbs {
+		out[sb.ID] = sb.State
+	}
+	return out
 }
 
 // podFacts is what Observe keeps of a pod between two looks: what the
@@ -97,6 +158,14 @@ type podFacts struct {
 	sandboxID  string
 	ips        []string
 	containers map[string]observed.Container // running and exited ones, by ID
+	// sandboxes are every sandbox the last look listed, with its state;
+	// complete: every container it listed is in containers.
+	sandboxes map[string]observed.SandboxState
+	complete  bool
+	// changedAt is when the manager last finished changing the pod in the
+	// runtime (touch): a relist that began before it may not show the
+	// change.
+	changedAt time.Time
 }
 
 // settled reports whether a container in state s is kept in podFacts: its
@@ -122,16 +191,42 @@ func (o *observedFacts) get(uid types.UID) podFacts {
 	return o.pods[uid]
 }
 
+// lookup is get, and whether the pod has an entry.
+func (o *observedFacts) lookup(uid types.UID) (podFacts, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	f, ok := o.pods[uid]
+	return f, ok
+}
+
+// set records a look at pod uid; the time of the last change (touch)
+// stays.
 func (o *observedFacts) set(uid types.UID, f podFacts) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if f.sandboxID == "" && len(f.containers) == 0 {
+	f.changedAt = o.pods[uid].changedAt
+	if f.sandboxID == "" && len(f.containers) == 0 && len(f.sandboxes) == 0 {
 		delete(o.pods, uid)
 		return
 	}
 	if o.pods == nil {
 		o.pods = map[types.UID]podFacts{}
 	}
+	o.pods[uid] = f
+}
+
+// touch records that the manager has just finished changing pod uid in
+// the runtime (started, stopped or resized something), at t. The entry
+// it makes for a pod that had none holds nothing a view could match; the
+// look that follows the change fills it in.
+func (o *observedFacts) touch(uid types.UID, t time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pods == nil {
+		o.pods = map[types.UID]podFacts{}
+	}
+	f := o.pods[uid]
+	f.changedAt = t
 	o.pods[uid] = f
 }
 

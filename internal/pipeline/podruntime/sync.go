@@ -20,6 +20,7 @@ import (
 	"github.com/nodelet/nodelet/internal/pure/plan"
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
 	"github.com/nodelet/nodelet/internal/pure/podspec"
+	"github.com/nodelet/nodelet/internal/pure/podupdate"
 	"github.com/nodelet/nodelet/internal/pure/status"
 )
 
@@ -67,12 +68,22 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	pod, probes := req.Pod, req.Setup.Probes
 	log := m.log.With("pod", pod.Namespace+"/"+pod.Name, "podUID", pod.UID)
 	t0 := m.clock.Now()
-	obs, err := m.Observe(ctx, pod.UID, pod.Name, pod.Namespace)
-	if err != nil {
-		return v1.PodStatus{}, syncOutcome{}, err
+	observedAt := t0
+	// A periodic resync reads the pod from the PLEG's view where that
+	// shows it as the last look did; every other sync looks.
+	obs, at, fromView := (*observed.PodStatus)(nil), time.Time{}, false
+	if req.Reason == podupdate.Resync {
+		obs, at, fromView = m.lookFromView(pod.UID, pod.Name, pod.Namespace)
+	}
+	if fromView {
+		observedAt = at
+	} else {
+		var err error
+		if obs, err = m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err != nil {
+			return v1.PodStatus{}, syncOutcome{}, err
+		}
 	}
 	t1 := m.clock.Now()
-	observedAt := t0
 	start := m.startupOf(pod, obs)
 	if seen, err := time.Parse(time.RFC3339Nano, pod.Annotations[podspec.AnnotationConfigSeen]); err == nil {
 		m.stage(start, metrics.PodStartStageDispatch, t0.Sub(seen))
@@ -119,6 +130,7 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	var lrn learned
 	failures, execErr := m.execute(ctx, pod, obs, actions, start, req.Setup, req.Unprepared, rz, &lrn, log)
 	if changesRuntime(actions) || rz.updatedAny() {
+		m.observed.touch(pod.UID, m.clock.Now())
 		again := m.clock.Now()
 		fresh, err := (*observed.PodStatus)(nil), errLookAgain
 		if onlyMadeNew(obs, actions, rz, &lrn, execErr) {
@@ -220,7 +232,7 @@ func (m *Manager) afterStart(ctx context.Context, obs *observed.PodStatus, lrn *
 	}
 	sortSandboxes(st.Sandboxes)
 	sortContainers(st.Containers)
-	seen := podFacts{containers: map[string]observed.Container{}}
+	seen := podFacts{containers: map[string]observed.Container{}, sandboxes: sandboxStates(st.Sandboxes)}
 	if newest := st.Sandboxes[0]; newest.ID == sandboxID && newest.State == observed.SandboxReady && len(lrn.ips) > 0 {
 		st.IPs = slices.Clone(lrn.ips)
 		seen.sandboxID, seen.ips = sandboxID, slices.Clone(lrn.ips)
@@ -239,6 +251,8 @@ func (m *Manager) afterStart(ctx context.Context, obs *observed.PodStatus, lrn *
 			seen.containers[c.ID] = c
 		}
 	}
+	// As a look would record it: whole when every container is kept.
+	seen.complete = len(seen.containers) == len(st.Containers)
 	m.observed.set(obs.UID, seen)
 	return st, nil
 }
