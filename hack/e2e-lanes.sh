@@ -92,8 +92,7 @@ trap 'rm -rf "$state"' EXIT
 
 run_lanes() {
 	local pids=() name
-	for spec in "$@"; do
-		name=${spec%%:*}
+	for name in "$@"; do
 		: >"/tmp/nodelet-e2e-$name.log"
 		eval "lane_$name" &
 		pids+=($!)
