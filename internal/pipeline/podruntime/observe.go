@@ -118,8 +118,8 @@ func (m *Manager) lookFromView(uid types.UID, name, namespace string) (*observed
 		}
 	}
 	st := &observed.PodStatus{UID: uid, Name: name, Namespace: namespace, Sandboxes: slices.Clone(listed.Sandboxes)}
-	if newest := st.Sandboxes[0]; newest.State == observed.SandboxReady {
-		if known.sandboxID != newest.ID || len(known.ips) == 0 {
+	if len(st.Sandboxes) > 0 && st.Sandboxes[0].State == observed.SandboxReady {
+		if newest := st.Sandboxes[0]; known.sandboxID != newest.ID || len(known.ips) == 0 {
 			return nil, time.Time{}, false
 		}
 		st.IPs = slices.Clone(known.ips)

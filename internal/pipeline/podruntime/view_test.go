@@ -135,4 +135,23 @@ func TestViewGuards(t *testing.T) {
 	if read() {
 		t.Error("read a view without the pod")
 	}
+
+	// Exited containers whose sandbox is gone (removed before them), as
+	// the last look found them: read, with no sandbox and no IP.
+	f.rs.Lock()
+	clear(f.rs.Sandboxes)
+	for _, c := range f.rs.Containers {
+		c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+		c.FinishedAt = f.clock.Now().UnixNano()
+	}
+	f.rs.Unlock()
+	if _, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(time.Millisecond)
+	v.relist(t, f)
+	st, _, ok := f.m.lookFromView(pod.UID, pod.Name, pod.Namespace)
+	if !ok || len(st.Sandboxes) != 0 || len(st.IPs) != 0 || len(st.Containers) != 2 {
+		t.Errorf("containers without a sandbox from the view: %+v, %v", st, ok)
+	}
 }
