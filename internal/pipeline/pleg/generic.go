@@ -71,14 +71,11 @@ type Generic struct {
 	// relistMu serialises relists; it guards last.
 	relistMu sync.Mutex
 	last     map[types.UID]*observed.PodStatus
-	// current is last and when its relist began, for readers that must
-	// not wait for a relist (Current, CurrentAt); set with lastRelist.
-	// failed: the latest relist failed.
+	// current is last and when its relist began (LastRelist), for readers
+	// that must not wait for a relist (Current, CurrentAt); nil before the
+	// first successful relist. failed: the latest relist failed.
 	current atomic.Pointer[relisted]
 	failed  atomic.Bool
-	// lastRelist is the start time of the last successful relist, nil
-	// before the first.
-	lastRelist atomic.Pointer[time.Time]
 	// streaming: RunEvented follows the runtime's open event stream.
 	streaming atomic.Bool
 }
@@ -167,7 +164,6 @@ func (g *Generic) Relist(ctx context.Context) error {
 	events := Diff(g.last, pods)
 	g.last = pods
 	g.current.Store(&relisted{pods: pods, at: start})
-	g.lastRelist.Store(&start)
 
 	var dropped int
 	for _, ev := range events {
@@ -192,8 +188,8 @@ func (g *Generic) Relist(ctx context.Context) error {
 // LastRelist returns the start time of the last successful relist, zero
 // before the first.
 func (g *Generic) LastRelist() time.Time {
-	if t := g.lastRelist.Load(); t != nil {
-		return *t
+	if r := g.current.Load(); r != nil {
+		return r.at
 	}
 	return time.Time{}
 }

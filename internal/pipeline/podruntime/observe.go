@@ -186,9 +186,8 @@ type observedFacts struct {
 }
 
 func (o *observedFacts) get(uid types.UID) podFacts {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.pods[uid]
+	f, _ := o.lookup(uid)
+	return f
 }
 
 // lookup is get, and whether the pod has an entry.

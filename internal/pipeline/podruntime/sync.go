@@ -71,13 +71,13 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	observedAt := t0
 	// A periodic resync reads the pod from the PLEG's view where that
 	// shows it as the last look did; every other sync looks.
-	obs, at, fromView := (*observed.PodStatus)(nil), time.Time{}, false
+	var obs *observed.PodStatus
 	if req.Reason == podupdate.Resync {
-		obs, at, fromView = m.lookFromView(pod.UID, pod.Name, pod.Namespace)
+		if v, at, ok := m.lookFromView(pod.UID, pod.Name, pod.Namespace); ok {
+			obs, observedAt = v, at
+		}
 	}
-	if fromView {
-		observedAt = at
-	} else {
+	if obs == nil {
 		var err error
 		if obs, err = m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err != nil {
 			return v1.PodStatus{}, syncOutcome{}, err
