@@ -985,62 +985,6 @@ func sumCPU(pids []int) float64 {
 	return s
 }
 
-// makeCgroupRootB makes root in every cgroup hierarchy, as makeCgroupRoot
-// does for a test, cpuset's cpus and mems copied from the parent.
-func makeCgroupRootB(root string) error {
-	claimCgroupTops(root)
-	hierarchies, err := filepath.Glob("/sys/fs/cgroup/*")
-	if err != nil {
-		return err
-	}
-	for _, h := range hierarchies {
-		if fi, err := os.Lstat(h); err != nil || !fi.IsDir() {
-			continue
-		}
-		dir := filepath.Join(h, root)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return err
-		}
-		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			if v, err := os.ReadFile(filepath.Join(h, f)); err == nil {
-				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// removeCgroupRoot removes root and whatever cgroups are left under it,
-// deepest first, in every hierarchy.
-func removeCgroupRoot(root string) error {
-	hierarchies, err := filepath.Glob("/sys/fs/cgroup/*")
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, h := range hierarchies {
-		if fi, err := os.Lstat(h); err != nil || !fi.IsDir() {
-			continue
-		}
-		var dirs []string
-		filepath.WalkDir(filepath.Join(h, root), func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		slices.Reverse(dirs)
-		for _, d := range dirs {
-			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // apiserverWatches is the API server's watches open now
 // (apiserver_longrunning_requests, verb WATCH, summed).
 func apiserverWatches(ctx context.Context, c kubernetes.Interface) (float64, error) {

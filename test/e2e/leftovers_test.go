@@ -264,22 +264,62 @@ func detachMounts(mounts []string) error {
 	return errors.Join(errs...)
 }
 
-// cgroupTopDirs are the directories at the top of each cgroup hierarchy:
-// of every v1 controller's mount, or of the unified one.
-func cgroupTopDirs() []string {
-	var roots []string
+// cgroupHierarchies are the mount points of the cgroup hierarchies: the
+// unified one alone on a cgroup v2 host (whose subdirectories are cgroups,
+// not hierarchies), else every v1 controller's, not the links to a
+// co-mounted pair (cpu, cpuacct: links to cpu,cpuacct), and a hybrid
+// host's unified one.
+func cgroupHierarchies() []string {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		roots = []string{"/sys/fs/cgroup"}
-	} else {
-		hs, _ := filepath.Glob("/sys/fs/cgroup/*")
-		for _, h := range hs {
-			if fi, err := os.Lstat(h); err == nil && fi.IsDir() {
-				roots = append(roots, h)
+		return []string{"/sys/fs/cgroup"}
+	}
+	var out []string
+	hs, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hs {
+		if fi, err := os.Lstat(h); err == nil && fi.IsDir() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// makeCgroupRootB makes cgroup root (as an administrator gives a node
+// agent its --cgroup-root) in every hierarchy, cpuset's cpus and mems
+// copied from the parent, and claims it as the run's (claimCgroupTops).
+func makeCgroupRootB(root string) error {
+	claimCgroupTops(root)
+	for _, h := range cgroupHierarchies() {
+		dir := filepath.Join(h, root)
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(h, f)); err == nil {
+				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+					return err
+				}
 			}
 		}
 	}
+	return nil
+}
+
+// removeCgroupRoot removes root and whatever cgroups are left under it,
+// deepest first, in every hierarchy (removeCgroupTree).
+func removeCgroupRoot(root string) error {
+	var errs []error
+	for _, h := range cgroupHierarchies() {
+		if _, err := removeCgroupTree(filepath.Join(h, root)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cgroupTopDirs are the directories at the top of each cgroup hierarchy.
+func cgroupTopDirs() []string {
 	var out []string
-	for _, r := range roots {
+	for _, r := range cgroupHierarchies() {
 		entries, _ := os.ReadDir(r)
 		for _, e := range entries {
 			if e.IsDir() {

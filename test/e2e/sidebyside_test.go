@@ -4,9 +4,7 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -254,41 +252,18 @@ func (n *sideNode) converged(ctx context.Context) error {
 	return nil
 }
 
-// makeCgroupRoot makes cgroup root (as an administrator gives a nodelet
-// its --cgroup-root) in every cgroup v1 hierarchy and the unified one,
-// cpuset's cpus and mems copied from the parent. When the test ends it
-// removes it with whatever is left under it, deepest first: the pods are
-// gone by then.
+// makeCgroupRoot is makeCgroupRootB for a test, which fails if it cannot.
+// When the test ends it removes the root with whatever is left under it,
+// deepest first: the pods are gone by then.
 func makeCgroupRoot(t testing.TB, root string) {
 	t.Helper()
-	claimCgroupTops(root)
-	hierarchies, err := filepath.Glob("/sys/fs/cgroup/*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var made []string
+	// Registered first: a root made in some hierarchies only goes too.
 	t.Cleanup(func() {
-		for _, dir := range made {
-			if _, err := removeCgroupTree(dir); err != nil {
-				t.Error(err)
-			}
+		if err := removeCgroupRoot(root); err != nil {
+			t.Error(err)
 		}
 	})
-	for _, h := range hierarchies {
-		if fi, err := os.Lstat(h); err != nil || !fi.IsDir() {
-			continue // cpu, cpuacct: links to cpu,cpuacct
-		}
-		dir := filepath.Join(h, root)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			t.Fatal(err)
-		}
-		made = append(made, dir)
-		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-			if v, err := os.ReadFile(filepath.Join(h, f)); err == nil {
-				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+	if err := makeCgroupRootB(root); err != nil {
+		t.Fatal(err)
 	}
 }
