@@ -59,7 +59,13 @@ func DefaultLimits() Limits {
 // serve serves h on ln (over TLS when tlsCfg is set) within limits until
 // ctx ends, then shuts down, waiting up to 5 s for requests in flight.
 func serve(ctx context.Context, ln net.Listener, h http.Handler, tlsCfg *tls.Config, limits Limits, log *slog.Logger) error {
-	cl := newConnLimiter(ln, limits.MaxConns)
+	return serveLimited(ctx, newConnLimiter(ln, limits.MaxConns), h, tlsCfg, limits, log)
+}
+
+// serveLimited is serve on a connLimiter the caller made (a test watches
+// its connections' states).
+func serveLimited(ctx context.Context, cl *connLimiter, h http.Handler, tlsCfg *tls.Config, limits Limits, log *slog.Logger) error {
+	ln := cl.Listener
 	srv := &http.Server{
 		Handler:           h,
 		TLSConfig:         tlsCfg,
@@ -175,6 +181,26 @@ func (l *connLimiter) admit(tc *trackedConn) (victim *trackedConn, ok bool) {
 	}
 	l.conns[tc] = struct{}{}
 	return victim, true
+}
+
+// openConns counts the connections admitted and not yet closed.
+func (l *connLimiter) openConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
+}
+
+// idleConns counts the open connections the server last reported idle.
+func (l *connLimiter) idleConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for c := range l.conns {
+		if c.idle != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // connState is the http.Server's ConnState hook: it records which

@@ -33,20 +33,29 @@ func testLimits() Limits {
 // startServe serves h on 127.0.0.1 within limits until the test ends.
 func startServe(t *testing.T, h http.Handler, tlsCfg *tls.Config, limits Limits) string {
 	t.Helper()
+	addr, _ := startServeLimited(t, h, tlsCfg, limits)
+	return addr
+}
+
+// startServeLimited is startServe that also returns the server's
+// connLimiter, to watch what the server knows of its connections.
+func startServeLimited(t *testing.T, h http.Handler, tlsCfg *tls.Config, limits Limits) (string, *connLimiter) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	cl := newConnLimiter(ln, limits.MaxConns)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, ln, h, tlsCfg, limits, slog.New(slog.DiscardHandler)) }()
+	go func() { done <- serveLimited(ctx, cl, h, tlsCfg, limits, slog.New(slog.DiscardHandler)) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), cl
 }
 
 // keepAlive sends one GET /healthz on c, reads the answer and leaves the
@@ -130,7 +139,18 @@ func TestMaxConnsDropsIdleFirst(t *testing.T) {
 	}
 	limits := DefaultLimits()
 	limits.MaxConns = 2
-	addr := startServe(t, HealthzHandler(nil), Config{TLS: cert}.TLSConfig(), limits)
+	addr, cl := startServeLimited(t, HealthzHandler(nil), Config{TLS: cert}.TLSConfig(), limits)
+	// waitIdle waits until the server has marked n connections idle: the
+	// client can read a response before the server's goroutine records
+	// the connection idle, and a third client arriving in that moment
+	// rightly drops the other, idle, connection.
+	waitIdle := func(n int) {
+		for deadline := time.Now().Add(10 * time.Second); cl.idleConns() < n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("server marked %d of %d connections idle after 10s", cl.idleConns(), n)
+			}
+		}
+	}
 	dial := func() (net.Conn, *bufio.Reader) {
 		c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}})
 		if err != nil {
@@ -144,7 +164,9 @@ func TestMaxConnsDropsIdleFirst(t *testing.T) {
 		return c, br
 	}
 	first, _ := dial()
+	waitIdle(1)
 	_, br2 := dial()
+	waitIdle(2)
 	third, br3 := dial() // served: the first made room
 	if err := closedByServer(first, 10*time.Second); err != nil {
 		t.Errorf("oldest idle connection: %v", err)
@@ -161,7 +183,7 @@ func TestMaxConnsRefusesWhenNoneIdle(t *testing.T) {
 	limits := testLimits()
 	limits.ReadHeaderTimeout = time.Minute
 	limits.MaxConns = 1
-	addr := startServe(t, HealthzHandler(nil), nil, limits)
+	addr, cl := startServeLimited(t, HealthzHandler(nil), nil, limits)
 	busy, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +192,12 @@ func TestMaxConnsRefusesWhenNoneIdle(t *testing.T) {
 	if _, err := io.WriteString(busy, "GET /healthz HTTP/1.1\r\n"); err != nil { // headers never end
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // let the server accept it first
+	// The server must have accepted busy before the next one arrives.
+	for deadline := time.Now().Add(10 * time.Second); cl.openConns() < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("server did not accept the first connection in 10s")
+		}
+	}
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
