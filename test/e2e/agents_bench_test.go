@@ -164,9 +164,31 @@ func (a *manifestAgent) startPods(b *testing.B, ctx context.Context, prefix stri
 }
 
 func (a *manifestAgent) removePods(b *testing.B, ctx context.Context, prefix string, count int) time.Duration {
+	stops := parseRuntimeOps(a.metrics(b))["stop_podsandbox"].calls
 	took := removeManifests(b, ctx, a.dir, prefix, count)
 	waitSandboxesStopped(b, ctx, prefix)
+	a.waitStopsReturned(b, stops+float64(count))
 	return took
+}
+
+// waitStopsReturned waits until the agent's StopPodSandbox calls that
+// returned reach want (kubelet_runtime_operations_total counts a call when
+// it returns). A sandbox shows NOTREADY once its pause process is gone,
+// while the runtime still tears down its network: the raw CRI floor's
+// removal returns after that, and a measured start that overlapped an
+// agent's last stop would put the stop's cost in the agent's start.
+func (a *manifestAgent) waitStopsReturned(b *testing.B, want float64) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := parseRuntimeOps(a.metrics(b))["stop_podsandbox"].calls
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s: %v StopPodSandbox calls returned a minute after its pods' sandboxes stopped, want %v", a.label, got, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (a *manifestAgent) stop(b *testing.B) {

@@ -287,7 +287,7 @@ func printStartupHow(w io.Writer, pr startupProcedure, agents []benchAgent) {
 		how = fmt.Sprintf("each agent started afresh for every measured start (NODELET_BENCH_RESTART=each), %d warm-up pods one at a time after each start; %d single pods and one batch of %d per round",
 			pr.warmups, pr.single, pr.batch)
 	}
-	fmt.Fprintf(w, "  procedure: %d rounds, agents in an order rotating from round to round; %s; a clean runtime around every agent start\n", pr.rounds, how)
+	fmt.Fprintf(w, "  procedure: %d rounds, agents in an order rotating from round to round; %s; a clean runtime around every agent start; each start after the last pods' removal finished (raw CRI: StopPodSandbox and RemovePodSandbox returned; an agent: its manifests removed, its StopPodSandbox calls for them returned, as its kubelet_runtime_operations_total counts them)\n", pr.rounds, how)
 	fmt.Fprintf(w, "  measured: from the first manifest written (raw CRI: the first call) to every container of the pods RUNNING in CRI ListContainers, polled every 2 ms; medians over every start\n")
 }
 
