@@ -14,6 +14,20 @@ import (
 // directory (a fresh name, so two writers never share one), written,
 // fsynced, renamed over path, and the directory fsynced.
 func Write(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, true)
+}
+
+// Replace is Write without the fsyncs, for a file nodelet writes again
+// before every use (a pod's hosts file, written at each container's
+// creation): readers still see the old or the new content, never a part,
+// but a crash of the machine may leave either, or an empty file, which the
+// next write replaces before anything reads it. It spares the start of a
+// container the disk's flushes.
+func Replace(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, false)
+}
+
+func write(path string, data []byte, perm os.FileMode, durable bool) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
 	if err != nil {
 		return fmt.Errorf("create %s: %w", path, err)
@@ -23,7 +37,7 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	if err == nil {
 		err = tmp.Chmod(perm)
 	}
-	return Commit(tmp, path, err)
+	return commit(tmp, path, err, durable)
 }
 
 // Commit finishes a write of tmp, a temp file in path's directory: unless
@@ -31,7 +45,11 @@ func Write(path string, data []byte, perm os.FileMode) error {
 // it to path and fsyncs the directory. tmp is closed in every case; the
 // caller removes it when Commit fails.
 func Commit(tmp *os.File, path string, err error) error {
-	if err == nil {
+	return commit(tmp, path, err, true)
+}
+
+func commit(tmp *os.File, path string, err error, durable bool) error {
+	if err == nil && durable {
 		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
@@ -42,6 +60,9 @@ func Commit(tmp *os.File, path string, err error) error {
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	if !durable {
+		return nil
 	}
 	return SyncDir(filepath.Dir(path))
 }

@@ -194,7 +194,8 @@ func (m *Manager) hostsFile(pod *v1.Pod, c *v1.Container, podIPs []string, podDi
 	}
 	content := podnet.HostsFile(pod, podIPs, hostname, domain, m.opts.HostHosts)
 	path := filepath.Join(podDir, "etc-hosts")
-	if err := atomicfile.Write(path, content, 0o644); err != nil {
+	// Written again at every container's creation: no fsync.
+	if err := atomicfile.Replace(path, content, 0o644); err != nil {
 		return nil, false, fmt.Errorf("write hosts file: %w", err)
 	}
 	return &runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: path}, true, nil

@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodelet/nodelet/internal/pure/observed"
+	"github.com/nodelet/nodelet/internal/pure/plan"
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
 	"github.com/nodelet/nodelet/internal/pure/resize"
 	"github.com/nodelet/nodelet/internal/pure/status"
@@ -243,7 +244,18 @@ func (m *Manager) finishResize(pod *v1.Pod, obs *observed.PodStatus, rz *resizin
 	m.resizes.Done(pod)
 }
 
-// recordCreated records what a container was created with.
+// recordPlanned records what the init and app containers actions start
+// will be created with (recordCreated for each).
+func (m *Manager) recordPlanned(pod *v1.Pod, actions plan.Actions, log *slog.Logger) {
+	for _, s := range actions.InitContainersToStart {
+		m.recordCreated(pod, &pod.Spec.InitContainers[s.Index], log)
+	}
+	for _, s := range actions.ContainersToStart {
+		m.recordCreated(pod, &pod.Spec.Containers[s.Index], log)
+	}
+}
+
+// recordCreated records what a container is created with.
 func (m *Manager) recordCreated(pod *v1.Pod, c *v1.Container, log *slog.Logger) {
 	if m.resizes == nil {
 		return

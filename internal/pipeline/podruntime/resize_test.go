@@ -383,3 +383,59 @@ func TestResizeFailureRecorded(t *testing.T) {
 		t.Errorf("failed = %q", rf.resizes.failed)
 	}
 }
+
+// recordCheckingRuntime journals, at each CreateContainer, whether the
+// container's resources were recorded before it (the kubelet's
+// SetActuatedResources before its creation).
+type recordCheckingRuntime struct {
+	*cri.Client
+	j       *journal
+	resizes *fakeResizes
+}
+
+func (r recordCheckingRuntime) CreateContainer(ctx context.Context, sandboxID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error) {
+	name := cfg.GetMetadata().GetName()
+	r.resizes.mu.Lock()
+	got, ok := r.resizes.actuated[name]
+	r.resizes.mu.Unlock()
+	r.j.add("create %s: recorded %v %+v", name, ok, got)
+	return r.Client.CreateContainer(ctx, sandboxID, cfg, sandboxCfg)
+}
+
+// TestResourcesRecordedBeforeCreate: a container's resources are
+// recorded before the runtime creates it, on the pod's first start (where
+// the record is written while the sandbox is made) as on a restart in the
+// same sandbox.
+func TestResourcesRecordedBeforeCreate(t *testing.T) {
+	f := newFixture(t)
+	j := &journal{}
+	resizes := &fakeResizes{actuated: map[string]resize.Resources{}}
+	log := slog.New(slog.DiscardHandler)
+	rt := recordCheckingRuntime{Client: cri.New(f.rs, f.is, "fake", cri.DefaultTimeouts(), log), j: j, resizes: resizes}
+	f.m = New(rt, Options{PodLogsDir: "/var/log/pods"}, Deps{Clock: f.clock, Log: log, Status: statusmanager.New(nil), Resizes: resizes})
+	pod := resizePod("100m", "200m", "64Mi", "128Mi")
+	ctx := context.Background()
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("create app: recorded true %+v", resize.ResourcesOf(pod.Spec.Containers[0].Resources))
+	if got := j.take(); got != want {
+		t.Errorf("first start:\n%s\nwant:\n%s", got, want)
+	}
+	// A restart of the container with other resources (its pod's
+	// allocation changed while it was down) records them first too.
+	c := containerByName(f, "app")
+	f.rs.Lock()
+	c.State = runtimeapi.ContainerState_CONTAINER_EXITED
+	c.StartedAt, c.FinishedAt, c.ExitCode = f.clock.Now().Add(-time.Second).UnixNano(), f.clock.Now().UnixNano(), 0
+	f.rs.Unlock()
+	pod = resizePod("300m", "400m", "64Mi", "128Mi")
+	f.clock.Step(time.Minute)
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	want = fmt.Sprintf("create app: recorded true %+v", resize.ResourcesOf(pod.Spec.Containers[0].Resources))
+	if got := j.take(); got != want {
+		t.Errorf("restart:\n%s\nwant:\n%s", got, want)
+	}
+}

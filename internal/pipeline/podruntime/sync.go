@@ -385,7 +385,13 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 				return nil, ctx.Err()
 			}
 		}
+		// What the containers to start will be created with is recorded
+		// while the runtime makes the sandbox, off the start's path; each
+		// container's own record before its creation then finds it made.
+		recorded := make(chan struct{})
+		go func() { defer close(recorded); m.recordPlanned(pod, actions, log) }()
 		id, err := m.rt.RunPodSandbox(committed(ctx), sandboxCfg, handler)
+		<-recorded
 		if m.sandboxes != nil {
 			<-m.sandboxes
 		}
@@ -619,6 +625,11 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 		extras.mounts = append(extras.mounts, termMount)
 	}
 	cfg := containerConfig(pod, c, img.ref, a.s.RestartCount, a.s.BackoffStep, extras)
+	if !a.ephemeral {
+		// Before the creation, as the kubelet's SetActuatedResources: a
+		// container never runs with resources nodelet has no record of.
+		m.recordCreated(pod, c, log)
+	}
 	id, err := m.rt.CreateContainer(committed(ctx), a.sandboxID, cfg, a.sandboxCfg)
 	if err != nil {
 		m.removeTerminationMessage(a.setup.PodDir, c, termMount)
@@ -627,9 +638,6 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 		return "", &w, fmt.Errorf("create container %q: %w", c.Name, err)
 	}
 	m.recorder.Event(pod, v1.EventTypeNormal, "Created", "Created container "+c.Name)
-	if !a.ephemeral {
-		m.recordCreated(pod, c, log)
-	}
 	if err := m.rt.StartContainer(committed(ctx), id); err != nil {
 		w := plan.Waiting{Reason: "RunContainerError", Message: err.Error()}
 		m.recorder.Event(pod, v1.EventTypeWarning, "Failed", "Error: "+err.Error())
