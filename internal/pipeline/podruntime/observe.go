@@ -50,13 +50,16 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 	seen := podFacts{containers: map[string]observed.Container{}, sandboxes: sandboxStates(st.Sandboxes), complete: true}
 	if len(st.Sandboxes) > 0 && st.Sandboxes[0].State == observed.SandboxReady {
 		id := st.Sandboxes[0].ID
-		if known.sandboxID == id && len(known.ips) > 0 {
+		if known.knowsSandbox(id) {
 			st.IPs = slices.Clone(known.ips)
-		} else if st.IPs, err = m.sandboxIPs(ctx, id); err != nil {
-			return nil, err
-		}
-		if len(st.IPs) > 0 {
-			seen.sandboxID, seen.ips = id, st.IPs
+			seen.keepSandbox(id, known.ips, known.hostNetwork)
+		} else {
+			sb, ips, err := m.sandboxStatus(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			st.IPs = ips
+			seen.keepSandbox(id, ips, onHostNetwork(sb))
 		}
 	}
 	for _, c := range containers {
@@ -119,7 +122,7 @@ func (m *Manager) lookFromView(uid types.UID, name, namespace string) (*observed
 	}
 	st := &observed.PodStatus{UID: uid, Name: name, Namespace: namespace, Sandboxes: slices.Clone(listed.Sandboxes)}
 	if len(st.Sandboxes) > 0 && st.Sandboxes[0].State == observed.SandboxReady {
-		if newest := st.Sandboxes[0]; known.sandboxID != newest.ID || len(known.ips) == 0 {
+		if !known.knowsSandbox(st.Sandboxes[0].ID) {
 			return nil, time.Time{}, false
 		}
 		st.IPs = slices.Clone(known.ips)
@@ -155,9 +158,12 @@ func sandboxStates(sbs []observed.Sandbox) map[string]observed.SandboxState {
 // nodelet's CRI calls a minute), nor, for a pod with finished init
 // containers, a status call and a termination-message read for each.
 type podFacts struct {
-	sandboxID  string
-	ips        []string
-	containers map[string]observed.Container // running and exited ones, by ID
+	// sandboxID is the ready sandbox whose IPs are kept: ips, or none on
+	// the host's network (hostNetwork), where the runtime reports none.
+	sandboxID   string
+	ips         []string
+	hostNetwork bool
+	containers  map[string]observed.Container // running and exited ones, by ID
 	// sandboxes are every sandbox the last look listed, with its state;
 	// complete: every container it listed is in containers.
 	sandboxes map[string]observed.SandboxState
@@ -166,6 +172,27 @@ type podFacts struct {
 	// runtime (touch): a relist that began before it may not show the
 	// change.
 	changedAt time.Time
+}
+
+// knowsSandbox reports whether f keeps what sandbox id's status tells
+// (its IPs, or that it has none on the host's network).
+func (f podFacts) knowsSandbox(id string) bool {
+	return id != "" && f.sandboxID == id && (len(f.ips) > 0 || f.hostNetwork)
+}
+
+// keepSandbox keeps ready sandbox id's IPs, when it has them or is on the
+// host's network; a sandbox on the pod network with no IP yet is asked
+// again.
+func (f *podFacts) keepSandbox(id string, ips []string, hostNetwork bool) {
+	if len(ips) > 0 || hostNetwork {
+		f.sandboxID, f.ips, f.hostNetwork = id, slices.Clone(ips), hostNetwork
+	}
+}
+
+// onHostNetwork reports whether the runtime says sandbox s shares the
+// host's network namespace (the kubelet's podSandboxChanged reads the same).
+func onHostNetwork(s *runtimeapi.PodSandboxStatus) bool {
+	return s.GetLinux().GetNamespaces().GetOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
 // settled reports whether a container in state s is kept in podFacts: its
@@ -298,11 +325,6 @@ func (m *Manager) ListPods(ctx context.Context) (map[types.UID]*observed.PodStat
 	}
 	m.observed.keepOnly(pods)
 	return pods, nil
-}
-
-func (m *Manager) sandboxIPs(ctx context.Context, id string) ([]string, error) {
-	_, ips, err := m.sandboxStatus(ctx, id)
-	return ips, err
 }
 
 // sandboxStatus is the runtime's status of sandbox id and its IPs; both

@@ -233,9 +233,9 @@ func (m *Manager) afterStart(ctx context.Context, obs *observed.PodStatus, lrn *
 	sortSandboxes(st.Sandboxes)
 	sortContainers(st.Containers)
 	seen := podFacts{containers: map[string]observed.Container{}, sandboxes: sandboxStates(st.Sandboxes)}
-	if newest := st.Sandboxes[0]; newest.ID == sandboxID && newest.State == observed.SandboxReady && len(lrn.ips) > 0 {
+	if newest := st.Sandboxes[0]; newest.ID == sandboxID && newest.State == observed.SandboxReady {
 		st.IPs = slices.Clone(lrn.ips)
-		seen.sandboxID, seen.ips = sandboxID, slices.Clone(lrn.ips)
+		seen.keepSandbox(sandboxID, lrn.ips, onHostNetwork(lrn.sandbox))
 	}
 	// What the sync's own look kept of the containers it saw (a finished
 	// init container, say) stays: Observe asks again about any whose state

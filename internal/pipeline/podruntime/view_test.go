@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	critest "k8s.io/cri-api/pkg/apis/testing"
 
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pure/observed"
@@ -153,5 +154,40 @@ func TestViewGuards(t *testing.T) {
 	st, _, ok := f.m.lookFromView(pod.UID, pod.Name, pod.Namespace)
 	if !ok || len(st.Sandboxes) != 0 || len(st.IPs) != 0 || len(st.Containers) != 2 {
 		t.Errorf("containers without a sandbox from the view: %+v, %v", st, ok)
+	}
+}
+
+// TestHostNetworkSandboxKept: a ready sandbox on the host's network, for
+// which the runtime reports no IP, is kept as a pod network's with its
+// IPs: the next look asks no PodSandboxStatus, and a resync of the steady
+// pod reads the view.
+func TestHostNetworkSandboxKept(t *testing.T) {
+	saved := critest.FakePodSandboxIPs
+	critest.FakePodSandboxIPs = []string{""} // containerd's answer for a host-network sandbox
+	t.Cleanup(func() { critest.FakePodSandboxIPs = saved })
+	f := newFixture(t)
+	v := &fakeView{}
+	f.m.SetView(v)
+	ctx := context.Background()
+	pod := testPod()
+	pod.Spec.HostNetwork = true
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Reason: podupdate.Add, Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(time.Second)
+	v.relist(t, f)
+	f.runtimeCalls()
+	if _, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.runtimeCalls(); got != "ListContainers×I,ListPodSandbox×I" {
+		t.Errorf("look at a steady host-network pod asked %q, want only the lists", got)
+	}
+	f.clock.Step(time.Minute)
+	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Reason: podupdate.Resync, Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.runtimeCalls(); got != "" {
+		t.Errorf("resync of a steady host-network pod asked the runtime %q, want nothing", got)
 	}
 }
