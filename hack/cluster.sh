@@ -226,7 +226,7 @@ pid() {
 # running), its output appended to logs/NAME.log. It does nothing if NAME
 # already runs.
 start() {
-	local name=$1 p
+	local name=$1 p bin deadline
 	shift
 	if p=$(pid "$name"); then
 		say "$name already runs (pid $p)"
@@ -244,7 +244,19 @@ start() {
 		done
 		exec setsid "$@" </dev/null >>"$logs/$name.log" 2>&1
 	) &
-	echo "$! $(readlink -f "$1")" >"$run/$name.pid"
+	p=$!
+	bin=$(readlink -f "$1")
+	echo "$p $bin" >"$run/$name.pid"
+	# Until the subshell has closed its descriptors and exec'd the
+	# component (through setsid), /proc/PID/exe is bash or setsid, and pid
+	# would take the component for gone: on a busy machine a wait_for
+	# polling then said "exited" of a component still starting.
+	deadline=$((SECONDS + 30))
+	until pid "$name" >/dev/null; do
+		kill -0 "$p" 2>/dev/null || break # it exited: wait_for says so
+		((SECONDS < deadline)) || break
+		sleep 0.05
+	done
 }
 
 # stop NAME SECONDS sends SIGTERM, then SIGKILL after SECONDS.
