@@ -13,14 +13,21 @@ var writers = []struct {
 	write func(string, []byte, os.FileMode) error
 }{{"Write", Write}, {"Replace", Replace}}
 
+// oldFile is a directory with one file, f, that holds "old".
+func oldFile(t *testing.T) (dir, path string) {
+	t.Helper()
+	dir = t.TempDir()
+	path = filepath.Join(dir, "f")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, path
+}
+
 func TestWriteReplacesWithMode(t *testing.T) {
 	for _, w := range writers {
 		t.Run(w.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "f")
-			if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			dir, path := oldFile(t)
 			if err := w.write(path, []byte("new"), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -43,11 +50,7 @@ func TestWriteReplacesWithMode(t *testing.T) {
 func TestWriteFailureKeepsOldFile(t *testing.T) {
 	for _, w := range writers {
 		t.Run(w.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "f")
-			if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			dir, path := oldFile(t)
 			// A directory in path's place cannot be renamed over.
 			target := filepath.Join(dir, "d")
 			if err := os.MkdirAll(filepath.Join(target, "x"), 0o755); err != nil {
