@@ -41,7 +41,7 @@ func podUserNamespace(pod *v1.Pod, setup podsetup.Setup) (*runtimeapi.UserNamesp
 // sandboxNet computes the pod's hostname, DNS config, cgroup parent (the
 // one its hooks set up) and security context (with userNS, its user
 // namespace); warnings are for events.
-func (m *Manager) sandboxNet(pod *v1.Pod, cgroupParent string, userNS *runtimeapi.UserNamespace) (sandboxNet, []string, error) {
+func (m *Manager) sandboxNet(pod *v1.Pod, cgroupParent string, userNS *runtimeapi.UserNamespace) (sandboxNet, []podnet.Warning, error) {
 	// The error says it is the hostname; the kubelet's event carries it
 	// as it is ("Failed to create pod sandbox: failed to construct FQDN...").
 	hostname, _, err := podnet.Hostname(pod, m.opts.ClusterDomain)

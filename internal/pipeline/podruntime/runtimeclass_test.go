@@ -21,6 +21,7 @@ import (
 	"github.com/nodelet/nodelet/internal/pipeline/cri"
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
 	"github.com/nodelet/nodelet/internal/pipeline/statusmanager"
+	"github.com/nodelet/nodelet/internal/pure/podnet"
 	"github.com/nodelet/nodelet/internal/pure/podsetup"
 )
 
@@ -153,7 +154,7 @@ func TestUnresolvableRuntimeClassRunsNothing(t *testing.T) {
 			}
 			var evs []events.Event
 			for _, e := range rec.ForPod(pod.UID) {
-				if e.Type == v1.EventTypeWarning && e.Reason != "DNSConfigForming" {
+				if e.Type == v1.EventTypeWarning && e.Reason != podnet.ReasonDNSConfigForming && e.Reason != podnet.ReasonMissingClusterDNS {
 					evs = append(evs, e)
 				}
 			}

@@ -361,7 +361,7 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	sandboxStart := m.clock.Now()
 	if actions.CreateSandbox {
 		for _, w := range warnings {
-			m.recorder.Event(pod, v1.EventTypeWarning, "DNSConfigForming", w)
+			m.recorder.Event(pod, v1.EventTypeWarning, w.Reason, w.Message)
 		}
 		// The handler of the pod's RuntimeClass, looked up for every
 		// sandbox as the kubelet's createPodSandbox: a class that cannot

@@ -37,6 +37,26 @@ const (
 // clusterFirstOptions are the options of a pod using the cluster DNS.
 var clusterFirstOptions = []string{"ndots:5"}
 
+// Warning is a condition the kubelet reports as a Warning event on the
+// pod, with its reason.
+type Warning struct {
+	Reason, Message string
+}
+
+// The reasons of the kubelet's DNS warnings (pkg/kubelet/network/dns).
+const (
+	// ReasonMissingClusterDNS: a ClusterFirst pod on a node with no
+	// cluster DNS address, which falls back to the Default policy.
+	ReasonMissingClusterDNS = "MissingClusterDNS"
+	// ReasonDNSConfigForming: a limit cut the pod's nameservers or
+	// searches.
+	ReasonDNSConfigForming = "DNSConfigForming"
+)
+
+// MissingClusterDNSMessage is the kubelet's message of MissingClusterDNS;
+// the pod's event prefixes it with the pod, the node's event is it alone.
+var MissingClusterDNSMessage = fmt.Sprintf("kubelet does not have ClusterDNS IP configured and cannot create Pod using %q policy. Falling back to %q policy.", v1.DNSClusterFirst, v1.DNSDefault)
+
 // DNSConfig returns the DNS configuration of the pod's sandbox, as the
 // kubelet's GetPodDNS does. It never returns a nil config without an error.
 //
@@ -67,7 +87,7 @@ var clusterFirstOptions = []string{"ndots:5"}
 // The host's resolv.conf is parsed whatever the policy; a parse error (a
 // nameserver line without address) and an invalid clusterDNS address are
 // errors. Warnings are the messages of the kubelet's Warning events.
-func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterDomain string) (*runtimeapi.DNSConfig, []string, error) {
+func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterDomain string) (*runtimeapi.DNSConfig, []Warning, error) {
 	if pod == nil {
 		return nil, nil, errors.New("podnet: nil pod")
 	}
@@ -89,7 +109,7 @@ func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterD
 		servers = append(servers, ip.String())
 	}
 
-	var warnings []string
+	var warnings []Warning
 	var kind dnsKind
 	switch pod.Spec.DNSPolicy {
 	case v1.DNSNone:
@@ -104,11 +124,13 @@ func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterD
 			kind = dnsHost
 		}
 	default:
-		warnings = append(warnings, fmt.Sprintf("invalid DNSPolicy=%s. Falling back to %q policy.", pod.Spec.DNSPolicy, v1.DNSClusterFirst))
+		warnings = append(warnings, Warning{ReasonDNSConfigForming,
+			fmt.Sprintf("invalid DNSPolicy=%s. Falling back to %q policy.", pod.Spec.DNSPolicy, v1.DNSClusterFirst)})
 		kind = dnsCluster
 	}
 	if kind == dnsCluster && len(servers) == 0 {
-		warnings = append(warnings, fmt.Sprintf("kubelet does not have ClusterDNS IP configured and cannot create Pod using %q policy. Falling back to %q policy.", v1.DNSClusterFirst, v1.DNSDefault))
+		warnings = append(warnings, Warning{ReasonMissingClusterDNS, fmt.Sprintf("pod: %q. %s",
+			pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")", MissingClusterDNSMessage)})
 		kind = dnsHost
 	}
 
@@ -145,11 +167,13 @@ func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterD
 
 	if len(cfg.Servers) > MaxNameservers {
 		cfg.Servers = cfg.Servers[:MaxNameservers]
-		warnings = append(warnings, "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: "+strings.Join(cfg.Servers, " "))
+		warnings = append(warnings, Warning{ReasonDNSConfigForming,
+			"Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: " + strings.Join(cfg.Servers, " ")})
 	}
 	var cut bool
 	if cfg.Searches, cut = fitSearches(cfg.Searches); cut {
-		warnings = append(warnings, "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: "+strings.Join(cfg.Searches, " "))
+		warnings = append(warnings, Warning{ReasonDNSConfigForming,
+			"Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " + strings.Join(cfg.Searches, " ")})
 	}
 	return cfg, warnings, nil
 }
