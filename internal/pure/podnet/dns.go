@@ -55,7 +55,7 @@ const (
 
 // MissingClusterDNSMessage is the kubelet's message of MissingClusterDNS;
 // the pod's event prefixes it with the pod, the node's event is it alone.
-var MissingClusterDNSMessage = fmt.Sprintf("kubelet does not have ClusterDNS IP configured and cannot create Pod using %q policy. Falling back to %q policy.", v1.DNSClusterFirst, v1.DNSDefault)
+const MissingClusterDNSMessage = `kubelet does not have ClusterDNS IP configured and cannot create Pod using "ClusterFirst" policy. Falling back to "Default" policy.`
 
 // DNSConfig returns the DNS configuration of the pod's sandbox, as the
 // kubelet's GetPodDNS does. It never returns a nil config without an error.
@@ -86,7 +86,7 @@ var MissingClusterDNSMessage = fmt.Sprintf("kubelet does not have ClusterDNS IP 
 //
 // The host's resolv.conf is parsed whatever the policy; a parse error (a
 // nameserver line without address) and an invalid clusterDNS address are
-// errors. Warnings are the messages of the kubelet's Warning events.
+// errors. Warnings are the kubelet's Warning events, reason and message.
 func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterDomain string) (*runtimeapi.DNSConfig, []Warning, error) {
 	if pod == nil {
 		return nil, nil, errors.New("podnet: nil pod")
