@@ -130,8 +130,8 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	var lrn learned
 	failures, execErr := m.execute(ctx, pod, obs, actions, start, req.Setup, req.Unprepared, rz, &lrn, log)
 	if changesRuntime(actions) || rz.updatedAny() {
-		m.observed.touch(pod.UID, m.clock.Now())
 		again := m.clock.Now()
+		m.observed.touch(pod.UID, again)
 		fresh, err := (*observed.PodStatus)(nil), errLookAgain
 		if onlyMadeNew(obs, actions, rz, &lrn, execErr) {
 			fresh, err = m.afterStart(ctx, obs, &lrn)
