@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	critest "k8s.io/cri-api/pkg/apis/testing"
@@ -35,20 +36,28 @@ func (v *fakeView) relist(t *testing.T, f *fixture) {
 	v.pods, v.at = pods, f.clock.Now()
 }
 
+// startWithView is a fixture whose manager reads v as its PLEG view,
+// with pod started (a first sync, no relist yet).
+func startWithView(t *testing.T, pod *v1.Pod) (*fixture, *fakeView) {
+	t.Helper()
+	f := newFixture(t)
+	v := &fakeView{}
+	f.m.SetView(v)
+	if _, err := f.m.syncPod(context.Background(), podworker.SyncRequest{Reason: podupdate.Add, Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	return f, v
+}
+
 // TestResyncReadsTheView: a periodic resync of a steady pod reads it from
 // the PLEG's view, with no runtime call, from the first after its start
 // (which records what it made as a look would); when the view shows something the manager's last look did not (a
 // container exited), the resync looks at the runtime and acts on it.
 func TestResyncReadsTheView(t *testing.T) {
-	f := newFixture(t)
-	v := &fakeView{}
-	f.m.SetView(v)
-	ctx := context.Background()
 	pod := testPod()
+	f, v := startWithView(t, pod)
+	ctx := context.Background()
 	resync := podworker.SyncRequest{Reason: podupdate.Resync, Pod: pod}
-	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Reason: podupdate.Add, Pod: pod}); err != nil {
-		t.Fatal(err)
-	}
 	f.clock.Step(time.Second)
 	v.relist(t, f)
 	f.runtimeCalls()
@@ -92,14 +101,9 @@ func TestResyncReadsTheView(t *testing.T) {
 // TestViewGuards: the view is read only when it began after the manager
 // last changed the pod and shows what the last look found.
 func TestViewGuards(t *testing.T) {
-	f := newFixture(t)
-	v := &fakeView{}
-	f.m.SetView(v)
-	ctx := context.Background()
 	pod := testPod()
-	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Reason: podupdate.Add, Pod: pod}); err != nil {
-		t.Fatal(err)
-	}
+	f, v := startWithView(t, pod)
+	ctx := context.Background()
 	if _, err := f.m.Observe(ctx, pod.UID, pod.Name, pod.Namespace); err != nil {
 		t.Fatal(err)
 	}
@@ -165,15 +169,10 @@ func TestHostNetworkSandboxKept(t *testing.T) {
 	saved := critest.FakePodSandboxIPs
 	critest.FakePodSandboxIPs = []string{""} // containerd's answer for a host-network sandbox
 	t.Cleanup(func() { critest.FakePodSandboxIPs = saved })
-	f := newFixture(t)
-	v := &fakeView{}
-	f.m.SetView(v)
-	ctx := context.Background()
 	pod := testPod()
 	pod.Spec.HostNetwork = true
-	if _, err := f.m.syncPod(ctx, podworker.SyncRequest{Reason: podupdate.Add, Pod: pod}); err != nil {
-		t.Fatal(err)
-	}
+	f, v := startWithView(t, pod)
+	ctx := context.Background()
 	f.clock.Step(time.Second)
 	v.relist(t, f)
 	f.runtimeCalls()
