@@ -64,6 +64,20 @@ func LocalStorage(pods []*v1.Pod, stats PodStats, dedicatedImageFs bool) []Local
 	return out
 }
 
+// HasLocalStorageLimits reports whether LocalStorage may find pod over a
+// limit: it has an emptyDir volume with a sizeLimit, or an
+// ephemeral-storage limit of its own or of any of its containers (which
+// makes one of the pod's, admission.PodLimit).
+func HasLocalStorageLimits(pod *v1.Pod) bool {
+	for _, vol := range pod.Spec.Volumes {
+		if ed := vol.EmptyDir; ed != nil && ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0 {
+			return true
+		}
+	}
+	_, ok := admission.PodLimit(pod, v1.ResourceEphemeralStorage)
+	return ok
+}
+
 func emptyDirOverLimit(pod *v1.Pod, ps *statsapi.PodStats, _ bool) (string, string, bool) {
 	used := map[string]uint64{}
 	for _, vs := range ps.VolumeStats {

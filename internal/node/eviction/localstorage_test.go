@@ -257,3 +257,64 @@ func TestManagerLocalStorageFirst(t *testing.T) {
 		t.Errorf("next look evicted %v, want hog", got)
 	}
 }
+
+// The pods' stats are read only when a pod has a local storage limit to
+// check, or must be ranked: otherwise each look reads the node's alone.
+func TestManagerReadsPodStatsOnlyWhenNeeded(t *testing.T) {
+	h := newHarness(t, Config{EvictionHard: map[string]string{"memory.available": "1Gi"}}, nil)
+	h.m.opts.LocalStorageCapacityIsolation = true
+	limited := newStorage("dir").container("", "c", "", 0, 0).emptyDir("v", "", "1Mi", 2*mi)
+	hog := testPod("hog", "", 0)
+	h.pods = []*v1.Pod{hog}
+	h.sum.pods = []statsapi.PodStats{podStats("hog", 3<<30, 0), limited.ps}
+	look := func(want string) {
+		t.Helper()
+		h.sum.reads = nil
+		h.m.Synchronize(t.Context())
+		if got := strings.Join(h.sum.reads, ","); got != want {
+			t.Errorf("reads %s, want %s", got, want)
+		}
+		h.sum.clk.Step(10 * time.Second)
+	}
+	look("node")
+	// A pod with a limit: the look reads the pods, and finds it over.
+	h.pods = append(h.pods, limited.pod)
+	look("full")
+	if got := h.statuses["dir"]; !strings.HasPrefix(got, "Evicted: Usage of EmptyDir") {
+		t.Errorf("status of dir %q", got)
+	}
+	// Gone again: the node's alone, until memory runs short and a pod
+	// must be ranked.
+	h.pods = []*v1.Pod{hog}
+	look("node")
+	h.sum.mem = 100 << 20
+	look("node,fresh")
+	if got := h.statuses["hog"]; !strings.HasPrefix(got, "Evicted:") {
+		t.Errorf("status of hog %q", got)
+	}
+	// Without local storage capacity isolation limits need no pod stats.
+	h.sum.mem = 4 << 30
+	h.m.opts.LocalStorageCapacityIsolation = false
+	h.pods = append(h.pods, limited.pod)
+	look("node")
+}
+
+func TestHasLocalStorageLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    *storage
+		want bool
+	}{
+		{"none", newStorage("p").container("", "c", "", 0, 0), false},
+		{"emptyDir without a size limit", newStorage("p").container("", "c", "", 0, 0).emptyDir("v", "", "", 0), false},
+		{"emptyDir size limit", newStorage("p").container("", "c", "", 0, 0).emptyDir("v", "", "1Mi", 0), true},
+		{"memory emptyDir size limit", newStorage("p").container("", "c", "", 0, 0).emptyDir("v", "Memory", "1Mi", 0), true},
+		{"container limit", newStorage("p").container("", "c", "", 0, 0).container("", "d", "1Gi", 0, 0), true},
+		{"sidecar limit", newStorage("p").container("", "c", "", 0, 0).container("sidecar", "s", "1Gi", 0, 0), true},
+		{"init container limit", newStorage("p").container("", "c", "", 0, 0).container("init", "i", "1Gi", 0, 0), true},
+	} {
+		if got := HasLocalStorageLimits(tc.s.pod); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

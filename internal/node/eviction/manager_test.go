@@ -29,29 +29,44 @@ type fakeSummary struct {
 	pods  []statsapi.PodStats
 	err   error
 	calls int
+	// reads are the calls in order: full, node or fresh.
+	reads []string
 }
 
 func (f *fakeSummary) FreshSummary(ctx context.Context) (*statsapi.Summary, error) {
-	return f.Summary(ctx, false)
+	return f.read("fresh", true)
 }
 
 func (f *fakeSummary) Summary(context.Context, bool) (*statsapi.Summary, error) {
+	return f.read("full", true)
+}
+
+// NodeSummary is the node's stats without the pods.
+func (f *fakeSummary) NodeSummary(context.Context) (*statsapi.Summary, error) {
+	return f.read("node", false)
+}
+
+func (f *fakeSummary) read(kind string, pods bool) (*statsapi.Summary, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	f.reads = append(f.reads, kind)
 	if f.err != nil {
 		return nil, f.err
 	}
 	now := metav1.NewTime(f.clk.Now())
 	ws, capacity, inodes := uint64(2<<30), uint64(100<<30), uint64(1000)
 	mem, disk := f.mem, f.disk
-	return &statsapi.Summary{
+	s := &statsapi.Summary{
 		Node: statsapi.NodeStats{
 			Memory: &statsapi.MemoryStats{Time: now, AvailableBytes: &mem, WorkingSetBytes: &ws},
 			Fs:     &statsapi.FsStats{Time: now, AvailableBytes: &disk, CapacityBytes: &capacity, Inodes: &inodes, InodesFree: &inodes},
 		},
-		Pods: f.pods,
-	}, nil
+	}
+	if pods {
+		s.Pods = f.pods
+	}
+	return s, nil
 }
 
 type fakeWorkers struct {

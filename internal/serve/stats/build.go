@@ -119,6 +119,20 @@ func (p *Provider) refreshWith(ctx context.Context, full, freshDU bool) (*v1alph
 	return &v1alpha1.Summary{Node: node, Pods: pods}, nil
 }
 
+// refreshNode builds the node's stats alone, as a full refresh does but
+// without the pods: the host's files, statfs, and one ImageFsInfo call
+// for the runtime's filesystems. It cannot fail: what could not be read
+// is left out, as in a full summary.
+func (p *Provider) refreshNode(ctx context.Context) *v1alpha1.Summary {
+	var l listed
+	l.imageFs, l.imageFsErr = p.rt.ImageFsInfo(ctx)
+	fsm := &fsMemo{machine: p.machine, byPath: map[string]*fsInfo{}}
+	now := p.clk.Now()
+	node := p.nodeStats(now, true, fsm)
+	node.Runtime = p.runtimeStats(&l, now, fsm)
+	return &v1alpha1.Summary{Node: node}
+}
+
 // processCounter is a Machine that counts the node's processes
 // (HostMachine): the summary's rlimit, the pid.available signal.
 type processCounter interface {

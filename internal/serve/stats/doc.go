@@ -165,11 +165,14 @@
 // from its end: callers that never stop keep the runtime busy with stats
 // at most half of the time (containerd 1.6 takes over a second to list
 // 100 pods' stats, so a one-second period made the refreshes back to back
-// under load). It is cached in two slots: the
-// full summary and the CPU-and-memory one (onlyCPUAndMemory, as the
-// resource metrics use). A full refresh fills both. Concurrent callers
+// under load). It is cached in three slots: the
+// full summary, the CPU-and-memory one (onlyCPUAndMemory, as the
+// resource metrics use) and the node's alone (NodeSummary, what the
+// eviction manager reads every 10 s while no pod has local storage
+// limits: one ImageFsInfo call and the host's files, no list call). A full
+// refresh fills the first two and serves the third. Concurrent callers
 // that miss the cache share one refresh (a single flight per slot; a
-// CPU-and-memory caller also joins a full refresh in flight). The refresh
+// CPU-and-memory or node caller also joins a full refresh in flight). The refresh
 // runs detached from the callers' cancellation with its own timeout, so a
 // caller giving up does not fail the others; a caller whose context ends
 // returns at once. Errors are not cached.

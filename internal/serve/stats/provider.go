@@ -108,8 +108,8 @@ type Provider struct {
 
 	mu sync.Mutex
 	// cache and flights are indexed by kind.
-	cache   [2]*snapshot
-	flights [2]*flight
+	cache   [kinds]*snapshot
+	flights [kinds]*flight
 	// sandboxStatsUnimplemented is when ListPodSandboxStats last answered
 	// Unimplemented (zero: never).
 	sandboxStatsUnimplemented time.Time
@@ -119,8 +119,10 @@ type Provider struct {
 type kind int
 
 const (
-	kindFull   kind = 0
-	kindCPUMem kind = 1
+	kindFull   kind = iota
+	kindCPUMem      // onlyCPUAndMemory
+	kindNode        // NodeSummary: the node alone
+	kinds
 )
 
 // snapshot is one refresh's summary, shared by every caller of its cache
@@ -165,7 +167,7 @@ type flight struct {
 	// wants JSON: the refresh then encodes before it publishes, so that
 	// the callers served the previous snapshot meanwhile (WithServeStale)
 	// never wait for an encoding either. Guarded by Provider.mu.
-	encode [2]bool
+	encode [kinds]bool
 }
 
 // New returns a provider for the node nodeName whose kubelet root
@@ -201,6 +203,21 @@ func (p *Provider) Summary(ctx context.Context, onlyCPUAndMemory bool) (*v1alpha
 	return s.summary, nil
 }
 
+// NodeSummary is a summary whose Node is full (CPU, memory, processes,
+// the root filesystem and the runtime's image and container filesystems)
+// and whose Pods may be empty: what the eviction manager's node-level
+// signals are read from. A fresh full summary in the cache (or one being
+// read) serves; otherwise it is read without the pods, with one
+// ImageFsInfo call and the host's files, and cached in a slot of its own.
+// It must not be modified.
+func (p *Provider) NodeSummary(ctx context.Context) (*v1alpha1.Summary, error) {
+	s, err := p.snapshotOf(ctx, kindNode, false)
+	if err != nil {
+		return nil, err
+	}
+	return s.summary, nil
+}
+
 // FreshSummary is a full summary read now, past the cache and without
 // storing it, the volumes' disk usage measured now too: what the eviction
 // manager decides from, when a summary even a second old would still show
@@ -229,14 +246,24 @@ func (p *Provider) snapshot(ctx context.Context, onlyCPUAndMemory, wantJSON bool
 	if onlyCPUAndMemory {
 		k = kindCPUMem
 	}
+	return p.snapshotOf(ctx, k, wantJSON)
+}
+
+// snapshotOf is snapshot for the slot k.
+func (p *Provider) snapshotOf(ctx context.Context, k kind, wantJSON bool) (*snapshot, error) {
 	p.mu.Lock()
 	now := p.clk.Now()
 	if s := p.cache[k]; s != nil && now.Before(s.freshUntil) {
 		p.mu.Unlock()
 		return s, nil
 	}
+	if s := p.cache[kindFull]; k == kindNode && s != nil && now.Before(s.freshUntil) {
+		// A full summary holds the node's.
+		p.mu.Unlock()
+		return s, nil
+	}
 	f := p.flights[k]
-	if f == nil && k == kindCPUMem && p.flights[kindFull] != nil {
+	if f == nil && k != kindFull && p.flights[kindFull] != nil {
 		f = p.flights[kindFull]
 	}
 	if f == nil {
@@ -275,7 +302,13 @@ func (p *Provider) fly(ctx context.Context, k kind, f *flight) {
 	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
 	defer cancel()
 	at := p.clk.Now()
-	summary, err := p.refresh(ctx, k == kindFull)
+	var summary *v1alpha1.Summary
+	var err error
+	if k == kindNode {
+		summary = p.refreshNode(ctx)
+	} else {
+		summary, err = p.refresh(ctx, k == kindFull)
+	}
 	f.err = err
 	if err == nil {
 		// Fresh for the cache period, and at least as long after the

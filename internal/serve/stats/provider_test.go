@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -120,6 +121,44 @@ func TestSummaryNode(t *testing.T) {
 	cm := summary(t, e.p, true)
 	if cm.Node.Fs != nil || cm.Node.Runtime != nil || cm.Node.CPU == nil || cm.Node.Memory == nil {
 		t.Errorf("CPU-and-memory node stats: %+v", cm.Node)
+	}
+}
+
+// NodeSummary reads the node's stats alone, the same as a full summary's,
+// with one ImageFsInfo call and no list call; it is cached like the other
+// slots, and a fresh full summary serves it.
+func TestNodeSummary(t *testing.T) {
+	e, other := newEnv(t), newEnv(t)
+	twoPods(e)
+	twoPods(other)
+	n, err := e.p.NodeSummary(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.rt.totalCalls(); got != 1 || e.rt.count("ImageFsInfo") != 1 {
+		t.Errorf("runtime calls %v, want ImageFsInfo alone", e.rt.calls)
+	}
+	if len(n.Pods) != 0 {
+		t.Errorf("%d pods in the node's summary", len(n.Pods))
+	}
+	full := summary(t, other.p, false)
+	if !reflect.DeepEqual(n.Node, full.Node) {
+		t.Errorf("node stats\n%+v\nwant a full summary's\n%+v", n.Node, full.Node)
+	}
+
+	e.clk.Step(999 * time.Millisecond)
+	if again, _ := e.p.NodeSummary(t.Context()); again != n || e.rt.totalCalls() != 1 {
+		t.Errorf("within a second: not served from the cache (calls %v)", e.rt.calls)
+	}
+	e.clk.Step(time.Millisecond)
+	full = summary(t, e.p, false)
+	calls := e.rt.totalCalls()
+	if got, _ := e.p.NodeSummary(t.Context()); got != full || e.rt.totalCalls() != calls {
+		t.Errorf("a fresh full summary does not serve the node's (calls %v)", e.rt.calls)
+	}
+	e.clk.Step(time.Second)
+	if got, _ := e.p.NodeSummary(t.Context()); got == full || e.rt.totalCalls() != calls+1 {
+		t.Errorf("expired: calls %v, want one ImageFsInfo more", e.rt.calls)
 	}
 }
 
