@@ -63,6 +63,13 @@ func (e *eventLog) Event(_ *v1.Pod, eventType, reason, message string) {
 	e.events = append(e.events, fmt.Sprintf("%s %s: %s", eventType, reason, message))
 }
 
+// NodeEvent keeps "node NAME: Type Reason: message".
+func (e *eventLog) NodeEvent(node, eventType, reason, message string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, fmt.Sprintf("node %s: %s %s: %s", node, eventType, reason, message))
+}
+
 func (e *eventLog) has(prefix string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -82,9 +82,11 @@ type StartCounter interface {
 	CountContainerStart(containerType, code string)
 }
 
-// Recorder records pod events with the kubelet's reasons.
+// Recorder records pod events, and events of the node (named
+// Options.NodeName), with the kubelet's reasons.
 type Recorder interface {
 	Event(pod *v1.Pod, eventType, reason, message string)
+	NodeEvent(node, eventType, reason, message string)
 }
 
 // Deps are the manager's collaborators; Status is required, and all but
@@ -314,4 +316,5 @@ func (m *Manager) supportsRRO(ctx context.Context, pod *v1.Pod) bool {
 
 type nopRecorder struct{}
 
-func (nopRecorder) Event(*v1.Pod, string, string, string) {}
+func (nopRecorder) Event(*v1.Pod, string, string, string)    {}
+func (nopRecorder) NodeEvent(string, string, string, string) {}

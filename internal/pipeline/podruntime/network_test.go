@@ -46,6 +46,13 @@ func (e *eventList) Event(pod *v1.Pod, eventType, reason, message string) {
 	e.events = append(e.events, podEvent{pod.Name, eventType, reason, message})
 }
 
+// NodeEvent keeps the event with pod "node/NAME".
+func (e *eventList) NodeEvent(node, eventType, reason, message string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, podEvent{"node/" + node, eventType, reason, message})
+}
+
 // take returns the NetworkNotReady events recorded since the last take.
 func (e *eventList) take() []podEvent {
 	e.mu.Lock()

@@ -361,6 +361,9 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	sandboxStart := m.clock.Now()
 	if actions.CreateSandbox {
 		for _, w := range warnings {
+			if w.NodeMessage != "" {
+				m.recorder.NodeEvent(m.opts.NodeName, v1.EventTypeWarning, w.Reason, w.NodeMessage)
+			}
 			m.recorder.Event(pod, v1.EventTypeWarning, w.Reason, w.Message)
 		}
 		// The handler of the pod's RuntimeClass, looked up for every

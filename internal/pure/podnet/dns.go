@@ -38,9 +38,11 @@ const (
 var clusterFirstOptions = []string{"ndots:5"}
 
 // Warning is a condition the kubelet reports as a Warning event on the
-// pod, with its reason.
+// pod, with its reason; with NodeMessage, also as one on the node, with
+// that message.
 type Warning struct {
 	Reason, Message string
+	NodeMessage     string
 }
 
 // The reasons of the kubelet's DNS warnings (pkg/kubelet/network/dns).
@@ -124,13 +126,12 @@ func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterD
 			kind = dnsHost
 		}
 	default:
-		warnings = append(warnings, Warning{ReasonDNSConfigForming,
-			fmt.Sprintf("invalid DNSPolicy=%s. Falling back to %q policy.", pod.Spec.DNSPolicy, v1.DNSClusterFirst)})
+		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming, Message: fmt.Sprintf("invalid DNSPolicy=%s. Falling back to %q policy.", pod.Spec.DNSPolicy, v1.DNSClusterFirst)})
 		kind = dnsCluster
 	}
 	if kind == dnsCluster && len(servers) == 0 {
-		warnings = append(warnings, Warning{ReasonMissingClusterDNS, fmt.Sprintf("pod: %q. %s",
-			pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")", MissingClusterDNSMessage)})
+		warnings = append(warnings, Warning{Reason: ReasonMissingClusterDNS, Message: fmt.Sprintf("pod: %q. %s",
+			pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")", MissingClusterDNSMessage), NodeMessage: MissingClusterDNSMessage})
 		kind = dnsHost
 	}
 
@@ -167,13 +168,11 @@ func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterD
 
 	if len(cfg.Servers) > MaxNameservers {
 		cfg.Servers = cfg.Servers[:MaxNameservers]
-		warnings = append(warnings, Warning{ReasonDNSConfigForming,
-			"Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: " + strings.Join(cfg.Servers, " ")})
+		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming, Message: "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: " + strings.Join(cfg.Servers, " ")})
 	}
 	var cut bool
 	if cfg.Searches, cut = fitSearches(cfg.Searches); cut {
-		warnings = append(warnings, Warning{ReasonDNSConfigForming,
-			"Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " + strings.Join(cfg.Searches, " ")})
+		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming, Message: "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " + strings.Join(cfg.Searches, " ")})
 	}
 	return cfg, warnings, nil
 }

@@ -76,9 +76,9 @@ func TestDNSConfig(t *testing.T) {
 		{name: "ClusterFirstWithHostNet", pod: dnsPod(v1.DNSClusterFirstWithHostNet, true, nil), want: clusterCfg},
 		{name: "ClusterFirstWithHostNet off host network", pod: dnsPod(v1.DNSClusterFirstWithHostNet, false, nil), want: clusterCfg},
 		{name: "ClusterFirst without cluster DNS", pod: dnsPod(v1.DNSClusterFirst, false, nil), clusterDNS: []string{},
-			want: hostCfg, warnings: []Warning{{ReasonMissingClusterDNS, missingClusterDNS}}},
+			want: hostCfg, warnings: []Warning{{ReasonMissingClusterDNS, missingClusterDNS, MissingClusterDNSMessage}}},
 		{name: "ClusterFirstWithHostNet without cluster DNS", pod: dnsPod(v1.DNSClusterFirstWithHostNet, true, nil), clusterDNS: []string{},
-			want: hostCfg, warnings: []Warning{{ReasonMissingClusterDNS, missingClusterDNS}}},
+			want: hostCfg, warnings: []Warning{{ReasonMissingClusterDNS, missingClusterDNS, MissingClusterDNSMessage}}},
 		{name: "Default", pod: dnsPod(v1.DNSDefault, false, nil), want: hostCfg},
 		{name: "Default without resolv.conf", pod: dnsPod(v1.DNSDefault, false, nil), resolv: []byte(nil),
 			want: &runtimeapi.DNSConfig{Servers: []string{"127.0.0.1"}, Searches: []string{"."}}},
@@ -106,9 +106,9 @@ func TestDNSConfig(t *testing.T) {
 		}), want: &runtimeapi.DNSConfig{Servers: hostCfg.Servers, Searches: hostCfg.Searches, Options: []string{"timeout:5", "ndots:1", "attempts:3"}}},
 		{name: "nameserver limit", pod: dnsPod(v1.DNSDefault, false, &v1.PodDNSConfig{Nameservers: []string{"1.1.1.1", "8.8.8.8"}}),
 			want:     &runtimeapi.DNSConfig{Servers: []string{"192.168.0.1", "192.168.0.2", "1.1.1.1"}, Searches: hostCfg.Searches, Options: hostCfg.Options},
-			warnings: []Warning{{ReasonDNSConfigForming, "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: 192.168.0.1 192.168.0.2 1.1.1.1"}}},
+			warnings: []Warning{{Reason: ReasonDNSConfigForming, Message: "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: 192.168.0.1 192.168.0.2 1.1.1.1"}}},
 		{name: "invalid policy", pod: dnsPod("Bogus", true, nil), want: clusterCfg,
-			warnings: []Warning{{ReasonDNSConfigForming, `invalid DNSPolicy=Bogus. Falling back to "ClusterFirst" policy.`}}},
+			warnings: []Warning{{Reason: ReasonDNSConfigForming, Message: `invalid DNSPolicy=Bogus. Falling back to "ClusterFirst" policy.`}}},
 	} {
 		resolv := []byte(hostResolv)
 		if tc.resolv != nil || strings.Contains(tc.name, "without resolv.conf") {
@@ -156,7 +156,7 @@ func TestDNSConfigSearchLimits(t *testing.T) {
 	}
 	want := append(slices.Clone(clusterCfg.Searches), many[:32-5]...)
 	if !slices.Equal(got.Searches, want) || len(warnings) != 1 ||
-		warnings[0] != (Warning{ReasonDNSConfigForming, "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " + strings.Join(want, " ")}) {
+		warnings[0] != (Warning{Reason: ReasonDNSConfigForming, Message: "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " + strings.Join(want, " ")}) {
 		t.Errorf("32 limit: got %q, %q", got.Searches, warnings)
 	}
 
