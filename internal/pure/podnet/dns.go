@@ -126,12 +126,14 @@ func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterD
 			kind = dnsHost
 		}
 	default:
-		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming, Message: fmt.Sprintf("invalid DNSPolicy=%s. Falling back to %q policy.", pod.Spec.DNSPolicy, v1.DNSClusterFirst)})
+		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming,
+			Message: fmt.Sprintf("invalid DNSPolicy=%s. Falling back to %q policy.", pod.Spec.DNSPolicy, v1.DNSClusterFirst)})
 		kind = dnsCluster
 	}
 	if kind == dnsCluster && len(servers) == 0 {
-		warnings = append(warnings, Warning{Reason: ReasonMissingClusterDNS, Message: fmt.Sprintf("pod: %q. %s",
-			pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")", MissingClusterDNSMessage), NodeMessage: MissingClusterDNSMessage})
+		warnings = append(warnings, Warning{Reason: ReasonMissingClusterDNS,
+			Message:     fmt.Sprintf("pod: %q. %s", pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")", MissingClusterDNSMessage),
+			NodeMessage: MissingClusterDNSMessage})
 		kind = dnsHost
 	}
 
@@ -168,11 +170,13 @@ func DNSConfig(pod *v1.Pod, hostResolvConf []byte, clusterDNS []string, clusterD
 
 	if len(cfg.Servers) > MaxNameservers {
 		cfg.Servers = cfg.Servers[:MaxNameservers]
-		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming, Message: "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: " + strings.Join(cfg.Servers, " ")})
+		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming,
+			Message: "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: " + strings.Join(cfg.Servers, " ")})
 	}
 	var cut bool
 	if cfg.Searches, cut = fitSearches(cfg.Searches); cut {
-		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming, Message: "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " + strings.Join(cfg.Searches, " ")})
+		warnings = append(warnings, Warning{Reason: ReasonDNSConfigForming,
+			Message: "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: " + strings.Join(cfg.Searches, " ")})
 	}
 	return cfg, warnings, nil
 }
