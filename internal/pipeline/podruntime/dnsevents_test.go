@@ -2,26 +2,19 @@ package podruntime
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	critest "k8s.io/cri-api/pkg/apis/testing"
-	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/nodelet/nodelet/internal/pipeline/cri"
 	"github.com/nodelet/nodelet/internal/pipeline/podworker"
-	"github.com/nodelet/nodelet/internal/pipeline/statusmanager"
 	"github.com/nodelet/nodelet/internal/pure/podnet"
 )
 
 // A ClusterFirst pod on a node without cluster DNS gets the kubelet's
 // MissingClusterDNS events when its sandbox is made: one on the node, with
 // the kubelet's node message, then one on the pod, which names the pod.
-// A sync that makes no sandbox records none; with cluster DNS there is
-// none at all.
+// A sync that makes no sandbox (the next one starts the next sidecar)
+// records none; with cluster DNS there is none at all.
 func TestMissingClusterDNSEvents(t *testing.T) {
 	for _, tc := range []struct {
 		clusterDNS []string
@@ -29,18 +22,13 @@ func TestMissingClusterDNSEvents(t *testing.T) {
 	}{
 		{nil, []string{
 			"node node-1: Warning MissingClusterDNS: " + podnet.MissingClusterDNSMessage,
-			`Warning MissingClusterDNS: pod: "web-node_default(uid-1)". ` + podnet.MissingClusterDNSMessage,
+			`Warning MissingClusterDNS: pod: "p_default(uid-p)". ` + podnet.MissingClusterDNSMessage,
 		}},
 		{[]string{"10.96.0.10"}, nil},
 	} {
-		rs, is := critest.NewFakeRuntimeService(), critest.NewFakeImageService()
-		is.SetFakeImageSize(1)
-		log := slog.New(slog.DiscardHandler)
-		events := &eventLog{}
-		clk := clocktesting.NewFakeClock(time.Unix(1_700_000_000, 0))
-		m := New(cri.New(rs, is, "fake", cri.DefaultTimeouts(), log), Options{NodeName: "node-1", ClusterDNS: tc.clusterDNS},
-			Deps{Clock: clk, Log: log, Recorder: events, Status: statusmanager.New(nil)})
-		pod := testPod()
+		m, _, _, events, _ := newHookFixture(t)
+		m.opts.NodeName, m.opts.ClusterDNS = "node-1", tc.clusterDNS
+		pod := hookPod()
 		for range 2 {
 			if _, err := m.syncPod(context.Background(), podworker.SyncRequest{Pod: pod}); err != nil {
 				t.Fatal(err)
