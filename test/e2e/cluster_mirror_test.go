@@ -117,8 +117,12 @@ func TestClusterMirrorGracePeriod(t *testing.T) {
 	})
 }
 
-// mirrorVersion returns the mirror pod name in ns if it is Running and of
-// the static pod's version.
+// mirrorVersion returns the mirror pod name in ns if it is Running and
+// Ready (its container runs) and of the static pod's version. Running
+// alone is not enough: a static pod written again with the same content
+// while its earlier self was stopping restarts with the same UID, and is
+// Running, its container terminated, until the container starts again; a
+// new version then replaces it at once, with no grace period to wait.
 func mirrorVersion(c kubernetes.Interface, ns, name, version string) (*v1.Pod, error) {
 	p, err := c.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	switch {
@@ -128,6 +132,8 @@ func mirrorVersion(c kubernetes.Interface, ns, name, version string) (*v1.Pod, e
 		return nil, fmt.Errorf("version %q, want %q", p.Labels["version"], version)
 	case p.Status.Phase != v1.PodRunning:
 		return nil, fmt.Errorf("phase %s", p.Status.Phase)
+	case !podReady(p):
+		return nil, fmt.Errorf("not ready: %+v", p.Status.ContainerStatuses)
 	}
 	return p, nil
 }
