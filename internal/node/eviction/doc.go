@@ -18,6 +18,12 @@
 // over its own; Failed, reason Evicted, the kubelet's message, no
 // DisruptionTarget.
 //
+// The signals are the node's, so each look reads the node's stats alone
+// (one ImageFsInfo call and the host's files), unless some pod has a local
+// storage limit to check (HasLocalStorageLimits); the pods' stats are read
+// then, and, fresh, when a pod must be ranked. The kubelet reads the whole
+// summary at every look.
+//
 // The planning is pure (Decide, Rank, Message, LocalStorage); Manager
 // does the I/O.
 package eviction
