@@ -69,13 +69,23 @@ func LocalStorage(pods []*v1.Pod, stats PodStats, dedicatedImageFs bool) []Local
 // ephemeral-storage limit of its own or of any of its containers (which
 // makes one of the pod's, admission.PodLimit).
 func HasLocalStorageLimits(pod *v1.Pod) bool {
-	for _, vol := range pod.Spec.Volumes {
-		if ed := vol.EmptyDir; ed != nil && ed.SizeLimit != nil && ed.SizeLimit.Sign() > 0 {
+	for i := range pod.Spec.Volumes {
+		if _, ok := emptyDirLimit(&pod.Spec.Volumes[i]); ok {
 			return true
 		}
 	}
 	_, ok := admission.PodLimit(pod, v1.ResourceEphemeralStorage)
 	return ok
+}
+
+// emptyDirLimit is the sizeLimit of vol if it is an emptyDir with one
+// above zero.
+func emptyDirLimit(vol *v1.Volume) (*resource.Quantity, bool) {
+	ed := vol.EmptyDir
+	if ed == nil || ed.SizeLimit == nil || ed.SizeLimit.Sign() <= 0 {
+		return nil, false
+	}
+	return ed.SizeLimit, true
 }
 
 func emptyDirOverLimit(pod *v1.Pod, ps *statsapi.PodStats, _ bool) (string, string, bool) {
@@ -85,14 +95,15 @@ func emptyDirOverLimit(pod *v1.Pod, ps *statsapi.PodStats, _ bool) (string, stri
 			used[vs.Name] = *vs.UsedBytes
 		}
 	}
-	for _, vol := range pod.Spec.Volumes {
-		ed := vol.EmptyDir
-		if ed == nil || ed.SizeLimit == nil || ed.SizeLimit.Sign() <= 0 {
+	for i := range pod.Spec.Volumes {
+		vol := &pod.Spec.Volumes[i]
+		limit, ok := emptyDirLimit(vol)
+		if !ok {
 			continue
 		}
 		u, ok := used[vol.Name]
-		if ok && resource.NewQuantity(clampInt64(u), resource.BinarySI).Cmp(*ed.SizeLimit) > 0 {
-			return SignalEmptyDirFsLimit, fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q. ", vol.Name, ed.SizeLimit.String()), true
+		if ok && resource.NewQuantity(clampInt64(u), resource.BinarySI).Cmp(*limit) > 0 {
+			return SignalEmptyDirFsLimit, fmt.Sprintf("Usage of EmptyDir volume %q exceeds the limit %q. ", vol.Name, limit.String()), true
 		}
 	}
 	return "", "", false
