@@ -4,8 +4,11 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -241,6 +244,22 @@ spec:
 	if !strings.Contains(body, "via-hostport") {
 		t.Errorf("GET 127.0.0.1:%s = %q", port, body)
 	}
+	// The port came from the kernel's ephemeral range: while the pod's
+	// DNAT rule stays, a later test's listener given the same port would
+	// have its connections sent to this httpd (a registry test once got
+	// httpd's 404 page). The pod goes before the test ends, and the port
+	// stops reaching it.
+	if err := os.Remove(filepath.Join(dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, "127.0.0.1:"+port+" no longer reaching the pod", func() error {
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+		if err != nil {
+			return nil
+		}
+		conn.Close()
+		return errors.New("still answers")
+	})
 }
 
 // A hostNetwork pod shares the node's network and hostname; a
