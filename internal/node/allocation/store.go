@@ -4,10 +4,11 @@
 // actuated_pods_state under its root directory) keep them, so a restarted
 // nodelet neither forgets an accepted resize nor takes a pending one for
 // accepted. One file, <root-dir>/allocated_pods_state, written atomically
-// (temp file, fsync, rename) on every change and read once, bounded, when
-// nodelet starts; a file that fails its checksum or does not parse is kept
-// beside it as .corrupt, logged, and nodelet starts from the pods' specs,
-// as the kubelet does with a checkpoint it cannot restore.
+// (temp file, fsync, rename) on every change but a new pod's admission
+// (staged, carried by the next write: Manager.Admitted), and read once,
+// bounded, when nodelet starts; a file that fails its checksum or does not
+// parse is kept beside it as .corrupt, logged, and nodelet starts from the
+// pods' specs, as the kubelet does with a checkpoint it cannot restore.
 package allocation
 
 import (
@@ -62,6 +63,8 @@ type Store struct {
 	path string
 	mu   sync.Mutex
 	pods map[types.UID]Record
+	// staged: pods holds a change the file does not (Stage).
+	staged bool
 }
 
 // Open reads the store at path (a missing file is an empty store). A
@@ -188,8 +191,29 @@ func (s *Store) Update(uid types.UID, fn func(Record, bool) (Record, error)) err
 	return s.commitLocked(next)
 }
 
+// Stage is Update without the write: the change is in the store at once
+// and in the file with the next write (Update, Retain, Flush).
+func (s *Store) Stage(uid types.UID, fn func(Record, bool) Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.pods[uid]
+	s.pods[uid] = fn(old.clone(), ok).clone()
+	s.staged = true
+}
+
+// Flush writes the store if Stage changed it since the last write.
+func (s *Store) Flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.staged {
+		return nil
+	}
+	return s.commitLocked(s.pods)
+}
+
 // Retain drops the records of pods keep says no to (the kubelet's
-// RemoveOrphanedPods and RemovePod); nothing is written when none goes.
+// RemoveOrphanedPods and RemovePod); nothing is written when none goes
+// and nothing was staged.
 func (s *Store) Retain(keep func(types.UID) bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,7 +223,7 @@ func (s *Store) Retain(keep func(types.UID) bool) error {
 			next[k] = v
 		}
 	}
-	if len(next) == len(s.pods) {
+	if len(next) == len(s.pods) && !s.staged {
 		return nil
 	}
 	return s.commitLocked(next)
@@ -217,6 +241,6 @@ func (s *Store) commitLocked(pods map[types.UID]Record) error {
 	if err := atomicfile.Write(s.path, data, 0o600); err != nil {
 		return fmt.Errorf("write pod allocations: %w", err)
 	}
-	s.pods = pods
+	s.pods, s.staged = pods, false
 	return nil
 }

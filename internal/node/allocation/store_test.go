@@ -220,3 +220,66 @@ func BenchmarkStoreUpdate(b *testing.B) {
 		b.ReportMetric(float64(st.Size()), "file-bytes")
 	}
 }
+
+func TestStoreStageIsWrittenWithTheNextWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), allocation.FileName)
+	s, err := allocation.Open(path, logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reopened := func() *allocation.Store {
+		t.Helper()
+		again, err := allocation.Open(path, logger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return again
+	}
+	stage := func(uid types.UID, cpu string) {
+		s.Stage(uid, func(allocation.Record, bool) allocation.Record { return record(cpu) })
+	}
+
+	stage("u1", "100m")
+	if got := cpuOf(t, s, "u1"); got != "100m" {
+		t.Errorf("staged u1 cpu = %s, want 100m at once", got)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Stage wrote the file (stat: %v)", err)
+	}
+	// Any write carries what was staged: an Update of another pod...
+	put(t, s, "u2", record("250m"))
+	if got := cpuOf(t, reopened(), "u1"); got != "100m" {
+		t.Errorf("after an Update of u2: u1 in the file = %s, want 100m", got)
+	}
+	// ... a Retain that drops nothing ...
+	stage("u3", "300m")
+	if err := s.Retain(func(types.UID) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpuOf(t, reopened(), "u3"); got != "300m" {
+		t.Errorf("after a Retain: u3 in the file = %s, want 300m", got)
+	}
+	// ... and Flush.
+	stage("u4", "400m")
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cpuOf(t, reopened(), "u4"); got != "400m" {
+		t.Errorf("after Flush: u4 in the file = %s, want 400m", got)
+	}
+	// With nothing staged, neither Flush nor a Retain that drops nothing
+	// writes.
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Retain(func(types.UID) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Stat(path); !os.SameFile(before, after) {
+		t.Error("the file was written again with nothing staged or changed")
+	}
+}

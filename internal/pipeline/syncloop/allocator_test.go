@@ -25,12 +25,11 @@ type fakeAllocator struct {
 	deferred []types.UID
 }
 
-func (f *fakeAllocator) Admitted(pod *v1.Pod) error {
+func (f *fakeAllocator) Admitted(pod *v1.Pod) {
 	f.calls = append(f.calls, "admitted "+pod.Name+" "+cpuOf(pod))
 	if _, ok := f.cpu[pod.UID]; !ok {
 		f.cpu[pod.UID] = cpuOf(pod)
 	}
-	return nil
 }
 
 func (f *fakeAllocator) Allocated(pod *v1.Pod) *v1.Pod {

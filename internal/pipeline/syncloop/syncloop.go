@@ -79,7 +79,7 @@ type Options struct {
 type Allocations interface {
 	// Admitted records the allocation of a pod admission let in (kept
 	// when it has one already).
-	Admitted(pod *v1.Pod) error
+	Admitted(pod *v1.Pod)
 	// Allocated is pod with its allocated resources.
 	Allocated(pod *v1.Pod) *v1.Pod
 	// Resize decides the resize pod asks for against the other active
@@ -417,10 +417,7 @@ func (l *Loop) add(ctx context.Context, pod *v1.Pod) {
 		l.sync(pod, podupdate.Add)
 		return
 	}
-	if err := l.deps.Allocations.Admitted(candidate); err != nil {
-		// As the kubelet: the pod runs; its allocation is its spec.
-		l.log.Error("allocation not recorded", "pod", pod.Namespace+"/"+pod.Name, "err", err)
-	}
+	l.deps.Allocations.Admitted(candidate)
 	// A pod whose source asks for other resources than it was allocated
 	// before a restart has a resize to decide; a new pod has none.
 	node := l.opts.Resize
