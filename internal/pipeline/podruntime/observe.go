@@ -23,6 +23,7 @@ import (
 // details. Missing objects (removed between the list and the status call)
 // are skipped.
 func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace string) (*observed.PodStatus, error) {
+	began := m.clock.Now()
 	selector := map[string]string{podspec.LabelPodUID: string(uid), podspec.LabelManagedBy: podspec.ManagedByValue}
 	// The two lists go out together: each waits on the runtime, not on
 	// the other.
@@ -82,7 +83,7 @@ func (m *Manager) Observe(ctx context.Context, uid types.UID, name, namespace st
 			seen.complete = false
 		}
 	}
-	m.observed.set(uid, seen)
+	m.observed.set(uid, seen, began)
 	sortContainers(st.Containers)
 	return st, nil
 }
@@ -136,6 +137,31 @@ func (m *Manager) lookFromView(uid types.UID, name, namespace string) (*observed
 	}
 	sortContainers(st.Containers)
 	return st, at, true
+}
+
+// newFromView is what a look at a new pod (its first sync) would observe
+// when the PLEG's latest relist shows nothing of it: no sandbox and no
+// container, with no CRI call, as the kubelet's first sync of a pod reads
+// its PLEG's cache. It cannot tell, and the caller looks (Observe), when
+// the relist shows something of the pod, or began before the manager last
+// changed the pod in the runtime: a pod created again with the same UID
+// (a static pod's manifest written back) may have objects of its first
+// life that an older relist missed. Only the manager's syncs make a pod's
+// objects, and each change is recorded when it is done (touch, kept past
+// the pod's worker by drop, and past a look or relist that began before
+// it by set and keepOnly), so a relist that began after it shows them.
+func (m *Manager) newFromView(uid types.UID, name, namespace string) (*observed.PodStatus, time.Time, bool) {
+	if m.view == nil {
+		return nil, time.Time{}, false
+	}
+	pods, at, ok := m.view.CurrentAt()
+	if !ok || pods[uid] != nil {
+		return nil, time.Time{}, false
+	}
+	if known, ok := m.observed.lookup(uid); ok && !at.After(known.changedAt) {
+		return nil, time.Time{}, false
+	}
+	return &observed.PodStatus{UID: uid, Name: name, Namespace: namespace}, at, true
 }
 
 func sandboxStates(sbs []observed.Sandbox) map[string]observed.SandboxState {
@@ -206,7 +232,9 @@ func settled(s observed.ContainerState) bool {
 // whose last look found neither has no entry, and a pod's entry goes when
 // its worker is done with it (SyncTerminatedPod), it was killed as an
 // orphan (KillPod) or a relist finds nothing of it (ListPods), so entries
-// end with their pods.
+// end with their pods. Until a look or relist that began after the pod's
+// last change finds nothing, the entry stays with that change's time
+// alone (set, drop, keepOnly).
 type observedFacts struct {
 	mu   sync.Mutex
 	pods map[types.UID]podFacts
@@ -225,13 +253,16 @@ func (o *observedFacts) lookup(uid types.UID) (podFacts, bool) {
 	return f, ok
 }
 
-// set records a look at pod uid; the time of the last change (touch)
-// stays.
-func (o *observedFacts) set(uid types.UID, f podFacts) {
+// set records a look at pod uid that began at began; the time of the
+// last change (touch) stays. A look that found nothing removes the entry,
+// unless the pod changed after the look began: its lists may have missed
+// what the change made, and newFromView must not take the pod for one the
+// runtime holds nothing of.
+func (o *observedFacts) set(uid types.UID, f podFacts, began time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	f.changedAt = o.pods[uid].changedAt
-	if f.sandboxID == "" && len(f.containers) == 0 && len(f.sandboxes) == 0 {
+	if f.sandboxID == "" && len(f.containers) == 0 && len(f.sandboxes) == 0 && f.changedAt.Before(began) {
 		delete(o.pods, uid)
 		return
 	}
@@ -257,23 +288,37 @@ func (o *observedFacts) touch(uid types.UID, t time.Time) {
 }
 
 // keepOnly forgets every pod not in pods (the runtime has no object of it
-// left): the PLEG's relists bound what is kept to what the runtime holds,
-// whatever looked at a pod last. A look racing with it only loses what it
-// kept, and asks again next time.
-func (o *observedFacts) keepOnly(pods map[types.UID]*observed.PodStatus) {
+// left), all but the time of its last change when that is not before the
+// lists began (at): they may have missed the change. The PLEG's relists
+// bound what is kept to what the runtime holds, whatever looked at a pod
+// last. A look racing with it only loses what it kept, and asks again
+// next time.
+func (o *observedFacts) keepOnly(pods map[types.UID]*observed.PodStatus, at time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for uid := range o.pods {
-		if pods[uid] == nil {
+	for uid, f := range o.pods {
+		switch {
+		case pods[uid] != nil:
+		case f.changedAt.Before(at):
 			delete(o.pods, uid)
+		default:
+			o.pods[uid] = podFacts{changedAt: f.changedAt}
 		}
 	}
 }
 
-// drop forgets pod uid.
+// drop forgets what is kept of pod uid. The time of its last change stays
+// (an entry with nothing else) until a relist that began after it finds
+// nothing of the pod (keepOnly): the pod's objects may outlive its worker,
+// and a pod created again with the same UID must not be taken for one the
+// runtime holds nothing of (newFromView).
 func (o *observedFacts) drop(uid types.UID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if f, ok := o.pods[uid]; ok && !f.changedAt.IsZero() {
+		o.pods[uid] = podFacts{changedAt: f.changedAt}
+		return
+	}
 	delete(o.pods, uid)
 }
 
@@ -294,6 +339,7 @@ func (o *observedFacts) forget(uid types.UID, containerID string) {
 // ListPods is the PLEG's relist: every pod nodelet owns, from two list
 // calls (no per-container status calls), with container states only.
 func (m *Manager) ListPods(ctx context.Context) (map[types.UID]*observed.PodStatus, error) {
+	began := m.clock.Now()
 	selector := podspec.ManagedSelector()
 	sandboxes, err := m.rt.ListPodSandbox(ctx, &runtimeapi.PodSandboxFilter{LabelSelector: selector})
 	if err != nil {
@@ -323,7 +369,7 @@ func (m *Manager) ListPods(ctx context.Context) (map[types.UID]*observed.PodStat
 		sortSandboxes(p.Sandboxes)
 		sortContainers(p.Containers)
 	}
-	m.observed.keepOnly(pods)
+	m.observed.keepOnly(pods, began)
 	return pods, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -118,11 +119,24 @@ func TestRelistForgetsPodsGone(t *testing.T) {
 	clear(f.rs.Containers)
 	clear(f.rs.Sandboxes)
 	f.rs.Unlock()
+	// A relist that began when the pod last changed may have missed the
+	// change: the entry stays, with nothing but that time.
 	if _, err := f.m.ListPods(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.m.observed.get(pod.UID); got.sandboxID != "" || len(got.containers) != 0 {
+	got, ok := f.m.observed.lookup(pod.UID)
+	if got.sandboxID != "" || len(got.containers) != 0 {
 		t.Errorf("kept after the runtime lost the pod: %+v", got)
+	}
+	if !ok || got.changedAt.IsZero() {
+		t.Errorf("a relist that began as the pod changed forgot the change: %+v (entry: %v)", got, ok)
+	}
+	f.clock.Step(time.Millisecond)
+	if _, err := f.m.ListPods(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := f.m.observed.lookup(pod.UID); ok {
+		t.Errorf("kept after a relist that began after the change found nothing: %+v", got)
 	}
 }
 

@@ -70,10 +70,16 @@ func (m *Manager) sync(ctx context.Context, req podworker.SyncRequest) (v1.PodSt
 	t0 := m.clock.Now()
 	observedAt := t0
 	// A periodic resync reads the pod from the PLEG's view where that
-	// shows it as the last look did; every other sync looks.
+	// shows it as the last look did, and a new pod's first sync where that
+	// shows nothing of it; every other sync looks.
 	var obs *observed.PodStatus
-	if req.Reason == podupdate.Resync {
+	switch req.Reason {
+	case podupdate.Resync:
 		if v, at, ok := m.lookFromView(pod.UID, pod.Name, pod.Namespace); ok {
+			obs, observedAt = v, at
+		}
+	case podupdate.Add:
+		if v, at, ok := m.newFromView(pod.UID, pod.Name, pod.Namespace); ok {
 			obs, observedAt = v, at
 		}
 	}
@@ -217,6 +223,7 @@ func onlyMadeNew(obs *observed.PodStatus, actions plan.Actions, rz *resizing, lr
 // would have found, without its lists and the sandbox's status call. It
 // keeps what it learned for the next Observe, as Observe does.
 func (m *Manager) afterStart(ctx context.Context, obs *observed.PodStatus, lrn *learned) (*observed.PodStatus, error) {
+	began := m.clock.Now()
 	sandboxID := lrn.sandbox.GetId()
 	started := make([]observed.Container, 0, len(lrn.started))
 	for _, id := range lrn.started {
@@ -253,7 +260,7 @@ func (m *Manager) afterStart(ctx context.Context, obs *observed.PodStatus, lrn *
 	}
 	// As a look would record it: whole when every container is kept.
 	seen.complete = len(seen.containers) == len(st.Containers)
-	m.observed.set(obs.UID, seen)
+	m.observed.set(obs.UID, seen, began)
 	return st, nil
 }
 

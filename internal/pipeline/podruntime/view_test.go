@@ -190,3 +190,123 @@ func TestHostNetworkSandboxKept(t *testing.T) {
 		t.Errorf("resync of a steady host-network pod asked the runtime %q, want nothing", got)
 	}
 }
+
+// TestNewPodReadsTheView: a new pod's first sync takes "nothing in the
+// runtime" from a relist that shows nothing of it, and makes its sandbox
+// with no look; a pod created again with the same UID while its first
+// life's objects are there looks, as long as the latest relist began
+// before its last change, or shows those objects.
+func TestNewPodReadsTheView(t *testing.T) {
+	f := newFixture(t)
+	v := &fakeView{}
+	f.m.SetView(v)
+	ctx := context.Background()
+	pod := onePod()
+	add := podworker.SyncRequest{Reason: podupdate.Add, Pod: pod}
+	lists := func(calls string) bool {
+		return strings.Contains(calls, "ListPodSandbox") || strings.Contains(calls, "ListContainers")
+	}
+
+	v.relist(t, f)
+	f.clock.Step(time.Second)
+	f.runtimeCalls()
+	st, err := f.m.syncPod(ctx, add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.runtimeCalls(); lists(got) || !strings.Contains(got, "RunPodSandbox×I") {
+		t.Errorf("first sync of a new pod asked %q, want its sandbox made with no list", got)
+	}
+	if len(st.ContainerStatuses) != 1 || st.ContainerStatuses[0].State.Running == nil {
+		t.Errorf("status after the first sync: %+v", st.ContainerStatuses)
+	}
+
+	// The pod stops and its worker is done; its objects stay. The same
+	// UID comes back before any relist: the view (from before the pod
+	// was made) shows nothing, and must not be read.
+	if err := f.m.SyncTerminatingPod(ctx, podworker.TerminatingRequest{Pod: pod, GracePeriod: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.m.SyncTerminatedPod(ctx, podworker.TerminatedRequest{Pod: pod}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := f.m.newFromView(pod.UID, pod.Name, pod.Namespace); ok {
+		t.Error("read a relist older than the pod's last change")
+	}
+	// A relist after the change shows the stopped objects: still a look.
+	f.clock.Step(time.Millisecond)
+	v.relist(t, f)
+	if _, _, ok := f.m.newFromView(pod.UID, pod.Name, pod.Namespace); ok {
+		t.Error("read a relist that shows objects of the pod")
+	}
+	f.clock.Step(time.Second)
+	f.runtimeCalls()
+	if _, err := f.m.syncPod(ctx, add); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.runtimeCalls(); !lists(got) {
+		t.Errorf("first sync of a pod with objects in the runtime asked %q, want a look", got)
+	}
+	f.rs.Lock()
+	attempts := 0
+	for _, sb := range f.rs.Sandboxes {
+		if sb.Metadata.Uid == string(pod.UID) {
+			attempts++
+		}
+	}
+	f.rs.Unlock()
+	if attempts != 2 {
+		t.Errorf("sandboxes of the pod: %d, want the stopped one and a new one", attempts)
+	}
+
+	// Once a relist that began after the last change finds nothing of
+	// the pod, the view is read again.
+	f.rs.Lock()
+	clear(f.rs.Containers)
+	clear(f.rs.Sandboxes)
+	f.rs.Unlock()
+	f.clock.Step(time.Millisecond)
+	v.relist(t, f)
+	if _, _, ok := f.m.newFromView(pod.UID, pod.Name, pod.Namespace); !ok {
+		t.Error("did not read a relist after the last change that shows nothing of the pod")
+	}
+	// Not when the PLEG cannot vouch for its view.
+	v.pods = nil
+	if _, _, ok := f.m.newFromView(pod.UID, pod.Name, pod.Namespace); ok {
+		t.Error("read a view the PLEG does not vouch for")
+	}
+}
+
+// TestObservedFactsKeepTheLastChange: a look or relist that found nothing
+// of a pod forgets it only when it began after the pod's last change; one
+// that began before may have missed what the change made.
+func TestObservedFactsKeepTheLastChange(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var o observedFacts
+	o.touch("u", t0)
+	o.set("u", podFacts{}, t0.Add(-time.Millisecond))
+	if f, ok := o.lookup("u"); !ok || !f.changedAt.Equal(t0) {
+		t.Errorf("an empty look that began before the change: %+v, %v; want the change kept", f, ok)
+	}
+	o.keepOnly(nil, t0)
+	if _, ok := o.lookup("u"); !ok {
+		t.Error("a relist that began as the pod changed forgot it")
+	}
+	o.set("u", podFacts{}, t0.Add(time.Millisecond))
+	if f, ok := o.lookup("u"); ok {
+		t.Errorf("an empty look that began after the change kept %+v", f)
+	}
+	o.touch("u", t0)
+	o.drop("u")
+	if f, ok := o.lookup("u"); !ok || !f.changedAt.Equal(t0) || f.complete {
+		t.Errorf("dropped: %+v, %v; want the change's time alone", f, ok)
+	}
+	o.keepOnly(nil, t0.Add(time.Millisecond))
+	if _, ok := o.lookup("u"); ok {
+		t.Error("a relist that began after the change and found nothing kept the pod")
+	}
+	o.drop("never-changed")
+	if _, ok := o.lookup("never-changed"); ok {
+		t.Error("drop of a pod never changed left an entry")
+	}
+}
