@@ -69,10 +69,35 @@ type image struct {
 	verified bool
 }
 
+// lookedUp is what the runtime said of an image (ImageStatus) before a
+// container's start needed it: while its pod's sandbox was made.
+type lookedUp struct {
+	image string
+	local *runtimeapi.Image // nil: not present
+}
+
+// lookUp asks the runtime about c's image ahead of ensure (c nil: none),
+// when ensure's first step would ask (plan.ImageDecision: LookUp); nil
+// when it would not, or the call failed, and ensure asks itself.
+func (p *imagePuller) lookUp(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig) *lookedUp {
+	if c == nil {
+		return nil
+	}
+	if step, _ := plan.ImageDecision(c, nil, p.history(backOffKey(sandboxCfg, c.Image)), p.clock.Now()); step != plan.LookUp {
+		return nil
+	}
+	st, err := p.rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: c.Image})
+	if err != nil {
+		return nil
+	}
+	return &lookedUp{image: c.Image, local: st.GetImage()}
+}
+
 // ensure returns the image for c, pulling it with the pod's credentials
 // (creds; nil: anonymously) when plan.ImageDecision says; pulling, if
-// set, is told first (the kubelet's Pulling event).
-func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig, creds pullcreds.Lookup, pulling func()) (image, error) {
+// set, is told first (the kubelet's Pulling event). ahead, if it is of c's
+// image, is taken for ensure's own look-up.
+func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *runtimeapi.PodSandboxConfig, creds pullcreds.Lookup, pulling func(), ahead *lookedUp) (image, error) {
 	spec := &runtimeapi.ImageSpec{Image: c.Image}
 	var present *bool
 	var local *runtimeapi.Image
@@ -96,11 +121,15 @@ func (p *imagePuller) ensure(ctx context.Context, c *v1.Container, sandboxCfg *r
 			}
 			return p.pull(ctx, c, spec, sandboxCfg, creds)
 		}
-		st, err := p.rt.ImageStatus(ctx, spec)
-		if err != nil {
-			return image{}, fmt.Errorf("look up image %q: %w", c.Image, err)
+		if ahead != nil && ahead.image == c.Image {
+			local, ahead = ahead.local, nil
+		} else {
+			st, err := p.rt.ImageStatus(ctx, spec)
+			if err != nil {
+				return image{}, fmt.Errorf("look up image %q: %w", c.Image, err)
+			}
+			local = st.GetImage()
 		}
-		local = st.GetImage()
 		found := local != nil
 		present = &found
 	}

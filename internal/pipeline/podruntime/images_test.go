@@ -87,7 +87,7 @@ func TestPullWithCredentials(t *testing.T) {
 			rt := &authRegistry{open: tc.open}
 			p := newImagePuller(rt, 1, clocktesting.NewFakeClock(time.Unix(0, 0)))
 			c := &v1.Container{Name: "app", Image: "reg.io/app:v1", ImagePullPolicy: v1.PullIfNotPresent}
-			img, err := p.ensure(context.Background(), c, nil, tc.creds, nil)
+			img, err := p.ensure(context.Background(), c, nil, tc.creds, nil, nil)
 			tried := strings.Join(rt.users, ",")
 			if rt.users == nil {
 				tried = "-"

@@ -66,7 +66,7 @@ func (m *Manager) pullImageVolume(ctx context.Context, pod *v1.Pod, vol *v1.Volu
 	ref := vol.Image.Reference
 	// What the puller decides from: an image and its pull policy.
 	as := &v1.Container{Image: ref, ImagePullPolicy: vol.Image.PullPolicy}
-	img, err := m.pulls.ensure(ctx, as, sandboxCfg, creds, func() { m.pullingEvent(pod, ref) })
+	img, err := m.pulls.ensure(ctx, as, sandboxCfg, creds, func() { m.pullingEvent(pod, ref) }, nil)
 	var pe *pullError
 	if errors.As(err, &pe) {
 		m.pullFailedEvent(pod, ref, pe)

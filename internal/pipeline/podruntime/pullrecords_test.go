@@ -115,7 +115,7 @@ func TestPresentImageVerified(t *testing.T) {
 			rt := &presentRegistry{authRegistry{open: tc.policy == v1.PullAlways}}
 			p := newImagePuller(rt, 1, clocktesting.NewFakeClock(time.Unix(0, 0))).withRecords(tc.records, slog.New(slog.DiscardHandler))
 			c := &v1.Container{Name: "app", Image: img, ImagePullPolicy: tc.policy}
-			got, err := p.ensure(context.Background(), c, nil, tc.creds, nil)
+			got, err := p.ensure(context.Background(), c, nil, tc.creds, nil, nil)
 			if calls := strings.Join(tc.records.calls, ";"); calls != tc.calls {
 				t.Errorf("records' calls\n got %s\nwant %s", calls, tc.calls)
 			}
@@ -150,7 +150,7 @@ func TestRecordsGetPodCredentials(t *testing.T) {
 	rt := &presentRegistry{}
 	p := newImagePuller(rt, 1, clocktesting.NewFakeClock(time.Unix(0, 0))).withRecords(rec, slog.New(slog.DiscardHandler))
 	c := &v1.Container{Name: "app", Image: "reg.io/app:v1", ImagePullPolicy: v1.PullIfNotPresent}
-	if _, err := p.ensure(context.Background(), c, nil, credList{cred("u", "right", "pull")}, nil); err != nil {
+	if _, err := p.ensure(context.Background(), c, nil, credList{cred("u", "right", "pull")}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if len(rec.lookedUp) != 1 || rec.lookedUp[0].Source.Name != "pull" {

@@ -365,6 +365,9 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	}
 	sandboxCfg := sandboxConfig(pod, m.opts.PodLogsDir, actions.Attempt, net)
 	sandboxID := actions.SandboxID
+	// The container a new sandbox starts first, and its image as looked
+	// up while the sandbox is made.
+	first, ahead := firstToStart(pod, actions), (*lookedUp)(nil)
 	sandboxStart := m.clock.Now()
 	if actions.CreateSandbox {
 		for _, w := range warnings {
@@ -398,8 +401,13 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		// What the containers to start will be created with is recorded
 		// while the runtime makes the sandbox, off the start's path; each
 		// container's own record before its creation then finds it made.
+		// The first container's image is looked up then too.
 		recorded := make(chan struct{})
-		go func() { defer close(recorded); m.recordPlanned(pod, actions, log) }()
+		go func() {
+			defer close(recorded)
+			m.recordPlanned(pod, actions, log)
+			ahead = m.pulls.lookUp(ctx, first, sandboxCfg)
+		}()
 		id, err := m.rt.RunPodSandbox(committed(ctx), sandboxCfg, handler)
 		<-recorded
 		if m.sandboxes != nil {
@@ -461,8 +469,12 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		return err
 	}
 	args := func(c *v1.Container, s plan.Start) startArgs {
-		return startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, setup: setup,
+		a := startArgs{pod: pod, c: c, s: s, sandboxID: sandboxID, sandboxCfg: sandboxCfg, podIP: podIP, podIPs: podIPs, setup: setup,
 			imageVolumes: imageVolumes}
+		if c == first {
+			a.image = ahead
+		}
+		return a
 	}
 	// Ephemeral containers first, as the kubelet's: an init container
 	// failing to start does not hold back the one that debugs it.
@@ -498,6 +510,26 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		m.stage(start, metrics.PodStartStageContainers, start.started.Sub(containersStart))
 	}
 	return failures, err
+}
+
+// firstToStart is the init or app container a sync starts first, the one
+// whose image is looked up while a new sandbox is made; nil if none, or if
+// the pod's image volumes are pulled before it (the look-up would be a
+// pull's time old). Ephemeral containers the sync starts before it look
+// their images up themselves.
+func firstToStart(pod *v1.Pod, actions plan.Actions) *v1.Container {
+	for _, v := range pod.Spec.Volumes {
+		if v.Image != nil {
+			return nil
+		}
+	}
+	if len(actions.InitContainersToStart) > 0 {
+		return &pod.Spec.InitContainers[actions.InitContainersToStart[0].Index]
+	}
+	if len(actions.ContainersToStart) > 0 {
+		return &pod.Spec.Containers[actions.ContainersToStart[0].Index]
+	}
+	return nil
 }
 
 // sandboxFailed records why the pod's sandbox could not be created, as
@@ -540,6 +572,9 @@ type startArgs struct {
 	setup podsetup.Setup
 	// imageVolumes are the pulls of the pod's image volumes in this sync.
 	imageVolumes imageVolumePulls
+	// image is the container's image as looked up while the sandbox was
+	// made (nil: not looked up).
+	image *lookedUp
 }
 
 // targetID is the ID of the container an ephemeral container targets: the
@@ -597,7 +632,7 @@ func (m *Manager) startContainer(ctx context.Context, a startArgs, log *slog.Log
 		log.Warn("image volumes not available", "container", c.Name, "err", err)
 		return "", waiting, fmt.Errorf("container %q: %w", c.Name, err)
 	}
-	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg, a.setup.PullCredentials, func() { m.pullingEvent(pod, c.Image) })
+	img, err := m.pulls.ensure(ctx, c, a.sandboxCfg, a.setup.PullCredentials, func() { m.pullingEvent(pod, c.Image) }, a.image)
 	var pe *pullError
 	if errors.As(err, &pe) {
 		m.pullEvent(pod, c, pe)
