@@ -192,23 +192,14 @@ func (s *Store) Update(uid types.UID, fn func(Record, bool) (Record, error)) err
 }
 
 // Stage is Update without the write: the change is in the store at once
-// and in the file with the next write (Update, Retain, Flush).
+// and in the file with the next write (Update, or Retain, which writes
+// when something is staged even if no record goes).
 func (s *Store) Stage(uid types.UID, fn func(Record, bool) Record) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.pods[uid]
 	s.pods[uid] = fn(old.clone(), ok).clone()
 	s.staged = true
-}
-
-// Flush writes the store if Stage changed it since the last write.
-func (s *Store) Flush() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.staged {
-		return nil
-	}
-	return s.commitLocked(s.pods)
 }
 
 // Retain drops the records of pods keep says no to (the kubelet's

@@ -308,10 +308,10 @@ func (o *observedFacts) keepOnly(pods map[types.UID]*observed.PodStatus, at time
 }
 
 // drop forgets what is kept of pod uid. The time of its last change stays
-// (an entry with nothing else) until a relist that began after it finds
-// nothing of the pod (keepOnly): the pod's objects may outlive its worker,
-// and a pod created again with the same UID must not be taken for one the
-// runtime holds nothing of (newFromView).
+// (an entry with nothing else) until a look or relist that began after it
+// finds nothing of the pod (set, keepOnly): the pod's objects may outlive
+// its worker, and a pod created again with the same UID must not be taken
+// for one the runtime holds nothing of (newFromView).
 func (o *observedFacts) drop(uid types.UID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
