@@ -335,7 +335,10 @@ func (a *Agent) wire(rt *cri.Client, api *apiServer, network podcidr.Network, re
 	p.pleg = pleg.New(runtime, cfg.PLEGRelistPeriod, clk, log,
 		pleg.WithStreamMetrics(m),
 		pleg.WithNodeEvents(cfg.NodeName, recorder),
-		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }))
+		pleg.WithRelistObserver(func(d time.Duration) { m.PLEGRelistDuration.Observe(d.Seconds()) }),
+		// The events of a pod's start come 5-75 ms apart (sandbox,
+		// container created, started): one relist after them.
+		pleg.WithEventSettle(100*time.Millisecond, time.Second))
 	runtime.SetView(p.pleg)
 	p.gc = gc.New(rt, gc.Policy{
 		PodLogsDir:         cfg.PodLogsDir,

@@ -72,6 +72,18 @@ func WithStreamMetrics(m StreamMetrics) Option {
 	return func(g *Generic) { g.streamMetrics = m }
 }
 
+// WithEventSettle has RunEvented relist once the events have stopped for
+// d, and at the latest max after the first of them, instead of at each
+// event. A pod's start sends four events in a quarter of a second (its
+// sandbox created and started, its container created and started), each
+// caused by nodelet's own calls; relisting at each put two list calls
+// beside every call of the start, in the runtime that serves both. The
+// cost is d more before a container that exits is seen (the kubelet's
+// relisting PLEG: up to a second).
+func WithEventSettle(d, max time.Duration) Option {
+	return func(g *Generic) { g.settle, g.settleMax = d, max }
+}
+
 // WithNodeEvents has RunEvented record on node, through r, that it falls
 // back to relisting when the event stream breaks (Warning) and that the
 // stream is back (Normal).
@@ -80,8 +92,8 @@ func WithNodeEvents(node string, r NodeEvents) Option {
 }
 
 // RunEvented runs like Run, but relists at once whenever w reports a
-// container event, so that an exit reaches the sync loop within
-// milliseconds; while the stream is open the periodic relist slows to
+// container event (once the events settle, with WithEventSettle), so that
+// an exit reaches the sync loop within milliseconds; while the stream is open the periodic relist slows to
 // slowPeriod and stays only as a safety net. When the stream breaks it
 // relists every period, says so (log, metrics, a node event) and reopens
 // the stream with back-off; once it is back it relists at once, to catch
@@ -110,9 +122,34 @@ func (g *Generic) RunEvented(ctx context.Context, w Watcher, slowPeriod time.Dur
 				return
 			case <-kick:
 				waiting = false
+				if g.settle > 0 && !g.settled(ctx, kick) {
+					return
+				}
 			case <-ticker.C():
 				waiting = !relistOnTick(g.streaming.Load(), g.clk.Since(lastRelist), slowPeriod)
 			}
+		}
+	}
+}
+
+// settled waits until no kick has come for g.settle, or g.settleMax has
+// passed since it was called (the first kick); false when ctx ended.
+func (g *Generic) settled(ctx context.Context, kick <-chan struct{}) bool {
+	deadline := g.clk.Now().Add(g.settleMax)
+	for {
+		wait := min(g.settle, deadline.Sub(g.clk.Now()))
+		if wait <= 0 {
+			return true
+		}
+		timer := g.clk.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return false
+		case <-kick:
+			timer.Stop()
+		case <-timer.C():
+			return true
 		}
 	}
 }

@@ -269,3 +269,59 @@ func TestEventedPLEGGateOffRelistsEveryPeriod(t *testing.T) {
 		t.Errorf("got %+v; want no stream opened", got)
 	}
 }
+
+// TestEventSettle: with WithEventSettle, the relist after an event waits
+// until the events have stopped for the settle time, each event putting it
+// off again, and at the latest the settle maximum after the first.
+func TestEventSettle(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	g := New(&countingLister{relists: make(chan struct{}, 100)}, time.Second, clk, testLogger(t),
+		WithEventSettle(100*time.Millisecond, time.Second))
+	kick := make(chan struct{}) // a send returns once settled has it
+	done := make(chan bool, 1)
+	go func() { done <- g.settled(t.Context(), kick) }()
+	notYet := func(when string) {
+		t.Helper()
+		select {
+		case <-done:
+			t.Fatalf("%s: the events counted as settled", when)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	settled := func(when string) {
+		t.Helper()
+		select {
+		case ok := <-done:
+			if !ok {
+				t.Fatalf("%s: settled reported the context done", when)
+			}
+		case <-time.After(failsafe):
+			t.Fatalf("%s: the events never counted as settled", when)
+		}
+	}
+
+	stepWhenWaiting(clk, 1, 60*time.Millisecond)
+	kick <- struct{}{} // another event 60 ms after the first
+	stepWhenWaiting(clk, 1, 90*time.Millisecond)
+	notYet("150 ms after the first event, 90 ms after the last")
+	stepWhenWaiting(clk, 1, 100*time.Millisecond)
+	settled("100 ms after the last event")
+
+	// Events that never stop: settled at the maximum, not before.
+	go func() { done <- g.settled(t.Context(), kick) }()
+	for i := 1; i <= 15; i++ {
+		stepWhenWaiting(clk, 1, 80*time.Millisecond)
+		select {
+		case kick <- struct{}{}:
+		case ok := <-done:
+			if !ok {
+				t.Fatal("settled reported the context done")
+			}
+			if elapsed := time.Duration(i) * 80 * time.Millisecond; elapsed < time.Second {
+				t.Fatalf("settled after %v of events 80 ms apart, before the 1 s maximum", elapsed)
+			}
+			return
+		}
+	}
+	t.Fatal("events 80 ms apart for 1.2 s never counted as settled (maximum 1 s)")
+}

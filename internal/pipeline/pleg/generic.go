@@ -60,6 +60,9 @@ type Generic struct {
 	streamMetrics StreamMetrics
 	nodeName      string
 	nodeEvents    NodeEvents
+	// settle: RunEvented's relist waits until the events have stopped
+	// for settle (at most settleMax after the first), WithEventSettle.
+	settle, settleMax time.Duration
 
 	// events is buffered (unlike most channels here) because the consumer,
 	// the sync loop, also serves other sources: a relist must never wait
