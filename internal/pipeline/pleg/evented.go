@@ -91,14 +91,15 @@ func WithNodeEvents(node string, r NodeEvents) Option {
 	return func(g *Generic) { g.nodeName, g.nodeEvents = node, r }
 }
 
-// RunEvented runs like Run, but relists at once whenever w reports a
-// container event (once the events settle, with WithEventSettle), so that
-// an exit reaches the sync loop within milliseconds; while the stream is open the periodic relist slows to
-// slowPeriod and stays only as a safety net. When the stream breaks it
-// relists every period, says so (log, metrics, a node event) and reopens
-// the stream with back-off; once it is back it relists at once, to catch
-// up on what the stream missed. When the runtime has no event stream
-// (ErrNoEvents), or w is nil, it relists every period as Run does.
+// RunEvented runs like Run, but relists whenever w reports a container
+// event, at once or once the events settle (WithEventSettle), so that an
+// exit reaches the sync loop within milliseconds or the settle time;
+// while the stream is open the periodic relist slows to slowPeriod and
+// stays only as a safety net. When the stream breaks it relists every
+// period, says so (log, metrics, a node event) and reopens the stream
+// with back-off; once it is back it relists at once, to catch up on what
+// the stream missed. When the runtime has no event stream (ErrNoEvents),
+// or w is nil, it relists every period as Run does.
 func (g *Generic) RunEvented(ctx context.Context, w Watcher, slowPeriod time.Duration) {
 	if w == nil {
 		g.Run(ctx)

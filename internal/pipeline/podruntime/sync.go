@@ -366,8 +366,9 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 	sandboxCfg := sandboxConfig(pod, m.opts.PodLogsDir, actions.Attempt, net)
 	sandboxID := actions.SandboxID
 	// The container a new sandbox starts first, and its image as looked
-	// up while the sandbox is made.
-	first, ahead := firstToStart(pod, actions), (*lookedUp)(nil)
+	// up while the sandbox is made (neither without a new sandbox).
+	var first *v1.Container
+	var ahead *lookedUp
 	sandboxStart := m.clock.Now()
 	if actions.CreateSandbox {
 		for _, w := range warnings {
@@ -402,6 +403,7 @@ func (m *Manager) execute(ctx context.Context, pod *v1.Pod, obs *observed.PodSta
 		// while the runtime makes the sandbox, off the start's path; each
 		// container's own record before its creation then finds it made.
 		// The first container's image is looked up then too.
+		first = firstToStart(pod, actions)
 		recorded := make(chan struct{})
 		go func() {
 			defer close(recorded)
