@@ -47,6 +47,8 @@ type benchAgent interface {
 	metrics(b *testing.B) string
 	// recorder is what records the agent's CRI calls, nil for none.
 	recorder() *criRecorder
+	// pid is the agent's process while it runs, 0 for none.
+	pid() int
 }
 
 // rawCRI is the floor: the pods made by direct CRI calls.
@@ -78,6 +80,7 @@ func (r *rawCRI) start(*testing.B)          {}
 func (r *rawCRI) stop(*testing.B)           {}
 func (r *rawCRI) metrics(*testing.B) string { return "" }
 func (r *rawCRI) recorder() *criRecorder    { return r.rec }
+func (r *rawCRI) pid() int                  { return 0 }
 
 // removePods stops and removes the sandboxes one after the other: no floor
 // for an agent's tear down, so it reports none.
@@ -212,6 +215,12 @@ func (a *manifestAgent) stop(b *testing.B) {
 
 func (a *manifestAgent) metrics(b *testing.B) string { return httpGetB(b, a.metricz) }
 func (a *manifestAgent) recorder() *criRecorder      { return a.rec }
+func (a *manifestAgent) pid() int {
+	if a.cmd == nil || a.cmd.Process == nil {
+		return 0
+	}
+	return a.cmd.Process.Pid
+}
 
 // runtimeEndpoint is the shared containerd, or the recorder in front of it.
 func (a *manifestAgent) runtimeEndpoint() string {

@@ -189,8 +189,7 @@ func floorPods(b *testing.B, ctx context.Context, rt *cri.Client, f *floorReques
 	for err := range errs {
 		b.Fatal(err)
 	}
-	waitRunning(b, ctx, prefix, count)
-	return time.Since(start)
+	return waitStarted(b, ctx, prefix, count).Sub(start)
 }
 
 func floorPod(ctx context.Context, rt *cri.Client, f *floorRequests, name string) error {
