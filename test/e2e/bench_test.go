@@ -466,13 +466,8 @@ func removeManifests(b *testing.B, ctx context.Context, dir, prefix string, coun
 func waitRunning(b *testing.B, ctx context.Context, prefix string, want int) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
-		cs, err := shared.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
-			State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
-		if err != nil {
-			b.Fatal(err)
-		}
 		got := 0
-		for _, c := range cs {
+		for _, c := range runningContainers(b, ctx) {
 			if len(c.Labels[podspec.LabelPodName]) > len(prefix) && c.Labels[podspec.LabelPodName][:len(prefix)] == prefix {
 				got++
 			}
@@ -483,6 +478,16 @@ func waitRunning(b *testing.B, ctx context.Context, prefix string, want int) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	b.Fatalf("%s: not %d running containers within 3 minutes", prefix, want)
+}
+
+// runningContainers is every container the shared runtime lists RUNNING.
+func runningContainers(b *testing.B, ctx context.Context) []*runtimeapi.Container {
+	cs, err := shared.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cs
 }
 
 func median(ds []time.Duration) time.Duration {

@@ -26,8 +26,9 @@ import (
 // measurement itself.
 type startWatch struct {
 	mu      sync.Mutex
-	changed chan struct{}                   // closed and replaced at each start seen
+	changed chan struct{}                   // closed and replaced at each start seen, and when the stream ends
 	started map[string]map[string]time.Time // pod name → container ID → when its event arrived
+	ended   error                           // why the stream ended, nil while it is open
 }
 
 // podStarts, while BenchmarkPodStartup runs on a runtime with the event
@@ -69,6 +70,12 @@ func watchStarts(b *testing.B) (*startWatch, string) {
 				return
 			case e := <-events:
 				w.record(e, time.Now())
+			case err := <-done:
+				for len(events) > 0 { // what came before the end
+					w.record(<-events, time.Now())
+				}
+				w.end(err)
+				return
 			}
 		}
 	}()
@@ -104,11 +111,25 @@ func (w *startWatch) record(e *runtimeapi.ContainerEventResponse, at time.Time) 
 	w.changed = make(chan struct{})
 }
 
-// seen is the containers started of pods named prefix*, and when the last
-// of them was seen.
-func (w *startWatch) seen(prefix string) (ids map[string]bool, last time.Time, changed <-chan struct{}) {
+// end records that the stream ended: a wait on it then fails at once
+// rather than at its deadline.
+func (w *startWatch) end(err error) {
+	if err == nil {
+		err = fmt.Errorf("closed by the runtime")
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.ended = err
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// seen is the containers started of pods named prefix*, and when the last
+// of them was seen.
+func (w *startWatch) seen(prefix string) (ids map[string]bool, last time.Time, changed <-chan struct{}, ended error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ended = w.ended
 	ids = map[string]bool{}
 	for pod, ctrs := range w.started {
 		if !strings.HasPrefix(pod, prefix) {
@@ -121,7 +142,7 @@ func (w *startWatch) seen(prefix string) (ids map[string]bool, last time.Time, c
 			}
 		}
 	}
-	return ids, last, w.changed
+	return ids, last, w.changed, ended
 }
 
 // waitStarted waits until want containers of pods named prefix* have
@@ -136,18 +157,13 @@ func waitStarted(b *testing.B, ctx context.Context, prefix string, want int) tim
 	}
 	deadline := time.After(3 * time.Minute)
 	for {
-		ids, last, changed := w.seen(prefix)
+		ids, last, changed, ended := w.seen(prefix)
 		if len(ids) >= want {
 			if len(ids) > want {
 				b.Fatalf("%s: %d containers started, want %d", prefix, len(ids), want)
 			}
-			cs, err := shared.rt.ListContainers(ctx, &runtimeapi.ContainerFilter{
-				State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}})
-			if err != nil {
-				b.Fatal(err)
-			}
 			running := 0
-			for _, c := range cs {
+			for _, c := range runningContainers(b, ctx) {
 				if ids[c.GetId()] {
 					running++
 				}
@@ -156,6 +172,9 @@ func waitStarted(b *testing.B, ctx context.Context, prefix string, want int) tim
 				b.Fatalf("%s: %d containers started by the runtime's events, %d of them running in ListContainers", prefix, want, running)
 			}
 			return last
+		}
+		if ended != nil {
+			b.Fatalf("%s: %d of %d containers started when the runtime's event stream ended: %v", prefix, len(ids), want, ended)
 		}
 		select {
 		case <-changed:
