@@ -439,7 +439,7 @@ func pullBusybox(b *testing.B) string {
 }
 
 // manifestPods writes count manifests and returns the time until all their
-// containers run.
+// containers run (waitStarted).
 func manifestPods(b *testing.B, ctx context.Context, dir, prefix string, count int) time.Duration {
 	b.Helper()
 	start := time.Now()

@@ -167,7 +167,7 @@ func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n    ") }
 
 // floorPods starts count pods with direct CRI calls, concurrently, each
 // with the recorded requests (f), and returns the time until all their
-// containers run as the CRI shows them (waitRunning, as the agents are
+// containers run as the CRI shows them (waitStarted, as the agents are
 // judged). Each pod does what an agent must before its calls: the log
 // directories, the files its container's mounts bind.
 func floorPods(b *testing.B, ctx context.Context, rt *cri.Client, f *floorRequests, prefix string, count int) time.Duration {
