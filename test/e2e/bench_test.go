@@ -33,18 +33,20 @@ import (
 // at once, in an order that rotates from round to round; each agent starts
 // on a clean runtime, starts two warm-up pods one at a time (not
 // measured), then single pods one at a time, then a batch at once, and is
-// stopped after its pods are gone. "Running" is what the CRI shows: every
-// container of the pods in state RUNNING in ListContainers, polled every
-// 2 ms. It prints how it was taken, the medians with their ratios to the
-// kubelet and to the floor, and the CRI calls per pod of both agents; it
-// asserts nothing (make bench).
+// stopped after its pods are gone. "Running" is what the CRI shows: the
+// runtime's CONTAINER_STARTED_EVENT for every container of the pods,
+// confirmed by ListContainers (waitStarted; a runtime without the event
+// stream is polled). It prints how it was taken, the medians with their
+// ratios to the kubelet and to the floor, the CPU of a single start, and
+// the CRI calls per pod of both agents; it asserts nothing (make bench).
 //
 // Knobs: NODELET_BENCH_NODELET_BASE=path (another nodelet binary measured
 // beside this one, as "nodelet-base"), NODELET_BENCH_ROUNDS (3), NODELET_BENCH_SINGLE (single pods per
 // agent and round, 3), NODELET_BENCH_BATCH (30), NODELET_BENCH_WARMUPS
 // (2), NODELET_BENCH_RESTART=each (the agent restarted, with its warm-ups,
 // before every measured start: how this benchmark measured before issue
-// 28, with NODELET_BENCH_WARMUPS=1), NODELET_BENCH_QUICK (a trial of the
+// 28, with NODELET_BENCH_WARMUPS=1), NODELET_BENCH_PAUSE=duration (a wait
+// before each measured start), NODELET_BENCH_QUICK (a trial of the
 // harness itself: 1 round, 2 single pods, a batch of 10).
 func BenchmarkPodStartup(b *testing.B) {
 	ctx := context.Background()
