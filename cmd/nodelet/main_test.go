@@ -155,3 +155,22 @@ func TestRuntimeHandlerFlag(t *testing.T) {
 		t.Errorf("with an endpoint: Validate %v", err)
 	}
 }
+
+func TestGCTargetLeavesTheUsersGOGC(t *testing.T) {
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == "GOGC" {
+				return v
+			}
+			return ""
+		}
+	}
+	if p, ok := gcTarget(env("")); !ok || p != gcPercent {
+		t.Errorf("GOGC unset: got %d, %v; want %d, true", p, ok, gcPercent)
+	}
+	for _, v := range []string{"100", "off", "200"} {
+		if p, ok := gcTarget(env(v)); ok {
+			t.Errorf("GOGC=%s: set %d, want the user's", v, p)
+		}
+	}
+}
