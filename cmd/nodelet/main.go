@@ -22,11 +22,11 @@ import (
 // nodelet's live heap is small (about 9 MiB with 100 pods) and it
 // allocates little (10 MiB a minute), so Go's default of 100 % kept as much
 // again of garbage resident for one collection a minute. At 50 %, 100 idle
-// pods kept 7 MiB less anonymous memory for 4 collections a minute, and
-// the agent's CPU stayed at 0.22 % of a core (BenchmarkDensity). An
-// earlier build, which allocated more when idle, collected 14 times a
-// minute at 50 % against 6 and paid 0.1 % of a core for it; this one does
-// not.
+// pods kept 6-7 MiB less anonymous memory for 3-4 collections a minute, at
+// 0.22-0.28 % of a core against 0.22 % (BenchmarkDensity, one run each;
+// a 10 ms tick a minute is 0.017 %). An earlier build, which allocated
+// more when idle, collected 14 times a minute at 50 % against 6 and paid
+// 0.1 % of a core for it.
 const gcPercent = 50
 
 // gcTarget is the collector's target to set, or false for the user's
