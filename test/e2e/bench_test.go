@@ -99,11 +99,9 @@ func BenchmarkPodStartup(b *testing.B) {
 		cpu0 := takeStartCPU(a.pid())
 		t0 := time.Now()
 		took := a.startPods(b, ctx, prefix, count)
-		if count == 1 {
-			cpuOne[i] = append(cpuOne[i], takeStartCPU(a.pid()).minus(cpu0))
-		}
 		times[i] = append(times[i], took)
 		if count == 1 {
+			cpuOne[i] = append(cpuOne[i], takeStartCPU(a.pid()).minus(cpu0))
 			oneByRound[i][r] = append(oneByRound[i][r], took)
 		}
 		ops[i].add(before, parseRuntimeOps(a.metrics(b)))
