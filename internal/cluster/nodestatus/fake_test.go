@@ -338,9 +338,10 @@ func (h *harness) settle() {
 		}
 		return ok && err == nil && equality.Semantic.DeepEqual(stored, api)
 	})
-	// Events handled after the store changed (a deletion's trigger).
+	// Events handled after the store changed (a deletion's trigger), and
+	// a lease wake-up taken but not yet acted on.
 	testutil.Eventually(h.t, "the status and lease goroutines to wait on the clock", func() bool {
-		return h.clk.Waiters() == 2 && len(h.m.trigger.C()) == 0 && len(h.m.leaseWake) == 0
+		return h.clk.Waiters() == 2 && len(h.m.trigger.C()) == 0 && len(h.m.leaseWake) == 0 && h.m.leaseWakes.Load() == 0
 	})
 }
 

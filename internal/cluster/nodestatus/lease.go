@@ -41,6 +41,7 @@ func (m *Manager) runLease(ctx context.Context) {
 		case <-t.C():
 		case <-m.leaseWake:
 			t.Stop()
+			m.leaseWakes.Add(-1)
 		}
 	}
 }

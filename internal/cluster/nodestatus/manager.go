@@ -90,6 +90,12 @@ type Manager struct {
 	// leaseWake tells the lease goroutine the Node's UID is known (size
 	// 1), so that a lease waiting for its owner is created at once.
 	leaseWake chan struct{}
+	// leaseWakes counts the wake-ups sent on leaseWake that the lease
+	// goroutine has not yet taken and stopped its timer for. Nothing acts
+	// on it: a test that steps the clock settles on it, since between its
+	// receive and its timer's Stop the goroutine looks exactly like one
+	// still waiting.
+	leaseWakes atomic.Int32
 
 	mu sync.Mutex
 	// registered: the Node exists, with UID uid, as far as nodelet knows.
@@ -332,9 +338,11 @@ func (m *Manager) nodeUID() types.UID {
 }
 
 func (m *Manager) wakeLease() {
+	m.leaseWakes.Add(1) // before the send: the receiver may take it at once
 	select {
 	case m.leaseWake <- struct{}{}:
 	default:
+		m.leaseWakes.Add(-1) // one is pending already, and counted
 	}
 }
 
