@@ -20,14 +20,15 @@ package token
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -95,10 +96,13 @@ func (m *Manager) Token(ctx context.Context, pod *v1.Pod, audience string, expir
 	// The Node authorizer learns that a pod is bound to this node a
 	// moment after the node does: a first token for a pod just bound can
 	// be refused ("pod scheduled on a different node") for that moment.
-	// Asked again shortly, as the kubelet's volume manager retries within
-	// the same sync, rather than failing the pod's sync for a back-off.
+	// The NodeRestriction admission plugin reads the pod from an informer
+	// of its own, which can lag the watch nodelet learnt of the pod from:
+	// the request then fails with the pod not found. Asked again shortly,
+	// as the kubelet's volume manager retries within the same sync, rather
+	// than failing the pod's sync for a back-off.
 	delay := forbiddenRetryDelay
-	for attempt := 0; err != nil && !ok && apierrors.IsForbidden(err) && attempt < forbiddenRetries; attempt++ {
+	for attempt := 0; err != nil && !ok && notYetKnown(err) && attempt < forbiddenRetries; attempt++ {
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
@@ -127,7 +131,23 @@ func (m *Manager) Token(ctx context.Context, pod *v1.Pod, audience string, expir
 	return fresh.token, nil
 }
 
-// A first token refused as Forbidden is asked again forbiddenRetries
+// notYetKnown: the API server refused a first token in a way that can
+// mean its view of the pod lags nodelet's: Forbidden (the Node
+// authorizer's graph), or the bound pod not found (NodeRestriction's pod
+// informer; the service account missing is not retried).
+func notYetKnown(err error) bool {
+	if apierrors.IsForbidden(err) {
+		return true
+	}
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d != nil && (d.Kind == "pod" || d.Kind == "pods")
+}
+
+// A first token refused as notYetKnown is asked again forbiddenRetries
 // times, forbiddenRetryDelay apart at first, doubling (3.1 s in all).
 const (
 	forbiddenRetries    = 5

@@ -30,6 +30,7 @@ type issuer struct {
 	fail  error
 
 	mu       sync.Mutex
+	attempts int // every request, refused or not
 	requests []*authenticationv1.TokenRequest
 	names    []string
 }
@@ -41,6 +42,7 @@ func (is *issuer) react(action k8stesting.Action) (bool, runtime.Object, error) 
 	}
 	is.mu.Lock()
 	defer is.mu.Unlock()
+	is.attempts++
 	if is.fail != nil {
 		return true, nil, is.fail
 	}
@@ -208,58 +210,83 @@ func TestForgetAndExpiry(t *testing.T) {
 	}
 }
 
-// A first token refused as Forbidden (the Node authorizer has not seen
-// the pod's binding yet) is asked again shortly within the same call;
-// a refusal that lasts is an error after a bounded wait.
-func TestForbiddenRetriedShortly(t *testing.T) {
-	m, is := newManager(t)
-	clk := is.clock
-	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts"}, "builder",
-		errors.New("node requested token bound to a pod scheduled on a different node"))
-	is.mu.Lock()
-	is.fail = forbidden
-	is.mu.Unlock()
-	type result struct {
-		tok string
-		err error
-	}
-	call := func(uid string) chan result {
-		done := make(chan result, 1)
-		go func() {
-			tok, err := m.Token(context.Background(), pod(uid), "", 3600)
-			done <- result{tok, err}
-		}()
-		return done
-	}
-	done := call("a")
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond)
-	}
-	clk.Step(100 * time.Millisecond) // first retry: still refused
-	for !clk.HasWaiters() {
-		time.Sleep(time.Millisecond)
-	}
-	is.mu.Lock()
-	is.fail = nil
-	is.mu.Unlock()
-	clk.Step(200 * time.Millisecond)
-	if r := <-done; r.err != nil || r.tok == "" {
-		t.Fatalf("Token after the binding became known: %q %v", r.tok, r.err)
-	}
+// A first token refused because the API server's view of the pod lags
+// nodelet's (Forbidden: the Node authorizer has not seen the pod's
+// binding yet; the pod not found: NodeRestriction's informer has not seen
+// the pod) is asked again shortly within the same call; a refusal that
+// lasts is an error after a bounded wait.
+func TestNotYetKnownRetriedShortly(t *testing.T) {
+	for name, refusal := range map[string]error{
+		"forbidden": apierrors.NewForbidden(schema.GroupResource{Resource: "serviceaccounts"}, "builder",
+			errors.New("node requested token bound to a pod scheduled on a different node")),
+		"pod not found": apierrors.NewNotFound(schema.GroupResource{Resource: "pod"}, "web-a"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, is := newManager(t)
+			clk := is.clock
+			is.mu.Lock()
+			is.fail = refusal
+			is.mu.Unlock()
+			done := callToken(m, "a")
+			for !clk.HasWaiters() {
+				time.Sleep(time.Millisecond)
+			}
+			clk.Step(100 * time.Millisecond) // first retry: still refused
+			for !clk.HasWaiters() {
+				time.Sleep(time.Millisecond)
+			}
+			is.mu.Lock()
+			is.fail = nil
+			is.mu.Unlock()
+			clk.Step(200 * time.Millisecond)
+			if r := <-done; r.err != nil || r.tok == "" {
+				t.Fatalf("Token once the API server knew the pod: %q %v", r.tok, r.err)
+			}
 
-	is.mu.Lock()
-	is.fail = forbidden
-	is.mu.Unlock()
-	done = call("b")
-	for i := 0; i < forbiddenRetries; i++ {
-		for !clk.HasWaiters() {
-			time.Sleep(time.Millisecond)
-		}
-		clk.Step(2 * time.Second)
+			is.mu.Lock()
+			is.fail = refusal
+			is.mu.Unlock()
+			done = callToken(m, "b")
+			for i := 0; i < forbiddenRetries; i++ {
+				for !clk.HasWaiters() {
+					time.Sleep(time.Millisecond)
+				}
+				clk.Step(2 * time.Second)
+			}
+			if r := <-done; r.err == nil || !errors.Is(r.err, refusal) {
+				t.Fatalf("a lasting refusal: %q %v, want %v", r.tok, r.err, refusal)
+			}
+		})
 	}
-	if r := <-done; r.err == nil || !apierrors.IsForbidden(r.err) {
-		t.Fatalf("a lasting refusal: %q %v, want the Forbidden error", r.tok, r.err)
+}
+
+// A missing service account is not a lag: the error comes at once, after
+// one request.
+func TestMissingServiceAccountNotRetried(t *testing.T) {
+	m, is := newManager(t)
+	missing := apierrors.NewNotFound(schema.GroupResource{Resource: "serviceaccounts"}, "builder")
+	is.fail = missing
+	if _, err := m.Token(t.Context(), pod("a"), "", 3600); !errors.Is(err, missing) {
+		t.Fatalf("Token: %v, want %v", err, missing)
 	}
+	if is.attempts != 1 {
+		t.Errorf("%d requests, want 1", is.attempts)
+	}
+}
+
+type tokenResult struct {
+	tok string
+	err error
+}
+
+// callToken asks m for a token of pod(uid) in a goroutine of its own.
+func callToken(m *Manager, uid string) chan tokenResult {
+	done := make(chan tokenResult, 1)
+	go func() {
+		tok, err := m.Token(context.Background(), pod(uid), "", 3600)
+		done <- tokenResult{tok, err}
+	}()
+	return done
 }
 
 func TestServiceAccounts(t *testing.T) {
