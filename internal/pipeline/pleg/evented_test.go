@@ -5,11 +5,13 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodelet/nodelet/internal/pure/observed"
@@ -274,9 +276,11 @@ func TestEventedPLEGGateOffRelistsEveryPeriod(t *testing.T) {
 // until the events have stopped for the settle time, each event putting it
 // off again, and at the latest the settle maximum after the first.
 func TestEventSettle(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1000, 0))
+	arming := &armingClock{FakeClock: clocktesting.NewFakeClock(time.Unix(1000, 0))}
+	clk := arming.FakeClock
 	g := New(&countingLister{relists: make(chan struct{}, 100)}, time.Second, clk, testLogger(t),
 		WithEventSettle(100*time.Millisecond, time.Second))
+	g.clk = arming
 	kick := make(chan struct{}) // a send returns once settled has it
 	done := make(chan bool, 1)
 	go func() { done <- g.settled(t.Context(), kick) }()
@@ -301,7 +305,9 @@ func TestEventSettle(t *testing.T) {
 	}
 
 	stepWhenWaiting(clk, 1, 60*time.Millisecond)
+	armed := arming.armed.Load()
 	kick <- struct{}{} // another event 60 ms after the first
+	rearmed(arming, armed, done)
 	stepWhenWaiting(clk, 1, 90*time.Millisecond)
 	notYet("150 ms after the first event, 90 ms after the last")
 	stepWhenWaiting(clk, 1, 100*time.Millisecond)
@@ -311,8 +317,10 @@ func TestEventSettle(t *testing.T) {
 	go func() { done <- g.settled(t.Context(), kick) }()
 	for i := 1; i <= 15; i++ {
 		stepWhenWaiting(clk, 1, 80*time.Millisecond)
+		armed := arming.armed.Load()
 		select {
 		case kick <- struct{}{}:
+			rearmed(arming, armed, done)
 		case ok := <-done:
 			if !ok {
 				t.Fatal("settled reported the context done")
@@ -324,4 +332,26 @@ func TestEventSettle(t *testing.T) {
 		}
 	}
 	t.Fatal("events 80 ms apart for 1.2 s never counted as settled (maximum 1 s)")
+}
+
+// armingClock counts the timers made on it. settled receives a kick and
+// then stops its timer and makes the next one: a step between the two
+// lands on the old timer, which still counts as a waiter.
+type armingClock struct {
+	*clocktesting.FakeClock
+	armed atomic.Int32
+}
+
+func (c *armingClock) NewTimer(d time.Duration) clock.Timer {
+	t := c.FakeClock.NewTimer(d)
+	c.armed.Add(1)
+	return t
+}
+
+// rearmed waits until settled made its timer after a kick (armed timers
+// were made before it), or returned instead (done has its result).
+func rearmed(c *armingClock, armed int32, done chan bool) {
+	for c.armed.Load() == armed && len(done) == 0 {
+		time.Sleep(time.Millisecond)
+	}
 }
