@@ -98,6 +98,10 @@ func BenchmarkDensity(b *testing.B) {
 		maxPods = max(maxPods, c+10)
 	}
 	pullBusybox(b)
+	cleanRuntime(b)
+	watch, noWatch := watchStarts(b)
+	podStarts = watch
+	b.Cleanup(func() { podStarts = nil })
 	ctx := context.Background()
 	var results []densityResult
 	var described []string
@@ -135,7 +139,7 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	fmt.Printf("  per agent, pod count and churn: the agent started on a clean runtime, 2 warm-up pods one at a time, then (churn > 0) that many other pods started and removed in batches of 30 by the same agent process,\n")
 	fmt.Printf("  as a node that has run pods before (NODELET_BENCH_DENSITY_CHURN), then the idle pods' manifests written at once\n")
-	fmt.Printf("  (%s), start = until all run (CRI ListContainers, 2 ms polls);\n", podText)
+	fmt.Printf("  (%s), start = until all run: %s;\n", podText, describeStartWatch(noWatch))
 	fmt.Printf("  then %v settling (%s), then a %v window: CPU = utime+stime (+ reaped children) of the agent's process from /proc/<pid>/stat, over the window's wall time;\n", settle, settleText, window)
 	fmt.Printf("  RSS = VmRSS of /proc/<pid>/status at the window's end; containerd's CPU likewise, its shims' apart\n")
 	fmt.Printf("  used = the agent's pages referenced in the window (1 written to /proc/<pid>/clear_refs at its start, Referenced of /proc/<pid>/smaps_rollup at its end, before the last scrape)\n")
@@ -222,7 +226,8 @@ func uncacheBinary(b *testing.B, path string) {
 
 // idlePods writes count idle pods' manifests (a shell waiting on a sleep
 // of an hour: nothing wakes in the pod) and returns the time until all
-// their containers run.
+// their containers run (waitStarted: the runtime's events, not a poll
+// whose own cost would slow the start it times).
 func idlePods(b *testing.B, ctx context.Context, dir, prefix string, count int, pod string) time.Duration {
 	b.Helper()
 	start := time.Now()
@@ -230,8 +235,7 @@ func idlePods(b *testing.B, ctx context.Context, dir, prefix string, count int, 
 		name := fmt.Sprintf("%s%02d", prefix, i) // as removeManifests names them
 		writeManifestB(b, dir, name, fmt.Sprintf(pod, name))
 	}
-	waitRunning(b, ctx, prefix, count)
-	return time.Since(start)
+	return waitStarted(b, ctx, prefix, count).Sub(start)
 }
 
 type densityResult struct {

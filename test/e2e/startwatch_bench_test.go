@@ -187,7 +187,7 @@ func waitStarted(b *testing.B, ctx context.Context, prefix string, want int) tim
 // describeStartWatch says how the benchmark judged a pod running.
 func describeStartWatch(why string) string {
 	if podStarts != nil {
-		return "the arrival of the runtime's CONTAINER_STARTED_EVENT for each container (one GetContainerEvents stream of the benchmark's, open before the rounds), then one ListContainers that shows them RUNNING"
+		return "the arrival of the runtime's CONTAINER_STARTED_EVENT for each container (one GetContainerEvents stream of the benchmark's, open before any agent starts), then one ListContainers that shows them RUNNING"
 	}
 	return fmt.Sprintf("every container of the pods RUNNING in CRI ListContainers, polled every 2 ms (no event stream: %s)", why)
 }
