@@ -417,8 +417,12 @@ func printDensityTable(w io.Writer, window time.Duration, results []densityResul
 		if r.agent != "nodelet" || !ok {
 			continue
 		}
-		fmt.Fprintf(w, "  nodelet ÷ kubelet at %d pods, churn %d: start %.2fx, RSS %.2fx, used %.2fx, CPU %.2fx\n", r.pods, r.churn,
-			r.start.Seconds()/k.start.Seconds(), r.rssMiB/k.rssMiB, r.usedMiB/k.usedMiB, r.cpu/max(k.cpu, 0.001))
+		used := "-"
+		if r.usedMiB >= 0 && k.usedMiB > 0 {
+			used = fmt.Sprintf("%.2fx", r.usedMiB/k.usedMiB)
+		}
+		fmt.Fprintf(w, "  nodelet ÷ kubelet at %d pods, churn %d: start %.2fx, RSS %.2fx, used %s, CPU %.2fx\n", r.pods, r.churn,
+			r.start.Seconds()/k.start.Seconds(), r.rssMiB/k.rssMiB, used, r.cpu/max(k.cpu, 0.001))
 	}
 	for _, r := range results {
 		fmt.Fprintf(w, "  %s, %d pods, churn %d: the machine in the window: %.0f%% of one core busy in all (the agent, the runtime and everything else on the machine); load average %s at its start, %s at its end\n",
