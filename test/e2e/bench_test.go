@@ -53,9 +53,7 @@ func BenchmarkPodStartup(b *testing.B) {
 	pullBusybox(b)
 	pr := startupProcedureFromEnv(b)
 	cleanRuntime(b)
-	watch, noWatch := watchStarts(b)
-	podStarts = watch
-	b.Cleanup(func() { podStarts = nil })
+	noWatch := followStarts(b)
 	floor := captureFloorRequests(b)
 	agents := []benchAgent{newRawCRI(b, floor), newKubeletAgent(b), newNodeletAgent(b)}
 	if base := os.Getenv("NODELET_BENCH_NODELET_BASE"); base != "" {

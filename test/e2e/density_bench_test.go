@@ -99,9 +99,7 @@ func BenchmarkDensity(b *testing.B) {
 	}
 	pullBusybox(b)
 	cleanRuntime(b)
-	watch, noWatch := watchStarts(b)
-	podStarts = watch
-	b.Cleanup(func() { podStarts = nil })
+	noWatch := followStarts(b)
 	ctx := context.Background()
 	var results []densityResult
 	var described []string

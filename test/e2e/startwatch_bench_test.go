@@ -31,9 +31,19 @@ type startWatch struct {
 	ended   error                           // why the stream ended, nil while it is open
 }
 
-// podStarts, while BenchmarkPodStartup runs on a runtime with the event
-// stream, is what startPods' waits use; nil otherwise (they poll).
+// podStarts, while a benchmark that called followStarts runs on a runtime
+// with the event stream, is what waitStarted uses; nil otherwise (it
+// polls).
 var podStarts *startWatch
+
+// followStarts sets podStarts for the rest of the benchmark (watchStarts)
+// and returns why it is nil when it is, for describeStartWatch.
+func followStarts(b *testing.B) (noWatch string) {
+	w, noWatch := watchStarts(b)
+	podStarts = w
+	b.Cleanup(func() { podStarts = nil })
+	return noWatch
+}
 
 // watchStarts opens one event stream on the shared runtime for the rest of
 // the benchmark. It returns nil, and why, for a runtime without the stream
