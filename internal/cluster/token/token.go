@@ -101,8 +101,8 @@ func (m *Manager) Token(ctx context.Context, pod *v1.Pod, audience string, expir
 	// the request then fails with the pod not found. Asked again shortly,
 	// as the kubelet's volume manager retries within the same sync, rather
 	// than failing the pod's sync for a back-off.
-	delay := forbiddenRetryDelay
-	for attempt := 0; err != nil && !ok && notYetKnown(err) && attempt < forbiddenRetries; attempt++ {
+	delay := lagRetryDelay
+	for attempt := 0; err != nil && !ok && notYetKnown(err) && attempt < lagRetries; attempt++ {
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
@@ -147,11 +147,11 @@ func notYetKnown(err error) bool {
 	return d != nil && (d.Kind == "pod" || d.Kind == "pods")
 }
 
-// A first token refused as notYetKnown is asked again forbiddenRetries
-// times, forbiddenRetryDelay apart at first, doubling (3.1 s in all).
+// A first token refused as notYetKnown is asked again lagRetries
+// times, lagRetryDelay apart at first, doubling (3.1 s in all).
 const (
-	forbiddenRetries    = 5
-	forbiddenRetryDelay = 100 * time.Millisecond
+	lagRetries    = 5
+	lagRetryDelay = 100 * time.Millisecond
 )
 
 // Forget drops every token bound to the pod.

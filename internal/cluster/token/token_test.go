@@ -247,7 +247,7 @@ func TestNotYetKnownRetriedShortly(t *testing.T) {
 			is.fail = refusal
 			is.mu.Unlock()
 			done = callToken(m, "b")
-			for i := 0; i < forbiddenRetries; i++ {
+			for i := 0; i < lagRetries; i++ {
 				for !clk.HasWaiters() {
 					time.Sleep(time.Millisecond)
 				}
