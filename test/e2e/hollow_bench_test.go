@@ -332,6 +332,9 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 	var agents []*hollowAgent
 	var runtime *hollowAgent
 	var cgroupRoots []string
+	// kubemark's own temporary directories, which test/cluster/hollowkubelet
+	// moves under its root dir: any new one is state left on the host.
+	tmpBefore, _ := filepath.Glob("/tmp/hollow-kubelet.*")
 	defer func() {
 		// The pods go first, torn down by their agents as on a drained
 		// node; then the agents, the runtime, what is left on the host,
@@ -344,6 +347,10 @@ func runHollowArm(b *testing.B, bins hollowBins, cfg hollowConfig, arm string, n
 		}
 		if runtime != nil {
 			runtime.stop()
+		}
+		tmpAfter, _ := filepath.Glob("/tmp/hollow-kubelet.*")
+		if left := slices.DeleteFunc(tmpAfter, func(p string) bool { return slices.Contains(tmpBefore, p) }); len(left) > 0 {
+			err = errors.Join(err, fmt.Errorf("the hollow kubelets left %s behind", strings.Join(left, ", ")))
 		}
 		if cerr := unmountBelow(dir); cerr != nil {
 			err = errors.Join(err, cerr)

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -37,6 +38,8 @@ import (
 	remote "k8s.io/cri-client/pkg"
 	fakeremote "k8s.io/cri-client/pkg/fake"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/cmd/kubelet/app/options"
+	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	"k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubelet/certificate/bootstrap"
 	"k8s.io/kubernetes/pkg/kubelet/cm"
@@ -85,11 +88,6 @@ func run(ctx context.Context, c config) error {
 	if !st.IsDir() || st.Mode().Perm()&0o022 != 0 {
 		return fmt.Errorf("root dir %s: not a directory of ours alone (%v)", c.rootDir, st.Mode())
 	}
-	// kubemark makes the kubelet's root directory with os.MkdirTemp("", …):
-	// under $TMPDIR, which is then ours.
-	if err := os.Setenv("TMPDIR", c.rootDir); err != nil {
-		return err
-	}
 	if c.bootstrapKubeconfig != "" {
 		if err := bootstrap.LoadClientCert(ctx, c.kubeconfig, c.bootstrapKubeconfig, c.certDir, types.NodeName(c.name)); err != nil {
 			return fmt.Errorf("TLS bootstrapping: %w", err)
@@ -99,6 +97,9 @@ func run(ctx context.Context, c config) error {
 		NodeName: c.name, KubeletPort: c.port, KubeletReadOnlyPort: c.readOnlyPort, MaxPods: c.maxPods,
 		NodeLabels: map[string]string{},
 	})
+	if err := relocate(c.rootDir, flags, kc); err != nil {
+		return err
+	}
 	kc.Address = "127.0.0.1"
 	flags.NodeIP = "127.0.0.1"
 	kc.SyncFrequency.Duration = time.Minute
@@ -153,5 +154,32 @@ func run(ctx context.Context, c config) error {
 	}
 	go hk.Run(ctx) // it never returns: RunKubelet starts the kubelet's loops and Run waits forever
 	<-ctx.Done()
+	return nil
+}
+
+// relocate moves the kubelet's directories under rootDir. kubemark makes
+// them in a directory of its own in /tmp (test/utils.MakeTempDirOrDie
+// writes "/tmp" where the base directory is "", whatever $TMPDIR says),
+// which outlived the benchmark with the kubelet's state in it: that
+// directory is removed (it holds only the two empty directories kubemark
+// just made) and the root, static pod and pod log directories are made
+// in rootDir/kubelet instead.
+func relocate(rootDir string, flags *options.KubeletFlags, kc *kubeletconfig.KubeletConfiguration) error {
+	made := flags.RootDirectory
+	if !strings.HasPrefix(made, "/tmp/hollow-kubelet.") {
+		return fmt.Errorf("kubemark's root dir %q: not the temporary directory it was expected to make", made)
+	}
+	if err := os.RemoveAll(made); err != nil {
+		return err
+	}
+	root := filepath.Join(rootDir, "kubelet")
+	flags.RootDirectory = root
+	kc.StaticPodPath = filepath.Join(root, "static-pods")
+	kc.PodLogsDir = filepath.Join(root, "pod-logs")
+	for _, dir := range []string{kc.StaticPodPath, kc.PodLogsDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return err
+		}
+	}
 	return nil
 }
