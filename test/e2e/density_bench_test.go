@@ -100,8 +100,7 @@ func BenchmarkDensity(b *testing.B) {
 	for _, c := range counts {
 		maxPods = max(maxPods, c+10)
 	}
-	floor := densityFloor{}
-	floor.rssMiB, floor.anonMiB, floor.imports = libraryFloor(b)
+	floor := libraryFloor(b)
 	pullBusybox(b)
 	cleanRuntime(b)
 	noWatch := followStarts(b)
@@ -242,7 +241,8 @@ func idlePods(b *testing.B, ctx context.Context, dir, prefix string, count int, 
 	return waitStarted(b, ctx, prefix, count).Sub(start)
 }
 
-// densityFloor is libraryFloor's measurement.
+// densityFloor is libraryFloor's measurement: the program's VmRSS and
+// RssAnon, and how many packages it imports.
 type densityFloor struct {
 	rssMiB, anonMiB float64
 	imports         int

@@ -23,12 +23,11 @@ import (
 // protobuf descriptors of the CRI and the kubelet's gRPC APIs, ...), and
 // then does nothing. It is built as bin/nodelet is (the same go.mod, cgo
 // as go build's default), and started with its binary out of the page
-// cache, as the agents are (uncacheBinary). imports is how many packages
-// it imports.
+// cache, as the agents are (uncacheBinary).
 //
 // An agent's RSS above it is what nodelet's own code and state cost; a
 // goal below it cannot be met without dropping one of the libraries.
-func libraryFloor(b *testing.B) (rssMiB, anonMiB float64, imports int) {
+func libraryFloor(b *testing.B) densityFloor {
 	b.Helper()
 	root := shared.repoRoot
 	goList := func(args ...string) []string {
@@ -104,5 +103,5 @@ func libraryFloor(b *testing.B) (rssMiB, anonMiB float64, imports int) {
 	// scavenger) settles within a second or two.
 	time.Sleep(5 * time.Second)
 	pid := cmd.Process.Pid
-	return procStatusMiB(pid, "VmRSS"), procStatusMiB(pid, "RssAnon"), len(pkgs)
+	return densityFloor{rssMiB: procStatusMiB(pid, "VmRSS"), anonMiB: procStatusMiB(pid, "RssAnon"), imports: len(pkgs)}
 }

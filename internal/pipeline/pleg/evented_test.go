@@ -278,9 +278,8 @@ func TestEventedPLEGGateOffRelistsEveryPeriod(t *testing.T) {
 func TestEventSettle(t *testing.T) {
 	arming := &armingClock{FakeClock: clocktesting.NewFakeClock(time.Unix(1000, 0))}
 	clk := arming.FakeClock
-	g := New(&countingLister{relists: make(chan struct{}, 100)}, time.Second, clk, testLogger(t),
+	g := New(&countingLister{relists: make(chan struct{}, 100)}, time.Second, arming, testLogger(t),
 		WithEventSettle(100*time.Millisecond, time.Second))
-	g.clk = arming
 	kick := make(chan struct{}) // a send returns once settled has it
 	done := make(chan bool, 1)
 	go func() { done <- g.settled(t.Context(), kick) }()
